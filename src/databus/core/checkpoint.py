@@ -1,0 +1,132 @@
+"""Checkpoint: where a consumer is. JSON with Databus field names.
+
+Contract (online consumption):
+
+* ``windowScn = -1``: no position yet ("flexible"): the relay serves from the
+  oldest window it holds.
+* ``windowScn = S, windowOffset = -1``: window S was consumed completely; the
+  next window served is the first with an SCN greater than S.
+* ``windowScn = S, windowOffset = k >= 0``: the first ``k`` events of window S
+  that this consumer receives (after its server-side filter) were consumed; the
+  relay resumes with event ``k`` of that window. ``k`` counts data events only.
+* ``prevScn``: the SCN of the last window consumed completely before
+  ``windowScn`` (``-1`` when unknown).
+
+The bootstrap fields are used by the bootstrap service (DESIGN.md section 6).
+A checkpoint is immutable; the helpers return new ones.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from databus.core.errors import InvalidCheckpointError
+
+MAX_CHECKPOINT_BYTES = 16 * 1024
+_INT64_MAX = (1 << 63) - 1
+
+
+class ConsumptionMode(StrEnum):
+    ONLINE_CONSUMPTION = "ONLINE_CONSUMPTION"
+    BOOTSTRAP_SNAPSHOT = "BOOTSTRAP_SNAPSHOT"
+    BOOTSTRAP_CATCHUP = "BOOTSTRAP_CATCHUP"
+
+
+class Checkpoint(BaseModel):
+    """A consumer position; ``to_json``/``from_json`` use Databus's field names."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, strict=True)
+
+    window_scn: int = Field(-1, alias="windowScn", ge=-1, le=_INT64_MAX)
+    window_offset: int = Field(-1, alias="windowOffset", ge=-1, le=_INT64_MAX)
+    prev_scn: int = Field(-1, alias="prevScn", ge=-1, le=_INT64_MAX)
+    consumption_mode: ConsumptionMode = Field(ConsumptionMode.ONLINE_CONSUMPTION, strict=False)
+    bootstrap_since_scn: int = Field(-1, ge=-1, le=_INT64_MAX)
+    bootstrap_start_scn: int = Field(-1, ge=-1, le=_INT64_MAX)
+    bootstrap_target_scn: int = Field(-1, ge=-1, le=_INT64_MAX)
+    snapshot_source: str | None = Field(None, max_length=1024)
+    snapshot_offset: int = Field(-1, ge=-1, le=_INT64_MAX)
+    catchup_source: str | None = Field(None, max_length=1024)
+    ts_nsecs: int = Field(0, alias="tsNsecs", ge=0, le=_INT64_MAX)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Checkpoint:
+        if self.window_scn == -1 and self.window_offset != -1:
+            raise ValueError("windowOffset requires a windowScn")
+        return self
+
+    # -- construction ------------------------------------------------------
+
+    @classmethod
+    def flexible(cls) -> Checkpoint:
+        """No position: start with the oldest window the relay holds."""
+        return cls()
+
+    @classmethod
+    def after(cls, scn: int, prev_scn: int = -1) -> Checkpoint:
+        """Window ``scn`` (and everything before it) fully consumed."""
+        return cls(windowScn=scn, windowOffset=-1, prevScn=prev_scn, tsNsecs=time.time_ns())
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Checkpoint:
+        """Parse and validate; raises :class:`InvalidCheckpointError`."""
+        if len(text) > MAX_CHECKPOINT_BYTES:
+            raise InvalidCheckpointError(f"checkpoint longer than {MAX_CHECKPOINT_BYTES} bytes")
+        try:
+            raw = json.loads(text)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise InvalidCheckpointError(f"checkpoint is not valid JSON: {exc}") from exc
+        return cls.from_dict(raw)
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> Checkpoint:
+        if not isinstance(raw, dict):
+            raise InvalidCheckpointError("checkpoint must be a JSON object")
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'checkpoint'}: {e['msg']}"
+                for e in exc.errors()
+            )
+            raise InvalidCheckpointError(f"invalid checkpoint: {problems}") from exc
+
+    # -- use ---------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, mode="json")
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"), sort_keys=True)
+
+    @property
+    def is_flexible(self) -> bool:
+        return self.window_scn == -1
+
+    @property
+    def in_window(self) -> bool:
+        """True when a window was started but not finished."""
+        return self.window_offset >= 0
+
+    def window_done(self, scn: int) -> Checkpoint:
+        """The checkpoint after window ``scn`` ended."""
+        prev = self.window_scn if self.window_offset == -1 else self.prev_scn
+        return self.model_copy(
+            update={"window_scn": scn, "window_offset": -1, "prev_scn": prev,
+                    "ts_nsecs": time.time_ns()}
+        )
+
+    def within(self, scn: int, offset: int) -> Checkpoint:
+        """The checkpoint after ``offset`` events of window ``scn``."""
+        prev = self.window_scn if self.window_offset == -1 else self.prev_scn
+        if scn == self.window_scn and self.window_offset != -1:
+            prev = self.prev_scn
+        return self.model_copy(
+            update={"window_scn": scn, "window_offset": offset, "prev_scn": prev,
+                    "ts_nsecs": time.time_ns()}
+        )

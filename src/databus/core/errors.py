@@ -1,0 +1,175 @@
+"""The one exception tree of databus.
+
+Every error the library raises derives from :class:`DatabusError`. Whether an
+operation may be retried is told by type, never by message text:
+
+* :class:`TransientError` - the same call may succeed later (a server went
+  away, a timeout, a consumer callback that failed once). Retry with backoff.
+* :class:`TerminalError` - retrying the same call cannot help (bad input, a
+  corrupt file, a checkpoint the relay no longer has). Fix the cause or take
+  another path (e.g. bootstrap on :class:`ScnNotFoundError`).
+
+Each class carries ``code``: the stable name used in the HTTP error body
+``{"error": code, "message": ...}`` and ``http_status``: the status a server
+answers with. Third-party errors are translated where they enter the library
+(``raise SourceUnavailableError(...) from exc``).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class DatabusError(Exception):
+    """Root of every databus error."""
+
+    code: ClassVar[str] = "DatabusError"
+    http_status: ClassVar[int] = 500
+    retryable: ClassVar[bool] = False
+
+
+class TransientError(DatabusError):
+    """The operation may succeed if retried later."""
+
+    code = "TransientError"
+    http_status = 503
+    retryable = True
+
+
+class TerminalError(DatabusError):
+    """Retrying the same operation cannot succeed."""
+
+    code = "TerminalError"
+
+
+# -- client mistakes (4xx) ---------------------------------------------------
+
+
+class InvalidRequestError(TerminalError):
+    """A request (HTTP parameter, option) is malformed."""
+
+    code = "InvalidRequest"
+    http_status = 400
+
+
+class InvalidCheckpointError(InvalidRequestError):
+    """A checkpoint is not valid JSON or breaks the checkpoint contract."""
+
+    code = "InvalidCheckpoint"
+
+
+class InvalidFilterError(InvalidRequestError):
+    """A server-side filter specification is malformed."""
+
+    code = "InvalidFilter"
+
+
+class UnknownSourceError(InvalidRequestError):
+    """A source id or name that this server does not know."""
+
+    code = "UnknownSource"
+    http_status = 404
+
+
+class ScnNotFoundError(TerminalError):
+    """The checkpoint is older than anything the relay still holds.
+
+    The consumer must bootstrap (or restart from a newer position).
+    """
+
+    code = "ScnNotFound"
+    http_status = 410
+
+
+# -- configuration and data -------------------------------------------------
+
+
+class ConfigError(TerminalError):
+    """A configuration file or option is invalid."""
+
+    code = "ConfigError"
+    http_status = 400
+
+
+class CorruptEventError(TerminalError):
+    """Bytes that do not form a valid event (bad magic, length, or CRC)."""
+
+    code = "CorruptEvent"
+
+
+class BufferCorruptError(TerminalError):
+    """A persisted event buffer failed validation on recovery."""
+
+    code = "BufferCorrupt"
+
+
+class SchemaError(TerminalError):
+    """A schema is missing, malformed, or a value does not fit it."""
+
+    code = "SchemaError"
+
+
+class BufferFullError(TerminalError):
+    """A single window is larger than the whole event buffer."""
+
+    code = "BufferFull"
+    http_status = 507
+
+
+class SourcePositionLostError(TerminalError):
+    """The source can no longer serve the requested position (log purged)."""
+
+    code = "SourcePositionLost"
+
+
+# -- things that go away and come back (retry) -------------------------------
+
+
+class SourceUnavailableError(TransientError):
+    """The source database cannot be reached or failed a query."""
+
+    code = "SourceUnavailable"
+
+
+class RelayUnavailableError(TransientError):
+    """A relay or bootstrap server could not be reached or answered 5xx."""
+
+    code = "RelayUnavailable"
+
+
+class ConsumerCallbackError(TransientError):
+    """A consumer callback returned ERROR or raised; the window is replayed."""
+
+    code = "ConsumerCallbackError"
+
+
+class ConsumerFatalError(TerminalError):
+    """A consumer callback returned ERROR_FATAL; consumption stops."""
+
+    code = "ConsumerFatal"
+
+
+class RetriesExhaustedError(TerminalError):
+    """A transient failure persisted beyond the configured retry budget."""
+
+    code = "RetriesExhausted"
+
+
+_BY_CODE: dict[str, type[DatabusError]] = {}
+
+
+def _register(cls: type[DatabusError]) -> None:
+    _BY_CODE[cls.code] = cls
+    for sub in cls.__subclasses__():
+        _register(sub)
+
+
+_register(DatabusError)
+
+
+def error_from_code(code: str, message: str) -> DatabusError:
+    """Rebuild the typed error named by an HTTP error body's ``error`` field."""
+    cls = _BY_CODE.get(code)
+    if cls is None:
+        return TerminalError(f"{code}: {message}")
+    return cls(message)

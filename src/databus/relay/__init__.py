@@ -1,0 +1,1 @@
+"""databus.relay."""

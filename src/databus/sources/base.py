@@ -1,0 +1,80 @@
+"""The source contract: what every fetcher (SQLite txlog, MySQL binlog, a chained
+relay) promises to the relay that runs it.
+
+Guarantees a :class:`Source` gives:
+
+* **Position.** An SCN is a 64-bit integer assigned in commit order; windows
+  come out with strictly increasing SCNs. The SCN of a window is the position
+  to restart *after*: ``read(after_scn=S)`` yields exactly the committed
+  windows with an SCN greater than S, in commit order.
+* **Windows.** A window holds one or more whole transactions, never a part of
+  one, and only committed changes. Each data event is fully encoded
+  (:mod:`databus.core.event`) with the window's SCN as its sequence.
+* **Restart.** Because of the above, restarting from the last SCN the relay
+  stored replays nothing twice and skips nothing, as long as the source still
+  has that position; when it does not, :meth:`read` raises
+  :class:`~databus.core.errors.SourcePositionLostError`.
+* **Errors.** A database that goes away raises
+  :class:`~databus.core.errors.SourceUnavailableError` (transient: the relay
+  retries with backoff); everything else is a terminal :class:`DatabusError`.
+
+Threading: a source is driven by one capture thread. :meth:`read` blocks at
+most ``timeout`` seconds and returns early when ``stop`` is set.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from databus.core.schema import SchemaRegistry
+
+
+@dataclass(frozen=True, slots=True)
+class SourceInfo:
+    """A logical source: one captured table."""
+
+    id: int
+    name: str  # "db.table"
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A consistency window ready for the buffer (EOP not included).
+
+    ``events`` is the concatenation of ``count`` encoded data events, all with
+    sequence ``scn``. ``timestamp_ns`` is the commit time where the source
+    knows it.
+    """
+
+    scn: int
+    events: bytes
+    count: int
+    timestamp_ns: int
+
+
+class Source(ABC):
+    """A change source. See the module docstring for the guarantees."""
+
+    @abstractmethod
+    def sources(self) -> list[SourceInfo]:
+        """The logical sources this source captures (stable ids)."""
+
+    @abstractmethod
+    def registry(self) -> SchemaRegistry:
+        """Schemas of every table version this source has emitted or will emit."""
+
+    @abstractmethod
+    def read(self, after_scn: int, stop: threading.Event, timeout: float) -> list[Window]:
+        """Committed windows with SCN > ``after_scn``, in commit order.
+
+        Returns an empty list when nothing new was committed within ``timeout``
+        seconds or ``stop`` was set.
+        """
+
+    def acknowledge(self, scn: int) -> None:  # noqa: B027 - optional hook
+        """Everything up to ``scn`` is durable in the relay; the source may trim it."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections. Idempotent."""
