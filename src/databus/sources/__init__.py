@@ -1,1 +1,29 @@
-"""databus.sources."""
+"""Change sources (fetchers) behind one contract: :class:`databus.sources.base.Source`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+from databus.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from databus.relay.config import SourceConfig
+    from databus.sources.base import Source
+
+
+def open_source(config: SourceConfig, relay_name: str = "relay") -> Source:
+    """The source named by ``config.url`` (``sqlite:///PATH``, ``mysql://...``)."""
+    url = urlparse(config.url)
+    if url.scheme == "sqlite":
+        # sqlite:///relative.db -> "relative.db"; sqlite:////abs/x.db -> "/abs/x.db"
+        path = config.url[len("sqlite:///"):]
+        if not path:
+            raise ConfigError("sqlite source needs a path: sqlite:///PATH.db")
+        if not config.tables:
+            raise ConfigError("sqlite source needs --tables (the tables to capture)")
+        from databus.sources.txlog.sqlite import SqliteSource
+
+        return SqliteSource(path, config.tables, poll_interval=config.poll_interval,
+                            relay_name=relay_name)
+    raise ConfigError(f"unsupported source url scheme {url.scheme!r} (supported: sqlite)")

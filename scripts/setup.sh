@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Sets up the project's virtualenv (.venv) with databus and its dev tools.
+# Idempotent: reinstalls only when pyproject.toml changed. Installs Debian
+# packages the tests need when they are missing (needs root or sudo).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+if ! command -v "$PY" >/dev/null; then
+  echo "setup: python3 is required (apt-get install python3 python3-venv)" >&2
+  exit 1
+fi
+
+apt_install() {
+  local missing=()
+  for pkg in "$@"; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  echo "setup: installing Debian packages: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+if ! "$PY" -c "import venv, ensurepip" >/dev/null 2>&1; then
+  apt_install python3-venv
+fi
+if [ "${DATABUS_SETUP_SERVERS:-0}" = "1" ] && command -v dpkg >/dev/null; then
+  # real database servers for the integration tests (started privately by fixtures)
+  apt_install sqlite3 mariadb-server postgresql
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.databus-installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  echo "$want" > "$stamp"
+fi

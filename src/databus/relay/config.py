@@ -1,0 +1,121 @@
+"""Relay configuration: validated models and the one loader.
+
+A YAML (or JSON) file maps onto :class:`RelayConfig`; every field has a
+default except the source. Example (``docs/relay.md`` has the full reference)::
+
+    name: relay
+    source:
+      url: sqlite:///shop.db
+      tables: [orders, customers]
+    buffer:
+      capacity_bytes: 67108864
+      path: /var/lib/databus/relay.buf
+    http:
+      port: 11115
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from databus.core.errors import ConfigError
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceConfig(_Model):
+    """Where changes come from."""
+
+    url: str = Field(description="sqlite:///PATH.db, or mysql://USER:PASS@HOST:PORT")
+    tables: list[str] = Field(
+        default_factory=list,
+        description="tables to capture (names for SQLite; regexes 'db\\.table' for MySQL)",
+    )
+    poll_interval: float = Field(0.05, gt=0, le=60, description="seconds between idle polls")
+
+    @field_validator("url")
+    @classmethod
+    def _scheme(cls, v: str) -> str:
+        if "://" not in v:
+            raise ValueError("source url needs a scheme, e.g. sqlite:///path.db")
+        return v
+
+
+class BufferConfig(_Model):
+    """The event buffer."""
+
+    capacity_bytes: int = Field(64 * 1024 * 1024, ge=64 * 1024, description="bytes of events held")
+    path: Path | None = Field(
+        None, description="file for a persistent (mmap) buffer recovered on restart; None = memory"
+    )
+    index_block: int = Field(16 * 1024, ge=512, description="bytes per sparse SCN index entry")
+    flush_interval: float = Field(
+        1.0, gt=0, le=3600, description="seconds between buffer flushes and state writes"
+    )
+
+
+class HttpConfig(_Model):
+    host: str = "127.0.0.1"
+    port: int = Field(11115, ge=0, le=65535, description="0 picks a free port")
+
+
+class StreamConfig(_Model):
+    """Limits of /stream requests."""
+
+    default_size: int = Field(1024 * 1024, ge=1024, description="bytes per response by default")
+    max_size: int = Field(64 * 1024 * 1024, ge=1024, description="largest allowed size")
+    default_timeout: float = Field(5.0, ge=0, description="long-poll seconds by default")
+    max_timeout: float = Field(60.0, ge=0, description="longest allowed long-poll")
+
+
+class RelayConfig(_Model):
+    """Everything a relay needs."""
+
+    name: str = Field("relay", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$")
+    source: SourceConfig
+    buffer: BufferConfig = BufferConfig()
+    http: HttpConfig = HttpConfig()
+    stream: StreamConfig = StreamConfig()
+    state_dir: Path | None = Field(
+        None, description="where relay state (MaxSCN) is kept; default: beside the buffer file"
+    )
+    retry_initial: float = Field(0.2, gt=0, description="first backoff after a source error, s")
+    retry_max: float = Field(10.0, gt=0, description="longest backoff after source errors, s")
+
+
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in exc.errors()
+    )
+
+
+def parse_config(raw: Any) -> RelayConfig:
+    """Validate a mapping; raises :class:`ConfigError` naming each bad field."""
+    if not isinstance(raw, dict):
+        raise ConfigError("relay config must be a mapping")
+    try:
+        return RelayConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid relay config: {_problems(exc)}") from exc
+
+
+def load_config(path: Path) -> RelayConfig:
+    """Read and validate a YAML/JSON config file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config {path} is not valid YAML: {exc}") from exc
+    try:
+        return parse_config(raw)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc

@@ -1,0 +1,158 @@
+"""The capture thread: moves windows from a :class:`Source` into the buffer.
+
+Concurrency model: one dedicated thread per relay reads the source (blocking
+database I/O) and appends to the buffer; the asyncio HTTP server only reads the
+buffer. The bridge is the buffer's listener callback, which the relay turns
+into ``loop.call_soon_threadsafe``.
+
+Failure handling: a :class:`TransientError` (database went away, locked) is
+retried with exponential backoff, interruptibly; a terminal error stops
+capture, is reported by ``/admin`` and the metrics, and the relay keeps
+serving what it holds.
+
+Durability: every ``flush_interval`` seconds the buffer is flushed and the
+relay state (max SCN, trim SCN) written atomically; then the source is told it
+may drop what has fallen off the buffer (``Source.acknowledge(prev_scn)``), so
+the source keeps everything the relay might need to rebuild its buffer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from databus.buffer import EventBuffer
+from databus.core.atomic import write_atomic
+from databus.core.errors import BufferCorruptError, DatabusError, TransientError
+from databus.relay.metrics import RelayMetrics
+from databus.sources.base import Source
+
+log = logging.getLogger("databus.relay")
+
+
+@dataclass(frozen=True)
+class RelayState:
+    """What a relay persists besides its buffer."""
+
+    max_scn: int = -1
+    trim_scn: int = -1
+
+    @classmethod
+    def load(cls, path: Path | None) -> RelayState | None:
+        if path is None or not path.exists():
+            return None
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            return cls(max_scn=int(raw["max_scn"]), trim_scn=int(raw["trim_scn"]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise BufferCorruptError(f"relay state file {path} is unreadable: {exc}") from exc
+
+    def save(self, path: Path) -> None:
+        data = json.dumps({"max_scn": self.max_scn, "trim_scn": self.trim_scn}).encode()
+        write_atomic(path, data)
+
+
+class Fetcher:
+    """Runs ``source`` into ``buffer`` on a daemon thread until :meth:`stop`."""
+
+    def __init__(
+        self,
+        source: Source,
+        buffer: EventBuffer,
+        metrics: RelayMetrics,
+        *,
+        state_path: Path | None,
+        flush_interval: float,
+        retry_initial: float,
+        retry_max: float,
+    ) -> None:
+        self._source = source
+        self._buffer = buffer
+        self._metrics = metrics
+        self._state_path = state_path
+        self._flush_interval = flush_interval
+        self._retry_initial = retry_initial
+        self._retry_max = retry_max
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="databus-fetcher", daemon=True)
+        self._lock = threading.Lock()
+        self._status: dict[str, Any] = {"state": "starting", "last_error": None, "retries": 0}
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    @property
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            return dict(self._status)
+
+    def _set(self, **kw: Any) -> None:
+        with self._lock:
+            self._status.update(kw)
+        self._metrics.fetcher_up.set(1 if self._status["state"] == "running" else 0)
+
+    def _run(self) -> None:
+        backoff = self._retry_initial
+        last_flush = time.monotonic()
+        self._set(state="running")
+        while not self._stop.is_set():
+            try:
+                windows = self._source.read(self._buffer.max_scn, self._stop, 0.5)
+                for w in windows:
+                    self._buffer.append_window(w)
+                    self._metrics.windows_in.inc()
+                    self._metrics.events_in.inc(w.count)
+                if self._status["state"] != "running":
+                    self._set(state="running", last_error=None)
+                backoff = self._retry_initial
+            except TransientError as exc:
+                self._metrics.source_errors.labels(kind="transient").inc()
+                log.warning("source error, retrying in %.1fs: %s", backoff, exc)
+                self._set(state="retrying", last_error=f"{exc.code}: {exc}",
+                          retries=self._status["retries"] + 1)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self._retry_max)
+                continue
+            except DatabusError as exc:
+                self._metrics.source_errors.labels(kind="terminal").inc()
+                log.error("capture stopped: %s", exc)
+                self._set(state="failed", last_error=f"{exc.code}: {exc}")
+                break
+            except Exception as exc:  # a bug must not kill the relay silently
+                self._metrics.source_errors.labels(kind="bug").inc()
+                log.exception("capture stopped by an unexpected error")
+                self._set(state="failed", last_error=f"{type(exc).__name__}: {exc}")
+                break
+            if time.monotonic() - last_flush >= self._flush_interval:
+                self.checkpoint()
+                last_flush = time.monotonic()
+        self.checkpoint()
+        if self._status["state"] != "failed":
+            self._set(state="stopped")
+
+    def checkpoint(self) -> None:
+        """Flush the buffer, persist the state, let the source trim."""
+        buf = self._buffer
+        buf.flush()
+        state = RelayState(max_scn=buf.max_scn, trim_scn=buf.prev_scn)
+        if self._state_path is not None:
+            state.save(self._state_path)
+        s = buf.stats()
+        self._metrics.min_scn.set(s["min_scn"])
+        self._metrics.max_scn.set(s["max_scn"])
+        self._metrics.used_bytes.set(s["used_bytes"])
+        if state.trim_scn >= 0:
+            try:
+                self._source.acknowledge(state.trim_scn)
+            except TransientError as exc:
+                log.warning("could not acknowledge scn %d to the source: %s", state.trim_scn, exc)

@@ -1,0 +1,201 @@
+"""A relay: source -> fetcher thread -> event buffer -> HTTP.
+
+Start-up decides where capture resumes:
+
+* a persistent buffer that recovers with windows resumes after its newest
+  window (``buffer.max_scn``);
+* otherwise the buffer starts empty at the relay state's ``trim_scn`` (what the
+  source was last allowed to drop), or from the source's beginning (``-1``)
+  when there is no state. Consumers whose checkpoint is older than that get
+  ``ScnNotFound``.
+
+A buffer file whose header is unreadable is moved aside (``*.corrupt-<ts>``)
+and never served; corrupt windows inside a readable file are dropped by the
+buffer's recovery and fetched again from the source.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from databus.buffer import EventBuffer
+from databus.core.errors import BufferCorruptError
+from databus.relay.app import build_app
+from databus.relay.config import RelayConfig
+from databus.relay.fetcher import Fetcher, RelayState
+from databus.relay.metrics import RelayMetrics
+from databus.sources import open_source
+from databus.sources.base import Source
+
+log = logging.getLogger("databus.relay")
+
+
+class Relay:
+    """One relay. ``run()`` serves until interrupted; ``start()``/``stop()`` run it
+    on a background thread (tests, embedding)."""
+
+    def __init__(self, config: RelayConfig, source: Source | None = None) -> None:
+        self.config = config
+        self.metrics = RelayMetrics()
+        self.source = source if source is not None else open_source(config.source, config.name)
+        state_dir = config.state_dir or (config.buffer.path.parent if config.buffer.path else None)
+        self.state_path = state_dir / f"{config.name}.state.json" if state_dir else None
+        state = RelayState.load(self.state_path)
+        start_scn = state.trim_scn if state else -1
+        self.buffer = self._open_buffer(start_scn)
+        self.metrics.capacity.set(config.buffer.capacity_bytes)
+        self.fetcher = Fetcher(
+            self.source, self.buffer, self.metrics,
+            state_path=self.state_path,
+            flush_interval=config.buffer.flush_interval,
+            retry_initial=config.retry_initial,
+            retry_max=config.retry_max,
+        )
+        self.stopping = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._changed = asyncio.Event()
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._port: int | None = None
+        self.buffer.add_listener(self._on_append)
+
+    def _open_buffer(self, start_scn: int) -> EventBuffer:
+        cfg = self.config.buffer
+        try:
+            buf = EventBuffer(cfg.capacity_bytes, path=cfg.path, index_block=cfg.index_block,
+                              start_scn=start_scn)
+        except BufferCorruptError as exc:
+            assert cfg.path is not None
+            aside = cfg.path.with_name(f"{cfg.path.name}.corrupt-{int(time.time())}")
+            os.replace(cfg.path, aside)
+            log.error("buffer file unusable (%s); moved to %s, starting empty", exc, aside)
+            buf = EventBuffer(cfg.capacity_bytes, path=cfg.path, index_block=cfg.index_block,
+                              start_scn=start_scn)
+        if getattr(buf, "recovered_from_corruption", False):
+            log.error("buffer recovery dropped corrupt data: %s", getattr(buf, "recovery_report", ""))
+        return buf
+
+    # -- asyncio bridge ------------------------------------------------------
+
+    def changed_event(self) -> asyncio.Event:
+        """An event set at the next append (take it before reading the buffer)."""
+        return self._changed
+
+    def _on_append(self) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._notify)
+
+    def _notify(self) -> None:
+        old, self._changed = self._changed, asyncio.Event()
+        old.set()
+
+    # -- stats -------------------------------------------------------------
+
+    def fetcher_status(self) -> dict[str, Any]:
+        return self.fetcher.status
+
+    def refresh_gauges(self) -> None:
+        s = self.buffer.stats()
+        self.metrics.min_scn.set(s["min_scn"])
+        self.metrics.max_scn.set(s["max_scn"])
+        self.metrics.used_bytes.set(s["used_bytes"])
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "name": self.config.name,
+            "sources": [{"id": s.id, "name": s.name} for s in self.source.sources()],
+            "buffer": self.buffer.stats(),
+            "fetcher": self.fetcher.status,
+        }
+
+    # -- running -------------------------------------------------------------
+
+    def _make_server(self) -> uvicorn.Server:
+        app = build_app(self)
+        cfg = uvicorn.Config(app, host=self.config.http.host, port=self.config.http.port,
+                             log_level="warning", lifespan="on", access_log=False)
+        server = uvicorn.Server(cfg)
+        self._server = server
+        return server
+
+    async def serve(self) -> None:
+        """Capture and serve until the server is told to exit."""
+        self._loop = asyncio.get_running_loop()
+        self._changed = asyncio.Event()
+        server = self._make_server()
+        # bind and listen before anything else, so the port is known (port 0)
+        # and connections queue from the moment start() returns
+        sock = socket.create_server((self.config.http.host, self.config.http.port), backlog=512)
+        self._port = int(sock.getsockname()[1])
+        self.fetcher.start()
+        self._ready.set()
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            self.stopping = True
+            self._notify()
+            await asyncio.get_running_loop().run_in_executor(None, self.fetcher.stop)
+            self.buffer.close()
+            self.source.close()
+
+    def run(self) -> None:
+        asyncio.run(self.serve())
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful with port 0)."""
+        if self._port is None:
+            raise RuntimeError("relay is not serving")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.config.http.host}:{self.port}"
+
+    def start(self, timeout: float = 20.0) -> None:
+        """Serve on a background thread; returns once the port is bound."""
+        self._thread = threading.Thread(target=self.run, name="databus-relay", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise TimeoutError("relay did not start in time")
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def request_exit(self, *_: Any) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+
+
+def config_from_args(
+    source_url: str, tables: list[str], port: int, buffer_path: Path | None,
+    capacity: int | None,
+) -> RelayConfig:
+    """A config for ``databus relay --source URL --tables ...`` (no file)."""
+    from databus.relay.config import parse_config
+
+    raw: dict[str, Any] = {"source": {"url": source_url, "tables": tables}, "http": {"port": port}}
+    buf: dict[str, Any] = {}
+    if buffer_path is not None:
+        buf["path"] = str(buffer_path)
+    if capacity is not None:
+        buf["capacity_bytes"] = capacity
+    if buf:
+        raw["buffer"] = buf
+    return parse_config(raw)

@@ -1,0 +1,1 @@
+"""Shared helpers for the tests: a sample SQLite schema and a random writer."""
