@@ -6,6 +6,7 @@ the writer is killed at.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -23,10 +24,8 @@ def write_atomic(path: Path, data: bytes, *, fsync: bool = True) -> None:
                 os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
     if fsync:
         dfd = os.open(path.parent, os.O_RDONLY)

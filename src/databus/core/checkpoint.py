@@ -70,7 +70,7 @@ class Checkpoint(BaseModel):
     @classmethod
     def after(cls, scn: int, prev_scn: int = -1) -> Checkpoint:
         """Window ``scn`` (and everything before it) fully consumed."""
-        return cls(windowScn=scn, windowOffset=-1, prevScn=prev_scn, tsNsecs=time.time_ns())
+        return cls(window_scn=scn, window_offset=-1, prev_scn=prev_scn, ts_nsecs=time.time_ns())
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Checkpoint:

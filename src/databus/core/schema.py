@@ -119,9 +119,11 @@ class TableSchema:
 
     def decode(self, data: bytes) -> dict[str, Any]:
         try:
-            out: dict[str, Any] = fastavro.schemaless_reader(io.BytesIO(data), self._parsed, None)
+            out = fastavro.schemaless_reader(io.BytesIO(data), self._parsed, None)
         except Exception as exc:
             raise SchemaError(f"cannot decode {self.name} v{self.version}: {exc}") from exc
+        if not isinstance(out, dict):
+            raise SchemaError(f"{self.name} v{self.version} is not a record schema")
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -164,7 +166,9 @@ class MetadataCodec:
         return buf.getvalue()
 
     def decode(self, data: bytes) -> dict[str, Any]:
-        out: dict[str, Any] = fastavro.schemaless_reader(io.BytesIO(data), self._parsed, None)
+        out = fastavro.schemaless_reader(io.BytesIO(data), self._parsed, None)
+        if not isinstance(out, dict):
+            raise SchemaError("metadata part is not a record")
         return out
 
 

@@ -9,6 +9,7 @@ never stop the server.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -155,10 +156,8 @@ def build_app(relay: Relay) -> Starlette:
             remaining = deadline - time.monotonic()
             if result.events or remaining <= 0 or relay.stopping:
                 break
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), remaining)
-            except TimeoutError:
-                pass
         metrics.bytes_out.inc(len(result.data))
         metrics.events_out.inc(result.events)
         headers = {
