@@ -1,0 +1,185 @@
+"""The relay's HTTP API against a real relay capturing a real SQLite file."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+from databus.core import event as ev
+from databus.core.checkpoint import Checkpoint
+from databus.core.filters import ServerFilter
+from databus.relay.relay import Relay
+from tests.conftest import make_relay
+from tests.support.shop import Writer
+
+
+def _drain(client: httpx.Client, params: dict[str, str], until_scn: int) -> list[ev.Event]:
+    """Pull every event up to ``until_scn`` with checkpoints advanced like a client."""
+    cp = Checkpoint.flexible()
+    events: list[ev.Event] = []
+    while cp.window_scn < until_scn:
+        r = client.get("/stream", params={**params, "checkPoint": cp.to_json(), "timeout": "1"})
+        assert r.status_code == 200, r.text
+        batch = list(ev.iter_events(r.content))
+        assert batch, "relay returned nothing although windows are pending"
+        in_window = cp.window_offset if cp.in_window else 0
+        for e in batch:
+            events.append(e)
+            if e.is_eop:
+                cp = cp.window_done(e.scn)
+                in_window = 0
+            else:
+                in_window += 1
+                cp = cp.within(e.scn, in_window)
+    return events
+
+
+def _write(db: Path, n: int, seed: int = 1) -> Writer:
+    w = Writer(db, seed=seed)
+    for _ in range(n):
+        w.transaction()
+    w.close()
+    return w
+
+
+def _wait_scn(relay: Relay, predicate: float = 10.0) -> int:
+    """Wait until the relay has captured everything committed so far."""
+    deadline = time.monotonic() + predicate
+    last = -2
+    while time.monotonic() < deadline:
+        cur = relay.buffer.max_scn
+        if cur == last and cur > 0:
+            return cur
+        last = cur
+        time.sleep(0.3)
+    raise AssertionError("relay did not settle")
+
+
+def test_sources_register_and_stream(relay: Relay, shop_db: Path) -> None:
+    w = _write(shop_db, 50)
+    top = _wait_scn(relay)
+    with httpx.Client(base_url=relay.url, timeout=10) as c:
+        sources = c.get("/sources").json()
+        assert sorted(s["name"] for s in sources) == ["main.customers", "main.items", "main.orders"]
+        reg = c.get("/register", params={"sources": ",".join(str(s["id"]) for s in sources)})
+        assert reg.status_code == 200 and len(reg.json()) == 3
+        events = _drain(c, {}, top)
+    data = [e for e in events if not e.is_control]
+    assert len(data) == sum(len(t) for t in w.committed)
+    scns = [e.scn for e in events if e.is_eop]
+    assert scns == sorted(set(scns))
+
+
+def test_json_output_is_an_envelope_per_line(relay: Relay, shop_db: Path) -> None:
+    _write(shop_db, 5)
+    _wait_scn(relay)
+    with httpx.Client(base_url=relay.url, timeout=10) as c:
+        r = c.get("/stream", params={"output": "json", "size": "10000000"})
+    lines = [json.loads(x) for x in r.text.splitlines()]
+    data = [x for x in lines if "op" in x]
+    assert data and lines[-1]["type"] == "eop"
+    assert {"before", "after", "source", "op", "ts_ms", "transaction"} <= set(data[0])
+    assert data[0]["source"]["db"] == "main"
+
+
+def test_long_poll_returns_when_data_arrives(relay: Relay, shop_db: Path) -> None:
+    with httpx.Client(base_url=relay.url, timeout=10) as c:
+        t0 = time.monotonic()
+        r = c.get("/stream", params={"timeout": "0.3", "streamFromLatestScn": "true"})
+        assert r.status_code == 200 and r.content == b""
+        assert 0.25 < time.monotonic() - t0 < 3
+        cp = Checkpoint.after(relay.buffer.max_scn).to_json()
+        timer = threading.Timer(0.5, lambda: _write(shop_db, 1))
+        timer.start()
+        t0 = time.monotonic()
+        r = c.get("/stream", params={"timeout": "20", "checkPoint": cp})
+        timer.join()
+        assert r.content and time.monotonic() - t0 < 10
+
+
+@pytest.mark.parametrize(("params", "status", "code"), [
+    ({"checkPoint": "{bad"}, 400, "InvalidCheckpoint"),
+    ({"checkPoint": '{"windowScn": "x"}'}, 400, "InvalidCheckpoint"),
+    ({"checkPoint": '{"consumption_mode": "BOOTSTRAP_SNAPSHOT"}'}, 400, "InvalidCheckpoint"),
+    ({"sources": "999"}, 404, "UnknownSource"),
+    ({"sources": "a,b"}, 400, "InvalidRequest"),
+    ({"size": "-1"}, 400, "InvalidRequest"),
+    ({"size": "1e9"}, 400, "InvalidRequest"),
+    ({"timeout": "nan"}, 400, "InvalidRequest"),
+    ({"output": "xml"}, 400, "InvalidRequest"),
+    ({"filters": "[1]"}, 400, "InvalidFilter"),
+    ({"filters": '{"999": {"partitionType": "MOD", "filters": '
+                 '[{"numBuckets": 2, "bktRange": {"start": 0, "end": 1}}]}}'}, 404, "UnknownSource"),
+    ({"streamFromLatestScn": "maybe"}, 400, "InvalidRequest"),
+])
+def test_bad_requests_get_typed_4xx(relay: Relay, params: dict[str, str], status: int,
+                                    code: str) -> None:
+    with httpx.Client(base_url=relay.url, timeout=10) as c:
+        r = c.get("/stream", params={"timeout": "0", **params})
+        assert r.status_code == status, r.text
+        assert r.json()["error"] == code and r.json()["message"]
+        assert c.get("/nope").status_code == 404
+        assert c.post("/stream").status_code == 405
+        assert c.get("/register", params={"sources": "12345"}).status_code == 404
+
+
+def test_checkpoint_older_than_buffer_is_scn_not_found(shop_db: Path, tmp_path: Path) -> None:
+    relay = make_relay(shop_db, tmp_path, capacity_bytes=64 * 1024)
+    relay.start()
+    try:
+        _write(shop_db, 600)
+        _wait_scn(relay)
+        assert relay.buffer.prev_scn > 0, "the buffer should have evicted windows"
+        with httpx.Client(base_url=relay.url, timeout=10) as c:
+            r = c.get("/stream", params={"checkPoint": Checkpoint.after(0).to_json()})
+        assert r.status_code == 410
+        assert r.json()["error"] == "ScnNotFound"
+    finally:
+        relay.stop()
+
+
+@pytest.mark.parametrize("kind", ["MOD", "RANGE"])
+def test_filtered_consumers_together_get_every_event_once(relay: Relay, shop_db: Path,
+                                                          kind: str) -> None:
+    _write(shop_db, 200)
+    top = _wait_scn(relay)
+    with httpx.Client(base_url=relay.url, timeout=10) as c:
+        ids = [s["id"] for s in c.get("/sources").json()]
+
+        def ident(e: ev.Event) -> tuple[object, ...]:
+            return (e.scn, e.src_id, e.key, e.attributes, e.payload, e.metadata)
+
+        everything = Counter(ident(e) for e in _drain(c, {}, top) if not e.is_control)
+        parts: list[Counter[tuple[object, ...]]] = []
+        n = 4
+        for i in range(n):
+            if kind == "MOD":
+                filt = ServerFilter.mod(ids, n, i, i + 1)
+            else:  # int keys below 10_000 and CRC32 hashes of composite keys, in 4 ranges
+                bounds = [-(1 << 62), 300, 1 << 20, 1 << 31, 1 << 62]
+                filt = ServerFilter.parse(json.dumps({str(s): {"partitionType": "RANGE", "filters": [
+                    {"keyRange": {"start": bounds[i], "end": bounds[i + 1]}}]} for s in ids}))
+            got = [e for e in _drain(c, {"filters": filt.to_json()}, top) if not e.is_control]
+            for e in got:
+                assert filt.matches(e.src_id, e.key)
+            parts.append(Counter(ident(e) for e in got))
+    assert sum(parts, Counter()) == everything
+    assert all(parts), "each consumer should get some events"
+
+
+def test_health_metrics_and_stats(relay: Relay, shop_db: Path) -> None:
+    _write(shop_db, 3)
+    _wait_scn(relay)
+    with httpx.Client(base_url=relay.url, timeout=10) as c:
+        assert c.get("/admin").json()["status"] == "ok"
+        assert "databus_relay_windows_appended_total" in c.get("/metrics").text
+        stats = c.get("/containerStats").json()
+        assert stats["buffer"]["max_scn"] == relay.buffer.max_scn
+        assert c.get("/containerStats/buffer/max_scn").json() == relay.buffer.max_scn
+        assert c.get("/containerStats/nope").status_code == 400
