@@ -160,9 +160,13 @@ def build_app(relay: Relay) -> Starlette:
                 await asyncio.wait_for(changed.wait(), remaining)
         metrics.bytes_out.inc(len(result.data))
         metrics.events_out.inc(result.events)
+        # the position after this response, so a client need not scan the body
         headers = {
             "X-Databus-Max-Scn": str(relay.buffer.max_scn),
             "X-Databus-Min-Scn": str(relay.buffer.min_scn),
+            "X-Databus-Last-Window-Scn": str(result.last_scn),
+            "X-Databus-Partial-Scn": str(result.partial_scn),
+            "X-Databus-Partial-Count": str(result.partial_count),
         }
         if output == "json":
             return Response(_to_json_lines(relay, result.data), headers=headers,

@@ -1,0 +1,204 @@
+"""Relay fan-out: events/s served from a full buffer to 1, 4 and 16 concurrent
+binary consumers, beside a raw loopback HTTP transfer of the same bytes.
+
+Baseline (same run, same machine, same client code): a minimal asyncio HTTP/1.1
+server that serves the very response bodies the relay produced, pre-cut, with no
+buffer lookup, no checkpoint parsing and no framework. The ratio relay/raw shows
+what the relay's own work costs on top of moving the bytes.
+
+Each consumer is a separate process pulling the whole buffer with 1 MiB requests.
+
+    .venv/bin/python bench/relay_fanout.py [--buffer-mb 64] [--consumers 1,4,16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import os
+import socket
+import threading
+import time
+
+import httpx
+
+from databus.core import event as ev
+from databus.core.checkpoint import Checkpoint
+from databus.core.schema import ColumnSpec, SchemaRegistry, TableSchema, table_schema
+from databus.relay.config import parse_config
+from databus.relay.relay import Relay
+from databus.sources.base import Source, SourceInfo, Window
+
+FETCH = 1024 * 1024
+
+
+class ReplaySource(Source):
+    """Hands the relay a fixed list of windows once (benchmark input)."""
+
+    def __init__(self, windows: list[Window], schema: TableSchema) -> None:
+        self._windows = windows
+        self._registry = SchemaRegistry([schema])
+        self._done = False
+
+    def sources(self) -> list[SourceInfo]:
+        return [SourceInfo(1, "bench.rows")]
+
+    def registry(self) -> SchemaRegistry:
+        return self._registry
+
+    def read(self, after_scn: int, stop: threading.Event, timeout: float) -> list[Window]:
+        if self._done:
+            stop.wait(timeout)
+            return []
+        self._done = True
+        return [w for w in self._windows if w.scn > after_scn]
+
+
+def make_windows(total_bytes: int, per_window: int = 10) -> tuple[list[Window], TableSchema, int]:
+    schema = TableSchema(1, "bench.rows", 1, table_schema("bench", "rows", [
+        ColumnSpec("id", "long", nullable=False), ColumnSpec("name", "string"),
+        ColumnSpec("amount", "double"), ColumnSpec("note", "string")]), ("id",))
+    windows: list[Window] = []
+    size = 0
+    key = 0
+    scn = 0
+    events = 0
+    while size < total_bytes:
+        scn += 1
+        parts = []
+        for _ in range(per_window):
+            key += 1
+            payload = schema.encode({"id": key, "name": f"name-{key}", "amount": key * 1.5,
+                                     "note": "x" * 80})
+            parts.append(ev.encode(scn=scn, src_id=1, key=key, payload=payload,
+                                   schema_id=schema.id, op=ev.Op.INSERT,
+                                   timestamp_ns=time.time_ns()))
+        blob = b"".join(parts)
+        windows.append(Window(scn, blob, per_window, time.time_ns()))
+        size += len(blob) + 64
+        events += per_window + 1  # + EOP
+    return windows, schema, events
+
+
+def drain_relay(url: str, last_scn: int) -> int:
+    """Pull everything up to ``last_scn``; return bytes received."""
+    total = 0
+    cp = Checkpoint.flexible()
+    with httpx.Client(base_url=url, timeout=60) as c:
+        while cp.window_scn < last_scn:
+            r = c.get("/stream", params={"checkPoint": cp.to_json(), "size": str(FETCH),
+                                         "timeout": "1"})
+            r.raise_for_status()
+            total += len(r.content)
+            partial = int(r.headers["X-Databus-Partial-Scn"])
+            if partial >= 0:
+                cp = cp.within(partial, int(r.headers["X-Databus-Partial-Count"]))
+            else:
+                cp = cp.window_done(int(r.headers["X-Databus-Last-Window-Scn"]))
+    return total
+
+
+def drain_raw(url: str, chunks: int) -> int:
+    total = 0
+    with httpx.Client(base_url=url, timeout=60) as c:
+        for i in range(chunks):
+            r = c.get(f"/chunk/{i}")
+            r.raise_for_status()
+            total += len(r.content)
+    return total
+
+
+def _worker(kind: str, url: str, arg: int, start: mp.synchronize.Event, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    start.wait()
+    t0 = time.perf_counter()
+    n = drain_relay(url, arg) if kind == "relay" else drain_raw(url, arg)
+    out.put((n, time.perf_counter() - t0))
+
+
+def run_consumers(kind: str, url: str, arg: int, n: int) -> tuple[int, float]:
+    ctx = mp.get_context("spawn")
+    start = ctx.Event()
+    out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
+    procs = [ctx.Process(target=_worker, args=(kind, url, arg, start, out)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    time.sleep(1.0)  # let every process import and connect before the clock starts
+    t0 = time.perf_counter()
+    start.set()
+    results = [out.get() for _ in procs]
+    wall = time.perf_counter() - t0
+    for p in procs:
+        p.join()
+    return sum(r[0] for r in results), wall
+
+
+class RawServer:
+    """Bare HTTP/1.1 keep-alive server: GET /chunk/<i> -> the i-th body."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+        self.thread.start()
+
+    async def _main(self) -> None:
+        server = await asyncio.start_server(self._handle, sock=self.sock)
+        async with server:
+            await server.serve_forever()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                path = head.split(b" ", 2)[1].decode()
+                body = self.chunks[int(path.rsplit("/", 1)[1])]
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                             b"Content-Length: %d\r\n\r\n" % len(body))
+                writer.write(body)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--buffer-mb", type=int, default=64)
+    ap.add_argument("--consumers", default="1,4,16")
+    args = ap.parse_args()
+    windows, schema, n_events = make_windows(args.buffer_mb * 1024 * 1024)
+    capacity = args.buffer_mb * 1024 * 1024 + 4 * 1024 * 1024
+    cfg = parse_config({"source": {"url": "sqlite:///unused", "tables": ["rows"]},
+                        "buffer": {"capacity_bytes": capacity}, "http": {"port": 0}})
+    relay = Relay(cfg, source=ReplaySource(windows, schema))
+    relay.start()
+    while relay.buffer.max_scn < windows[-1].scn:
+        time.sleep(0.1)
+    last = windows[-1].scn
+    # the exact bodies a consumer gets, cut once, for the raw baseline
+    chunks: list[bytes] = []
+    cp = Checkpoint.flexible()
+    while cp.window_scn < last:
+        res = relay.buffer.read(cp, FETCH)
+        chunks.append(res.data)
+        cp = cp.window_done(res.last_scn)
+    raw = RawServer(chunks)
+    stats = relay.buffer.stats()
+    total_mb = sum(map(len, chunks)) / 1e6
+    print(f"buffer: {stats['windows']} windows, {n_events} events, {total_mb:.1f} MB;"
+          f" {os.cpu_count()} cores; 1 MiB requests")
+    print(f"{'consumers':>9} | {'relay ev/s':>12} | {'relay MB/s':>10} | {'raw ev/s':>12} |"
+          f" {'raw MB/s':>9} | relay/raw")
+    for n in [int(x) for x in args.consumers.split(",")]:
+        rb, rt = run_consumers("relay", relay.url, last, n)
+        bb, bt = run_consumers("raw", f"http://127.0.0.1:{raw.port}", len(chunks), n)
+        assert rb == bb == n * sum(map(len, chunks)), (rb, bb)
+        rev, bev = n * n_events / rt, n * n_events / bt
+        print(f"{n:>9} | {rev:>12,.0f} | {rb / rt / 1e6:>10.1f} | {bev:>12,.0f} |"
+              f" {bb / bt / 1e6:>9.1f} | {rev / bev:.2f}")
+    relay.stop()
+
+
+if __name__ == "__main__":
+    main()

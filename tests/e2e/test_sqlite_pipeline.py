@@ -1,0 +1,168 @@
+"""SQLite -> relay -> consumers, each in its own process, with crashes.
+
+What the database committed (recorded by the writer) is compared with what a
+recording consumer received and with the rows of a replicate sink's target.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.support.procs import DATABUS, free_port, kill9, spawn, stop, wait_http
+from tests.support.shop import TABLES, Writer, create_shop, table_rows
+from tests.support.verify import check_delivery, read_windows
+
+
+@dataclass
+class Pipeline:
+    tmp: Path
+    db: Path
+    port: int
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def replica(self) -> Path:
+        return self.tmp / "replica.db"
+
+    @property
+    def record(self) -> Path:
+        return self.tmp / "recorded.jsonl"
+
+    def args(self, name: str) -> list[str]:
+        if name == "relay":
+            return [*DATABUS, "relay", "--config", str(self.tmp / "relay.yaml")]
+        if name == "replicate":
+            return [*DATABUS, "replicate", "--relay", self.url, "--target",
+                    f"sqlite:///{self.replica}"]
+        return [sys.executable, "-m", "tests.support.recorder", "--relay", self.url,
+                "--out", str(self.record), "--checkpoint", str(self.tmp / "recorder.ckpt")]
+
+    def start(self, name: str) -> None:
+        self.procs[name] = spawn(self.args(name), self.tmp / f"{name}.log")
+        if name == "relay":
+            wait_http(f"{self.url}/admin", self.procs[name])
+
+    def kill(self, name: str) -> None:
+        kill9(self.procs[name])
+
+    def max_scn(self) -> int:
+        return int(httpx.get(f"{self.url}/containerStats/buffer/max_scn", timeout=10).json())
+
+    def wait_caught_up(self, writer: Writer, timeout: float = 180.0) -> None:
+        """Until the relay holds everything and both consumers have it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name, p in self.procs.items():
+                assert p.poll() is None, f"{name} died: see {self.tmp / (name + '.log')}"
+            top = self.max_scn()
+            recorded = read_windows(self.record)
+            if (recorded and recorded[-1][0] == top and self.replica.exists()
+                    and _replica_equal(self.db, self.replica)):
+                time.sleep(1.0)
+                if self.max_scn() == top:
+                    return
+            time.sleep(0.5)
+        raise AssertionError("consumers did not catch up; logs in " + str(self.tmp))
+
+    def close(self) -> None:
+        for p in self.procs.values():
+            stop(p)
+
+
+def _replica_equal(db: Path, replica: Path) -> bool:
+    try:
+        return all(table_rows(db, t) == table_rows(replica, t) for t in TABLES)
+    except Exception:  # replica tables not created yet
+        return False
+
+
+@pytest.fixture
+def pipeline(tmp_path: Path) -> Iterator[Pipeline]:
+    db = tmp_path / "shop.db"
+    create_shop(db)
+    p = Pipeline(tmp_path, db, free_port())
+    (tmp_path / "relay.yaml").write_text(yaml.safe_dump({
+        "name": "e2e",
+        "source": {"url": f"sqlite:///{db}", "tables": TABLES, "poll_interval": 0.01},
+        "buffer": {"capacity_bytes": 256 * 1024 * 1024, "path": str(tmp_path / "relay.buf"),
+                   "flush_interval": 0.2},
+        "http": {"port": p.port},
+    }))
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def _assert_all(p: Pipeline, w: Writer) -> dict[str, int]:
+    for t in TABLES:
+        assert table_rows(p.db, t) == table_rows(p.replica, t), f"replica differs in {t}"
+    return check_delivery(read_windows(p.record), w.committed, w.rolled_back)
+
+
+@pytest.mark.slow
+def test_ten_thousand_transactions(pipeline: Pipeline) -> None:
+    p = pipeline
+    for name in ("relay", "replicate", "recorder"):
+        p.start(name)
+    w = Writer(p.db, seed=11)
+    w.con.execute("PRAGMA synchronous=NORMAL")
+    try:
+        for _ in range(10_000):
+            w.transaction()
+    finally:
+        w.close()
+    p.wait_caught_up(w)
+    stats = _assert_all(p, w)
+    assert stats["changes"] > 50_000 and stats["rolled_back_transactions"] > 500
+    print("e2e:", stats)
+
+
+@pytest.mark.slow
+def test_kill_relay_and_consumers_at_random_points(pipeline: Pipeline) -> None:
+    p = pipeline
+    for name in ("relay", "replicate", "recorder"):
+        p.start(name)
+    w = Writer(p.db, seed=12)
+    w.con.execute("PRAGMA synchronous=NORMAL")
+    done = threading.Event()
+
+    def write() -> None:
+        while not done.is_set() and len(w.committed) < 3000:
+            w.transaction()
+            done.wait(0.002)
+
+    t = threading.Thread(target=write)
+    t.start()
+    rng = random.Random(5)
+    kills = {"relay": 0, "replicate": 0, "recorder": 0}
+    try:
+        for i in range(24):
+            name = ["relay", "replicate", "recorder"][i % 3]
+            done.wait(rng.uniform(0.3, 1.5))
+            p.kill(name)
+            kills[name] += 1
+            p.start(name)
+    finally:
+        done.set()
+        t.join()
+        w.close()
+    p.wait_caught_up(w)
+    stats = _assert_all(p, w)
+    assert min(kills.values()) >= 8 and sum(kills.values()) >= 20
+    print("crashes:", kills, stats)

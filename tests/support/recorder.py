@@ -1,0 +1,54 @@
+"""A consumer process that records every window it completes, for e2e checks.
+
+Each completed window is appended to ``--out`` as one JSON line
+``{"scn": S, "events": [[table, op, key], ...]}`` *before* the client persists
+the checkpoint, so a crash can repeat a window in the file (at-least-once) but
+never lose one. A line cut by a crash has no newline and is ignored.
+
+    python -m tests.support.recorder --relay URL --out FILE --checkpoint FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from databus.client import ClientConfig, Consumer, DatabusClient, FileCheckpointStore
+
+
+def event_key_text(key: int | bytes) -> str:
+    return json.dumps(key if isinstance(key, int) else json.loads(key))
+
+
+class Recorder(Consumer):
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.current: list[list[Any]] = []
+
+    def on_start_data_event_sequence(self, scn: int) -> None:
+        self.current = []
+
+    def on_data_event(self, event: Any) -> None:
+        table = event.source.split(".", 1)[1]
+        self.current.append([table, event.op.letter, event_key_text(event.key)])
+
+    def on_end_data_event_sequence(self, scn: int) -> None:
+        line = json.dumps({"scn": scn, "events": self.current}) + "\n"
+        os.write(self.fd, line.encode())  # one write: whole line or (crash) a cut line
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--relay", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--checkpoint", required=True)
+    args = ap.parse_args()
+    client = DatabusClient(ClientConfig(relay_url=args.relay, poll_timeout=1.0),
+                           Recorder(args.out), FileCheckpointStore(args.checkpoint))
+    client.run()
+
+
+if __name__ == "__main__":
+    main()
