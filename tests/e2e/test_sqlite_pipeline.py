@@ -143,7 +143,7 @@ def test_kill_relay_and_consumers_at_random_points(pipeline: Pipeline) -> None:
     done = threading.Event()
 
     def write() -> None:
-        while not done.is_set() and len(w.committed) < 3000:
+        while not done.is_set() and len(w.committed) < 20_000:
             w.transaction()
             done.wait(0.002)
 
