@@ -79,6 +79,79 @@ def relay(
         _fail(exc)
 
 
+@app.command()
+def tail(
+    relay: Annotated[str, typer.Option(help="relay URL, e.g. http://127.0.0.1:11115")],
+    sources: Annotated[str | None, typer.Option(help="comma-separated source names or ids")] = None,
+    from_start: Annotated[bool, typer.Option(help="start with the oldest window the relay holds")] = False,
+    max_windows: Annotated[int | None, typer.Option(help="stop after this many windows")] = None,
+    checkpoint: Annotated[Path | None, typer.Option(help="checkpoint file to resume from and keep")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Print every change as a JSON envelope, one per line.
+
+    Without --from-start (and without a stored checkpoint) it starts at the
+    newest window: only changes committed from now on are printed.
+    """
+    from databus.client import ClientConfig, DatabusClient
+    from databus.client.checkpoints import FileCheckpointStore, MemoryCheckpointStore
+    from databus.client.sinks import JsonLinesSink
+
+    _setup_logging(verbose)
+    try:
+        cfg = ClientConfig(relay_url=relay, sources=_csv(sources), from_start=from_start)
+        store = FileCheckpointStore(checkpoint) if checkpoint else MemoryCheckpointStore()
+        DatabusClient(cfg, JsonLinesSink(sys.stdout), store).run(max_windows=max_windows)
+    except DatabusError as exc:
+        _fail(exc)
+
+
+@app.command()
+def replicate(
+    relay: Annotated[str, typer.Option(help="relay URL")],
+    target: Annotated[str, typer.Option(help="SQLAlchemy URL of the target database")],
+    sources: Annotated[str | None, typer.Option(help="comma-separated source names or ids")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Apply the change stream to same-named tables of a target database.
+
+    Each window is applied in one target transaction together with the
+    checkpoint (table databus_checkpoint), so a crash never applies a window
+    twice or half.
+    """
+    from databus.client import ClientConfig, DatabusClient
+    from databus.client.sinks import ReplicateSink
+
+    _setup_logging(verbose)
+    try:
+        sink = ReplicateSink(target)
+        cfg = ClientConfig(relay_url=relay, sources=_csv(sources), from_start=True)
+        client = DatabusClient(cfg, sink, sink.checkpoint_store)
+        signal.signal(signal.SIGTERM, lambda *_: client.stop())
+        client.run()
+    except DatabusError as exc:
+        _fail(exc)
+
+
+@app.command()
+def demo(
+    transactions: Annotated[int, typer.Option(help="transactions the writer commits")] = 300,
+    workdir: Annotated[Path, typer.Option(help="where the demo files go (recreated)")] = Path("demo-data"),
+    quiet: Annotated[bool, typer.Option(help="do not print each change")] = False,
+) -> None:
+    """Run the SQLite -> relay -> consumers demo and check the replica."""
+    from rich.console import Console
+
+    from databus.demo import run_demo
+
+    logging.basicConfig(level=logging.WARNING)
+    try:
+        ok = run_demo(workdir, transactions, quiet, Console())
+    except DatabusError as exc:
+        _fail(exc)
+    raise typer.Exit(0 if ok else 1)
+
+
 def main() -> None:
     """Entry point of the ``databus`` script."""
     try:
