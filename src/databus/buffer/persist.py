@@ -1,0 +1,184 @@
+"""The buffer file: a header page and the mmap'ed event region, and its recovery.
+
+File layout: ``HEADER_SIZE`` bytes of header, then ``capacity`` bytes of events.
+The header holds two state slots (at 0 and 512), written alternately, each with
+a sequence number and a CRC-32; the valid slot with the higher sequence wins,
+so a write torn by a crash leaves the previous state readable.
+
+The state is written after the event bytes of an append, so after ``kill -9``
+the state never points past bytes that were written. Recovery does not trust
+it anyway: :func:`scan_windows` validates every event (both CRCs) and the
+window structure and keeps the longest valid prefix of whole windows.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import struct
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from databus.core import event as ev
+from databus.core.errors import BufferCorruptError, CorruptEventError
+
+log = logging.getLogger("databus.buffer")
+
+HEADER_SIZE = 4096
+MAGIC = b"DBUSBUF1"
+LAYOUT_VERSION = 1
+_SLOT = struct.Struct(">8sIQQqqq?q")
+_CRC = struct.Struct(">I")
+_SLOT_OFFSETS = (0, 512)
+
+
+@dataclass(frozen=True, slots=True)
+class FileState:
+    seq: int
+    head: int
+    tail: int
+    limit: int
+    wrapped: bool
+    prev_scn: int
+
+
+class BufferFile:
+    """An open buffer file. ``data`` is a writable view of the event region."""
+
+    def __init__(self, path: Path, fd: int, mm: mmap.mmap, capacity: int, state: FileState):
+        self.path = path
+        self._fd = fd
+        self._mm = mm
+        self.capacity = capacity
+        self.state = state
+        self._seq = state.seq
+        self.data = memoryview(mm)[HEADER_SIZE : HEADER_SIZE + capacity]
+
+    @classmethod
+    def open(cls, path: Path, capacity: int, start_scn: int) -> BufferFile:
+        """Open (recovering the state) or create the file at ``path``."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        exists = path.exists()
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if exists and size != HEADER_SIZE + capacity:
+                raise BufferCorruptError(
+                    f"buffer file {path} has {size} bytes; a buffer of capacity {capacity}"
+                    f" needs {HEADER_SIZE + capacity} (capacity changed, or file truncated)")
+            if not exists or size == 0:
+                os.ftruncate(fd, HEADER_SIZE + capacity)
+            mm = mmap.mmap(fd, HEADER_SIZE + capacity)
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            if exists and size:
+                state = _read_state(mm, path, capacity)
+            else:
+                state = FileState(0, 0, 0, 0, False, start_scn)
+            bf = cls(path, fd, mm, capacity, state)
+            if not (exists and size):
+                bf.write_state(0, 0, 0, False, start_scn)
+            return bf
+        except BaseException:
+            mm.close()
+            os.close(fd)
+            raise
+
+    def write_state(self, head: int, tail: int, limit: int, wrapped: bool, prev_scn: int) -> None:
+        self._seq += 1
+        slot = _SLOT.pack(MAGIC, LAYOUT_VERSION, self._seq, self.capacity, head, tail, limit,
+                          wrapped, prev_scn)
+        off = _SLOT_OFFSETS[self._seq % 2]
+        self._mm[off : off + _SLOT.size] = slot
+        self._mm[off + _SLOT.size : off + _SLOT.size + 4] = _CRC.pack(zlib.crc32(slot))
+
+    def flush(self) -> None:
+        self._mm.flush()
+
+    def close(self) -> None:
+        self._mm.flush()
+        self.data.release()
+        self._mm.close()
+        os.close(self._fd)
+
+
+def _read_state(mm: mmap.mmap, path: Path, capacity: int) -> FileState:
+    best: FileState | None = None
+    for off in _SLOT_OFFSETS:
+        raw = mm[off : off + _SLOT.size]
+        crc = _CRC.unpack(mm[off + _SLOT.size : off + _SLOT.size + 4])[0]
+        if zlib.crc32(raw) != crc:
+            continue
+        magic, version, seq, cap, head, tail, limit, wrapped, prev = _SLOT.unpack(raw)
+        if magic != MAGIC or version != LAYOUT_VERSION:
+            continue
+        if cap != capacity:
+            raise BufferCorruptError(
+                f"buffer file {path} was made with capacity {cap}, configured {capacity}")
+        if not (0 <= head <= capacity and 0 <= tail <= capacity and 0 <= limit <= capacity):
+            continue
+        if best is None or seq > best.seq:
+            best = FileState(seq, head, tail, limit, wrapped, prev)
+    if best is None:
+        raise BufferCorruptError(f"buffer file {path} has no valid header (not a databus"
+                                 " buffer, or its header is damaged)")
+    return best
+
+
+@dataclass
+class ScanResult:
+    """Valid windows found by :func:`scan_windows`: (scn, offset, data events)."""
+
+    windows: list[tuple[int, int, int]] = field(default_factory=list)
+    end: int = 0
+    corrupt: bool = False
+    report: str = ""
+    ended_before_wrap: bool = False
+
+
+def scan_windows(mem: memoryview | bytearray, head: int, tail: int, limit: int, wrapped: bool,
+                 prev_scn: int) -> ScanResult:
+    """Validate the windows from ``head`` to ``tail``; keep the longest valid prefix."""
+    segments = [(head, limit), (0, tail)] if wrapped else [(head, tail)]
+    res = ScanResult(end=head)
+    last_scn = prev_scn
+    for seg_index, (start, stop) in enumerate(segments):
+        view = memoryview(mem)[:stop]
+        off = start
+        while off < stop:
+            win_start, n, scn = off, 0, None
+            try:
+                while True:
+                    length = ev.check_event(view, off)
+                    e_scn = ev.peek_scn(view, off)
+                    if scn is None:
+                        scn = e_scn
+                        if scn <= last_scn:
+                            raise CorruptEventError(f"scn {scn} not above {last_scn}")
+                    elif e_scn != scn:
+                        raise CorruptEventError(f"scn {e_scn} inside window {scn}")
+                    off += length
+                    if ev.peek_src_id(view, off - length) == ev.SRC_EOP:
+                        break
+                    n += 1
+            except CorruptEventError as exc:
+                res.corrupt = True
+                res.report = (f"dropped everything from offset {win_start} on: {exc};"
+                              f" kept {len(res.windows)} windows")
+                log.warning("buffer recovery: %s", res.report)
+                res.end = win_start
+                res.ended_before_wrap = wrapped and seg_index == 0
+                view.release()
+                return res
+            assert scn is not None
+            res.windows.append((scn, win_start, n))
+            last_scn = scn
+            res.end = off
+        view.release()
+    if wrapped and not res.windows:
+        res.ended_before_wrap = True
+    return res

@@ -1,0 +1,379 @@
+"""The relay's event buffer: serialized events in a fixed circular region.
+
+Contract:
+
+* Holds whole windows (data events + their EOP), oldest first. Appending a
+  window evicts whole windows from the head until it fits; ``prev_scn`` is then
+  the SCN of the last evicted window. A checkpoint is servable when its SCN is
+  at least ``prev_scn``; older ones raise :class:`ScnNotFoundError`.
+* Events are kept as bytes only (no Python object per event). Each window is
+  contiguous: a window that does not fit before the end of the region starts
+  again at offset 0 and ``limit`` marks where the valid data ended.
+* A sparse SCN index holds at most one (scn, offset) entry per
+  ``index_block`` bytes: the first window starting in that block. Lookups
+  bisect it and then walk event headers.
+* One writer thread, any number of reader threads; readers copy bytes out
+  under a short lock.
+* With a ``path`` the region is a memory-mapped file, recovered on open (see
+  :mod:`databus.buffer.persist`).
+"""
+
+from __future__ import annotations
+
+import threading
+from array import array
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from databus.buffer.persist import HEADER_SIZE, BufferFile
+from databus.core import event as ev
+from databus.core.checkpoint import Checkpoint
+from databus.core.errors import BufferFullError, ScnNotFoundError
+from databus.core.filters import ServerFilter
+from databus.sources.base import Window
+
+_EOP = ev.SRC_EOP
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """What :meth:`EventBuffer.read` serves.
+
+    ``partial`` is true when the data ends inside window ``partial_scn`` (it was
+    larger than the byte budget); ``partial_count`` is then the next
+    ``windowOffset``: selected data events of that window delivered so far,
+    including those the checkpoint skipped.
+    """
+
+    data: bytes
+    events: int
+    data_events: int
+    windows: int
+    last_scn: int
+    partial: bool = False
+    partial_scn: int = -1
+    partial_count: int = -1
+
+
+class EventBuffer:
+    """A fixed-size buffer of windows. See the module docstring."""
+
+    def __init__(self, capacity: int, *, path: Path | None = None, index_block: int = 16 * 1024,
+                 start_scn: int = -1) -> None:
+        if capacity < 1024:
+            raise ValueError("capacity must be at least 1024 bytes")
+        self.capacity = capacity
+        self._block = index_block
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._listeners: list[Callable[[], None]] = []
+        self._ix_scn = array("q")
+        self._ix_off = array("q")
+        self._ix_first = 0  # entries before this are dead (compacted lazily)
+        self._file: BufferFile | None = None
+        self.recovered_from_corruption = False
+        self.recovery_report = ""
+        self._head = self._tail = self._limit = 0
+        self._wrapped = False
+        self._prev_scn = start_scn
+        self._min_scn = self._max_scn = -1
+        self._windows = self._events = 0
+        self._evicted = self._appended = 0
+        if path is None:
+            self._mem: bytearray | memoryview = bytearray(capacity)
+        else:
+            self._file = BufferFile.open(path, capacity, start_scn)
+            self._mem = self._file.data
+            st = self._file.state
+            self._head, self._tail, self._limit = st.head, st.tail, st.limit
+            self._wrapped, self._prev_scn = st.wrapped, st.prev_scn
+            self._recover()
+
+    # -- properties ----------------------------------------------------------
+
+    @property
+    def prev_scn(self) -> int:
+        return self._prev_scn
+
+    @property
+    def min_scn(self) -> int:
+        return self._min_scn
+
+    @property
+    def max_scn(self) -> int:
+        return self._max_scn if self._windows else self._prev_scn
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            used = (self._limit - self._head + self._tail) if self._wrapped else (
+                self._tail - self._head)
+            return {"capacity": self.capacity, "used_bytes": used, "windows": self._windows,
+                    "events": self._events, "min_scn": self._min_scn, "max_scn": self.max_scn,
+                    "prev_scn": self._prev_scn, "evicted_windows": self._evicted,
+                    "appended_windows": self._appended,
+                    "index_entries": len(self._ix_scn) - self._ix_first}
+
+    # -- walking ------------------------------------------------------------
+
+    def _window_end(self, off: int) -> tuple[int, int]:
+        """(offset after the window starting at ``off``, its data-event count)."""
+        mem = self._mem
+        n = 0
+        while ev.peek_src_id(mem, off) != _EOP:
+            off += ev.peek_length(mem, off)
+            n += 1
+        return off + ev.peek_length(mem, off), n
+
+    def _after_window(self, end: int) -> int:
+        if self._wrapped and end == self._limit and end != self._tail:
+            return 0
+        return end
+
+    # -- writing -------------------------------------------------------------
+
+    def add_listener(self, callback: Callable[[], None]) -> None:
+        self._listeners.append(callback)
+
+    def append_window(self, window: Window) -> None:
+        """Append a window and its EOP, evicting whole old windows as needed."""
+        if self._windows and window.scn <= self._max_scn:
+            raise ValueError(f"window scn {window.scn} not above max scn {self._max_scn}")
+        eop = ev.encode_eop(window.scn, window.timestamp_ns)
+        size = len(window.events) + len(eop)
+        if size > self.capacity:
+            raise BufferFullError(
+                f"window {window.scn} is {size} bytes, larger than the buffer ({self.capacity});"
+                " raise buffer.capacity_bytes")
+        with self._cond:
+            pos = self._make_room(size)
+            self._mem[pos : pos + len(window.events)] = window.events
+            self._mem[pos + len(window.events) : pos + size] = eop
+            self._tail = pos + size
+            if not self._wrapped:
+                self._limit = self._tail
+            if (len(self._ix_off) == self._ix_first
+                    or pos // self._block != self._ix_off[-1] // self._block
+                    or pos < self._ix_off[-1]):
+                self._ix_scn.append(window.scn)
+                self._ix_off.append(pos)
+            if not self._windows:
+                self._min_scn = window.scn
+            self._max_scn = window.scn
+            self._windows += 1
+            self._events += window.count
+            self._appended += 1
+            self._save_state()
+            self._cond.notify_all()
+        for cb in self._listeners:
+            cb()
+
+    def _make_room(self, size: int) -> int:
+        """Evict until ``size`` bytes fit; returns where the window goes."""
+        while True:
+            if not self._windows:
+                self._head = self._tail = self._limit = 0
+                self._wrapped = False
+                return 0
+            if not self._wrapped:
+                if self._tail + size <= self.capacity:
+                    return self._tail
+                # wrap: the data so far ends at limit; the window goes to 0
+                self._limit = self._tail
+                self._wrapped = True
+                self._tail = 0
+            if self._tail + size <= self._head:
+                return self._tail
+            self._evict_one()
+
+    def _evict_one(self) -> None:
+        end, n = self._window_end(self._head)
+        self._prev_scn = ev.peek_scn(self._mem, self._head)
+        self._windows -= 1
+        self._events -= n
+        self._evicted += 1
+        nxt = self._after_window(end)
+        if self._wrapped and nxt == 0:
+            self._wrapped = False
+            self._limit = self._tail
+        self._head = nxt
+        self._min_scn = ev.peek_scn(self._mem, self._head) if self._windows else -1
+        # drop index entries of evicted windows
+        while self._ix_first < len(self._ix_scn) and self._ix_scn[self._ix_first] <= self._prev_scn:
+            self._ix_first += 1
+        if self._ix_first > 1024 and self._ix_first * 2 > len(self._ix_scn):
+            del self._ix_scn[: self._ix_first]
+            del self._ix_off[: self._ix_first]
+            self._ix_first = 0
+
+    def _save_state(self) -> None:
+        if self._file is not None:
+            self._file.write_state(self._head, self._tail, self._limit, self._wrapped,
+                                   self._prev_scn)
+
+    # -- reading -------------------------------------------------------------
+
+    def _find(self, scn: int) -> int:
+        """Offset of the first window whose SCN is >= ``scn`` (-1 if none)."""
+        lo = self._ix_first
+        i = bisect_right(self._ix_scn, scn, lo) - 1
+        off = self._head if i < lo else self._ix_off[i]
+        mem = self._mem
+        while True:
+            found = ev.peek_scn(mem, off)
+            if found >= scn:
+                return off
+            if found >= self._max_scn:  # walked the newest window: the end of the data
+                return -1
+            end, _ = self._window_end(off)
+            off = self._after_window(end)
+
+    def read(self, checkpoint: Checkpoint, max_bytes: int, *,
+             sources: frozenset[int] | None = None,
+             filter: ServerFilter | None = None) -> ReadResult:
+        """Windows after ``checkpoint`` within ``max_bytes`` (see :class:`ReadResult`)."""
+        with self._lock:
+            if not self._windows:
+                if checkpoint.window_scn != -1 and checkpoint.window_scn < self._prev_scn:
+                    raise self._not_found(checkpoint)
+                return ReadResult(b"", 0, 0, 0, -1)
+            skip = 0
+            if checkpoint.is_flexible:
+                start = self._head
+            elif checkpoint.window_scn < self._prev_scn:
+                raise self._not_found(checkpoint)
+            elif checkpoint.in_window:
+                start = self._find(checkpoint.window_scn)
+                if start < 0 or ev.peek_scn(self._mem, start) != checkpoint.window_scn:
+                    if checkpoint.window_scn > self._max_scn:
+                        return ReadResult(b"", 0, 0, 0, -1)
+                    raise ScnNotFoundError(
+                        f"window {checkpoint.window_scn} of the checkpoint is not in the buffer")
+                skip = checkpoint.window_offset
+            else:
+                start = self._find(checkpoint.window_scn + 1)
+                if start < 0:
+                    return ReadResult(b"", 0, 0, 0, -1)
+            return self._collect(start, skip, max_bytes, sources, filter)
+
+    def _not_found(self, cp: Checkpoint) -> ScnNotFoundError:
+        return ScnNotFoundError(
+            f"checkpoint scn {cp.window_scn} is older than the relay's buffer (oldest servable:"
+            f" after scn {self._prev_scn}); the consumer must bootstrap")
+
+    def _collect(self, off: int, skip: int, max_bytes: int, sources: frozenset[int] | None,
+                 filt: ServerFilter | None) -> ReadResult:
+        mem = self._mem
+        out: list[bytes] = []
+        used = events = data_events = windows = 0
+        last_scn = -1
+        selective = sources is not None or filt is not None
+        max_scn = self._max_scn
+        while last_scn < max_scn:
+            scn = ev.peek_scn(mem, off)
+            end, _n = self._window_end(off)
+            if not selective and not skip:
+                size = end - off
+                if used + size <= max_bytes:
+                    out.append(bytes(mem[off:end]))
+                    used += size
+                    events += _n + 1
+                    data_events += _n
+                    windows += 1
+                    last_scn = scn
+                    off = self._after_window(end)
+                    continue
+            # a window served event by event (selection, offset, or too big)
+            parts: list[bytes] = []
+            size = 0
+            count = 0  # selected data events of this window, skipped ones included
+            p = off
+            while ev.peek_src_id(mem, p) != _EOP:
+                length = ev.peek_length(mem, p)
+                sid = ev.peek_src_id(mem, p)
+                keep = (sources is None or sid in sources) and (
+                    filt is None or filt.matches(sid, ev.peek_key(mem, p)))
+                if keep:
+                    count += 1
+                    if count > skip:
+                        parts.append(bytes(mem[p : p + length]))
+                        size += length
+                p += length
+            eop_len = ev.peek_length(mem, p)
+            if used + size + eop_len <= max_bytes:
+                out.extend(parts)
+                out.append(bytes(mem[p : p + eop_len]))
+                used += size + eop_len
+                events += len(parts) + 1
+                data_events += len(parts)
+                windows += 1
+                last_scn = scn
+                skip = 0
+                off = self._after_window(end)
+                continue
+            if windows:  # whole windows already fill the budget
+                break
+            # the first window alone is too large: serve a prefix, at least one event
+            taken = 0
+            for part in parts:
+                if taken and used + len(part) > max_bytes:
+                    break
+                out.append(part)
+                used += len(part)
+                taken += 1
+            return ReadResult(b"".join(out), taken, taken, 0, -1, True, scn, skip + taken)
+        return ReadResult(b"".join(out), events, data_events, windows, last_scn)
+
+    def wait_for(self, scn: int, timeout: float) -> bool:
+        """Block until a window newer than ``scn`` is held, or ``timeout``."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self.max_scn > scn, timeout)
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def flush(self) -> None:
+        if self._file is not None:
+            with self._lock:
+                self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            with self._lock:
+                self._mem = bytearray(0)
+                self._file.close()
+                self._file = None
+
+    # -- recovery ------------------------------------------------------------
+
+    def _recover(self) -> None:
+        """Rebuild counters and the index from the file, keeping the valid prefix."""
+        from databus.buffer.persist import scan_windows
+
+        found = scan_windows(self._mem, self._head, self._tail, self._limit, self._wrapped,
+                             self._prev_scn)
+        self.recovered_from_corruption = found.corrupt
+        self.recovery_report = found.report
+        if not found.windows:
+            self._head = self._tail = self._limit = 0
+            self._wrapped = False
+        else:
+            self._tail = found.end
+            if self._wrapped and found.end > self._head and found.ended_before_wrap:
+                self._wrapped = False
+            if not self._wrapped:
+                self._limit = self._tail
+        for scn, off, n in found.windows:
+            if (len(self._ix_off) == 0 or off // self._block != self._ix_off[-1] // self._block
+                    or off < self._ix_off[-1]):
+                self._ix_scn.append(scn)
+                self._ix_off.append(off)
+            self._events += n
+        self._windows = len(found.windows)
+        if found.windows:
+            self._min_scn = found.windows[0][0]
+            self._max_scn = found.windows[-1][0]
+        self._save_state()
+
+
+__all__ = ["HEADER_SIZE", "EventBuffer", "ReadResult"]

@@ -1,0 +1,440 @@
+"""The pull loop: fetch windows from a relay and dispatch them to a consumer.
+
+Concurrency model: :meth:`DatabusClient.run` runs on the caller's thread and
+does everything there (HTTP, decoding, callbacks, checkpoint writes), one
+window after another; a :class:`~databus.client.group.ConsumerGroup` consumer
+fans callbacks out to worker threads of its own. Stop it from any thread with
+the ``stop`` event; it returns within one long poll (``poll_timeout`` plus
+``http_timeout`` at worst), after finishing the window it is dispatching.
+
+Delivery guarantees:
+
+* Windows are dispatched whole (split windows are reassembled first), in SCN
+  order, each as start sequence / sources / end sequence.
+* At least once: the checkpoint is persisted only at a window end, after the
+  window and ``on_checkpoint`` succeeded (every window, or every
+  ``checkpoint_every_windows`` windows, or when a callback returned
+  CHECKPOINT; also when the relay is idle and when the client stops). After a
+  failure or a restart, the windows after the persisted checkpoint are
+  delivered again, whole and identical.
+* A failing window (ERROR or an exception from a callback, or a checkpoint
+  that could not be saved) -> ``on_rollback(scn of the persisted checkpoint)``,
+  backoff, then replay from the persisted checkpoint (fetched again from the
+  relay). After ``max_retries`` replays of the same failure: ``on_error`` and
+  :class:`~databus.core.errors.RetriesExhaustedError`.
+* ERROR_FATAL -> ``on_error`` and :class:`~databus.core.errors.ConsumerFatalError`.
+* Relay unavailable (transient) -> logged and retried with backoff, forever by
+  default (``relay_max_retries``).
+* Checkpoint older than the relay's buffer -> ``on_error`` and
+  :class:`~databus.core.errors.ScnNotFoundError`: the consumer must bootstrap.
+
+Starting position: the stored checkpoint; with none stored, a flexible
+checkpoint (the oldest window the relay holds) unless ``from_start=False``
+(only windows committed from now on).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from databus.client.checkpoints import (
+    CheckpointStore,
+    FileCheckpointStore,
+    MemoryCheckpointStore,
+)
+from databus.client.config import ClientConfig
+from databus.client.consumer import Consumer
+from databus.client.dispatcher import Dispatcher, SchemaViews, call
+from databus.client.errors import CheckpointStoreError
+from databus.client.relay import RelayConnection
+from databus.client.retry import Backoff
+from databus.client.window import Window, WindowAssembler
+from databus.core import event as ev
+from databus.core.checkpoint import Checkpoint
+from databus.core.errors import (
+    ConsumerCallbackError,
+    CorruptEventError,
+    DatabusError,
+    RetriesExhaustedError,
+    SchemaError,
+    ScnNotFoundError,
+    TransientError,
+    UnknownSourceError,
+)
+from databus.core.schema import SchemaRegistry
+
+log = logging.getLogger("databus.client")
+T = TypeVar("T")
+
+
+@dataclass
+class ClientStats:
+    """Counters of one client (read them from any thread; updated by the run thread)."""
+
+    windows: int = 0  # windows dispatched successfully (replays included)
+    events: int = 0  # data events dispatched successfully
+    rollbacks: int = 0
+    relay_errors: int = 0
+    checkpoints: int = 0  # checkpoints persisted
+    last_scn: int = -1  # SCN of the last window dispatched successfully
+
+
+class _Stopped(Exception):
+    """Internal: the stop event was set while waiting."""
+
+
+class DatabusClient:
+    """Consumes a relay's stream with ``consumer``; see the module docstring.
+
+    ``checkpoint_store``: where the position is kept. When None: the consumer
+    itself if it is a :class:`CheckpointStore` (sinks that commit their
+    position with their effect), else ``FileCheckpointStore(config.checkpoint_path)``
+    when a path is configured, else memory only (a restart begins again).
+    Stores the client created itself are closed when :meth:`run` returns.
+    """
+
+    def __init__(self, config: ClientConfig, consumer: Consumer,
+                 checkpoint_store: CheckpointStore | None = None) -> None:
+        self.config = config
+        self.consumer = consumer
+        self._own_store = False
+        if checkpoint_store is None:
+            if isinstance(consumer, CheckpointStore):
+                checkpoint_store = consumer
+            elif config.checkpoint_path is not None:
+                checkpoint_store = FileCheckpointStore(config.checkpoint_path)
+                self._own_store = True
+            else:
+                log.warning("no checkpoint store configured: the position is kept in memory only")
+                checkpoint_store = MemoryCheckpointStore()
+                self._own_store = True
+        self.store = checkpoint_store
+        self.stats = ClientStats()
+        self.source_ids: list[int] = []
+        self.registry = SchemaRegistry()
+        self.persisted = Checkpoint.flexible()
+
+    # -- public --------------------------------------------------------------
+
+    def run(self, stop: threading.Event | None = None, max_windows: int | None = None) -> None:
+        """Consume until ``stop`` is set, ``max_windows`` windows were dispatched, or an
+        error that retrying cannot fix (raised after ``on_error``)."""
+        stop = stop if stop is not None else threading.Event()
+        conn = RelayConnection(self.config.relay_url, http_timeout=self.config.http_timeout)
+        started = False
+        try:
+            try:
+                fresh = self._prepare(conn, stop)
+                call("on_start_consumption", self.consumer.on_start_consumption)
+                started = True
+                _Loop(self, conn, stop, max_windows, fresh).run()
+            except _Stopped:
+                pass
+            except DatabusError as exc:
+                self._notify_error(exc)
+                raise
+        finally:
+            if started:
+                try:
+                    call("on_stop_consumption", self.consumer.on_stop_consumption)
+                except DatabusError as exc:
+                    log.warning("on_stop_consumption failed: %s", exc)
+            conn.close()
+            if self._own_store:
+                self.store.close()
+
+    # -- start-up ----------------------------------------------------------------
+
+    def _prepare(self, conn: RelayConnection, stop: threading.Event) -> bool:
+        """Resolve sources, load schemas and the checkpoint; True if none was stored."""
+        backoff = self._backoff()
+        self.source_ids = self._retry(lambda: self._resolve(conn), "listing sources", stop,
+                                      backoff)
+        self.registry = self._retry(lambda: conn.register(self._request_ids), "loading schemas",
+                                    stop, backoff)
+        stored = self._retry(self.store.load, "loading the checkpoint", stop, backoff)
+        self.persisted = stored if stored is not None else Checkpoint.flexible()
+        log.info("consuming %s from %s, checkpoint %s", self.source_ids, self.config.relay_url,
+                 self.persisted.to_json() if stored is not None else "none (new consumer)")
+        return stored is None
+
+    @property
+    def _request_ids(self) -> list[int] | None:
+        """Ids sent to the relay; None (= all, including sources added later) when
+        the configuration names none."""
+        return self.source_ids if self.config.sources else None
+
+    def _resolve(self, conn: RelayConnection) -> list[int]:
+        served = conn.sources()
+        by_name = {name: sid for sid, name in served}
+        ids = {sid for sid, _ in served}
+        if not self.config.sources:
+            return sorted(ids)
+        out: list[int] = []
+        for s in self.config.sources:
+            sid = s if isinstance(s, int) else by_name.get(s)
+            if sid is None or sid not in ids:
+                raise UnknownSourceError(
+                    f"relay {self.config.relay_url} has no source {s!r}; it serves "
+                    f"{sorted(served, key=lambda p: p[0])}")
+            if sid not in out:
+                out.append(sid)
+        return out
+
+    def _backoff(self) -> Backoff:
+        return Backoff(self.config.backoff_initial, self.config.backoff_max)
+
+    def _retry(self, fn: Callable[[], T], what: str, stop: threading.Event,
+               backoff: Backoff) -> T:
+        failures = 0
+        while True:
+            if stop.is_set():
+                raise _Stopped
+            try:
+                result = fn()
+            except TransientError as exc:
+                failures += 1
+                self.stats.relay_errors += 1
+                limit = self.config.relay_max_retries
+                if limit is not None and failures > limit:
+                    raise RetriesExhaustedError(
+                        f"{what} failed {failures} times; last error: {exc}") from exc
+                log.warning("%s failed (%s); retrying", what, exc)
+                if backoff.wait(stop):
+                    raise _Stopped from None
+                continue
+            backoff.reset()
+            return result
+
+    def refresh_schemas(self, conn: RelayConnection) -> None:
+        """Fetch ``/register`` again (after a schema change at the source)."""
+        self.registry = conn.register(self._request_ids)
+
+    # -- errors ------------------------------------------------------------------
+
+    def fall_off_relay(self, position: Checkpoint, exc: ScnNotFoundError) -> None:
+        """The relay no longer holds ``position``.
+
+        This is where the client will switch to a bootstrap server once one can
+        be configured (DESIGN.md section 6); until then it is a terminal error.
+        """
+        raise ScnNotFoundError(
+            f"checkpoint windowScn={position.window_scn} (windowOffset={position.window_offset}) "
+            f"is older than the oldest window relay {self.config.relay_url} still holds "
+            f"({exc}); this consumer must be bootstrapped from a snapshot, or restarted from "
+            "a newer checkpoint (e.g. delete the stored checkpoint to start from the relay's "
+            "oldest window, accepting the gap)"
+        ) from exc
+
+    def _notify_error(self, exc: DatabusError) -> None:
+        try:
+            self.consumer.on_error(exc)
+        except Exception:
+            log.exception("on_error raised")
+
+
+class _Loop:
+    """One run of the pull loop (state that lives as long as ``run``)."""
+
+    def __init__(self, client: DatabusClient, conn: RelayConnection, stop: threading.Event,
+                 max_windows: int | None, fresh: bool) -> None:
+        self.client = client
+        self.cfg = client.config
+        self.conn = conn
+        self.stop = stop
+        self.max_windows = max_windows
+        self.from_latest = fresh and not self.cfg.from_start
+        self.views = SchemaViews(client.registry)
+        self.dispatcher = Dispatcher(client.consumer, self.views)
+        self.asm = WindowAssembler(client.persisted, verify=self.cfg.verify_crc)
+        self.consumed = client.persisted  # after the last window dispatched in memory
+        self.unsaved = 0  # windows dispatched since the last persisted checkpoint
+        self.force = False
+        self.done = 0
+        self.relay_backoff = client._backoff()
+        self.relay_failures = 0
+        self.consumer_backoff = client._backoff()
+        self.failing_scn = -2
+        self.failures = 0
+
+    # -- the loop -------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Pull and dispatch until stopped or done; then persist the position reached."""
+        try:
+            while not self.stop.is_set() and not self._enough():
+                windows = self._fetch()
+                if windows is not None:
+                    self._consume(windows)
+        except _Stopped:
+            pass
+        self._final_checkpoint()
+
+    def _enough(self) -> bool:
+        return self.max_windows is not None and self.done >= self.max_windows
+
+    def _fetch(self) -> list[Window] | None:
+        """The next whole windows; None after an idle poll or a handled failure."""
+        client, cfg = self.client, self.cfg
+        position = self.asm.position
+        try:
+            resp = self.conn.stream(
+                position, client._request_ids, size=cfg.fetch_size, filter_json=cfg.filter,
+                timeout=cfg.poll_timeout, from_latest=self.from_latest and position.is_flexible)
+            windows = self.asm.feed(resp.data)
+        except ScnNotFoundError as exc:
+            client.fall_off_relay(position, exc)
+            raise  # not reached: fall_off_relay raises
+        except (TransientError, CorruptEventError) as exc:
+            self._relay_failed(exc)
+            return None
+        self.relay_failures = 0
+        self.relay_backoff.reset()
+        if self.from_latest and position.is_flexible:
+            self._pin_latest(resp.data, resp.max_scn)
+        if not resp.data:
+            if self.unsaved:
+                try:
+                    self._checkpoint()
+                except (ConsumerCallbackError, TransientError) as exc:
+                    self._window_failed(self.consumed.window_scn, exc)
+            return None
+        return windows
+
+    def _pin_latest(self, data: bytes, max_scn: int) -> None:
+        """``from_start=False``: fix "from now on" to a real position at the first answer.
+
+        Otherwise a replay (or the next idle poll) would ask for "latest" again
+        and skip what was committed in between. The position is kept in memory
+        only until the first checkpoint is persisted.
+        """
+        if data:
+            pinned = Checkpoint.after(max(ev.peek_scn(data, 0) - 1, 0))
+        elif max_scn >= 0:
+            pinned = Checkpoint.after(max_scn)
+            self.asm.reset(pinned)
+        else:
+            return  # the relay did not say where it is: ask for "latest" again
+        self.from_latest = False
+        self.consumed = self.client.persisted = pinned
+
+    def _relay_failed(self, exc: DatabusError) -> None:
+        self.relay_failures += 1
+        self.client.stats.relay_errors += 1
+        limit = self.cfg.relay_max_retries
+        if limit is not None and self.relay_failures > limit:
+            raise RetriesExhaustedError(
+                f"relay failed {self.relay_failures} times in a row; last error: {exc}") from exc
+        log.warning("relay problem (%s: %s), attempt %d; retrying", exc.code, exc,
+                    self.relay_failures)
+        if self.relay_backoff.wait(self.stop):
+            raise _Stopped
+
+    def _consume(self, windows: list[Window]) -> None:
+        try:
+            self._ensure_schemas(windows)
+        except TransientError as exc:
+            self.asm.reset(self.consumed)
+            self._relay_failed(exc)
+            return
+        for w in windows:
+            if self.stop.is_set() or self._enough():
+                # the rest is fetched again next time
+                self.asm.reset(self.consumed)
+                return
+            try:
+                out = self.dispatcher.dispatch(w)
+                self.consumed = self.consumed.window_done(w.scn)
+                self.unsaved += 1
+                self.force |= out.force_checkpoint
+                if self.force or self.unsaved >= self.cfg.checkpoint_every_windows:
+                    self._checkpoint()
+            except (ConsumerCallbackError, TransientError) as exc:
+                self._window_failed(w.scn, exc)
+                return
+            stats = self.client.stats
+            stats.windows += 1
+            stats.events += out.events
+            stats.last_scn = w.scn
+            self.done += 1
+
+    def _ensure_schemas(self, windows: list[Window]) -> None:
+        views = self.views
+        if all(views.known(e) for w in windows for e in w.events):
+            return
+        log.info("unknown schema in the stream; fetching /register again")
+        self.client.refresh_schemas(self.conn)
+        self.views = SchemaViews(self.client.registry)
+        self.dispatcher.views = self.views
+        for w in windows:
+            for e in w.events:
+                if not self.views.known(e):
+                    raise SchemaError(
+                        f"relay {self.cfg.relay_url} sent an event of source {e.src_id} "
+                        f"with schema id {e.schema_id.hex()} that /register does not list")
+
+    # -- checkpoints and failures ----------------------------------------------------
+
+    def _checkpoint(self) -> None:
+        """on_checkpoint, then persist ``consumed`` unless the consumer skips it.
+
+        Raises ConsumerCallbackError / TransientError (handled as a window failure).
+        """
+        cp = self.consumed
+        if self.dispatcher.checkpoint(cp.window_scn):
+            try:
+                self.client.store.save(cp)
+            except DatabusError:
+                raise
+            except Exception as exc:
+                raise CheckpointStoreError(
+                    f"saving the checkpoint failed: {type(exc).__name__}: {exc}") from exc
+            self.client.persisted = cp
+            self.client.stats.checkpoints += 1
+        self.unsaved = 0
+        self.force = False
+
+    def _window_failed(self, scn: int, exc: DatabusError) -> None:
+        client = self.client
+        if scn > self.failing_scn:
+            self.failing_scn, self.failures = scn, 0
+            self.consumer_backoff.reset()
+        self.failures += 1
+        client.stats.rollbacks += 1
+        persisted = client.persisted
+        good = persisted.prev_scn if persisted.in_window else persisted.window_scn
+        log.warning("window %d failed (%s); rolling back to %d (failure %d of %d allowed)",
+                    scn, exc, good, self.failures, self.cfg.max_retries + 1)
+        try:
+            self.dispatcher.rollback(good)
+        except ConsumerCallbackError as rb_exc:
+            log.warning("on_rollback failed too: %s", rb_exc)
+        # replay from the persisted checkpoint
+        self.asm.reset(persisted)
+        self.consumed = persisted
+        self.unsaved = 0
+        self.force = False
+        if self.failures > self.cfg.max_retries:
+            raise RetriesExhaustedError(
+                f"window {scn} failed {self.failures} times (max_retries="
+                f"{self.cfg.max_retries}); last error: {exc}") from exc
+        if self.consumer_backoff.wait(self.stop):
+            raise _Stopped
+
+    def _final_checkpoint(self) -> None:
+        """At exit: persist the position reached if it was not yet (a window end)."""
+        if not self.unsaved:
+            return
+        try:
+            self._checkpoint()
+        except DatabusError as exc:
+            log.warning("final checkpoint not saved (%s); the last %d windows will be "
+                        "delivered again", exc, self.unsaved)
+            try:
+                self.dispatcher.rollback(self.client.persisted.window_scn)
+            except DatabusError as rb_exc:
+                log.warning("on_rollback failed: %s", rb_exc)

@@ -1,0 +1,83 @@
+"""Client configuration (:class:`ClientConfig`), a validated pydantic model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from databus.core.filters import ServerFilter
+
+
+class ClientConfig(BaseModel):
+    """Everything a :class:`~databus.client.DatabusClient` needs.
+
+    Only ``relay_url`` is required. Retry settings:
+
+    * consumer failures (a callback returned ERROR or raised, a checkpoint
+      could not be saved): the window is rolled back and replayed at most
+      ``max_retries`` times in a row, waiting ``backoff_initial`` doubling up to
+      ``backoff_max`` (with jitter) in between; then ``RetriesExhaustedError``.
+    * relay unavailable (connection refused, timeouts, 5xx): retried with the
+      same backoff, ``relay_max_retries`` times in a row or forever when None.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    relay_url: str = Field(description="base URL of the relay, e.g. http://127.0.0.1:11115")
+    sources: list[str | int] = Field(
+        default_factory=list,
+        description="sources to consume, by name ('db.table') or id; empty = all of the relay's",
+    )
+    filter: str | None = Field(
+        None, description="server-side filter, Databus JSON (see databus.core.filters)"
+    )
+    fetch_size: int = Field(4 * 1024 * 1024, ge=1024, description="bytes per /stream response")
+    poll_timeout: float = Field(10.0, ge=0, le=600, description="long-poll seconds per request")
+    http_timeout: float = Field(
+        30.0, gt=0, description="connect timeout and read margin on top of poll_timeout"
+    )
+    max_retries: int = Field(5, ge=0, description="replays of one failing window")
+    backoff_initial: float = Field(0.1, gt=0, description="first retry delay, seconds")
+    backoff_max: float = Field(10.0, gt=0, description="largest retry delay, seconds")
+    relay_max_retries: int | None = Field(
+        None, ge=0, description="consecutive relay failures tolerated; None = forever"
+    )
+    checkpoint_every_windows: int = Field(
+        1, ge=1, description="persist the checkpoint every N windows (always at a window end)"
+    )
+    checkpoint_path: Path | None = Field(
+        None, description="file checkpoint store used when no store is given"
+    )
+    from_start: bool = Field(
+        True,
+        description="with no stored checkpoint: True = oldest window the relay holds "
+        "(flexible checkpoint), False = only windows committed from now on",
+    )
+    verify_crc: bool = Field(True, description="check both CRCs of every received event")
+
+    @field_validator("relay_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("relay_url must be an http:// or https:// URL")
+        return v.rstrip("/")
+
+    @field_validator("filter", mode="before")
+    @classmethod
+    def _filter(cls, v: Any) -> Any:
+        if isinstance(v, ServerFilter):
+            return v.to_json()
+        if isinstance(v, dict):
+            v = json.dumps(v)
+        if isinstance(v, str):
+            ServerFilter.parse(v)  # raises InvalidFilterError with a clear message
+        return v
+
+    @model_validator(mode="after")
+    def _backoff(self) -> ClientConfig:
+        if self.backoff_max < self.backoff_initial:
+            raise ValueError("backoff_max must be >= backoff_initial")
+        return self

@@ -1,0 +1,266 @@
+"""The consumer API: callbacks, their results, and the data event they receive.
+
+Subclass :class:`Consumer` and override what you need; every callback returns a
+:class:`ConsumerResult` or ``None`` (= SUCCESS). For each window the client
+calls, on one thread (see :mod:`databus.client.client`)::
+
+    on_start_data_event_sequence(scn)
+      on_start_source(name, schema)      # one run of events of one source+schema
+        on_data_event(event) ...
+      on_end_source(name, schema)
+      ...                                # further runs, in commit order
+    on_end_data_event_sequence(scn)
+    on_checkpoint(scn)                   # only when a checkpoint is due
+
+and persists the checkpoint only after all of these succeeded. Results:
+
+* SUCCESS / None: go on.
+* CHECKPOINT: go on, and persist the checkpoint at the end of this window
+  even if ``checkpoint_every_windows`` would not.
+* SKIP_CHECKPOINT (from ``on_checkpoint``): do not persist this time; the
+  window counts as consumed in memory. Elsewhere it means SUCCESS.
+* ERROR, or an exception: ``on_rollback(scn of the last persisted
+  checkpoint)``, then the windows after that checkpoint are fetched again and
+  replayed (at-least-once), with bounded retries.
+* ERROR_FATAL (or raising :class:`~databus.core.errors.ConsumerFatalError`):
+  consumption stops with ``ConsumerFatalError``.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from databus.core.envelope import envelope
+from databus.core.event import ATTR_OPCODE_MASK, Event, Op
+
+if TYPE_CHECKING:
+    from databus.core.schema import MetadataCodec, SchemaRegistry, TableSchema
+
+
+class ConsumerResult(Enum):
+    """What a callback tells the client."""
+
+    SUCCESS = "SUCCESS"
+    CHECKPOINT = "CHECKPOINT"
+    SKIP_CHECKPOINT = "SKIP_CHECKPOINT"
+    ERROR = "ERROR"
+    ERROR_FATAL = "ERROR_FATAL"
+
+
+Result = ConsumerResult | None
+_DELETE = int(Op.DELETE)
+
+
+class SchemaView:
+    """A table schema plus what data events need to present rows by column name.
+
+    Shared by all events of one schema version; immutable.
+    """
+
+    __slots__ = ("metadata_codec", "registry", "renames", "schema")
+
+    def __init__(self, schema: TableSchema, registry: SchemaRegistry) -> None:
+        self.schema = schema
+        self.registry = registry
+        self.metadata_codec: MetadataCodec = registry.metadata
+        pairs = [(f["name"], f.get("column", f["name"])) for f in schema.avro["fields"]]
+        # None when every column name is its Avro field name (the common case)
+        self.renames: tuple[tuple[str, str], ...] | None = (
+            tuple(pairs) if any(a != c for a, c in pairs) else None
+        )
+
+    def row(self, data: bytes) -> dict[str, Any]:
+        """Decode Avro row bytes into a dict keyed by column names."""
+        raw = self.schema.decode(data)
+        if self.renames is None:
+            return raw
+        return {col: raw.get(field) for field, col in self.renames}
+
+
+class DataEvent:
+    """One data event as a consumer sees it.
+
+    ``event`` is the core :class:`~databus.core.event.Event`. Row images are
+    decoded lazily, once, on first access: ``after`` (insert, update, snapshot
+    read), ``before`` (delete; update when the source sent it) and ``metadata``
+    (txid, file, pos, gtid, server_id, row; empty when absent), all keyed by
+    the table's column names with Python values (``Decimal``, ``datetime``...).
+
+    ``total_order`` is the 1-based position of the event among the window's
+    data events, ``collection_order`` among those of the same source.
+    A DataEvent is handed to one thread only; it is not meant to be shared.
+    """
+
+    __slots__ = ("_after", "_before", "_decoded", "_meta", "_view", "collection_order",
+                 "event", "total_order")
+
+    def __init__(self, event: Event, view: SchemaView, total_order: int = 0,
+                 collection_order: int = 0) -> None:
+        self.event = event
+        self._view = view
+        self.total_order = total_order
+        self.collection_order = collection_order
+        self._decoded = False
+        self._after: dict[str, Any] | None = None
+        self._before: dict[str, Any] | None = None
+        self._meta: dict[str, Any] | None = None
+
+    # -- header fields (no decoding) -----------------------------------------
+
+    @property
+    def scn(self) -> int:
+        return self.event.scn
+
+    @property
+    def op(self) -> Op:
+        return self.event.op
+
+    @property
+    def key(self) -> int | bytes:
+        return self.event.key
+
+    @property
+    def src_id(self) -> int:
+        return self.event.src_id
+
+    @property
+    def source(self) -> str:
+        """The logical source name, ``db.table``."""
+        return self._view.schema.name
+
+    @property
+    def schema(self) -> TableSchema:
+        return self._view.schema
+
+    @property
+    def timestamp_ns(self) -> int:
+        return self.event.timestamp_ns
+
+    @property
+    def is_snapshot(self) -> bool:
+        return self.event.is_snapshot
+
+    # -- lazily decoded images -------------------------------------------------
+
+    def _decode(self) -> None:
+        ev = self.event
+        view = self._view
+        row = view.row(ev.payload) if ev.payload else None
+        if ev.attributes & ATTR_OPCODE_MASK == _DELETE:
+            self._before = row
+        else:
+            self._after = row
+        self._decoded = True
+
+    @property
+    def after(self) -> dict[str, Any] | None:
+        if not self._decoded:
+            self._decode()
+        return self._after
+
+    @property
+    def before(self) -> dict[str, Any] | None:
+        if not self._decoded:
+            self._decode()
+        if self._before is None and self.event.attributes & ATTR_OPCODE_MASK != _DELETE:
+            raw = self._metadata_raw().get("before")
+            if raw is not None:
+                self._before = self._view.row(raw)
+        return self._before
+
+    def _metadata_raw(self) -> dict[str, Any]:
+        if self._meta is None:
+            md = self.event.metadata
+            self._meta = self._view.metadata_codec.decode(md) if md is not None else {}
+        return self._meta
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """Source position and transaction id (the before image is in ``before``)."""
+        return {k: v for k, v in self._metadata_raw().items() if k != "before"}
+
+    def envelope(self) -> dict[str, Any]:
+        """The Debezium-compatible JSON envelope (see ``docs/json.md``)."""
+        return envelope(self.event, self._view.registry, total_order=self.total_order,
+                        data_collection_order=self.collection_order)
+
+    def __repr__(self) -> str:
+        return (f"DataEvent(scn={self.scn}, source={self.source!r}, op={self.op.name}, "
+                f"key={self.key!r})")
+
+
+class Consumer:
+    """Base consumer: every callback does nothing and returns None (= SUCCESS).
+
+    Callbacks run on the client's thread (or a consumer group's worker threads,
+    see :mod:`databus.client.group`); a consumer instance is never called by
+    two threads at once unless it is shared in a group.
+    """
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def on_start_consumption(self) -> Result:
+        """Called once before the first window."""
+        return None
+
+    def on_stop_consumption(self) -> Result:
+        """Called once when the client stops (normally or on error)."""
+        return None
+
+    # -- online consumption ----------------------------------------------------
+
+    def on_start_data_event_sequence(self, scn: int) -> Result:
+        """A window with SCN ``scn`` begins."""
+        return None
+
+    def on_start_source(self, source_name: str, schema: TableSchema) -> Result:
+        """A run of events of one source (all with ``schema``) begins."""
+        return None
+
+    def on_data_event(self, event: DataEvent) -> Result:
+        """One row change."""
+        return None
+
+    def on_end_source(self, source_name: str, schema: TableSchema) -> Result:
+        """The run of events of ``source_name`` ends."""
+        return None
+
+    def on_end_data_event_sequence(self, scn: int) -> Result:
+        """Window ``scn`` has been delivered completely."""
+        return None
+
+    def on_rollback(self, scn: int) -> Result:
+        """Undo everything after window ``scn`` (-1: after nothing); it will be replayed."""
+        return None
+
+    def on_checkpoint(self, scn: int) -> Result:
+        """The client is about to persist the checkpoint after window ``scn``."""
+        return None
+
+    def on_error(self, exc: BaseException) -> Result:
+        """Consumption is about to stop because of ``exc`` (it is raised after this)."""
+        return None
+
+    # -- bootstrap (called by the bootstrap client) -------------------------------
+
+    def on_start_bootstrap(self) -> Result:
+        return None
+
+    def on_start_bootstrap_sequence(self, scn: int) -> Result:
+        return None
+
+    def on_bootstrap_event(self, event: DataEvent) -> Result:
+        return None
+
+    def on_end_bootstrap_sequence(self, scn: int) -> Result:
+        return None
+
+    def on_bootstrap_checkpoint(self, scn: int) -> Result:
+        return None
+
+    def on_bootstrap_rollback(self, scn: int) -> Result:
+        return None
+
+    def on_end_bootstrap(self) -> Result:
+        return None

@@ -1,0 +1,149 @@
+"""Calling a consumer's callbacks for one whole window.
+
+The dispatcher is the only place that interprets callback results; it turns
+them into exceptions the pull loop acts on:
+
+* ERROR, or any exception -> :class:`~databus.core.errors.ConsumerCallbackError`
+  (transient: the loop rolls back and replays);
+* ERROR_FATAL, or raising ``ConsumerFatalError``, or returning something that
+  is not a :class:`ConsumerResult` -> :class:`~databus.core.errors.ConsumerFatalError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from databus.client.consumer import Consumer, ConsumerResult, DataEvent, SchemaView
+from databus.client.window import Window
+from databus.core.errors import ConsumerCallbackError, ConsumerFatalError, SchemaError
+from databus.core.event import Event
+from databus.core.schema import SchemaRegistry
+
+_SUCCESS = ConsumerResult.SUCCESS
+_CHECKPOINT = ConsumerResult.CHECKPOINT
+_SKIP = ConsumerResult.SKIP_CHECKPOINT
+
+
+def check_result(result: Any, what: str) -> ConsumerResult:
+    """Normalise a callback's return value; raise for ERROR / ERROR_FATAL."""
+    if result is None:
+        return _SUCCESS
+    if result is ConsumerResult.ERROR:
+        raise ConsumerCallbackError(f"{what} returned ERROR")
+    if result is ConsumerResult.ERROR_FATAL:
+        raise ConsumerFatalError(f"{what} returned ERROR_FATAL")
+    if isinstance(result, ConsumerResult):
+        return result
+    raise ConsumerFatalError(f"{what} returned {result!r}; expected a ConsumerResult or None")
+
+
+def call(what: str, fn: Callable[..., Any], *args: Any) -> ConsumerResult:
+    """Run one callback; exceptions become typed consumer errors."""
+    try:
+        result = fn(*args)
+    except ConsumerFatalError:
+        raise
+    except ConsumerCallbackError:
+        raise
+    except Exception as exc:
+        raise ConsumerCallbackError(f"{what} raised {type(exc).__name__}: {exc}") from exc
+    return check_result(result, what)
+
+
+class SchemaViews:
+    """:class:`SchemaView` per schema id (and latest per source), built on demand."""
+
+    def __init__(self, registry: SchemaRegistry) -> None:
+        self.registry = registry
+        self._by_id: dict[bytes, SchemaView] = {}
+        self._latest: dict[int, SchemaView] = {}
+
+    def known(self, event: Event) -> bool:
+        if event.schema_id:
+            return self.registry.find(event.schema_id) is not None
+        try:
+            self.registry.latest(event.src_id)
+        except Exception:
+            return False
+        return True
+
+    def view(self, event: Event) -> SchemaView:
+        sid = event.schema_id
+        if sid:
+            v = self._by_id.get(sid)
+            if v is None:
+                v = self._by_id[sid] = SchemaView(self.registry.get(sid), self.registry)
+            return v
+        # an event without schema (e.g. a truncate): the source's latest version
+        v = self._latest.get(event.src_id)
+        if v is None:
+            try:
+                schema = self.registry.latest(event.src_id)
+            except Exception as exc:
+                raise SchemaError(f"no schema for source {event.src_id}") from exc
+            v = self._latest[event.src_id] = SchemaView(schema, self.registry)
+        return v
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatched:
+    """What happened while dispatching a window."""
+
+    events: int
+    force_checkpoint: bool  # some callback returned CHECKPOINT
+
+
+class Dispatcher:
+    """Delivers whole windows to one consumer (see :mod:`databus.client.consumer`)."""
+
+    def __init__(self, consumer: Consumer, views: SchemaViews) -> None:
+        self.consumer = consumer
+        self.views = views
+
+    def dispatch(self, window: Window) -> Dispatched:
+        """Call the sequence, source and data callbacks of ``window``, in order."""
+        c = self.consumer
+        scn = window.scn
+        force = call("on_start_data_event_sequence", c.on_start_data_event_sequence,
+                     scn) is _CHECKPOINT
+        on_data = c.on_data_event
+        view_of = self.views.view
+        current: SchemaView | None = None
+        total = window.first_offset
+        per_source: dict[int, int] = {}
+        for event in window.events:
+            view = view_of(event)
+            if view is not current:
+                if current is not None:
+                    force |= call("on_end_source", c.on_end_source, current.schema.name,
+                                  current.schema) is _CHECKPOINT
+                force |= call("on_start_source", c.on_start_source, view.schema.name,
+                              view.schema) is _CHECKPOINT
+                current = view
+            total += 1
+            n = per_source[event.src_id] = per_source.get(event.src_id, 0) + 1
+            try:
+                result = on_data(DataEvent(event, view, total, n))
+            except (ConsumerFatalError, ConsumerCallbackError):
+                raise
+            except Exception as exc:
+                raise ConsumerCallbackError(
+                    f"on_data_event raised {type(exc).__name__}: {exc} "
+                    f"(scn {scn}, {view.schema.name}, key {event.key!r})") from exc
+            if result is not None and result is not _SUCCESS:
+                force |= check_result(result, "on_data_event") is _CHECKPOINT
+        if current is not None:
+            force |= call("on_end_source", c.on_end_source, current.schema.name,
+                          current.schema) is _CHECKPOINT
+        force |= call("on_end_data_event_sequence", c.on_end_data_event_sequence,
+                      scn) is _CHECKPOINT
+        return Dispatched(len(window.events), force)
+
+    def checkpoint(self, scn: int) -> bool:
+        """``on_checkpoint``; False when it answered SKIP_CHECKPOINT."""
+        return call("on_checkpoint", self.consumer.on_checkpoint, scn) is not _SKIP
+
+    def rollback(self, scn: int) -> None:
+        call("on_rollback", self.consumer.on_rollback, scn)

@@ -1,0 +1,283 @@
+"""Replicate a stream into same-named tables of a SQL database (SQLite, PostgreSQL,
+MariaDB/MySQL), with an exactly-once effect.
+
+Contract:
+
+* Source ``db.table`` goes to table ``table`` of the target (``table_map``
+  can rename). A missing table is created from the source's Avro schema
+  (types: :mod:`databus.client.sinks.sqltypes`), primary key = the schema's
+  key columns; columns a newer schema version adds are added (nullable).
+* insert / update / snapshot read -> upsert by primary key (the dialect's
+  ``INSERT .. ON CONFLICT`` / ``ON DUPLICATE KEY UPDATE``; delete + insert
+  elsewhere); an update whose before image has another key first deletes the
+  old row; delete -> delete by key; truncate -> delete every row.
+* Each whole window is applied in ONE target transaction that also writes the
+  checkpoint row (table ``databus_checkpoint``, row ``name``). A window whose
+  SCN is not after the checkpoint stored in the target is skipped. So a crash
+  at any point applies a window fully or not at all, and a replayed window
+  has no effect: exactly-once effect on the target.
+* The sink is also the client's :class:`CheckpointStore`: it loads its
+  position from the target when the client starts, and its ``save`` has
+  nothing left to do (the position was committed with the window).
+* A target that cannot be reached raises
+  :class:`~databus.client.errors.SinkUnavailableError` (transient): the client
+  rolls back and replays the window after a backoff.
+
+Table creation and ALTERs run in their own transaction just before a window's
+data transaction (MariaDB commits DDL implicitly, so it never shares one).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+
+from databus.client._sql import make_engine, redacted, translate_db_errors
+from databus.client.checkpoints import CheckpointStore, SqlCheckpointStore
+from databus.client.consumer import Consumer, DataEvent, Result
+from databus.client.sinks.sqltypes import Converter, column_type
+from databus.core.checkpoint import Checkpoint
+from databus.core.errors import SchemaError
+from databus.core.event import Op
+from databus.core.schema import TableSchema
+
+log = logging.getLogger("databus.client.replicate")
+
+_UPSERT, _DELETE, _TRUNCATE = "upsert", "delete", "truncate"
+
+
+@dataclass(frozen=True)
+class _Target:
+    """How rows of one schema version land in one target table."""
+
+    table: sa.Table
+    key: tuple[str, ...]
+    columns: tuple[tuple[str, Converter | None], ...]
+    upsert: Any  # an executable INSERT .. ON CONFLICT, or None (delete + insert)
+    delete: Any
+
+
+class ReplicateSink(Consumer, CheckpointStore):
+    """Applies windows to a SQL target; see the module docstring.
+
+    ``target``: a SQLAlchemy URL (an engine is made and disposed by
+    :meth:`close`) or an Engine. ``sources``: the sources to replicate, by
+    ``db.table`` or table name; None = every source received. ``name``: the
+    checkpoint row, so several sinks can share a target.
+    """
+
+    def __init__(self, target: str | sa.Engine, sources: Iterable[str] | None = None, *,
+                 name: str = "replicate", checkpoint_table: str = "databus_checkpoint",
+                 table_map: dict[str, str] | None = None) -> None:
+        self._owned = isinstance(target, str)
+        self.engine = make_engine(target) if isinstance(target, str) else target
+        self.dialect = self.engine.dialect.name
+        self.sources = set(sources) if sources is not None else None
+        self.table_map = dict(table_map or {})
+        self.store = SqlCheckpointStore(self.engine, name, checkpoint_table)
+        self._targets: dict[bytes, _Target] = {}
+        self._ops: list[tuple[DataEvent, _Target]] = []
+        self.windows_applied = 0
+        self.windows_skipped = 0
+
+    # -- CheckpointStore ---------------------------------------------------------
+
+    def load(self) -> Checkpoint | None:
+        """The checkpoint committed in the target with the last applied window."""
+        return self.store.load()
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        """Nothing to do: the checkpoint was committed with its window."""
+
+    def close(self) -> None:
+        """Dispose the engine if the sink created it. Idempotent."""
+        self._ops.clear()
+        if self._owned:
+            self.engine.dispose()
+
+    def __enter__(self) -> ReplicateSink:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- Consumer ------------------------------------------------------------------
+
+    def _wanted(self, source: str) -> bool:
+        return (self.sources is None or source in self.sources
+                or source.partition(".")[2] in self.sources)
+
+    def on_start_data_event_sequence(self, scn: int) -> Result:
+        self._ops.clear()
+        return None
+
+    def on_data_event(self, event: DataEvent) -> Result:
+        if self._wanted(event.source):
+            self._ops.append((event, self._target(event.schema)))
+        return None
+
+    def on_end_data_event_sequence(self, scn: int) -> Result:
+        with (translate_db_errors(f"applying window {scn}", self.engine),
+              self.engine.connect() as conn, conn.begin()):
+            stored = self.store.load_in(conn, for_update=True)
+            if stored is not None and not stored.in_window and scn <= stored.window_scn:
+                self.windows_skipped += 1
+                log.info("window %d already applied (target checkpoint %d); skipped",
+                         scn, stored.window_scn)
+            else:
+                self._apply(conn)
+                base = stored if stored is not None else Checkpoint.flexible()
+                self.store.save_in(conn, base.window_done(scn))
+                self.windows_applied += 1
+        self._ops.clear()
+        return None
+
+    def on_rollback(self, scn: int) -> Result:
+        self._ops.clear()
+        self._targets.clear()  # re-inspect the target: it may have been changed
+        return None
+
+    def on_stop_consumption(self) -> Result:
+        self._ops.clear()
+        return None
+
+    # -- applying ----------------------------------------------------------------
+
+    def _apply(self, conn: sa.Connection) -> None:
+        """Run the window's operations in order, batching runs of one kind."""
+        batch: list[Any] = []
+        batch_key: tuple[str, int] | None = None
+        batch_target: _Target | None = None
+        for event, target in self._ops:
+            for kind, row in self._operations(event, target):
+                key = (kind, id(target))
+                if key != batch_key:
+                    if batch_target is not None and batch_key is not None:
+                        self._flush(conn, batch_key[0], batch_target, batch)
+                    batch, batch_key, batch_target = [], key, target
+                batch.append(row)
+        if batch_target is not None and batch_key is not None:
+            self._flush(conn, batch_key[0], batch_target, batch)
+
+    def _operations(self, event: DataEvent, target: _Target) -> list[tuple[str, Any]]:
+        op = event.op
+        if op == Op.TRUNCATE:
+            return [(_TRUNCATE, None)]
+        if op == Op.DELETE:
+            before = event.before
+            if before is None:
+                raise SchemaError(f"delete on {event.source} at scn {event.scn} has no row")
+            return [(_DELETE, self._key_of(before, target))]
+        after = event.after
+        if after is None:
+            raise SchemaError(f"{op.name.lower()} on {event.source} at scn {event.scn} has no row")
+        row = {col: (conv(after.get(col)) if conv else after.get(col))
+               for col, conv in target.columns}
+        out: list[tuple[str, Any]] = []
+        if op == Op.UPDATE:
+            before = event.before
+            if before is not None:
+                old = self._key_of(before, target)
+                if old != self._key_of(row, target):
+                    out.append((_DELETE, old))
+        out.append((_UPSERT, row))
+        return out
+
+    @staticmethod
+    def _key_of(row: dict[str, Any], target: _Target) -> dict[str, Any]:
+        conv = dict(target.columns)
+        out = {}
+        for i, col in enumerate(target.key):
+            c = conv.get(col)
+            out[f"k{i}"] = c(row.get(col)) if c else row.get(col)
+        return out
+
+    def _flush(self, conn: sa.Connection, kind: str, target: _Target, rows: list[Any]) -> None:
+        if kind == _TRUNCATE:
+            conn.execute(sa.delete(target.table))
+            return
+        if kind == _DELETE:
+            unique = {tuple(r.values()): r for r in rows}
+            conn.execute(target.delete, list(unique.values()))
+            return
+        # upserts: the last image of a key wins, as applying them in order would
+        last: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for r in rows:
+            last[tuple(r[k] for k in target.key)] = r
+        values = list(last.values())
+        if target.upsert is not None:
+            conn.execute(target.upsert, values)
+        else:
+            keys = [{f"k{i}": r[k] for i, k in enumerate(target.key)} for r in values]
+            conn.execute(target.delete, keys)
+            conn.execute(sa.insert(target.table), values)
+
+    # -- tables ------------------------------------------------------------------
+
+    def _target(self, schema: TableSchema) -> _Target:
+        t = self._targets.get(schema.id)
+        if t is None:
+            with translate_db_errors(f"preparing the table of {schema.name}", self.engine):
+                t = self._targets[schema.id] = self._prepare(schema)
+        return t
+
+    def table_name(self, source: str) -> str:
+        return self.table_map.get(source) or source.partition(".")[2] or source
+
+    def _prepare(self, schema: TableSchema) -> _Target:
+        key = tuple(schema.key_columns)
+        if not key:
+            raise SchemaError(f"{schema.name} has no key columns; replicate needs a primary key")
+        fields = schema.avro["fields"]
+        names = [f.get("column", f["name"]) for f in fields]
+        missing = [k for k in key if k not in names]
+        if missing:
+            raise SchemaError(f"{schema.name}: key columns {missing} are not in its schema")
+        columns: list[sa.Column[Any]] = []
+        converters: list[tuple[str, Converter | None]] = []
+        for f, name in zip(fields, names, strict=True):
+            ct = column_type(f["type"], key=name in key, dialect=self.dialect)
+            columns.append(sa.Column(name, ct.type, primary_key=name in key,
+                                     nullable=ct.nullable, autoincrement=False))
+            converters.append((name, ct.convert))
+        table = sa.Table(self.table_name(schema.name), sa.MetaData(), *columns)
+        self._create_or_alter(table)
+        cond = sa.and_(*(table.c[k] == sa.bindparam(f"k{i}") for i, k in enumerate(key)))
+        return _Target(table, key, tuple(converters), self._upsert(table, key),
+                       sa.delete(table).where(cond))
+
+    def _create_or_alter(self, table: sa.Table) -> None:
+        with self.engine.begin() as conn:
+            insp = sa.inspect(conn)
+            if not insp.has_table(table.name):
+                table.create(conn, checkfirst=True)
+                log.info("created table %s in %s", table.name, redacted(self.engine))
+                return
+            have = {c["name"] for c in insp.get_columns(table.name)}
+            prep = conn.dialect.identifier_preparer
+            for col in table.columns:
+                if col.name not in have:
+                    ddl = (f"ALTER TABLE {prep.format_table(table)} ADD COLUMN "
+                           f"{prep.format_column(col)} {col.type.compile(conn.dialect)}")
+                    conn.execute(sa.text(ddl))
+                    log.info("added column %s.%s", table.name, col.name)
+
+    def _upsert(self, table: sa.Table, key: tuple[str, ...]) -> Any:
+        others = [c.name for c in table.columns if c.name not in key]
+        if self.dialect in ("sqlite", "postgresql"):
+            ins = (sqlite.insert(table) if self.dialect == "sqlite"
+                   else postgresql.insert(table))
+            if not others:
+                return ins.on_conflict_do_nothing(index_elements=list(key))
+            return ins.on_conflict_do_update(
+                index_elements=list(key), set_={c: ins.excluded[c] for c in others})
+        if self.dialect in ("mysql", "mariadb"):
+            mins = mysql.insert(table)
+            cols = others or list(key)
+            return mins.on_duplicate_key_update({c: mins.inserted[c] for c in cols})
+        return None
