@@ -427,3 +427,19 @@ def test_consumer_group_of_four_through_the_client(memrelay: MemoryRelay) -> Non
         assert scns == sorted(scns)
         assert sorted(set(scns)) == list(range(1, 31))
     assert group._workers is None  # threads ended with on_stop_consumption
+
+
+def test_client_stop_method(memrelay: MemoryRelay) -> None:
+    from databus.client import ReplicateSink
+
+    rec = Recorder()
+    client = DatabusClient(_config(memrelay, poll_timeout=0.5), rec, MemoryCheckpointStore())
+    t = threading.Thread(target=client.run)
+    t.start()
+    time.sleep(0.3)
+    client.stop()
+    t.join(10)
+    assert not t.is_alive()
+    assert rec.calls[-1] == ("stop_consumption",)
+    with ReplicateSink("sqlite://") as sink:
+        assert sink.checkpoint_store is sink

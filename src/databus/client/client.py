@@ -117,13 +117,34 @@ class DatabusClient:
         self.source_ids: list[int] = []
         self.registry = SchemaRegistry()
         self.persisted = Checkpoint.flexible()
+        self._stop_requested = threading.Event()
+        self._running_stop: threading.Event | None = None
 
     # -- public --------------------------------------------------------------
 
+    def stop(self) -> None:
+        """Ask :meth:`run` to return (after the window being dispatched).
+
+        Safe to call from any thread and from a signal handler: the events are
+        set from a helper thread, so the handler never blocks on a lock the
+        interrupted thread holds.
+        """
+        targets = [e for e in (self._stop_requested, self._running_stop) if e is not None]
+
+        def set_all() -> None:
+            for e in targets:
+                e.set()
+
+        threading.Thread(target=set_all, name="databus-client-stop", daemon=True).start()
+
     def run(self, stop: threading.Event | None = None, max_windows: int | None = None) -> None:
-        """Consume until ``stop`` is set, ``max_windows`` windows were dispatched, or an
-        error that retrying cannot fix (raised after ``on_error``)."""
-        stop = stop if stop is not None else threading.Event()
+        """Consume until ``stop`` is set (or :meth:`stop` is called), ``max_windows``
+        windows were dispatched, or an error that retrying cannot fix (raised after
+        ``on_error``)."""
+        stop = stop if stop is not None else self._stop_requested
+        self._running_stop = stop
+        if self._stop_requested.is_set():
+            stop.set()
         conn = RelayConnection(self.config.relay_url, http_timeout=self.config.http_timeout)
         started = False
         try:

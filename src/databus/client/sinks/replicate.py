@@ -87,6 +87,11 @@ class ReplicateSink(Consumer, CheckpointStore):
 
     # -- CheckpointStore ---------------------------------------------------------
 
+    @property
+    def checkpoint_store(self) -> CheckpointStore:
+        """The store to give the client: the sink itself (position lives in the target)."""
+        return self
+
     def load(self) -> Checkpoint | None:
         """The checkpoint committed in the target with the last applied window."""
         return self.store.load()
