@@ -61,12 +61,13 @@ def test_generated_requests_never_5xx(tmp_path_factory: Any) -> None:
     tmp: Path = tmp_path_factory.mktemp("fuzz")
     db = tmp / "shop.db"
     create_shop(db)
-    w = Writer(db, seed=3)
+    relay: Relay = make_relay(db, tmp)
+    relay.start()
+    w = Writer(db, seed=3)  # after the relay installed capture
     for _ in range(30):
         w.transaction()
     w.close()
-    relay: Relay = make_relay(db, tmp)
-    relay.start()
+    assert relay.buffer.wait_for(-1, 10)
     seen: dict[int, int] = {}
     try:
         with httpx.Client(base_url=relay.url, timeout=30) as client:

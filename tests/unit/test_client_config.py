@@ -71,7 +71,8 @@ def test_config_validation() -> None:
     ("string", "sqlite", "TEXT", False),
     ("double", "sqlite", "DOUBLE", False),
     ({"type": "string", "logicalType": "uuid"}, "postgresql", "UUID", False),
-    (["null", "long", "string"], "sqlite", "TEXT", True),
+    (["null", "long", "string"], "postgresql", "TEXT", True),
+    (["null", "long", "string"], "sqlite", "INTEGER", True),
     ({"type": "array", "items": "long"}, "sqlite", "TEXT", False),
     ("bytes", "postgresql", "BYTEA", False),
 ])
@@ -89,7 +90,7 @@ def test_key_columns_and_converters() -> None:
     assert isinstance(column_type("string", key=True, dialect="mariadb").type, sa.String)
     assert column_type("string", key=True, dialect="mariadb").type.length == 255  # type: ignore[attr-defined]
     assert column_type(["null", "string"], key=True, dialect="sqlite").nullable is False
-    conv = column_type(["null", "long", "string"]).convert
+    conv = column_type(["null", "long", "string"], dialect="mariadb").convert
     assert conv is not None and conv(5) == "5" and conv("x") == "x" and conv(None) is None
     to_json = column_type({"type": "map", "values": "long"}).convert
     assert to_json is not None and to_json({"a": 1}) == '{"a":1}'
@@ -97,3 +98,17 @@ def test_key_columns_and_converters() -> None:
     aware = dt.datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=dt.timezone(dt.timedelta(hours=2)))
     assert ts.convert is not None and ts.convert(aware) == dt.datetime(2024, 1, 2, 1, 4, 5, 6)
     assert column_type({"type": "string", "logicalType": "uuid"}).convert is None
+
+
+def test_sqlite_union_columns_keep_the_declared_type_and_raw_values() -> None:
+    from sqlalchemy.dialects import sqlite
+
+    union = ["null", "long", "double", "string", "bytes"]
+    ct = column_type(union, dialect="sqlite", sql_type="INTEGER")
+    assert ct.type.compile(dialect=sqlite.dialect()) == "INTEGER"
+    assert ct.convert is None and ct.nullable
+    assert column_type(union[1:], dialect="sqlite").type.compile(  # first branch's affinity
+        dialect=sqlite.dialect()) == "INTEGER"
+    odd = column_type(union, dialect="sqlite", sql_type="x); DROP TABLE t; --")
+    assert odd.type.compile(dialect=sqlite.dialect()) == "INTEGER"
+    assert column_type(union, dialect="postgresql", sql_type="INTEGER").convert is not None

@@ -246,7 +246,8 @@ class ReplicateSink(Consumer, CheckpointStore):
         columns: list[sa.Column[Any]] = []
         converters: list[tuple[str, Converter | None]] = []
         for f, name in zip(fields, names, strict=True):
-            ct = column_type(f["type"], key=name in key, dialect=self.dialect)
+            ct = column_type(f["type"], key=name in key, dialect=self.dialect,
+                             sql_type=str(f.get("sql_type", "")))
             columns.append(sa.Column(name, ct.type, primary_key=name in key,
                                      nullable=ct.nullable, autoincrement=False))
             converters.append((name, ct.convert))

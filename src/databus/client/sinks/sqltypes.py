@@ -19,7 +19,10 @@ timestamp-millis, timestamp-micros             TIMESTAMP WITH TIME ZONE on Postg
 local-timestamp-millis/-micros                 DATETIME / TIMESTAMP (no zone)
 uuid (string)                                  UUID on PostgreSQL, CHAR(32) elsewhere (SQLAlchemy Uuid)
 union of several non-null branches             TEXT; values as text (numbers as digits,
-(e.g. a fallback string branch)                bytes base64, dates ISO-8601)
+(e.g. a fallback string branch)                bytes base64, dates ISO-8601). On SQLite,
+                                               whose columns hold any value: the source's
+                                               declared type (field ``sql_type``) or the
+                                               first branch's, values stored unchanged
 array, map, record                             TEXT holding the JSON (see docs/json.md)
 =============================================  =====================================
 
@@ -31,13 +34,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
-from sqlalchemy.types import TypeEngine
+from sqlalchemy.types import TypeEngine, UserDefinedType
 
 from databus.core.envelope import json_value
 
@@ -51,6 +55,33 @@ class ColumnType:
     type: TypeEngine[Any]
     nullable: bool
     convert: Converter | None = None
+
+
+class DeclaredType(UserDefinedType[Any]):
+    """A column type rendered as given, with values passed through unchanged.
+
+    Used on SQLite for columns whose values may be of several storage classes.
+    """
+
+    cache_ok = True
+
+    def __init__(self, spec: str) -> None:
+        self.spec = spec
+
+    def get_col_spec(self, **_: Any) -> str:
+        return self.spec
+
+
+_AFFINITY = {"long": "INTEGER", "int": "INTEGER", "boolean": "INTEGER", "double": "REAL",
+             "float": "REAL", "string": "TEXT", "bytes": "BLOB"}
+_SAFE_DECL = re.compile(r"^[A-Za-z][A-Za-z0-9_ ]{0,40}(\(\s*\d+\s*(,\s*\d+\s*)?\))?$")
+
+
+def _sqlite_any(branches: list[Any], sql_type: str) -> TypeEngine[Any]:
+    if sql_type and _SAFE_DECL.match(sql_type):
+        return DeclaredType(sql_type)
+    first = branches[0] if branches and isinstance(branches[0], str) else ""
+    return DeclaredType(_AFFINITY.get(first, "BLOB"))
 
 
 def _as_text(value: Any) -> Any:
@@ -122,14 +153,18 @@ def _primitive(t: str, key: bool, dialect: str) -> ColumnType:
     return ColumnType(_text(key, dialect), True, _as_text)
 
 
-def column_type(avro_type: Any, *, key: bool = False, dialect: str = "sqlite") -> ColumnType:
-    """The SQL column for an Avro field type (``dialect``: SQLAlchemy dialect name)."""
+def column_type(avro_type: Any, *, key: bool = False, dialect: str = "sqlite",
+                sql_type: str = "") -> ColumnType:
+    """The SQL column for an Avro field type (``dialect``: SQLAlchemy dialect name;
+    ``sql_type``: the source's declared column type, when the schema has it)."""
     nullable = False
     t = avro_type
     if isinstance(t, list):
         nullable = "null" in t
         branches = [b for b in t if b != "null"]
         if len(branches) != 1:
+            if dialect == "sqlite":
+                return ColumnType(_sqlite_any(branches, sql_type), nullable and not key)
             return ColumnType(_text(key, dialect), nullable and not key, _as_text)
         t = branches[0]
     if isinstance(t, dict):
