@@ -53,7 +53,8 @@ class Writer:
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
-        self.con = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        self.con = sqlite3.connect(self.path, timeout=30, isolation_level=None,
+                                   check_same_thread=False)
         self.con.execute("PRAGMA busy_timeout=30000")
         self.live: dict[str, set[object]] = {t: set() for t in TABLES}
         for t in TABLES:

@@ -78,7 +78,7 @@ class ClientStats:
     windows: int = 0  # windows dispatched successfully (replays included)
     events: int = 0  # data events dispatched successfully
     rollbacks: int = 0
-    relay_errors: int = 0
+    relay_errors: int = 0  # transient relay errors (and store errors while starting)
     checkpoints: int = 0  # checkpoints persisted
     last_scn: int = -1  # SCN of the last window dispatched successfully
 
