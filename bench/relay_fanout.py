@@ -8,7 +8,7 @@ what the relay's own work costs on top of moving the bytes.
 
 Each consumer is a separate process pulling the whole buffer with 1 MiB requests.
 
-    .venv/bin/python bench/relay_fanout.py [--buffer-mb 64] [--consumers 1,4,16]
+    .venv/bin/python -m bench.relay_fanout [--buffer-mb 64] [--consumers 1,4,16]
 """
 
 from __future__ import annotations

@@ -155,8 +155,8 @@ def run_demo(workdir: Path, transactions: int, quiet: bool, console: Console) ->
                       f" tables, {committed} transactions")
     else:
         console.print("[bold red]replica differs from source[/]")
-        for t in TABLES:
-            a, b = _rows(db, t), _rows(replica, t) if replica.exists() else []
+        for name in TABLES:
+            a, b = _rows(db, name), _rows(replica, name) if replica.exists() else []
             if a != b:
-                console.print(f"  {t}: source {len(a)} rows, replica {len(b)} rows")
+                console.print(f"  {name}: source {len(a)} rows, replica {len(b)} rows")
     return ok
