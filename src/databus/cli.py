@@ -25,12 +25,15 @@ app = typer.Typer(
 
 
 def _setup_logging(verbose: bool) -> None:
+    from rich.console import Console
     from rich.logging import RichHandler
 
+    # logs go to stderr: stdout carries data (tail's JSON lines)
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(message)s",
-        handlers=[RichHandler(console=None, show_path=False, rich_tracebacks=False)],
+        handlers=[RichHandler(console=Console(stderr=True), show_path=False,
+                              rich_tracebacks=False)],
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
@@ -99,7 +102,9 @@ def tail(
 
     _setup_logging(verbose)
     try:
-        cfg = ClientConfig(relay_url=relay, sources=_csv(sources), from_start=from_start)
+        # an interactive command: give up on an unreachable relay after a few tries
+        cfg = ClientConfig(relay_url=relay, sources=_csv(sources), from_start=from_start,
+                           relay_max_retries=5)
         store = FileCheckpointStore(checkpoint) if checkpoint else MemoryCheckpointStore()
         DatabusClient(cfg, JsonLinesSink(sys.stdout), store).run(max_windows=max_windows)
     except DatabusError as exc:
@@ -125,7 +130,9 @@ def replicate(
     _setup_logging(verbose)
     try:
         sink = ReplicateSink(target)
-        cfg = ClientConfig(relay_url=relay, sources=_csv(sources), from_start=True)
+        # short long-polls so that SIGTERM is honoured within about two seconds
+        cfg = ClientConfig(relay_url=relay, sources=_csv(sources), from_start=True,
+                           poll_timeout=2.0)
         client = DatabusClient(cfg, sink, sink.checkpoint_store)
         signal.signal(signal.SIGTERM, lambda *_: client.stop())
         client.run()

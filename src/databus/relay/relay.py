@@ -126,7 +126,9 @@ class Relay:
     def _make_server(self) -> uvicorn.Server:
         app = build_app(self)
         cfg = uvicorn.Config(app, host=self.config.http.host, port=self.config.http.port,
-                             log_level="warning", lifespan="on", access_log=False)
+                             log_level="warning", lifespan="on", access_log=False,
+                             # long polls are cut short at shutdown; clients retry elsewhere
+                             timeout_graceful_shutdown=2)
         server = uvicorn.Server(cfg)
         self._server = server
         return server
