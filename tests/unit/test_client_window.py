@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from databus.client.errors import RelayProtocolError
 from databus.client.window import WindowAssembler
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
-from databus.core.errors import CorruptEventError, ScnNotFoundError
+from databus.core.errors import CorruptEventError, RelayProtocolError, ScnNotFoundError
 
 
 def _data(scn: int, key: int) -> bytes:

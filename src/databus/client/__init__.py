@@ -26,10 +26,10 @@ from databus.client.checkpoints import (
 from databus.client.client import ClientStats, DatabusClient
 from databus.client.config import ClientConfig
 from databus.client.consumer import Consumer, ConsumerResult, DataEvent
-from databus.client.errors import CheckpointStoreError, RelayProtocolError, SinkUnavailableError
 from databus.client.group import ConsumerGroup
 from databus.client.relay import RelayConnection
 from databus.client.sinks import JsonLinesSink, ReplicateSink
+from databus.core.errors import CheckpointStoreError, RelayProtocolError, SinkUnavailableError
 
 __all__ = [
     "CheckpointStore",

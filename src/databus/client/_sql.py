@@ -8,7 +8,7 @@ from contextlib import contextmanager
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
-from databus.client.errors import SinkUnavailableError
+from databus.core.errors import SinkUnavailableError
 
 
 def make_engine(url: str) -> sa.Engine:

@@ -28,10 +28,9 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from databus.client._sql import make_engine, redacted, translate_db_errors
-from databus.client.errors import CheckpointStoreError
 from databus.core.atomic import write_atomic
 from databus.core.checkpoint import Checkpoint
-from databus.core.errors import InvalidCheckpointError
+from databus.core.errors import CheckpointStoreError, InvalidCheckpointError
 
 
 class CheckpointStore(ABC):
@@ -114,7 +113,7 @@ class SqlCheckpointStore(CheckpointStore):
     ``engine_or_url``: an Engine (not disposed by :meth:`close`) or a URL (an
     engine is created and disposed by :meth:`close`). The table is created if
     missing. Lost connections raise
-    :class:`~databus.client.errors.SinkUnavailableError` (transient).
+    :class:`~databus.core.errors.SinkUnavailableError` (transient).
     """
 
     def __init__(self, engine_or_url: sa.Engine | str, name: str,

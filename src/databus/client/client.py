@@ -49,13 +49,13 @@ from databus.client.checkpoints import (
 from databus.client.config import ClientConfig
 from databus.client.consumer import Consumer
 from databus.client.dispatcher import Dispatcher, SchemaViews, call
-from databus.client.errors import CheckpointStoreError
 from databus.client.relay import RelayConnection
 from databus.client.retry import Backoff
 from databus.client.window import Window, WindowAssembler
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import (
+    CheckpointStoreError,
     ConsumerCallbackError,
     CorruptEventError,
     DatabusError,

@@ -14,10 +14,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from databus.client.errors import RelayProtocolError
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
-from databus.core.errors import DatabusError, error_from_code
+from databus.core.errors import DatabusError, RelayProtocolError, error_from_code
 
 
 @dataclass(slots=True)

@@ -149,27 +149,51 @@ class ConsumerFatalError(TerminalError):
     code = "ConsumerFatal"
 
 
+class SinkUnavailableError(TransientError):
+    """A sink's target (database, checkpoint table) could not be reached or failed.
+
+    Raised from a consumer callback or a checkpoint store; the client rolls the
+    window back and replays it after a backoff.
+    """
+
+    code = "SinkUnavailable"
+
+
+class CheckpointStoreError(TransientError):
+    """Persisting or loading a checkpoint failed for a reason that may pass (I/O)."""
+
+    code = "CheckpointStoreError"
+
+
+class RelayProtocolError(TerminalError):
+    """A relay answered with something that breaks the ``/stream`` contract
+    (a window that starts before the previous one ended, an SCN going back)."""
+
+    code = "RelayProtocolError"
+
+
 class RetriesExhaustedError(TerminalError):
     """A transient failure persisted beyond the configured retry budget."""
 
     code = "RetriesExhausted"
 
 
-_BY_CODE: dict[str, type[DatabusError]] = {}
-
-
-def _register(cls: type[DatabusError]) -> None:
-    _BY_CODE[cls.code] = cls
+def _find(cls: type[DatabusError], code: str) -> type[DatabusError] | None:
+    if cls.code == code:
+        return cls
     for sub in cls.__subclasses__():
-        _register(sub)
-
-
-_register(DatabusError)
+        found = _find(sub, code)
+        if found is not None:
+            return found
+    return None
 
 
 def error_from_code(code: str, message: str) -> DatabusError:
-    """Rebuild the typed error named by an HTTP error body's ``error`` field."""
-    cls = _BY_CODE.get(code)
+    """Rebuild the typed error named by an HTTP error body's ``error`` field.
+
+    Walks the class tree at call time, so subclasses defined anywhere count.
+    """
+    cls = _find(DatabusError, code)
     if cls is None:
         return TerminalError(f"{code}: {message}")
     return cls(message)

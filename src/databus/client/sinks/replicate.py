@@ -20,7 +20,7 @@ Contract:
   position from the target when the client starts, and its ``save`` has
   nothing left to do (the position was committed with the window).
 * A target that cannot be reached raises
-  :class:`~databus.client.errors.SinkUnavailableError` (transient): the client
+  :class:`~databus.core.errors.SinkUnavailableError` (transient): the client
   rolls back and replays the window after a backoff.
 
 Table creation and ALTERs run in their own transaction just before a window's
