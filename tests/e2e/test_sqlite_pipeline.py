@@ -79,6 +79,14 @@ class Pipeline:
             time.sleep(0.5)
         raise AssertionError("consumers did not catch up; logs in " + str(self.tmp))
 
+    def start_all(self, seed: int) -> Writer:
+        """Relay, replicate sink and recorder running; a writer on the source."""
+        for name in ("relay", "replicate", "recorder"):
+            self.start(name)
+        w = Writer(self.db, seed=seed)
+        w.con.execute("PRAGMA synchronous=NORMAL")
+        return w
+
     def close(self) -> None:
         for p in self.procs.values():
             stop(p)
@@ -118,10 +126,7 @@ def _assert_all(p: Pipeline, w: Writer) -> dict[str, int]:
 @pytest.mark.slow
 def test_ten_thousand_transactions(pipeline: Pipeline) -> None:
     p = pipeline
-    for name in ("relay", "replicate", "recorder"):
-        p.start(name)
-    w = Writer(p.db, seed=11)
-    w.con.execute("PRAGMA synchronous=NORMAL")
+    w = p.start_all(seed=11)
     try:
         for _ in range(10_000):
             w.transaction()
@@ -136,10 +141,7 @@ def test_ten_thousand_transactions(pipeline: Pipeline) -> None:
 @pytest.mark.slow
 def test_kill_relay_and_consumers_at_random_points(pipeline: Pipeline) -> None:
     p = pipeline
-    for name in ("relay", "replicate", "recorder"):
-        p.start(name)
-    w = Writer(p.db, seed=12)
-    w.con.execute("PRAGMA synchronous=NORMAL")
+    w = p.start_all(seed=12)
     done = threading.Event()
 
     def write() -> None:

@@ -11,7 +11,7 @@ from databus.buffer.persist import HEADER_SIZE
 from databus.core import event as ev
 from tests.conftest import make_relay
 from tests.integration.test_relay_api import _drain
-from tests.support.shop import Writer
+from tests.support.shop import Writer, txlog_max
 
 
 def _run_and_stop(db: Path, tmp: Path, n: int) -> Writer:
@@ -24,27 +24,17 @@ def _run_and_stop(db: Path, tmp: Path, n: int) -> Writer:
             time.sleep(0.05)  # several windows
     w.close()
     deadline = time.monotonic() + 10
-    while relay.buffer.max_scn < _txlog_max(db) and time.monotonic() < deadline:
+    while relay.buffer.max_scn < txlog_max(db) and time.monotonic() < deadline:
         time.sleep(0.05)
     relay.stop()
     return w
-
-
-def _txlog_max(db: Path) -> int:
-    import sqlite3
-
-    con = sqlite3.connect(db)
-    try:
-        return int(con.execute("SELECT max(scn) FROM _databus_txlog").fetchone()[0] or -1)
-    finally:
-        con.close()
 
 
 def _served(db: Path, tmp: Path) -> tuple[list[ev.Event], dict[str, object]]:
     relay = make_relay(db, tmp, path=str(tmp / "relay.buf"))
     relay.start()
     try:
-        top = _txlog_max(db)
+        top = txlog_max(db)
         deadline = time.monotonic() + 10
         while relay.buffer.max_scn < top and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -16,6 +16,7 @@ from databus.core.errors import ConfigError, SourcePositionLostError
 from databus.core.schema import SchemaRegistry
 from databus.sources.base import Window
 from databus.sources.txlog import SqliteSource
+from tests.support.shop import txlog_max
 
 
 def _db(path: Path, *ddl: str) -> Path:
@@ -141,7 +142,7 @@ def test_concurrent_transactions_are_never_split(tmp_path: Path) -> None:
     t.start()
     windows: list[Window] = []
     try:
-        while not done.is_set() or (windows and windows[-1].scn < _max(db)):
+        while not done.is_set() or (windows and windows[-1].scn < txlog_max(db)):
             windows.extend(src.read(windows[-1].scn if windows else -1, threading.Event(), 0.05))
     finally:
         t.join()
@@ -155,14 +156,6 @@ def test_concurrent_transactions_are_never_split(tmp_path: Path) -> None:
     for ids in committed:
         assert len({where[k] for k in ids}) == 1, "a transaction was split across windows"
     assert len(windows) > 10
-
-
-def _max(db: Path) -> int:
-    con = sqlite3.connect(db)
-    try:
-        return int(con.execute("SELECT max(scn) FROM _databus_txlog").fetchone()[0] or -1)
-    finally:
-        con.close()
 
 
 def test_restart_trim_and_lost_position(tmp_path: Path) -> None:

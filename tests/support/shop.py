@@ -148,3 +148,12 @@ def table_rows(path: Path, table: str) -> list[tuple[object, ...]]:
         return [tuple(r) for r in con.execute(f"SELECT * FROM {table} ORDER BY {order}")]
     finally:
         con.close()
+
+
+def txlog_max(path: Path) -> int:
+    """The newest SCN in the database's txlog (-1 when empty)."""
+    con = sqlite3.connect(path)
+    try:
+        return int(con.execute("SELECT max(scn) FROM _databus_txlog").fetchone()[0] or -1)
+    finally:
+        con.close()
