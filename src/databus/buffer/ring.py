@@ -20,6 +20,7 @@ Contract:
 
 from __future__ import annotations
 
+import struct
 import threading
 from array import array
 from bisect import bisect_right
@@ -35,6 +36,9 @@ from databus.core.filters import ServerFilter
 from databus.sources.base import Window
 
 _EOP = ev.SRC_EOP
+# total length (offset 17) and source id (offset 31) of an event header
+_LEN_SRC = struct.Struct(">17xi10xi")
+assert _LEN_SRC.size == ev.OFF_SRC_ID + 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,12 +123,16 @@ class EventBuffer:
 
     def _window_end(self, off: int) -> tuple[int, int]:
         """(offset after the window starting at ``off``, its data-event count)."""
+        # the hot loop of every read: one struct call per event, names bound locally
+        unpack = _LEN_SRC.unpack_from
         mem = self._mem
         n = 0
-        while ev.peek_src_id(mem, off) != _EOP:
-            off += ev.peek_length(mem, off)
+        length, src = unpack(mem, off)
+        while src != _EOP:
+            off += length
             n += 1
-        return off + ev.peek_length(mem, off), n
+            length, src = unpack(mem, off)
+        return off + length, n
 
     def _after_window(self, end: int) -> int:
         if self._wrapped and end == self._limit and end != self._tail:
@@ -265,7 +273,9 @@ class EventBuffer:
     def _collect(self, off: int, skip: int, max_bytes: int, sources: frozenset[int] | None,
                  filt: ServerFilter | None) -> ReadResult:
         mem = self._mem
-        out: list[bytes] = []
+        # slices are views; the one copy is the final join (done under the lock)
+        mv = memoryview(mem)
+        out: list[memoryview] = []
         used = events = data_events = windows = 0
         last_scn = -1
         selective = sources is not None or filt is not None
@@ -276,7 +286,7 @@ class EventBuffer:
             if not selective and not skip:
                 size = end - off
                 if used + size <= max_bytes:
-                    out.append(bytes(mem[off:end]))
+                    out.append(mv[off:end])
                     used += size
                     events += _n + 1
                     data_events += _n
@@ -285,7 +295,7 @@ class EventBuffer:
                     off = self._after_window(end)
                     continue
             # a window served event by event (selection, offset, or too big)
-            parts: list[bytes] = []
+            parts: list[memoryview] = []
             size = 0
             count = 0  # selected data events of this window, skipped ones included
             p = off
@@ -297,13 +307,13 @@ class EventBuffer:
                 if keep:
                     count += 1
                     if count > skip:
-                        parts.append(bytes(mem[p : p + length]))
+                        parts.append(mv[p : p + length])
                         size += length
                 p += length
             eop_len = ev.peek_length(mem, p)
             if used + size + eop_len <= max_bytes:
                 out.extend(parts)
-                out.append(bytes(mem[p : p + eop_len]))
+                out.append(mv[p : p + eop_len])
                 used += size + eop_len
                 events += len(parts) + 1
                 data_events += len(parts)
