@@ -1,0 +1,98 @@
+"""Start-up checks of a MariaDB/MySQL server used as a binlog source.
+
+Capture needs row-based binary logging with full row images and full row
+metadata, a server id, and replication privileges. :func:`check_server` looks
+at what the server reports and refuses with one :class:`ConfigError` that
+names every missing setting and how to fix it, before anything is captured.
+The facts are gathered by :mod:`databus.sources.mysql.connection` (the only
+module that talks to the driver).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import unquote, urlparse
+
+from databus.core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    """What a server reports about itself: global variables and the user's grants."""
+
+    version: str
+    variables: dict[str, str]
+    grants: list[str]
+
+    @property
+    def is_mariadb(self) -> bool:
+        return "mariadb" in self.version.lower()
+
+
+@dataclass(frozen=True)
+class MysqlUrl:
+    host: str
+    port: int
+    user: str
+    password: str
+
+
+def parse_mysql_url(url: str) -> MysqlUrl:
+    """``mysql://USER:PASS@HOST:PORT`` (user and password URL-encoded)."""
+    u = urlparse(url)
+    if u.scheme not in ("mysql", "mariadb"):
+        raise ConfigError(f"not a mysql:// URL: {url!r}")
+    if not u.hostname:
+        raise ConfigError(f"mysql URL needs a host: {url!r}")
+    try:
+        port = u.port or 3306
+    except ValueError as exc:
+        raise ConfigError(f"bad port in mysql URL: {exc}") from None
+    return MysqlUrl(u.hostname, port, unquote(u.username or "root"), unquote(u.password or ""))
+
+
+# (variable, wanted value, fix); values compared case-insensitively
+_REQUIRED = [
+    ("log_bin", "ON", "start the server with binary logging: log_bin=<basename> (and a server_id)"),
+    ("binlog_format", "ROW", "SET GLOBAL binlog_format='ROW' (and binlog_format=ROW in the "
+                             "server config so it survives a restart)"),
+    ("binlog_row_image", "FULL", "SET GLOBAL binlog_row_image='FULL' (and in the server config)"),
+    ("binlog_row_metadata", "FULL", "SET GLOBAL binlog_row_metadata='FULL' (MariaDB >= 10.5, "
+                                    "MySQL >= 8.0.1; and in the server config)"),
+]
+_ALL = re.compile(r"GRANT ALL PRIVILEGES ON \*\.\* ", re.I)
+
+
+def _has_global(grants: list[str], privilege: str) -> bool:
+    for g in grants:
+        if _ALL.match(g):
+            return True
+        m = re.match(r"GRANT (.+?) ON \*\.\* TO", g, re.I)
+        if m and privilege.upper() in [p.strip().upper() for p in m.group(1).split(",")]:
+            return True
+    return False
+
+
+def check_server(facts: ServerFacts) -> None:
+    """Raise one :class:`ConfigError` naming every problem; return if capture can start."""
+    problems: list[str] = []
+    v = {k.lower(): val for k, val in facts.variables.items()}
+    for name, wanted, fix in _REQUIRED:
+        have = v.get(name)
+        if have is None:
+            problems.append(f"{name} is not supported by server {facts.version}: {fix}")
+        elif have.upper() != wanted:
+            problems.append(f"{name} is {have}, needs {wanted}: {fix}")
+    if v.get("server_id", "0") == "0":
+        problems.append("server_id is 0: set server_id to a unique non-zero value")
+    needed = ["REPLICATION SLAVE", "BINLOG MONITOR" if facts.is_mariadb else "REPLICATION CLIENT"]
+    if facts.is_mariadb and not _has_global(facts.grants, "BINLOG MONITOR"):
+        # MariaDB < 10.5 named it REPLICATION CLIENT
+        needed[1] = "REPLICATION CLIENT" if _has_global(facts.grants, "REPLICATION CLIENT") \
+            else "BINLOG MONITOR"
+    for priv in needed:
+        if not _has_global(facts.grants, priv):
+            problems.append(f"the user lacks {priv}: GRANT {priv} ON *.* TO <user>")
+    if problems:
+        raise ConfigError("the server cannot be captured:\n  - " + "\n  - ".join(problems))
