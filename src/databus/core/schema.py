@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -173,9 +174,13 @@ class MetadataCodec:
 
 
 class SchemaRegistry:
-    """All table versions known to a relay or a client, by id and by source."""
+    """All table versions known to a relay or a client, by id and by source.
+
+    Thread-safe: a capture thread may add a version while server threads read.
+    """
 
     def __init__(self, schemas: Iterable[TableSchema] = ()) -> None:
+        self._lock = threading.Lock()
         self._by_id: dict[bytes, TableSchema] = {}
         self._by_src: dict[int, list[TableSchema]] = {}
         self.metadata = MetadataCodec()
@@ -184,13 +189,17 @@ class SchemaRegistry:
 
     def add(self, schema: TableSchema) -> None:
         """Register a version (idempotent for an identical schema)."""
-        known = self._by_id.get(schema.id)
-        if known is not None and known.src_id == schema.src_id:
-            return
-        self._by_id[schema.id] = schema
-        versions = self._by_src.setdefault(schema.src_id, [])
-        versions.append(schema)
-        versions.sort(key=lambda s: s.version)
+        with self._lock:
+            known = self._by_id.get(schema.id)
+            if known is not None and known.src_id == schema.src_id:
+                return
+            self._by_id[schema.id] = schema
+            # readers hold the old list; a new one is swapped in whole
+            versions = sorted([*self._by_src.get(schema.src_id, []), schema],
+                              key=lambda s: s.version)
+            by_src = dict(self._by_src)
+            by_src[schema.src_id] = versions
+            self._by_src = by_src
 
     def get(self, schema_id: bytes) -> TableSchema:
         try:
@@ -211,7 +220,7 @@ class SchemaRegistry:
         return self.versions(src_id)[-1]
 
     def source_ids(self) -> list[int]:
-        return sorted(self._by_src)
+        return sorted(self._by_src.copy())
 
     def to_json(self, src_ids: Iterable[int] | None = None) -> str:
         ids = self.source_ids() if src_ids is None else list(src_ids)
