@@ -26,4 +26,8 @@ def open_source(config: SourceConfig, relay_name: str = "relay") -> Source:
 
         return SqliteSource(path, config.tables, poll_interval=config.poll_interval,
                             relay_name=relay_name)
-    raise ConfigError(f"unsupported source url scheme {url.scheme!r} (supported: sqlite)")
+    if url.scheme in ("mysql", "mariadb"):
+        from databus.sources.mysql.source import MysqlSource
+
+        return MysqlSource(config.url, config.tables)
+    raise ConfigError(f"unsupported source url scheme {url.scheme!r} (supported: sqlite, mysql)")

@@ -115,3 +115,19 @@ def binary_logs(url: MysqlUrl) -> list[tuple[str, int]]:
         raise SourceUnavailableError(f"SHOW BINARY LOGS failed: {exc}") from exc
     finally:
         con.close()
+
+
+def master_status(url: MysqlUrl) -> tuple[str, int]:
+    """The server's current binlog file and position (where new changes will go)."""
+    con = connect(url)
+    try:
+        with con.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            row = cur.fetchone()
+    except pymysql.err.Error as exc:
+        raise SourceUnavailableError(f"SHOW MASTER STATUS failed: {exc}") from exc
+    finally:
+        con.close()
+    if row is None:
+        raise SourceUnavailableError("SHOW MASTER STATUS returned nothing: is log_bin on?")
+    return str(row[0]), int(row[1])

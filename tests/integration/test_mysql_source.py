@@ -1,0 +1,141 @@
+"""MariaDB -> relay -> replicate sink, with a relay restart from its SCN."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from databus.client import ClientConfig, Consumer, DatabusClient, DataEvent
+from databus.client.sinks import ReplicateSink
+from databus.relay.config import parse_config
+from databus.relay.relay import Relay
+from tests.support.mariadb import MariaDB, binaries_present
+from tests.support.procs import free_port
+
+pytestmark = pytest.mark.skipif(not binaries_present(),
+                                reason="run scripts/setup.sh to install mariadb-server")
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[MariaDB]:
+    m = MariaDB(tmp_path / "db")
+    m.start()
+    try:
+        yield m
+    finally:
+        m.stop()
+
+
+class Windows(Consumer):
+    def __init__(self) -> None:
+        self.windows: list[list[tuple[str, str]]] = []
+        self.current: list[tuple[str, str]] = []
+
+    def on_start_data_event_sequence(self, scn: int) -> None:
+        self.current = []
+
+    def on_data_event(self, event: DataEvent) -> None:
+        self.current.append((event.source, event.op.letter))
+
+    def on_end_data_event_sequence(self, scn: int) -> None:
+        self.windows.append(self.current)
+
+
+def _relay(m: MariaDB, tmp: Path, port: int) -> Relay:
+    r = Relay(parse_config({
+        "source": {"url": m.url, "tables": [r"shop\..*"]},
+        "buffer": {"capacity_bytes": 8 * 1024 * 1024, "path": str(tmp / "relay.buf"),
+                   "flush_interval": 0.2},
+        "http": {"port": port},
+    }))
+    r.start()
+    return r
+
+
+def _workload(m: MariaDB, rng: random.Random, n: int) -> None:
+    con = m.connect("shop")
+    try:
+        with con.cursor() as cur:
+            for _ in range(n):
+                cur.execute("BEGIN")
+                k = rng.randrange(1, 200)
+                cur.execute("INSERT INTO a VALUES (%s, %s, %s, %s) ON DUPLICATE KEY UPDATE"
+                            " amount = VALUES(amount), at = VALUES(at)",
+                            (k, f"name {k} é", f"{rng.randrange(10**6)}.{rng.randrange(100):02d}",
+                             f"2024-01-0{rng.randrange(1, 9)} 10:00:00.{rng.randrange(10**6):06d}"))
+                cur.execute("INSERT IGNORE INTO b VALUES (%s, %s, %s)",
+                            (f"k{rng.randrange(50)}", rng.randrange(5), rng.random()))
+                if rng.random() < 0.2:
+                    cur.execute("DELETE FROM a WHERE id = %s", (rng.randrange(1, 200),))
+                cur.execute("ROLLBACK" if rng.random() < 0.1 else "COMMIT")
+    finally:
+        con.close()
+
+
+def _rows(m: MariaDB, replica: Path, table: str) -> tuple[list[Any], list[Any]]:
+    con = m.connect("shop")
+    try:
+        with con.cursor() as cur:
+            cur.execute(f"SELECT * FROM {table} ORDER BY 1, 2")
+            src = [tuple(str(v) for v in r) for r in cur.fetchall()]
+    finally:
+        con.close()
+    lite = sqlite3.connect(replica)
+    try:
+        dst = [tuple(str(v) for v in r)
+               for r in lite.execute(f"SELECT * FROM {table} ORDER BY 1, 2")]
+    finally:
+        lite.close()
+    return src, dst
+
+
+def test_binlog_to_replica_with_relay_restart(server: MariaDB, tmp_path: Path) -> None:
+    server.execute("CREATE DATABASE shop",
+                   "CREATE TABLE shop.a (id INT PRIMARY KEY, name VARCHAR(40),"
+                   " amount DECIMAL(12,2), at DATETIME(6))",
+                   "CREATE TABLE shop.b (k VARCHAR(10), n INT, x DOUBLE, PRIMARY KEY (k, n))")
+    port = free_port()  # the same port after the restart: clients keep their URL
+    relay = _relay(server, tmp_path, port)
+    replica = tmp_path / "replica.db"
+    stop = threading.Event()
+    sink = ReplicateSink(f"sqlite:///{replica}")
+    client = DatabusClient(ClientConfig(relay_url=relay.url, poll_timeout=0.5,
+                                        relay_max_retries=None), sink, sink.checkpoint_store)
+    watcher = Windows()
+    watch = DatabusClient(ClientConfig(relay_url=relay.url, poll_timeout=0.5), watcher)
+    threads = [threading.Thread(target=c.run, kwargs={"stop": stop}) for c in (client, watch)]
+    for t in threads:
+        t.start()
+    rng = random.Random(3)
+    try:
+        time.sleep(0.5)  # the relay starts at the binlog's end: let it get there
+        _workload(server, rng, 150)
+        relay.stop()  # restart from the SCN held in the persistent buffer
+        _workload(server, rng, 100)
+        relay = _relay(server, tmp_path, port)
+        _workload(server, rng, 50)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if all(a == b for a, b in (_rows(server, replica, t) for t in ("a", "b"))):
+                    break
+            except sqlite3.OperationalError:
+                pass
+            time.sleep(0.3)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+        relay.stop()
+    for table in ("a", "b"):
+        src, dst = _rows(server, replica, table)
+        assert src == dst and src, table
+    multi = [w for w in watcher.windows if {s for s, _ in w} == {"shop.a", "shop.b"}]
+    assert multi, "multi-table transactions arrive as one window"
