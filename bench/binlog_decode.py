@@ -1,0 +1,151 @@
+"""Binlog -> encoded events: rows/s of databus's MariaDB source beside
+python-mysql-replication and mariadb-binlog on the same binlog.
+
+A private MariaDB (binlog ROW/FULL/FULL) gets >= 300,000 row changes (inserts,
+updates, deletes) on an 8-column table (int, varchar, decimal, datetime(6),
+text, json, int, tinyint). Then, in the same run, over the same binlog range:
+
+* databus: ``MysqlSource.read`` (replication protocol, CRC checks, row
+  decoding, Avro encoding, event encoding) appending every window to an
+  ``EventBuffer`` - the relay's whole capture path;
+* baseline: python-mysql-replication's ``BinLogStreamReader`` iterating every
+  row of every rows event (``pip install mysql-replication``);
+* reference: ``mariadb-binlog --base64-output=decode-rows -v`` on the files.
+
+    .venv/bin/python -m bench.binlog_decode [--rows 300000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from databus.buffer import EventBuffer
+from databus.sources.mysql.connection import master_status
+from databus.sources.mysql.source import MysqlSource
+from tests.support.mariadb import MariaDB
+
+
+def workload(m: MariaDB, rows: int) -> None:
+    con = m.connect("bench")
+    inserts, updates = rows * 2 // 3, rows // 5
+    deletes = rows - inserts - updates
+    try:
+        with con.cursor() as cur:
+            batch = 1000
+            for start in range(0, inserts, batch):
+                values = [(i, f"name-{i}", f"{i}.25", "2024-05-06 07:08:09.123456",
+                           "some text " * 3, f'{{"i": {i}, "tags": ["a", "b"]}}', i % 97, i % 2)
+                          for i in range(start, min(start + batch, inserts))]
+                cur.executemany("INSERT INTO t VALUES (%s,%s,%s,%s,%s,%s,%s,%s)", values)
+                con.commit()
+            for start in range(0, updates, batch):
+                cur.execute("UPDATE t SET qty = qty + 1, amount = amount + 1 WHERE id >= %s"
+                            " AND id < %s", (start, start + batch))
+                con.commit()
+            for start in range(inserts - deletes, inserts, batch):
+                cur.execute("DELETE FROM t WHERE id >= %s AND id < %s", (start, start + batch))
+                con.commit()
+    finally:
+        con.close()
+
+
+def run_databus(m: MariaDB, start_scn: int, end_scn: int) -> tuple[int, float]:
+    src = MysqlSource(m.url, [r"bench\.t"])
+    buf = EventBuffer(1 << 30)
+    events = 0
+    stop = threading.Event()
+    t0 = time.perf_counter()
+    after = start_scn
+    try:
+        while after < end_scn:
+            for w in src.read(after, stop, 5.0):
+                buf.append_window(w)
+                events += w.count
+                after = w.scn
+    finally:
+        src.close()
+        buf.close()
+    return events, time.perf_counter() - t0
+
+
+def run_pymysqlreplication(m: MariaDB, file: str, pos: int, total: int) -> tuple[int, float]:
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+    settings = {"host": "127.0.0.1", "port": m.port, "user": "root", "passwd": ""}
+    stream = BinLogStreamReader(connection_settings=settings, server_id=4242, log_file=file,
+                                log_pos=pos, resume_stream=True, blocking=False,
+                                is_mariadb=True,
+                                only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent])
+    n = 0
+    t0 = time.perf_counter()
+    try:
+        for event in stream:
+            for _row in event.rows:
+                n += 1
+            if n >= total:
+                break
+    finally:
+        stream.close()
+    return n, time.perf_counter() - t0
+
+
+def run_mariadb_binlog(m: MariaDB, files: list[str], pos: int) -> float:
+    paths = [str(m.datadir / f) for f in files]
+    t0 = time.perf_counter()
+    subprocess.run(["mariadb-binlog", "--no-defaults", "--base64-output=decode-rows", "-v",
+                    f"--start-position={pos}", *paths], stdout=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--rows", type=int, default=300_000)
+    args = ap.parse_args()
+    m = MariaDB(Path(tempfile.mkdtemp(prefix="binlog-bench-")) / "db",
+                settings={"log-bin": "binlog", "server-id": "1", "binlog-format": "ROW",
+                          "binlog-row-image": "FULL", "binlog-row-metadata": "FULL",
+                          "max-binlog-size": "1073741824"})
+    m.start()
+    try:
+        m.execute("CREATE DATABASE bench",
+                  "CREATE TABLE bench.t (id INT PRIMARY KEY, name VARCHAR(64),"
+                  " amount DECIMAL(12,2), at DATETIME(6), note TEXT, doc JSON, qty INT,"
+                  " flag TINYINT)")
+        from databus.sources.mysql.checks import parse_mysql_url
+
+        url = parse_mysql_url(m.url)
+        file, pos = master_status(url)
+        t0 = time.perf_counter()
+        workload(m, args.rows)
+        print(f"workload: {args.rows} row changes written in {time.perf_counter() - t0:.1f}s")
+        end_file, end_pos = master_status(url)
+        number = int(file.rsplit(".", 1)[1])
+        start_scn = (number << 32) | pos
+        end_scn = (int(end_file.rsplit(".", 1)[1]) << 32) | end_pos
+        files = [f"{file.rsplit('.', 1)[0]}.{k:06d}" for k in
+                 range(number, int(end_file.rsplit(".", 1)[1]) + 1)]
+
+        ours, ours_s = run_databus(m, start_scn, end_scn)
+        theirs, theirs_s = run_pymysqlreplication(m, file, pos, ours)
+        native_s = run_mariadb_binlog(m, files, pos)
+    finally:
+        m.stop()
+    print(f"{'reader':<44} | {'rows':>8} | {'seconds':>7} | {'rows/s':>10}")
+    print(f"{'databus MysqlSource -> EventBuffer':<44} | {ours:>8} | {ours_s:>7.2f} |"
+          f" {ours / ours_s:>10,.0f}")
+    print(f"{'python-mysql-replication (baseline)':<44} | {theirs:>8} | {theirs_s:>7.2f} |"
+          f" {theirs / theirs_s:>10,.0f}")
+    print(f"{'mariadb-binlog -v decode-rows (native ref.)':<44} | {ours:>8} | {native_s:>7.2f} |"
+          f" {ours / native_s:>10,.0f}")
+    print(f"databus / python-mysql-replication: {(ours / ours_s) / (theirs / theirs_s):.2f}x"
+          f" (target >= 10x)")
+
+
+if __name__ == "__main__":
+    main()
