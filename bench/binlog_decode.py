@@ -24,10 +24,11 @@ import threading
 import time
 from pathlib import Path
 
+from tests.support.mariadb import MariaDB
+
 from databus.buffer import EventBuffer
 from databus.sources.mysql.connection import master_status
 from databus.sources.mysql.source import MysqlSource
-from tests.support.mariadb import MariaDB
 
 
 def workload(m: MariaDB, rows: int) -> None:
