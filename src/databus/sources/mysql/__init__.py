@@ -1,4 +1,4 @@
-"""MariaDB/MySQL binlog capture (in progress: start-up checks so far)."""
+"""MariaDB/MySQL binlog capture (first cut; see docs/mysql.md for what is missing)."""
 
 from databus.sources.mysql.checks import ServerFacts, check_server, parse_mysql_url
 
