@@ -16,6 +16,8 @@ from databus.client import ClientConfig, Consumer, DatabusClient, DataEvent
 from databus.client.sinks import ReplicateSink
 from databus.relay.config import parse_config
 from databus.relay.relay import Relay
+from databus.sources.mysql import parse_mysql_url
+from databus.sources.mysql.connection import binary_logs
 from tests.support.mariadb import MariaDB, binaries_present
 from tests.support.procs import free_port
 
@@ -139,3 +141,55 @@ def test_binlog_to_replica_with_relay_restart(server: MariaDB, tmp_path: Path) -
         assert src == dst and src, table
     multi = [w for w in watcher.windows if {s for s, _ in w} == {"shop.a", "shop.b"}]
     assert multi, "multi-table transactions arrive as one window"
+
+
+def _wait(predicate: Any, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError("condition not reached")
+
+
+def test_server_restart_mid_stream_and_purged_position(server: MariaDB, tmp_path: Path) -> None:
+    import httpx
+
+    server.execute("CREATE DATABASE shop", "CREATE TABLE shop.a (id INT PRIMARY KEY,"
+                   " name VARCHAR(40), amount DECIMAL(12,2), at DATETIME(6))",
+                   "CREATE TABLE shop.b (k VARCHAR(10), n INT, x DOUBLE, PRIMARY KEY (k, n))")
+    port = free_port()
+    relay = _relay(server, tmp_path, port)
+    rng = random.Random(9)
+    try:
+        time.sleep(0.5)
+        _workload(server, rng, 20)
+        first = relay.buffer.max_scn
+        _wait(lambda: relay.buffer.max_scn > 0)
+        server.stop()  # the database goes away: the relay retries, then resumes
+        _wait(lambda: relay.fetcher_status()["state"] == "retrying")
+        server.start()
+        _workload(server, rng, 20)
+        _wait(lambda: relay.fetcher_status()["state"] == "running"
+              and relay.buffer.max_scn >> 32 > first >> 32)
+    finally:
+        relay.stop()
+    # purge what the relay still needs while it is down: a clear terminal error
+    _workload(server, rng, 5)
+    server.execute("FLUSH BINARY LOGS", "FLUSH BINARY LOGS")
+    url = parse_mysql_url(server.url)
+    needed = f"{binary_logs(url)[0][0].rsplit('.', 1)[0]}.{relay.buffer.max_scn >> 32:06d}"
+
+    def purged() -> bool:  # a file goes once the server's binlog checkpoint passed it
+        server.execute(f"PURGE BINARY LOGS TO '{binary_logs(url)[-1][0]}'")
+        return needed not in [f for f, _ in binary_logs(url)]
+
+    _wait(purged, 30)
+    relay = _relay(server, tmp_path, port)
+    try:
+        _wait(lambda: relay.fetcher_status()["state"] == "failed")
+        health = httpx.get(f"{relay.url}/admin", timeout=10)
+        assert health.status_code == 503
+        assert "SourcePositionLost" in health.json()["fetcher"]["last_error"]
+    finally:
+        relay.stop()

@@ -24,7 +24,7 @@ import zlib
 from typing import Any
 
 from databus.core import event as ev
-from databus.core.errors import SourceUnavailableError
+from databus.core.errors import DatabusError, SourceUnavailableError
 from databus.core.schema import ColumnSpec, MetadataCodec, SchemaRegistry, TableSchema, table_schema
 from databus.sources.base import Source, SourceInfo, Window
 from databus.sources.mysql import events as be
@@ -173,6 +173,15 @@ class MysqlSource(Source):
         return (int(self._file.rsplit(".", 1)[1]) << 32) | pos
 
     def read(self, after_scn: int, stop: threading.Event, timeout: float) -> list[Window]:
+        try:
+            return self._read(after_scn, stop, timeout)
+        except DatabusError:
+            # the next read reopens the dump at the relay's position (a partly
+            # read transaction is dropped and read again whole)
+            self.close()
+            raise
+
+    def _read(self, after_scn: int, stop: threading.Event, timeout: float) -> list[Window]:
         if self._stream is None or after_scn != self._stream_scn:
             self._open(after_scn)
         assert self._stream is not None
@@ -180,7 +189,6 @@ class MysqlSource(Source):
         while not stop.is_set() and time.monotonic() < deadline:
             raw = self._stream.read()
             if raw is None:
-                self._stream = None
                 raise SourceUnavailableError("the server ended the binlog stream")
             window = self._event(raw)
             if window is not None:
