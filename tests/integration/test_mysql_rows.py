@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import struct
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -51,15 +49,6 @@ ROWS = [
     (3, *[None] * (len(COLUMNS) - 1)),
 ]
 
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[MariaDB]:
-    m = MariaDB(tmp_path / "db")
-    m.start()
-    try:
-        yield m
-    finally:
-        m.stop()
 
 
 def _select(m: MariaDB) -> dict[int, list[Any]]:

@@ -6,7 +6,6 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +23,6 @@ from tests.support.procs import free_port
 pytestmark = pytest.mark.skipif(not binaries_present(),
                                 reason="run scripts/setup.sh to install mariadb-server")
 
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[MariaDB]:
-    m = MariaDB(tmp_path / "db")
-    m.start()
-    try:
-        yield m
-    finally:
-        m.stop()
 
 
 class Windows(Consumer):

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -17,15 +15,6 @@ from tests.support.mariadb import MariaDB, binaries_present
 pytestmark = pytest.mark.skipif(not binaries_present(),
                                 reason="run scripts/setup.sh to install mariadb-server")
 
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[MariaDB]:
-    m = MariaDB(tmp_path / "db")
-    m.start()
-    try:
-        yield m
-    finally:
-        m.stop()
 
 
 def _events(m: MariaDB, file: str, pos: int, until_xids: int) -> list[tuple[be.EventHeader, memoryview]]:
