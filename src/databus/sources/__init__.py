@@ -27,7 +27,12 @@ def open_source(config: SourceConfig, relay_name: str = "relay") -> Source:
         return SqliteSource(path, config.tables, poll_interval=config.poll_interval,
                             relay_name=relay_name)
     if url.scheme in ("mysql", "mariadb"):
-        from databus.sources.mysql.source import MysqlSource
+        try:
+            from databus.sources.mysql.source import MysqlSource
+        except ImportError as exc:
+            raise ConfigError(
+                f"the MySQL source needs its driver: pip install 'databus[mysql]' ({exc})"
+            ) from exc
 
         return MysqlSource(config.url, config.tables)
     raise ConfigError(f"unsupported source url scheme {url.scheme!r} (supported: sqlite, mysql)")
