@@ -1,33 +1,81 @@
-"""SQLite capture through triggers and a txlog table (the embedded default).
+"""SQLite capture through triggers and a txlog table: the embedded default.
 
-Design (the seeds' "Databus for Oracle", adapted to SQLite): triggers append
-every changed row to ``_databus_txlog`` inside the application's own
-transaction (see :mod:`databus.sources.txlog.schema`), so a change is in the
-txlog exactly when its transaction committed. The reader takes, in one read of
-a WAL snapshot, every txlog row above the last SCN; those rows are whole
-committed transactions, because SQLite has a single writer that holds its lock
-from its first write to its commit: txlog SCNs grow in commit order and a
-snapshot never shows part of a transaction.
+The seeds' "Databus for Oracle" design adapted to SQLite. Triggers (see
+:mod:`databus.sources.txlog.catalog`) append every changed row to
+``_databus_txlog`` inside the application's own transaction, so a change is
+in the txlog exactly when its transaction committed, and a rolled-back change
+never is.
 
-Windows: SQLite does not tell transactions apart, so one window = everything
-committed since the previous read (one or more whole transactions). Its SCN is
-the highest txlog SCN in it. ``read(after_scn=S)`` returns exactly the rows
-with SCN > S; ``S = -1`` means from the oldest row still in the txlog.
+**SCN.** The txlog's ``INTEGER PRIMARY KEY AUTOINCREMENT`` id. SQLite has one
+writer at a time, holding the write lock from its first write to its commit,
+so ids are assigned in commit order and never reused (AUTOINCREMENT remembers
+the highest id ever committed, also after trimming).
 
-Trimming: ``acknowledge(S)`` records this relay's position in
-``_databus_relays`` and deletes txlog rows at or below the lowest position of
-all registered relays. Reading from a trimmed position raises
-:class:`SourcePositionLostError`.
+**Windows.** :meth:`SqliteSource.read` takes, in ONE read transaction (one
+commit-consistent snapshot: in WAL mode a reader sees exactly the transactions
+committed before its first read), every txlog row above ``after_scn``. Those
+rows are whole committed transactions, and they become ONE window whose SCN is
+the highest txlog SCN in the snapshot. SQLite has no transaction id a trigger
+could record, so transactions cannot be told apart: a window holds one or more
+whole transactions (one, when the reader keeps up with the writer; the whole
+backlog after a restart), never a part of one. For the same reason there is no
+``max_window_rows``: any cap could cut a transaction.
 
-Types: each column's Avro type follows its declared type's affinity (INTEGER
--> long, REAL -> double, TEXT -> string, BLOB or none -> bytes, NUMERIC -> long),
-as the first branch of a union that also admits the other storage classes,
-because SQLite lets any column hold any value. Nothing is ever coerced.
+**Restart.** ``read(after_scn=S)`` returns exactly the rows with SCN > S.
+``S < 0`` means "from the oldest row the txlog still has" (a new relay starts
+there, whatever was trimmed for others). ``S >= 0`` below the highest trimmed
+SCN (``_databus_meta.trimmed_scn``), or above the highest SCN ever assigned (the
+database was replaced or capture re-installed from scratch), raises
+:class:`~databus.core.errors.SourcePositionLostError`.
+
+**Trimming.** Each source registers its relay name in ``_databus_relays`` when
+it starts (position -1, or kept from before) and :meth:`acknowledge` moves it.
+Txlog rows at or below the lowest position of all registered relays are
+deleted, in batches of short write transactions. A relay that is gone for good
+must be removed (:func:`databus.sources.txlog.catalog.forget_relay`) or the
+txlog keeps growing.
+
+**Several relays, several table sets.** Install never removes capture of
+tables it was not given, so the txlog may hold rows of tables this source does
+not capture: they are skipped, but still count for positions (a window's SCN is
+the snapshot's highest SCN). When only such rows arrive for a while
+(``_PROGRESS_AFTER`` seconds) an empty window (no events) moves the position on,
+so the relay acknowledges them and they can be trimmed.
+
+**Schema changes.** ``PRAGMA schema_version`` is checked on every poll that
+finds new data; when a captured table's columns or capture triggers changed
+(``ALTER TABLE``, a dropped and re-created table), capture is re-installed:
+a new table version, new triggers. Rows the application wrote between its
+``ALTER TABLE`` and that re-install were logged by the old triggers with the
+old version (the new column is missing from them); to avoid that window, call
+:func:`~databus.sources.txlog.catalog.install` with the application's
+connection in the same transaction as the ``ALTER TABLE``.
+
+**Events.** One data event per own txlog row (see :mod:`.rows` for types and
+keys): sequence = the window SCN; payload = Avro of the after image (the
+before image for a delete); metadata = ``before`` (Avro of the before image,
+updates only), ``txid`` (``"sqlite:<window scn>"``), ``row`` (index of the
+event in the window). An update that changes the key (primary key, or rowid of
+a table without one) arrives as a delete of the old key then an insert of the
+new. The timestamp is the time the trigger ran (``julianday('now')``, ms
+resolution), not the commit time, which SQLite does not expose; the window's
+timestamp is that of its newest txlog row.
+
+**Connections.** Two per source, both to the file in autocommit mode with a
+busy timeout: a reader (never blocks writers in WAL mode) and a writer (trim,
+re-install; short transactions). ``sqlite3`` errors never escape: see
+:mod:`databus.sources.txlog._db`.
+
+Limits: REPLACE conflict resolution deletes conflicting rows without firing
+delete triggers unless the application connection sets ``PRAGMA
+recursive_triggers=ON``; ``VACUUM`` may renumber rowids of tables without an
+``INTEGER PRIMARY KEY`` (their event keys) without any trigger firing; a
+captured table may have at most (SQLite's column limit - 6) / 2 columns.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import sqlite3
 import threading
 import time
@@ -35,193 +83,76 @@ from pathlib import Path
 from typing import Any
 
 from databus.core import event as ev
-from databus.core.errors import (
-    ConfigError,
-    SchemaError,
-    SourcePositionLostError,
-    SourceUnavailableError,
-)
-from databus.core.schema import ColumnSpec, MetadataCodec, SchemaRegistry, TableSchema, table_schema
+from databus.core.errors import ConfigError, SourcePositionLostError, TerminalError
+from databus.core.schema import MetadataCodec, SchemaRegistry
 from databus.sources.base import Source, SourceInfo, Window
-from databus.sources.txlog import schema as txs
+from databus.sources.txlog import catalog as cat
+from databus.sources.txlog._db import connect, rollback_quietly, translated
+from databus.sources.txlog.rows import VersionCodec, WindowMetadata
 
-_STORAGE = ["long", "double", "string", "bytes"]
-_OPS = {1: ev.Op.INSERT, 2: ev.Op.UPDATE, 3: ev.Op.DELETE}
+log = logging.getLogger("databus.sources.sqlite")
 
-
-def affinity_type(decl: str) -> str:
-    """The Avro type of SQLite's column affinity rules (section 3.1 of its docs)."""
-    d = decl.upper()
-    if "INT" in d:
-        return "long"
-    if any(s in d for s in ("CHAR", "CLOB", "TEXT")):
-        return "string"
-    if d == "" or "BLOB" in d:
-        return "bytes"
-    if any(s in d for s in ("REAL", "FLOA", "DOUB")):
-        return "double"
-    return "long"  # NUMERIC affinity: integers, reals and text all occur
+_OPS = {cat.OP_INSERT: ev.Op.INSERT, cat.OP_UPDATE: ev.Op.UPDATE, cat.OP_DELETE: ev.Op.DELETE}
+_PROGRESS_AFTER = 1.0  # seconds of rows of other tables only before an empty window
+_TRIM_BATCH = 5000  # txlog rows deleted per write transaction
+_TRIM_PAUSE = 0.002  # seconds between trim batches, so application writers get the lock
 
 
-def _avro_type(col: txs.ColumnInfo) -> list[str]:
-    first = affinity_type(col.decl_type)
-    return [first, *[t for t in _STORAGE if t != first]]
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    con = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
-    con.execute("PRAGMA busy_timeout=30000")
-    return con
-
-
-def install(path: Path | str, tables: list[str]) -> None:
-    """Install or update capture of ``tables`` (idempotent; switches the file to WAL)."""
-    con = _connect(Path(path))
-    try:
-        _install(con, tables)
-    except sqlite3.Error as exc:
-        raise SourceUnavailableError(f"cannot install capture in {path}: {exc}") from exc
-    finally:
-        con.close()
-
-
-def uninstall(path: Path | str) -> None:
-    """Remove every databus trigger and table from the database."""
-    con = _connect(Path(path))
-    try:
-        con.execute("BEGIN IMMEDIATE")
-        names = [r[0] for r in con.execute("SELECT name FROM _databus_sources")]
-        for name in names:
-            for stmt in txs.drop_trigger_sql(name.split(".", 1)[1]):
-                con.execute(stmt)
-        for t in ("txlog", "sources", "versions", "relays", "meta"):
-            con.execute(f"DROP TABLE IF EXISTS _databus_{t}")
-        con.execute("COMMIT")
-    finally:
-        con.close()
-
-
-def _install(con: sqlite3.Connection, tables: list[str]) -> None:
-    if not tables:
-        raise ConfigError("no tables to capture")
-    con.execute("PRAGMA journal_mode=WAL")
-    con.execute("BEGIN IMMEDIATE")
-    try:
-        for stmt in txs.DDL:
-            con.execute(stmt)
-        for table in tables:
-            if table.startswith(txs.INTERNAL_PREFIX):
-                raise ConfigError(f"{table} is databus's own table")
-            cols = txs.table_columns(con, table)
-            if not cols:
-                raise ConfigError(f"table {table!r} does not exist in the database")
-            name = f"main.{table}"
-            row = con.execute("SELECT id, version FROM _databus_sources WHERE name=?",
-                              (name,)).fetchone()
-            if row is None:
-                src = con.execute("INSERT INTO _databus_sources (name, version) VALUES (?, 0)",
-                                  (name,)).lastrowid
-                assert src is not None
-                version = 0
-            else:
-                src, version = row
-            current = txs.columns_json(cols)
-            latest = con.execute("SELECT columns FROM _databus_versions WHERE src=? AND"
-                                 " version=?", (src, version)).fetchone()
-            if latest is None or latest[0] != current:
-                version += 1
-                keys = json.dumps([c.name for c in sorted(cols, key=lambda c: c.pk) if c.pk])
-                con.execute("INSERT INTO _databus_versions VALUES (?,?,?,?)",
-                            (src, version, current, keys))
-                con.execute("UPDATE _databus_sources SET version=? WHERE id=?", (version, src))
-            for stmt in txs.trigger_sql(table, src, version, cols):
-                con.execute(stmt)
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-
-
-class _Version:
-    """Decoding of one table version: columns, Avro schema, key extraction."""
-
-    def __init__(self, src: int, name: str, version: int, cols: list[txs.ColumnInfo],
-                 keys: list[str]) -> None:
-        self.src = src
-        self.cols = cols
-        specs = [ColumnSpec(c.name, _avro_type(c), nullable=True, sql_type=c.decl_type)
-                 for c in cols]
-        table = name.split(".", 1)[1]
-        self.schema = TableSchema(src, name, version, table_schema("main", table, specs),
-                                  tuple(keys))
-        self.fields = [f["name"] for f in self.schema.avro["fields"]]
-        names = [c.name for c in cols]
-        self.key_idx = [names.index(k) for k in keys]
-
-    def row(self, values: list[Any]) -> dict[str, Any]:
-        return dict(zip(self.fields, (_value(v) for v in values), strict=True))
-
-    def key(self, values: list[Any], rowid: int) -> int | bytes:
-        if not self.key_idx:
-            return rowid
-        kv = [_value(values[i]) for i in self.key_idx]
-        if len(kv) == 1 and isinstance(kv[0], int):
-            return kv[0]
-        return json.dumps([v.hex() if isinstance(v, bytes) else v for v in kv],
-                          separators=(",", ":")).encode()
-
-
-def _value(v: Any) -> Any:
-    if isinstance(v, dict):
-        if "r" in v:
-            return float(v["r"])
-        if "b" in v:
-            return bytes.fromhex(v["b"])
-    return v
+class _Retry(Exception):
+    """Internal: capture was re-installed; poll again."""
 
 
 class SqliteSource(Source):
-    """Captures ``tables`` of the SQLite database at ``path``. See the module docstring."""
+    """Captures ``tables`` of the SQLite database at ``path`` (see the module docstring).
+
+    Construction installs (or updates) capture: it switches the database to
+    WAL, creates the ``_databus_*`` tables and triggers, and registers
+    ``relay_name`` for trimming. ``poll_interval`` is the pause between polls
+    of an idle txlog (an idle poll costs one ``PRAGMA data_version``);
+    ``busy_timeout`` is how long a statement waits for the application's locks.
+    """
 
     def __init__(self, path: Path | str, tables: list[str], *, poll_interval: float = 0.05,
-                 relay_name: str = "relay") -> None:
+                 relay_name: str = "relay", busy_timeout: float = 5.0) -> None:
         self.path = Path(path)
-        if not self.path.exists():
-            raise ConfigError(f"SQLite database {self.path} does not exist")
-        self.tables = list(tables)
         self.poll_interval = poll_interval
         self.relay_name = relay_name
-        install(self.path, self.tables)
-        self._lock = threading.Lock()
-        self._con = _connect(self.path)
+        infos = cat.install(self.path, list(tables))
+        self._infos = sorted({i.id: i for i in infos}.values(), key=lambda i: i.id)
+        self._own = frozenset(i.id for i in self._infos)
+        self._tables = {i.id: i.name.split(".", 1)[1] for i in self._infos}
         self._meta = MetadataCodec()
-        self._versions: dict[tuple[int, int], _Version] = {}
         self._registry = SchemaRegistry()
-        self._infos: list[SourceInfo] = []
-        self._empty_at: tuple[int, int] | None = None
-        self._guard(self._load_versions)
-        wanted = {f"main.{t}" for t in self.tables}
-        self._infos = [i for i in self._infos if i.name in wanted]
-
-    def _guard(self, fn: Any, *args: Any) -> Any:
+        self._codecs: dict[tuple[int, int], VersionCodec] = {}
+        self._latest: dict[int, VersionCodec] = {}
+        self._versions_seen = 0
+        self._width = 0  # txlog v* columns read: twice the widest own version
+        self._schema_version: int | None = None
+        self._idle: tuple[int, int] | None = None  # (data_version, after_scn) with nothing new
+        self._skip: tuple[int, int, int, float] | None = None  # after, top, top ts, since
+        self._missing: set[str] = set()
+        self._reinstalls = 0  # consecutive re-installs that did not make capture current
+        self._closed = False
+        self._epoch: int | None = None
+        self._read_lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._reader = connect(self.path, busy_timeout=busy_timeout)
         try:
-            with self._lock:
-                return fn(*args)
-        except sqlite3.OperationalError as exc:
-            raise SourceUnavailableError(f"SQLite {self.path}: {exc}") from exc
-        except sqlite3.Error as exc:
-            raise SchemaError(f"SQLite {self.path}: {exc}") from exc
+            self._reader.text_factory = _text
+            self._writer = connect(self.path, busy_timeout=busy_timeout)
+        except BaseException:
+            self._reader.close()
+            raise
+        try:
+            self._register_relay()
+            with translated("loading table versions"):
+                self._epoch = cat.epoch(self._reader)
+                self._load_versions(self._reader)
+        except BaseException:
+            self.close()
+            raise
 
-    def _load_versions(self) -> None:
-        names = dict(self._con.execute("SELECT id, name FROM _databus_sources").fetchall())
-        for src, version, cols, keys in self._con.execute(
-                "SELECT src, version, columns, keys FROM _databus_versions ORDER BY src, version"):
-            if (src, version) not in self._versions:
-                v = _Version(src, names[src], version, txs.columns_from_json(cols),
-                             json.loads(keys))
-                self._versions[(src, version)] = v
-                self._registry.add(v.schema)
-        self._infos = sorted((SourceInfo(i, n) for i, n in names.items()), key=lambda s: s.id)
+    # -- contract --------------------------------------------------------------
 
     def sources(self) -> list[SourceInfo]:
         return list(self._infos)
@@ -230,81 +161,242 @@ class SqliteSource(Source):
         return self._registry
 
     def read(self, after_scn: int, stop: threading.Event, timeout: float) -> list[Window]:
+        """The next window after ``after_scn``, waiting up to ``timeout`` seconds for one."""
         deadline = time.monotonic() + timeout
-        while True:
-            window = self._guard(self._read_once, after_scn)
+        while not stop.is_set():
+            try:
+                with self._read_lock:
+                    window = self._poll(after_scn)
+            except _Retry:
+                continue
             if window is not None:
                 return [window]
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or stop.wait(min(self.poll_interval, remaining)):
-                return []
-
-    def _read_once(self, after_scn: int) -> Window | None:
-        con = self._con
-        dv = con.execute("PRAGMA data_version").fetchone()[0]
-        if (dv, after_scn) == self._empty_at:
-            return None  # nothing committed by anyone since the last empty read
-        con.execute("BEGIN")
-        try:
-            trimmed = con.execute("SELECT v FROM _databus_meta WHERE k='trimmed_scn'").fetchone()
-            if after_scn >= 0 and trimmed is not None and after_scn < trimmed[0]:
-                raise SourcePositionLostError(
-                    f"scn {after_scn} was trimmed from {self.path}'s txlog (kept: after"
-                    f" {trimmed[0]}); consumers behind it must bootstrap")
-            rows = con.execute("SELECT scn, src, ver, op, ts, rid, old, new FROM _databus_txlog"
-                               " WHERE scn > ? ORDER BY scn", (after_scn,)).fetchall()
-        finally:
-            con.execute("COMMIT")
-        if not rows:
-            self._empty_at = (dv, after_scn)
-            return None
-        return self._window(rows)
-
-    def _window(self, rows: list[tuple[Any, ...]]) -> Window:
-        scn = rows[-1][0]
-        txid = f"sqlite:{rows[0][0]}-{scn}"
-        parts: list[bytes] = []
-        ts_ms = 0
-        for index, (_scn, src, ver, op, ts, rid, old, new) in enumerate(rows):
-            v = self._versions.get((src, ver))
-            if v is None:
-                self._load_versions()
-                v = self._versions[(src, ver)]
-            ts_ms = max(ts_ms, ts)
-            old_vals = json.loads(old) if old is not None else None
-            new_vals = json.loads(new) if new is not None else None
-            image = new_vals if new_vals is not None else old_vals
-            assert image is not None
-            meta: dict[str, Any] = {"txid": txid, "row": index}
-            if op == 2 and old_vals is not None:
-                meta["before"] = v.schema.encode(v.row(old_vals))
-            parts.append(ev.encode(
-                scn=scn, src_id=src, key=v.key(image, rid), payload=v.schema.encode(v.row(image)),
-                schema_id=v.schema.id, schema_version=ver, op=_OPS[op],
-                timestamp_ns=ts * 1_000_000, metadata=self._meta.encode(meta),
-                metadata_schema_id=self._meta.id,
-            ))
-        return Window(scn, b"".join(parts), len(parts), ts_ms * 1_000_000)
+            if remaining <= 0:
+                break
+            stop.wait(min(self.poll_interval, remaining))
+        return []
 
     def acknowledge(self, scn: int) -> None:
-        self._guard(self._acknowledge, scn)
-
-    def _acknowledge(self, scn: int) -> None:
-        con = self._con
-        con.execute("BEGIN IMMEDIATE")
-        try:
-            con.execute("INSERT INTO _databus_relays VALUES (?,?,?) ON CONFLICT(name) DO UPDATE"
-                        " SET acked_scn=excluded.acked_scn, updated_at=excluded.updated_at",
-                        (self.relay_name, scn, time.time()))
-            low = con.execute("SELECT min(acked_scn) FROM _databus_relays").fetchone()[0]
-            con.execute("DELETE FROM _databus_txlog WHERE scn <= ?", (low,))
-            con.execute("INSERT INTO _databus_meta VALUES ('trimmed_scn', ?) ON CONFLICT(k)"
-                        " DO UPDATE SET v=max(v, excluded.v)", (low,))
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
+        """Record ``scn`` for this relay; trim txlog rows every relay has acknowledged."""
+        with self._write_lock, translated("acknowledging a position"):
+            con = self._writer
+            first = True
+            while True:
+                con.execute("BEGIN IMMEDIATE")
+                try:
+                    if first:
+                        con.execute(
+                            "INSERT INTO _databus_relays VALUES (?, ?, ?) ON CONFLICT(name)"
+                            " DO UPDATE SET acked_scn = excluded.acked_scn,"
+                            " updated_at = excluded.updated_at",
+                            (self.relay_name, scn, time.time()))
+                        first = False
+                    done = _trim_batch(con)
+                    con.execute("COMMIT")
+                except BaseException:
+                    rollback_quietly(con)
+                    raise
+                if done:
+                    return
+                time.sleep(_TRIM_PAUSE)
 
     def close(self) -> None:
-        with self._lock:
-            self._con.close()
+        with self._read_lock, self._write_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._reader.close()
+            self._writer.close()
+
+    # -- reading ---------------------------------------------------------------
+
+    def _poll(self, after_scn: int) -> Window | None:
+        if self._skip is not None and self._skip[0] != after_scn:
+            self._skip = None
+        con = self._reader
+        with translated("reading the txlog"):
+            dv = int(con.execute("PRAGMA data_version").fetchone()[0])
+            if self._idle == (dv, after_scn):
+                return self._progress()
+            con.execute("BEGIN")
+            try:
+                got = self._snapshot(con, after_scn)
+            finally:
+                rollback_quietly(con)  # a read transaction: nothing to keep
+        if got is None:
+            self._idle = (dv, after_scn)
+            return self._progress()
+        top, top_ts, rows = got
+        self._idle = None
+        if not rows:
+            since = self._skip[3] if self._skip is not None else time.monotonic()
+            self._skip = (after_scn, top, top_ts, since)
+            return self._progress()
+        self._skip = None
+        return self._window(top, top_ts, rows)
+
+    def _snapshot(self, con: sqlite3.Connection, after_scn: int
+                  ) -> tuple[int, int, list[tuple[Any, ...]]] | None:
+        """In the open read transaction: (top scn, its ts, own rows) or None if nothing new."""
+        sv = int(con.execute("PRAGMA schema_version").fetchone()[0])
+        if sv != self._schema_version:
+            self._check_epoch(con)
+            if self._capture_stale(con):
+                if self._reinstalls >= 2:
+                    raise TerminalError(f"{self.path}: capture still differs from the tables"
+                                        " after re-installing it")
+                rollback_quietly(con)
+                self._reinstall()
+                self._reinstalls += 1
+                raise _Retry
+            self._schema_version = sv
+            self._reinstalls = 0
+        self._load_versions(con)
+        trimmed = con.execute("SELECT v FROM _databus_meta WHERE k = 'trimmed_scn'").fetchone()
+        seq = con.execute("SELECT seq FROM sqlite_sequence WHERE name = '_databus_txlog'"
+                          ).fetchone()
+        if after_scn >= 0 and trimmed is not None and after_scn < trimmed[0]:
+            raise SourcePositionLostError(
+                f"{self.path}: SCN {after_scn} was trimmed from the txlog (rows up to"
+                f" {trimmed[0]} are gone); consumers behind it must bootstrap")
+        if after_scn > (seq[0] if seq is not None else 0):
+            raise SourcePositionLostError(
+                f"{self.path}: SCN {after_scn} is ahead of every SCN this database's txlog"
+                " ever assigned (the database was replaced or capture re-installed)")
+        top = con.execute("SELECT scn, ts FROM _databus_txlog ORDER BY scn DESC LIMIT 1"
+                          ).fetchone()
+        start = after_scn
+        if self._skip is not None:
+            start = max(start, self._skip[1])
+        if top is None or top[0] <= start:
+            return None
+        slots = "".join(f", v{i}" for i in range(self._width))
+        own = ",".join(str(i) for i in sorted(self._own))
+        rows = con.execute(
+            f"SELECT scn, src, ver, op, ts, rid{slots} FROM _databus_txlog"
+            f" WHERE scn > ? AND scn <= ? AND src IN ({own}) ORDER BY scn",
+            (start, top[0])).fetchall()
+        return int(top[0]), int(top[1]), rows
+
+    def _progress(self) -> Window | None:
+        """An empty window over rows of other tables only, once they waited long enough."""
+        skip = self._skip
+        if skip is None or time.monotonic() - skip[3] < _PROGRESS_AFTER:
+            return None
+        self._skip = None
+        return Window(skip[1], b"", 0, skip[2] * 1_000_000)
+
+    def _window(self, top: int, top_ts: int, rows: list[tuple[Any, ...]]) -> Window:
+        meta = WindowMetadata(self._meta, f"sqlite:{top}")
+        meta_id = self._meta.id
+        parts: list[bytes] = []
+        for index, r in enumerate(rows):
+            codec = self._codecs.get((r[1], r[2]))
+            if codec is None:
+                raise TerminalError(f"{self.path}: txlog row {r[0]} names unknown version"
+                                    f" {r[2]} of source {r[1]}")
+            n = codec.width
+            image = r[6 : 6 + n]
+            op = r[3]
+            before = codec.encode(r[6 + n : 6 + 2 * n]) if op == cat.OP_UPDATE else None
+            parts.append(ev.encode(
+                scn=top, src_id=r[1], key=codec.key(image, r[5]), payload=codec.encode(image),
+                schema_id=codec.schema.id, schema_version=r[2], op=_OPS[op],
+                timestamp_ns=r[4] * 1_000_000, metadata=meta.encode(before, index),
+                metadata_schema_id=meta_id))
+        return Window(top, b"".join(parts), len(parts), top_ts * 1_000_000)
+
+    def _load_versions(self, con: sqlite3.Connection) -> None:
+        newest = con.execute("SELECT max(rowid) FROM _databus_versions").fetchone()[0] or 0
+        if newest <= self._versions_seen:
+            return
+        for tv in cat.load_versions(con, self._versions_seen):
+            if tv.src not in self._own or (tv.src, tv.version) in self._codecs:
+                continue
+            codec = VersionCodec(tv)
+            self._codecs[(tv.src, tv.version)] = codec
+            self._registry.add(codec.schema)
+            if tv.src not in self._latest or tv.version > self._latest[tv.src].tv.version:
+                self._latest[tv.src] = codec
+            self._width = max(self._width, 2 * codec.width)
+        self._versions_seen = int(newest)
+
+    # -- schema changes ----------------------------------------------------------
+
+    def _check_epoch(self, con: sqlite3.Connection) -> None:
+        now = cat.epoch(con)
+        if now == self._epoch:
+            return
+        if now is None:
+            raise TerminalError(f"{self.path}: capture was uninstalled under this source")
+        raise TerminalError(f"{self.path}: capture was re-installed from scratch under this"
+                            " source (new source ids and SCNs); restart the relay")
+
+    def _capture_stale(self, con: sqlite3.Connection) -> bool:
+        """Whether a captured table's columns or capture triggers changed since install."""
+        self._load_versions(con)
+        for src, table in self._tables.items():
+            cols = cat.table_columns(con, table)
+            if not cols:
+                if table not in self._missing:
+                    log.warning("captured table %s no longer exists in %s", table, self.path)
+                    self._missing.add(table)
+                continue
+            self._missing.discard(table)
+            latest = self._latest.get(src)
+            if latest is None or tuple(cols) != latest.tv.columns:
+                return True
+            prefix = f"{cat.PREFIX}{src}_"
+            n = con.execute("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'"
+                            " AND tbl_name = ? AND substr(name, 1, ?) = ?",
+                            (table, len(prefix), prefix)).fetchone()[0]
+            if n != 4:
+                return True
+        return False
+
+    def _reinstall(self) -> None:
+        tables = [t for t in self._tables.values() if t not in self._missing]
+        log.info("schema of %s changed: re-installing capture of %s", self.path, tables)
+        with self._write_lock:
+            if tables:
+                infos = cat.install_on(self._writer, tables)
+                changed = [i for i in infos if self._tables.get(i.id) is None]
+                if changed:  # a table re-created under another name cannot happen
+                    raise ConfigError(f"capture re-install gave new sources {changed}")
+        self._schema_version = None
+
+    def _register_relay(self) -> None:
+        with self._write_lock, translated("registering the relay"):
+            self._writer.execute(
+                "INSERT OR IGNORE INTO _databus_relays VALUES (?, coalesce((SELECT v FROM"
+                " _databus_meta WHERE k = 'trimmed_scn'), -1), ?)",
+                (self.relay_name, time.time()))
+
+
+def _trim_batch(con: sqlite3.Connection) -> bool:
+    """Delete up to one batch of txlog rows all relays acknowledged; True when none are left."""
+    low = con.execute("SELECT min(acked_scn) FROM _databus_relays").fetchone()[0]
+    if low is None:
+        return True
+    row = con.execute("SELECT scn FROM _databus_txlog WHERE scn <= ? ORDER BY scn"
+                      " LIMIT 1 OFFSET ?", (low, _TRIM_BATCH - 1)).fetchone()
+    last = row is None
+    if last:
+        row = con.execute("SELECT max(scn) FROM _databus_txlog WHERE scn <= ?", (low,)
+                          ).fetchone()
+    hi = row[0] if row is not None else None
+    if hi is None:
+        return True
+    con.execute("DELETE FROM _databus_txlog WHERE scn <= ?", (hi,))
+    con.execute("INSERT INTO _databus_meta VALUES ('trimmed_scn', ?) ON CONFLICT(k)"
+                " DO UPDATE SET v = max(v, excluded.v)", (hi,))
+    return last
+
+
+def _text(raw: bytes) -> str | bytes:
+    """SQLite text as str; text that is not valid UTF-8 stays bytes (carried exactly)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw

@@ -1,0 +1,73 @@
+"""Opening SQLite connections and translating ``sqlite3`` errors at the boundary.
+
+Every ``sqlite3`` call of the txlog package runs inside :func:`translated`, so no
+``sqlite3`` exception leaves the package:
+
+* busy / locked / I/O / cannot-open / out-of-memory / disk-full / interrupted
+  (the SQLite primary result codes below) become
+  :class:`~databus.core.errors.SourceUnavailableError`: transient, the relay
+  retries with backoff;
+* everything else (a missing databus table, a corrupt file, a closed
+  connection) becomes :class:`~databus.core.errors.TerminalError`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from databus.core.errors import ConfigError, SourceUnavailableError, TerminalError
+
+# SQLite primary result codes that may pass: BUSY, LOCKED, NOMEM, INTERRUPT,
+# IOERR, FULL, CANTOPEN, PROTOCOL.
+_TRANSIENT_CODES = frozenset({5, 6, 7, 9, 10, 13, 14, 15})
+
+
+def connect(path: Path, *, busy_timeout: float) -> sqlite3.Connection:
+    """Open an existing database file read-write in autocommit mode.
+
+    The file is never created (``mode=rw``). ``busy_timeout`` is how long a
+    statement waits for a lock held by another connection before failing with
+    "database is locked". The connection may be used from any thread (the
+    callers serialise access with their own locks).
+    """
+    if not path.is_file():
+        raise ConfigError(f"SQLite database {path} does not exist")
+    uri = path.absolute().as_uri() + "?mode=rw"
+    with translated(f"opening {path}"):
+        con = sqlite3.connect(uri, uri=True, timeout=busy_timeout, isolation_level=None,
+                              check_same_thread=False)
+        try:
+            con.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+        except BaseException:
+            con.close()
+            raise
+    return con
+
+
+def is_transient(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` may pass when retried (see the module docstring)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
+    return (code & 0xFF) in _TRANSIENT_CODES
+
+
+@contextmanager
+def translated(what: str) -> Iterator[None]:
+    """Re-raise ``sqlite3`` errors as databus errors, naming ``what`` failed."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        if is_transient(exc):
+            raise SourceUnavailableError(f"SQLite: {what}: {exc}") from exc
+        raise TerminalError(f"SQLite: {what}: {exc}") from exc
+
+
+def rollback_quietly(con: sqlite3.Connection) -> None:
+    """End ``con``'s transaction after a failure; a failing ROLLBACK changes nothing."""
+    if con.in_transaction:
+        with suppress(sqlite3.Error):  # the original error is what the caller reports
+            con.execute("ROLLBACK")
