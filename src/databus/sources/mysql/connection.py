@@ -7,6 +7,7 @@ Driver errors are translated here: a server that cannot be reached is a
 
 from __future__ import annotations
 
+import select
 import struct
 from typing import Any
 
@@ -100,8 +101,40 @@ class BinlogStream:
             return None
         return data[1:]  # after the OK marker
 
+    def pending(self) -> bool:
+        """Whether the server has sent more than what was read (no blocking)."""
+        sock = self._con._sock
+        if sock is None:
+            return False
+        try:
+            return bool(select.select([sock], [], [], 0)[0])
+        except (OSError, ValueError):
+            return False
+
     def close(self) -> None:
         self._con.close()
+
+
+def collations(url: MysqlUrl) -> dict[int, str]:
+    """Collation id -> character set name, from the server's own table."""
+    con = connect(url)
+    try:
+        with con.cursor() as cur:
+            cur.execute("SELECT ID, CHARACTER_SET_NAME FROM information_schema.COLLATIONS"
+                        " WHERE ID IS NOT NULL")
+            out = {int(r[0]): str(r[1]) for r in cur.fetchall()}
+            try:  # MariaDB 10.10+: collations shared by several character sets
+                cur.execute("SELECT ID, CHARACTER_SET_NAME FROM"
+                            " information_schema.COLLATION_CHARACTER_SET_APPLICABILITY"
+                            " WHERE ID IS NOT NULL")
+                out.update({int(r[0]): str(r[1]) for r in cur.fetchall()})
+            except pymysql.err.Error:
+                pass  # MySQL: the table has no ID column
+            return out
+    except pymysql.err.Error as exc:
+        raise SourceUnavailableError(f"reading the server's collations failed: {exc}") from exc
+    finally:
+        con.close()
 
 
 def binary_logs(url: MysqlUrl) -> list[tuple[str, int]]:
