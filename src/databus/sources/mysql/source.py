@@ -46,7 +46,13 @@ from typing import Any
 
 from databus.core import event as ev
 from databus.core.atomic import write_atomic
-from databus.core.errors import CorruptEventError, DatabusError, SchemaError, SourceUnavailableError
+from databus.core.errors import (
+    ConfigError,
+    CorruptEventError,
+    DatabusError,
+    SchemaError,
+    SourceUnavailableError,
+)
 from databus.core.schema import ColumnSpec, MetadataCodec, SchemaRegistry, TableSchema, table_schema
 from databus.sources.base import Source, SourceInfo, Window
 from databus.sources.mysql import ddl as dd
@@ -68,6 +74,13 @@ SCHEMA_CHANGE_AVRO = table_schema("databus", "schema_changes", [
     ColumnSpec("db", "string", nullable=False), ColumnSpec("table", "string", nullable=False),
     ColumnSpec("kind", "string", nullable=False), ColumnSpec("ddl", "string", nullable=False),
     ColumnSpec("new_db", "string"), ColumnSpec("new_table", "string")])
+
+
+def _regexes(patterns: Sequence[str]) -> list[re.Pattern[str]]:
+    try:
+        return [re.compile(p) for p in patterns]
+    except re.error as exc:
+        raise ConfigError(f"bad table/column regex: {exc}") from exc
 
 
 def source_id(name: str) -> int:
@@ -248,10 +261,10 @@ class MysqlSource(Source):
                  name: str = "relay", compiled: bool = True) -> None:
         self.url = parse_mysql_url(url)
         check_server(server_facts(self.url))
-        self._include = [re.compile(p) for p in (tables or [".*"])]
-        self._exclude = [re.compile(p) for p in exclude_tables]
-        self._col_include = [re.compile(p) for p in include_columns]
-        self._col_exclude = [re.compile(p) for p in exclude_columns]
+        self._include = _regexes(tables or [".*"])
+        self._exclude = _regexes(exclude_tables)
+        self._col_include = _regexes(include_columns)
+        self._col_exclude = _regexes(exclude_columns)
         self.server_id = server_id
         self.heartbeat = heartbeat
         self.compiled = compiled and fastpath.available()
