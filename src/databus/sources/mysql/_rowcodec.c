@@ -838,6 +838,11 @@ static PyObject *RowCodec_encode(RowCodec *self, PyObject *args) {
     }
     long long rows = 0;
     Py_ssize_t *ce = cs + self->ncols + 1, *bce = bcs + self->ncols + 1;
+    if (npresent == 0 || npresent_after == 0) {
+        /* a row image without columns would consume nothing: corrupt, not a loop */
+        PyErr_Format(PyExc_ValueError, "rows event of %s names no column", table);
+        goto done;
+    }
     while (in.pos < in.end) {
         int64_t idx = row_index + rows;
         before.len = 0;

@@ -290,7 +290,19 @@ def key_mode(td: TableDef) -> str:
 
 def decode_rows(td: TableDef, event_type: int, body: memoryview
                 ) -> list[tuple[list[Any] | None, list[Any] | None]]:
-    """(before, after) images of every row in a rows event body."""
+    """(before, after) images of every row in a rows event body.
+
+    A body that does not fit the table map raises :class:`CorruptEventError`.
+    """
+    try:
+        return _decode_rows(td, event_type, body)
+    except (struct.error, IndexError, ValueError, OverflowError) as exc:
+        raise CorruptEventError(f"rows event of {td.schema}.{td.table} is damaged: {exc}"
+                                ) from exc
+
+
+def _decode_rows(td: TableDef, event_type: int, body: memoryview
+                 ) -> list[tuple[list[Any] | None, list[Any] | None]]:
     v2 = event_type >= 30
     pos = 8
     if v2:
@@ -302,6 +314,9 @@ def decode_rows(td: TableDef, event_type: int, body: memoryview
     present_after = present
     if update:
         present_after, pos = _bits(body, pos, n)
+    if not any(present) or not any(present_after):
+        # an image without columns would consume nothing: corrupt, not a loop
+        raise CorruptEventError(f"rows event of {td.schema}.{td.table} names no column")
     out: list[tuple[list[Any] | None, list[Any] | None]] = []
     end = len(body)
     while pos < end:
