@@ -49,6 +49,11 @@ class SourceConfig(_Model):
         1_000_001, ge=1, le=2**32 - 1,
         description="MySQL: the replica server id this relay uses (unique per server)")
 
+    start_gtid: str | None = Field(
+        None, pattern=r"^\d+-\d+-\d+(,\d+-\d+-\d+)*$",
+        description="MySQL (MariaDB): a new relay starts right after this GTID state instead of"
+                    " at the binlog's end, e.g. '0-1-1234'")
+
     @field_validator("exclude_tables", "include_columns", "exclude_columns")
     @classmethod
     def _regexes(cls, v: list[str]) -> list[str]:

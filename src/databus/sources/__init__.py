@@ -42,5 +42,6 @@ def open_source(config: SourceConfig, relay_name: str = "relay",
         return MysqlSource(config.url, config.tables, exclude_tables=config.exclude_tables,
                            include_columns=config.include_columns,
                            exclude_columns=config.exclude_columns, server_id=config.server_id,
-                           state_dir=state_dir, name=relay_name)
+                           state_dir=state_dir, name=relay_name,
+                           start_gtid=config.start_gtid)
     raise ConfigError(f"unsupported source url scheme {url.scheme!r} (supported: sqlite, mysql)")

@@ -60,7 +60,9 @@ class BinlogStream:
     """Reads the binlog as a replica (``COM_BINLOG_DUMP``) from ``file``/``pos``.
 
     :meth:`read` returns the bytes of the next event (header included), or
-    ``None`` when the server ended the stream. The checksum algorithm the
+    ``None`` when the server ended the stream. With ``gtid`` (MariaDB's GTID
+    state, e.g. ``0-1-100``) the dump starts right after that GTID instead,
+    wherever it is in the server's binlog files. The checksum algorithm the
     server uses is announced (``@master_binlog_checksum``) so events arrive
     with their CRC32, and ``checksum`` tells whether they carry one. A
     heartbeat event arrives every ``heartbeat`` seconds while the server is
@@ -68,7 +70,8 @@ class BinlogStream:
     """
 
     def __init__(self, url: MysqlUrl, *, server_id: int, file: str, pos: int,
-                 heartbeat: float = 1.0, read_timeout: float = 10.0) -> None:
+                 heartbeat: float = 1.0, read_timeout: float = 10.0,
+                 gtid: str | None = None) -> None:
         self._con = connect(url)
         try:
             with self._con.cursor() as cur:
@@ -77,6 +80,12 @@ class BinlogStream:
                 cur.execute("SET @master_binlog_checksum = @@global.binlog_checksum")
                 cur.execute("SET @mariadb_slave_capability = 4")  # GTID-aware replica
                 cur.execute(f"SET @master_heartbeat_period = {int(heartbeat * 1e9)}")
+                if gtid is not None:
+                    # MariaDB: start after this GTID state (domain-server-seq, ...);
+                    # the server then ignores file and position
+                    cur.execute("SET @slave_connect_state = %s", (gtid,))
+                    cur.execute("SET @slave_gtid_strict_mode = 1")
+                    file, pos = "", 4
             payload = struct.pack("<BIHI", _COM_BINLOG_DUMP, pos, 0, server_id) + file.encode()
             self._con._write_bytes(struct.pack("<I", len(payload))[:3] + b"\x00" + payload)
             self._con._next_seq_id = 1

@@ -22,7 +22,8 @@ Guarantees (the :class:`~databus.sources.base.Source` contract, made concrete):
 * **Filters**: tables by regexes on ``db.table`` (include, then exclude);
   columns by regexes on ``db.table.column`` (include, then exclude); key
   columns are always kept.
-* ``after_scn = -1`` starts at the server's current binlog end.
+* ``after_scn = -1`` starts at the server's current binlog end, or right after
+  ``start_gtid`` (MariaDB GTID state) when given; later restarts use the SCN.
 
 Rows are encoded by a codec compiled per table shape (:mod:`.fastpath`) and,
 where that codec does not apply, by the Python decoder (:mod:`.rows`); both
@@ -258,7 +259,8 @@ class MysqlSource(Source):
                  exclude_tables: Sequence[str] = (), include_columns: Sequence[str] = (),
                  exclude_columns: Sequence[str] = (), server_id: int = 1_000_001,
                  heartbeat: float = 1.0, state_dir: Path | None = None,
-                 name: str = "relay", compiled: bool = True) -> None:
+                 name: str = "relay", compiled: bool = True,
+                 start_gtid: str | None = None) -> None:
         self.url = parse_mysql_url(url)
         check_server(server_facts(self.url))
         self._include = _regexes(tables or [".*"])
@@ -267,6 +269,7 @@ class MysqlSource(Source):
         self._col_exclude = _regexes(exclude_columns)
         self.server_id = server_id
         self.heartbeat = heartbeat
+        self.start_gtid = start_gtid
         self.compiled = compiled and fastpath.available()
         if compiled and not self.compiled:
             log.warning("the compiled row codec is not built; using the slower Python decoder")
@@ -366,14 +369,17 @@ class MysqlSource(Source):
     def _open(self, after_scn: int) -> None:
         if self._stream is not None:
             self._stream.close()
+        gtid = None
         if after_scn < 0:
             file, pos = master_status(self.url)
+            gtid = self.start_gtid  # a new relay may start at a GTID instead of the end
         else:
             file, pos = self._file_name(after_scn >> 32), after_scn & 0xFFFFFFFF
         self._base = file.rsplit(".", 1)[0]
-        self._file = file
+        self._file = file  # with a GTID start, the server's first ROTATE names the file
         self._stream = BinlogStream(self.url, server_id=self.server_id, file=file, pos=pos,
-                                    heartbeat=self.heartbeat, read_timeout=self.heartbeat * 5)
+                                    heartbeat=self.heartbeat, read_timeout=self.heartbeat * 5,
+                                    gtid=gtid)
         self._stream_scn = after_scn
         self._reset_txn()
 
