@@ -42,6 +42,10 @@ METADATA_SCHEMA: dict[str, Any] = {
 }
 
 
+SCHEMA_CHANGES = "databus.schema_changes"
+"""Logical source of DDL notices (one row per table a DDL statement changes)."""
+
+
 def schema_digest(avro: dict[str, Any]) -> bytes:
     """MD5 of the Parsing Canonical Form: the schema id."""
     return hashlib.md5(to_parsing_canonical_form(avro).encode("utf-8")).digest()

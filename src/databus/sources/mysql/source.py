@@ -54,7 +54,14 @@ from databus.core.errors import (
     SchemaError,
     SourceUnavailableError,
 )
-from databus.core.schema import ColumnSpec, MetadataCodec, SchemaRegistry, TableSchema, table_schema
+from databus.core.schema import (
+    SCHEMA_CHANGES,
+    ColumnSpec,
+    MetadataCodec,
+    SchemaRegistry,
+    TableSchema,
+    table_schema,
+)
 from databus.sources.base import Source, SourceInfo, Window
 from databus.sources.mysql import ddl as dd
 from databus.sources.mysql import events as be
@@ -67,9 +74,6 @@ log = logging.getLogger("databus.sources.mysql")
 
 _OPS = {30: ev.Op.INSERT, 23: ev.Op.INSERT, 31: ev.Op.UPDATE, 24: ev.Op.UPDATE,
         32: ev.Op.DELETE, 25: ev.Op.DELETE}
-
-SCHEMA_CHANGES = "databus.schema_changes"
-"""Logical source of DDL events: one row per table a DDL statement changes."""
 
 SCHEMA_CHANGE_AVRO = table_schema("databus", "schema_changes", [
     ColumnSpec("db", "string", nullable=False), ColumnSpec("table", "string", nullable=False),
