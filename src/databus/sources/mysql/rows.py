@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from databus.core.errors import CorruptEventError, SchemaError
+from databus.sources.mysql import jsonb
 from databus.sources.mysql.events import read_lenenc
 
 # binlog column types
@@ -375,6 +376,8 @@ def _value(td: TableDef, i: int, b: memoryview, pos: int) -> tuple[Any, int]:
         raw = bytes(b[pos : pos + ln])
         if t == T_BLOB and _codec(td, i) != CODEC_BINARY:
             return text(raw, _codec(td, i)), pos + ln
+        if t == T_JSON:  # MySQL 8 binary JSON (MariaDB logs JSON as text, a BLOB)
+            return jsonb.to_text(raw), pos + ln
         return raw, pos + ln
     if t == T_ENUM:
         idx = int.from_bytes(b[pos : pos + m], "little")
