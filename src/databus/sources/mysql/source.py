@@ -39,6 +39,7 @@ import logging
 import re
 import threading
 import time
+import uuid
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ from databus.core.errors import (
     CorruptEventError,
     DatabusError,
     SchemaError,
+    SourcePositionLostError,
     SourceUnavailableError,
 )
 from databus.core.schema import (
@@ -66,14 +68,32 @@ from databus.sources.base import Source, SourceInfo, Window
 from databus.sources.mysql import ddl as dd
 from databus.sources.mysql import events as be
 from databus.sources.mysql import fastpath
+from databus.sources.mysql import incremental as inc
 from databus.sources.mysql import rows as br
 from databus.sources.mysql.checks import check_server, parse_mysql_url
-from databus.sources.mysql.connection import BinlogStream, collations, master_status, server_facts
+from databus.sources.mysql.connection import (
+    BinlogStream,
+    SqlSession,
+    collations,
+    master_status,
+    server_facts,
+)
+from databus.sources.mysql.incremental import Coordinator
+from databus.sources.mysql.snapshots import ProgressRecords, SnapshotIO
 
 log = logging.getLogger("databus.sources.mysql")
 
 _OPS = {30: ev.Op.INSERT, 23: ev.Op.INSERT, 31: ev.Op.UPDATE, 24: ev.Op.UPDATE,
         32: ev.Op.DELETE, 25: ev.Op.DELETE}
+
+NOTIFICATIONS = "databus.notifications"
+"""Logical source of snapshot progress notifications (see :mod:`.incremental`)."""
+
+NOTIFICATION_AVRO = table_schema("databus", "notifications", [
+    ColumnSpec("kind", "string", nullable=False), ColumnSpec("snapshot", "string"),
+    ColumnSpec("table", "string"), ColumnSpec("data", "string", nullable=False)])
+
+SNAPSHOT_MODES = ("initial", "initial_only", "no_data", "when_needed", "always")
 
 SCHEMA_CHANGE_AVRO = table_schema("databus", "schema_changes", [
     ColumnSpec("db", "string", nullable=False), ColumnSpec("table", "string", nullable=False),
@@ -212,12 +232,14 @@ class _Shape:
             return data, n
         return self._encode_py(etype, body, scn, ts_ns, meta_mid, row_index)
 
-    def _row(self, values: list[Any]) -> dict[str, Any]:
+    def row(self, values: list[Any]) -> dict[str, Any]:
+        """Decoder values -> the Avro record of this version (filtered columns out)."""
         v = self.version
         kept = [x for x, k in zip(values, self.keep, strict=True) if k]
         return {f: _avro_value(x, a) for f, x, a in zip(v.fields, kept, v.types, strict=True)}
 
-    def _key(self, values: list[Any], index: int) -> int | bytes:
+    def key(self, values: list[Any], index: int) -> int | bytes:
+        """The event key of a row (decoder values; ``index``: its place in the txn)."""
         if self.mode == br.KEY_ROWINDEX:
             return index
         kv = [values[i] for i in self.td.primary_key]
@@ -236,11 +258,11 @@ class _Shape:
             index = row_index + n
             meta = b"\x00"
             if before is not None and after is not None:
-                raw = s.encode(self._row(before))
+                raw = s.encode(self.row(before))
                 meta = b"\x02" + _zz(len(raw)) + raw
             out.append(ev.encode(
-                scn=scn, src_id=s.src_id, key=self._key(image, index),
-                payload=s.encode(self._row(image)), schema_id=s.id, schema_version=s.version,
+                scn=scn, src_id=s.src_id, key=self.key(image, index),
+                payload=s.encode(self.row(image)), schema_id=s.id, schema_version=s.version,
                 op=_OPS[etype], timestamp_ns=ts_ns, metadata=meta + meta_mid + _u_long(index),
                 metadata_schema_id=MetadataCodec.ID))
         return b"".join(out), len(out)
@@ -264,7 +286,8 @@ class MysqlSource(Source):
                  exclude_columns: Sequence[str] = (), server_id: int = 1_000_001,
                  heartbeat: float = 1.0, state_dir: Path | None = None,
                  name: str = "relay", compiled: bool = True,
-                 start_gtid: str | None = None) -> None:
+                 start_gtid: str | None = None, snapshot_mode: str = "no_data",
+                 signal_table: str = "databus.signals", chunk_size: int = 1024) -> None:
         self.url = parse_mysql_url(url)
         check_server(server_facts(self.url))
         self._include = _regexes(tables or [".*"])
@@ -283,8 +306,24 @@ class MysqlSource(Source):
         self._versions: dict[bytes, _Version] = {}  # by schema id
         self._shapes: dict[bytes, _Shape] = {}  # by table map body (without table id)
         self._by_src: dict[int, SourceInfo] = {}
-        self._ddl_version = self._ddl_schema()
+        self._ddl_version = self._internal_schema(SCHEMA_CHANGES, SCHEMA_CHANGE_AVRO,
+                                                  ("db", "table"))
+        self._notify_version = self._internal_schema(NOTIFICATIONS, NOTIFICATION_AVRO,
+                                                     ("snapshot",))
         self._load_history()
+        if snapshot_mode not in SNAPSHOT_MODES:
+            raise ConfigError(f"snapshot_mode must be one of {', '.join(SNAPSHOT_MODES)}")
+        self.snapshot_mode = snapshot_mode
+        self.signal_table = signal_table
+        self._sql = SqlSession(self.url)
+        self._snap_io = SnapshotIO(self._sql, signal_table, self._wanted, self._shape_of)
+        self._coord = Coordinator(self._snap_io, chunk_size, self._wanted)
+        self._records = ProgressRecords(
+            state_dir / f"{name}.mysql-snapshot.json" if state_dir else None)
+        self._notices: list[dict[str, Any]] = []
+        self._snapshotted = False  # a mode's own snapshot was started by this process
+        if snapshot_mode != "no_data":
+            self._snap_io.ensure_signal_table()
         self._stream: BinlogStream | None = None
         self._stream_scn = -2
         self._file = ""
@@ -293,11 +332,11 @@ class MysqlSource(Source):
 
     # -- schemas -----------------------------------------------------------------
 
-    def _ddl_schema(self) -> _Version:
-        schema = TableSchema(source_id(SCHEMA_CHANGES), SCHEMA_CHANGES, 1, SCHEMA_CHANGE_AVRO,
-                             ("db", "table"))
+    def _internal_schema(self, name: str, avro: dict[str, Any], keys: tuple[str, ...]
+                         ) -> _Version:
+        schema = TableSchema(source_id(name), name, 1, avro, keys)
         self._registry.add(schema)
-        self._by_src[schema.src_id] = SourceInfo(schema.src_id, SCHEMA_CHANGES)
+        self._by_src[schema.src_id] = SourceInfo(schema.src_id, name)
         return _Version(schema)
 
     def _load_history(self) -> None:
@@ -353,6 +392,13 @@ class MysqlSource(Source):
         self._shapes[table_map] = shape
         return shape
 
+    def _shape_of(self, td: br.TableDef) -> _Shape:
+        """The version of a table described by information_schema (snapshots)."""
+        sig = json.dumps(["information_schema", td.schema, td.table, td.names, td.real_types,
+                          td.meta, td.unsigned, td.codecs, td.primary_key,
+                          sorted(td.enum_values.items()), sorted(td.set_values.items())])
+        return self._shape(sig.encode(), td)
+
     def _wanted(self, name: str) -> bool:
         return (any(p.fullmatch(name) for p in self._include)
                 and not any(p.fullmatch(name) for p in self._exclude))
@@ -368,15 +414,21 @@ class MysqlSource(Source):
     def _reset_txn(self) -> None:
         self._maps: dict[int, tuple[bytes, br.TableDef]] = {}
         self._pending: list[_Pending] = []
+        self._signals: list[tuple[str, str, str | None]] = []
         self._gtid: str | None = None
 
-    def _open(self, after_scn: int) -> None:
+    def _open(self, after_scn: int, *, at_end: bool = False) -> None:
+        """Start the dump after ``after_scn`` (-1: at the end or ``start_gtid``).
+
+        ``at_end``: the position is gone and ``when_needed`` applies: stream
+        from the server's end and snapshot every captured table instead.
+        """
         if self._stream is not None:
             self._stream.close()
         gtid = None
-        if after_scn < 0:
+        if after_scn < 0 or at_end:
             file, pos = master_status(self.url)
-            gtid = self.start_gtid  # a new relay may start at a GTID instead of the end
+            gtid = None if at_end else self.start_gtid
         else:
             file, pos = self._file_name(after_scn >> 32), after_scn & 0xFFFFFFFF
         self._base = file.rsplit(".", 1)[0]
@@ -386,6 +438,15 @@ class MysqlSource(Source):
                                     gtid=gtid)
         self._stream_scn = after_scn
         self._reset_txn()
+        self._coord.restore(self._records.at(after_scn) if after_scn >= 0 else None)
+        mode = self.snapshot_mode
+        if at_end or (not self._snapshotted and not self._coord.active and (
+                (after_scn < 0 and mode in ("initial", "initial_only", "when_needed"))
+                or mode == "always")):
+            self._snapshotted = True
+            tables = self._snap_io.tables()
+            if tables:
+                self._notices += self._coord.start(tables)
 
     def _file_name(self, number: int) -> str:
         base = self._base or master_status(self.url)[0].rsplit(".", 1)[0]
@@ -406,24 +467,48 @@ class MysqlSource(Source):
     def _read(self, after_scn: int, stop: threading.Event, timeout: float) -> list[Window]:
         if self._stream is None or after_scn != self._stream_scn:
             self._open(after_scn)
+        if self._done_snapshotting():
+            stop.wait(timeout)  # initial_only: nothing more after the snapshot
+            return []
         assert self._stream is not None
         deadline = time.monotonic() + timeout
         out: list[Window] = []
         # a burst of small transactions goes to the buffer in one call; the
         # first window already waits for nothing more than what is there
         while not stop.is_set() and len(out) < 64:
-            raw = self._stream.read()
+            if self._coord.wants_chunk():
+                self._open_chunk()
+            try:
+                raw = self._stream.read()
+            except SourcePositionLostError:
+                if self.snapshot_mode != "when_needed" or out:
+                    raise
+                log.warning("binlog position after scn %d is gone: streaming from the end"
+                            " and snapshotting every table (snapshot_mode when_needed)",
+                            after_scn)
+                self._open(after_scn, at_end=True)
+                continue
             if raw is None:
                 raise SourceUnavailableError("the server ended the binlog stream")
             window = self._event(raw)
             if window is not None:
                 self._stream_scn = window.scn
                 out.append(window)
-                if not self._stream.pending():
+                if not self._stream.pending() or self._done_snapshotting():
                     break
             elif time.monotonic() >= deadline:
                 break
         return out
+
+    def _done_snapshotting(self) -> bool:
+        return (self.snapshot_mode == "initial_only" and self._snapshotted
+                and not self._coord.active and not self._notices)
+
+    def _open_chunk(self) -> None:
+        self._notices += self._coord.open_chunk()
+        if self._notices and self._coord.chunk is None:
+            # no watermark will commit: a marker row carries the notices to the stream
+            self._snap_io.write_watermark(uuid.uuid4().hex, inc.NOTIFY, "{}")
 
     def _event(self, raw: bytes) -> Window | None:
         assert self._stream is not None
@@ -432,13 +517,19 @@ class MysqlSource(Source):
         if t in be.ROW_EVENTS:
             entry = self._maps.get(int.from_bytes(body[0:6], "little"))
             if entry is not None:
-                shape = self._shape(*entry)
-                self._pending.append(_Pending(
-                    shape, t, body, meta_middle(self._gtid, self._file, h.next_pos, self._gtid,
-                                                h.server_id)))
+                td = entry[1]
+                name = f"{td.schema}.{td.table}"
+                if name == self.signal_table:
+                    self._signal_rows(td, t, body)
+                if self._wanted(name):
+                    self._pending.append(_Pending(
+                        self._shape(*entry), t, body,
+                        meta_middle(self._gtid, self._file, h.next_pos, self._gtid,
+                                    h.server_id)))
         elif t == be.EventType.TABLE_MAP:
             td = br.parse_table_def(body, self._collations)
-            if self._wanted(f"{td.schema}.{td.table}"):
+            name = f"{td.schema}.{td.table}"
+            if self._wanted(name) or name == self.signal_table:
                 self._maps[td.table_id] = (bytes(body[6:]), td)
         elif t == be.EventType.XID:
             return self._commit(h)
@@ -458,10 +549,19 @@ class MysqlSource(Source):
             self._file = be.parse_rotate(body).file
         return None
 
+    def _signal_rows(self, td: br.TableDef, etype: int, body: memoryview) -> None:
+        if etype not in (23, 30):  # signals are inserted rows
+            return
+        names = td.names or ["id", "type", "data"]
+        for _before, after in br.decode_rows(td, etype, body):
+            row = dict(zip(names, after or [], strict=False))
+            self._signals.append((str(row.get("id")), str(row.get("type")),
+                                  None if row.get("data") is None else str(row["data"])))
+
     def _commit(self, h: be.EventHeader) -> Window | None:
-        pending = self._pending
+        pending, signals = self._pending, self._signals
         self._reset_txn()
-        if not pending:
+        if not pending and not signals and not self._notices and self._coord.chunk is None:
             return None
         scn = self._scn(h.next_pos)
         ts_ns = h.timestamp * 1_000_000_000
@@ -471,9 +571,46 @@ class MysqlSource(Source):
             data, n = p.shape.encode(p.etype, p.body, scn, ts_ns, p.meta_mid, rows)
             parts.append(data)
             rows += n
+        changed = bool(signals or self._notices)
+        notices, self._notices = self._notices, []
+        marks = [sid for sid, kind, _ in signals if kind in inc.MARKS]
+        for sid, kind, text in signals:
+            if kind not in inc.MARKS:
+                notices += self._coord.signal(sid, kind, text)
+        chunk, more = self._coord.on_commit(marks, lambda table: _keys(parts, table))
+        notices += more
+        if chunk is not None:
+            data, n = self._snapshot_events(chunk, scn, ts_ns)
+            parts.append(data)
+            rows += n
+        for notice in notices:
+            parts.append(self._notice_event(notice, scn, ts_ns))
+            rows += 1
+        if chunk is not None or changed or notices:
+            self._records.add(scn, self._coord.state())
         if not rows:
             return None
         return Window(scn, b"".join(parts), rows, ts_ns)
+
+    def _snapshot_events(self, chunk: inc.Chunk, scn: int, ts_ns: int) -> tuple[bytes, int]:
+        shape: _Shape = chunk.shape
+        s = shape.version.schema
+        out = [ev.encode(scn=scn, src_id=s.src_id, key=key, payload=s.encode(shape.row(values)),
+                         schema_id=s.id, schema_version=s.version, op=ev.Op.READ,
+                         timestamp_ns=ts_ns, extra_attributes=ev.ATTR_SNAPSHOT)
+               for key, values in chunk.rows.items()]
+        return b"".join(out), len(out)
+
+    def _notice_event(self, notice: dict[str, Any], scn: int, ts_ns: int) -> bytes:
+        s = self._notify_version.schema
+        rest = {k: v for k, v in notice.items() if k not in ("kind", "snapshot", "table")}
+        row = {"kind": notice["kind"], "snapshot": notice.get("snapshot"),
+               "table": notice.get("table"), "data": json.dumps(rest, default=str)}
+        log.info("snapshot %s: %s %s", row["snapshot"], row["kind"], row["data"])
+        key = json.dumps([row["snapshot"]]).encode()
+        return ev.encode(scn=scn, src_id=s.src_id, key=key, payload=s.encode(row),
+                         schema_id=s.id, schema_version=s.version, op=ev.Op.INSERT,
+                         timestamp_ns=ts_ns)
 
     def _ddl(self, h: be.EventHeader, db: str, sql: str) -> Window | None:
         """A DDL statement: schema change events (+ truncate events) as one window."""
@@ -505,3 +642,17 @@ class MysqlSource(Source):
         if self._stream is not None:
             self._stream.close()
             self._stream = None
+        self._sql.close()
+
+
+def _keys(parts: list[bytes], table: str) -> list[int | bytes]:
+    """Event keys of ``table``'s rows among encoded events."""
+    src = source_id(table)
+    out: list[int | bytes] = []
+    for data in parts:
+        off = 0
+        while off < len(data):
+            if ev.peek_src_id(data, off) == src:
+                out.append(ev.peek_key(data, off))
+            off += ev.peek_length(data, off)
+    return out
