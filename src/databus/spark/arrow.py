@@ -1,0 +1,220 @@
+"""From Avro table schemas and binary events to Arrow: the change envelope.
+
+The envelope (one row per data event), in this column order::
+
+    op        string   c | u | d | r | t
+    scn       int64    the window's SCN
+    sequence  struct<scn int64, index int32>  order of changes: index counts this
+                       partition's events inside the window (one key always
+                       lands in one partition, so its changes are ordered)
+    ts_ms     int64    the event's source timestamp, ms (deterministic on replay)
+    source    struct<db, table, scn, file, pos, gtid, server_id, row, snapshot>
+    key       string   the event key (integer as decimal text, bytes as UTF-8 or 0x-hex)
+    before    struct<columns> | string (valueFormat=json)
+    after     struct<columns> | string (valueFormat=json)
+
+Avro to Arrow (a nullable union takes its first non-null branch; SQLite's
+multi-branch unions thus take the declared affinity's type): boolean, int,
+long, float, double, string, bytes as themselves; decimal -> decimal128 (or
+string above 38 digits); date -> date32; time-millis/micros -> int (ms/us of
+the day); timestamp-* -> timestamp[us, UTC]; local-timestamp-* ->
+timestamp[us]; uuid and enum -> string; fixed -> binary; arrays, maps and
+records nest. A value held in another union branch is converted when the
+conversion is exact (e.g. 3 to 3.0, "7" stays in a string column only), else
+the read fails with :class:`SchemaError` naming the column; valueFormat=json
+carries any value.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import uuid
+from typing import Any
+
+import pyarrow as pa
+
+from databus.core.envelope import row_to_json
+from databus.core.errors import SchemaError
+from databus.core.schema import TableSchema
+
+SOURCE_TYPE = pa.struct([
+    ("db", pa.string()), ("table", pa.string()), ("scn", pa.int64()), ("file", pa.string()),
+    ("pos", pa.int64()), ("gtid", pa.string()), ("server_id", pa.int64()), ("row", pa.int32()),
+    ("snapshot", pa.bool_()),
+])
+SEQUENCE_TYPE = pa.struct([("scn", pa.int64()), ("index", pa.int32())])
+_PRIMS: dict[str, pa.DataType] = {
+    "boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(),
+    "double": pa.float64(), "string": pa.string(), "bytes": pa.binary(), "null": pa.null(),
+}
+
+
+def avro_to_arrow(avro: Any) -> pa.DataType:
+    """The Arrow type of an Avro type (see the module docstring)."""
+    if isinstance(avro, list):
+        branches = [b for b in avro if b != "null"]
+        if not branches:
+            return pa.null()
+        return avro_to_arrow(branches[0])
+    if isinstance(avro, str):
+        if avro in _PRIMS:
+            return _PRIMS[avro]
+        raise SchemaError(f"named Avro type references are not supported: {avro!r}")
+    kind, logical = avro.get("type"), avro.get("logicalType")
+    if logical == "decimal":
+        precision, scale = int(avro["precision"]), int(avro.get("scale", 0))
+        return pa.decimal128(precision, scale) if precision <= 38 else pa.string()
+    if logical == "date":
+        return pa.date32()
+    if logical in ("timestamp-millis", "timestamp-micros", "timestamp-nanos"):
+        return pa.timestamp("us", tz="UTC")
+    if logical in ("local-timestamp-millis", "local-timestamp-micros", "local-timestamp-nanos"):
+        return pa.timestamp("us")
+    if logical == "time-millis":
+        return pa.int32()
+    if logical == "time-micros":
+        return pa.int64()
+    if kind == "record":
+        return pa.struct([(f.get("column", f["name"]), avro_to_arrow(f["type"]))
+                          for f in avro["fields"]])
+    if kind == "array":
+        return pa.list_(avro_to_arrow(avro["items"]))
+    if kind == "map":
+        return pa.map_(pa.string(), avro_to_arrow(avro["values"]))
+    if kind == "enum":
+        return pa.string()
+    if kind == "fixed":
+        return pa.binary()
+    return avro_to_arrow(kind)
+
+
+def envelope_schema(table: TableSchema | None) -> pa.Schema:
+    """The Arrow schema of the envelope; ``None`` = JSON strings for before/after."""
+    row: pa.DataType = pa.string() if table is None else avro_to_arrow(table.avro)
+    return pa.schema([
+        ("op", pa.string()), ("scn", pa.int64()), ("sequence", SEQUENCE_TYPE),
+        ("ts_ms", pa.int64()), ("source", SOURCE_TYPE), ("key", pa.string()),
+        ("before", row), ("after", row),
+    ])
+
+
+def key_text(key: int | bytes) -> str:
+    if isinstance(key, int):
+        return str(key)
+    try:
+        return key.decode("utf-8")
+    except UnicodeDecodeError:
+        return "0x" + key.hex()
+
+
+class RowShaper:
+    """Turns decoded Avro rows (field-name dicts) into Arrow-ready values.
+
+    One per target struct type. A row of another table version is matched by
+    column name: a column the target lacks fails (restart the query to pick up
+    the new schema); a column the row lacks is null.
+    """
+
+    def __init__(self, target: pa.StructType | None) -> None:
+        self.json_mode = target is None
+        self._types: dict[str, pa.DataType] = (
+            {} if target is None
+            else {target.field(i).name: target.field(i).type for i in range(target.num_fields)})
+
+    def shape(self, schema: TableSchema, row: dict[str, Any] | None) -> Any:
+        if row is None:
+            return None
+        if self.json_mode:
+            return json.dumps(row_to_json(schema, row), separators=(",", ":"), ensure_ascii=False)
+        out: dict[str, Any] = {}
+        for f in schema.avro["fields"]:
+            col = f.get("column", f["name"])
+            t = self._types.get(col)
+            if t is None:
+                raise SchemaError(
+                    f"{schema.name} v{schema.version} has column {col!r} that the query's schema"
+                    " lacks: restart the query to pick up the new table version")
+            out[col] = convert(row.get(f["name"]), t, f"{schema.name}.{col}")
+        return out
+
+
+def convert(value: Any, t: pa.DataType, where: str) -> Any:
+    """``value`` as Arrow type ``t`` expects it, or :class:`SchemaError` when not exact."""
+    if value is None:
+        return None
+    if pa.types.is_int64(t) or pa.types.is_int32(t):
+        if isinstance(value, bool):
+            return int(value)
+        if isinstance(value, int):
+            return value
+        if isinstance(value, dt.time):
+            micros = ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000
+            micros += value.microsecond
+            return micros if pa.types.is_int64(t) else micros // 1000
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    elif pa.types.is_floating(t):
+        if isinstance(value, float):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool) and float(value) == value:
+            return float(value)
+    elif pa.types.is_string(t):
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (uuid.UUID, decimal.Decimal)):
+            return str(value)
+    elif pa.types.is_binary(t):
+        if isinstance(value, bytes):
+            return value
+        if isinstance(value, str):
+            return value.encode("utf-8")
+    elif pa.types.is_boolean(t):
+        if isinstance(value, bool):
+            return value
+    elif pa.types.is_decimal(t):
+        if isinstance(value, decimal.Decimal):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return decimal.Decimal(value)
+    elif pa.types.is_timestamp(t) or pa.types.is_date(t):
+        if isinstance(value, (dt.date, dt.datetime)):
+            return value
+    elif pa.types.is_struct(t):
+        if isinstance(value, dict):
+            return {t.field(i).name: convert(value.get(t.field(i).name), t.field(i).type, where)
+                    for i in range(t.num_fields)}
+    elif pa.types.is_list(t):
+        if isinstance(value, list):
+            return [convert(v, t.value_type, where) for v in value]
+    elif pa.types.is_map(t):
+        if isinstance(value, dict):
+            return [(k, convert(v, t.item_type, where)) for k, v in value.items()]
+    raise SchemaError(
+        f"column {where}: value {value!r:.60} ({type(value).__name__}) does not fit {t}; use "
+        "valueFormat=json to carry any value")
+
+
+class BatchBuilder:
+    """Accumulates envelope rows column by column; :meth:`flush` makes a RecordBatch."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self._cols: list[list[Any]] = [[] for _ in schema.names]
+
+    def __len__(self) -> int:
+        return len(self._cols[0])
+
+    def add(self, *values: Any) -> None:
+        for col, v in zip(self._cols, values, strict=True):
+            col.append(v)
+
+    def flush(self) -> pa.RecordBatch:
+        try:
+            arrays = [pa.array(col, type=f.type) for col, f in zip(self._cols, self.schema,
+                                                                   strict=True)]
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise SchemaError(f"cannot build the Arrow batch: {exc}") from exc
+        self._cols = [[] for _ in self.schema.names]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
