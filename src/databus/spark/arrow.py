@@ -188,9 +188,8 @@ def convert(value: Any, t: pa.DataType, where: str) -> Any:
     elif pa.types.is_list(t):
         if isinstance(value, list):
             return [convert(v, t.value_type, where) for v in value]
-    elif pa.types.is_map(t):
-        if isinstance(value, dict):
-            return [(k, convert(v, t.item_type, where)) for k, v in value.items()]
+    elif pa.types.is_map(t) and isinstance(value, dict):
+        return [(k, convert(v, t.item_type, where)) for k, v in value.items()]
     raise SchemaError(
         f"column {where}: value {value!r:.60} ({type(value).__name__}) does not fit {t}; use "
         "valueFormat=json to carry any value")

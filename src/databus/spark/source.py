@@ -54,7 +54,7 @@ from databus.spark.reading import (
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 FORMAT = "databus"
 
@@ -108,7 +108,7 @@ class DatabusDataSource(DataSource):
         return DatabusStreamReader(self._plan())
 
 
-class BucketPartition(InputPartition):  # type: ignore[misc]
+class BucketPartition(InputPartition):
     """One MOD bucket's share of a micro-batch: ``(start, end_scn]``."""
 
     def __init__(self, bucket: int, start: dict[str, Any], end_scn: int) -> None:
@@ -118,7 +118,7 @@ class BucketPartition(InputPartition):  # type: ignore[misc]
         self.end_scn = end_scn
 
 
-class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets, admission control and partition reads; picklable to executors."""
 
     def __init__(self, plan: _Plan) -> None:
@@ -224,3 +224,22 @@ def _envelope_values(e: Any, index: int, registry: SchemaRegistry,
     return (e.op.letter, e.scn, {"scn": e.scn, "index": index}, e.timestamp_ns // 1_000_000,
             source, arrow.key_text(e.key), shaper.shape(schema, before),
             shaper.shape(schema, after))
+
+
+def changes(envelope: DataFrame) -> DataFrame:
+    """Flatten the envelope for :func:`databus.spark.apply_changes`.
+
+    The row's columns at top level (the after image, or the before image for a
+    delete) plus ``_op`` (c/u/d/r/t) and ``_sequence`` (struct of scn, index):
+    use ``sequence_by="_sequence"``, ``apply_as_deletes="_op = 'd'"``,
+    ``apply_as_truncates="_op = 't'"`` and ``except_column_list=["_op", "_sequence"]``.
+    Needs ``valueFormat=struct``.
+    """
+    from pyspark.sql import functions as F
+
+    if dict(envelope.dtypes).get("after", "").startswith("string"):
+        raise ConfigError("changes() needs typed before/after (valueFormat=struct)")
+    return envelope.select(
+        F.coalesce("after", "before").alias("__row"), F.col("op").alias("_op"),
+        F.col("sequence").alias("_sequence"),
+    ).select("__row.*", "_op", "_sequence")
