@@ -18,7 +18,7 @@ the table with :func:`read_table`, which returns live rows only.
 Table layout (hidden columns start with ``__``)::
 
     SCD1: <columns>, __seq, __deleted, __written, __bucket (partition)
-    SCD2: <columns>, __START_AT, __END_AT, __deleted, __written, __bucket
+    SCD2: <columns>, __START_AT, __END_AT, __deleted, __events, __written, __bucket
 
 and ``_databus_table.json`` (keys, SCD type, buckets), written atomically
 before the first data. Targets are local paths in this release.
@@ -43,7 +43,7 @@ from databus.spark.scd import reduce_scd1, reduce_scd2
 
 META_FILE = "_databus_table.json"
 BUCKET = "__bucket"
-HIDDEN = ("__seq", "__deleted", "__written", BUCKET, "__START_AT", "__END_AT")
+HIDDEN = ("__seq", "__deleted", "__written", BUCKET, "__START_AT", "__END_AT", "__events")
 
 
 @dataclass(frozen=True)
@@ -276,4 +276,4 @@ def read_table(spark: SparkSession, target: str, *, current_only: bool = False) 
             .where(~F.col("__deleted")))
     if meta.scd_type == 2 and current_only:
         live = live.where(F.col("__END_AT").isNull())
-    return live.drop("__rank", "__deleted", "__written", BUCKET, *hidden)
+    return live.drop("__rank", "__deleted", "__written", "__events", BUCKET, *hidden)

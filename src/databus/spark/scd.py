@@ -21,15 +21,14 @@ def _q(name: str) -> Column:
     return F.col(f"`{name}`")
 
 
-def _events(changes: DataFrame, existing: DataFrame | None, columns: list[str],
-            seq_col: str) -> DataFrame:
+def _events(changes: DataFrame, existing: DataFrame | None, columns: list[str]) -> DataFrame:
     """Batch changes and stored rows as one event list, deduplicated on (key, seq)."""
     cols = [_q(c) for c in columns]
     ev = changes.select(*cols, "__seq", "__kind", F.col(BUCKET).cast("int").alias(BUCKET),
                         F.lit(1).alias("__src"))
     if existing is not None:
         old = existing.select(
-            *cols, F.col(seq_col).alias("__seq"),
+            *cols, F.col("__seq"),
             F.when(F.col("__deleted"), F.lit("d")).otherwise(F.lit("u")).alias("__kind"),
             F.col(BUCKET).cast("int").alias(BUCKET), F.lit(0).alias("__src"))
         ev = old.unionByName(ev)
@@ -60,7 +59,7 @@ def _fill_nulls(ev: DataFrame, columns: list[str], keys: tuple[str, ...]) -> Dat
 def reduce_scd1(changes: DataFrame, existing: DataFrame | None, columns: list[str],
                 keys: tuple[str, ...], truncate_at: Any, ignore_null_updates: bool) -> DataFrame:
     """The current row (or tombstone) per key: the event with the highest sequence."""
-    ev = _dedupe(_events(changes, existing, columns, "__seq"), keys)
+    ev = _dedupe(_events(changes, existing, columns), keys)
     if truncate_at is not None:
         ev = ev.where((F.col("__kind") != "t") & (F.col("__seq") > F.lit(truncate_at)))
     if ignore_null_updates:
@@ -71,6 +70,14 @@ def reduce_scd1(changes: DataFrame, existing: DataFrame | None, columns: list[st
                       (F.col("__kind") == "d").alias("__deleted"), BUCKET)
 
 
+def _stored_events(existing: DataFrame, columns: list[str]) -> DataFrame:
+    """SCD2 rows back into the events they were built from (``__events``)."""
+    one = existing.select(F.col(BUCKET), F.explode("__events").alias("__e"))
+    return one.select(*[F.col(f"__e.`{c}`").alias(c) for c in columns],
+                      F.col("__e.__seq").alias("__seq"), F.col("__e.__kind").alias("__kind"),
+                      F.col(BUCKET).cast("int").alias(BUCKET), F.lit(0).alias("__src"))
+
+
 def reduce_scd2(changes: DataFrame, existing: DataFrame | None, columns: list[str],
                 keys: tuple[str, ...], tracked: list[str], ignore_null_updates: bool) -> DataFrame:
     """History: one version per run of upserts with equal tracked columns.
@@ -78,10 +85,16 @@ def reduce_scd2(changes: DataFrame, existing: DataFrame | None, columns: list[st
     A version starts at its first upsert (``__START_AT``) and carries the
     values of its last one (untracked columns are updated in place); it ends
     (``__END_AT``) where the next version or a delete starts. A delete is kept
-    as a tombstone row starting and ending at its sequence.
+    as a tombstone row starting and ending at its sequence. Each row keeps the
+    events it was built from (``__events``), so a late change that falls
+    inside a merged run is placed correctly by a later batch.
     """
     kcols = [_q(k) for k in keys]
-    ev = _dedupe(_events(changes, existing, columns, "__START_AT"), keys)
+    ev = changes.select(*[_q(c) for c in columns], "__seq", "__kind",
+                        F.col(BUCKET).cast("int").alias(BUCKET), F.lit(1).alias("__src"))
+    if existing is not None:
+        ev = _stored_events(existing, columns).unionByName(ev)
+    ev = _dedupe(ev, keys)
     if ignore_null_updates:
         ev = _fill_nulls(ev, columns, keys)
     by_seq = Window.partitionBy(*kcols).orderBy("__seq")
@@ -96,18 +109,16 @@ def reduce_scd2(changes: DataFrame, existing: DataFrame | None, columns: list[st
     ev = ev.withColumn("__vid", F.sum("__new").over(
         by_seq.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
     data = [c for c in columns if c not in keys]
-    last = F.max_by(F.struct(*[_q(c) for c in data], F.col("__kind")), "__seq") if data else None
-    aggs = [F.min("__seq").alias("__START_AT"), F.first(BUCKET).alias(BUCKET)]
-    if last is not None:
-        aggs.append(last.alias("__last"))
-    else:
-        aggs.append(F.max_by(F.col("__kind"), "__seq").alias("__k"))
-    versions = ev.groupBy(*kcols, "__vid").agg(*aggs)
-    kind = F.col("__last.__kind") if last is not None else F.col("__k")
+    event = F.struct(*[_q(c) for c in columns], F.col("__seq"), F.col("__kind"))
+    versions = ev.groupBy(*kcols, "__vid").agg(
+        F.min("__seq").alias("__START_AT"), F.first(BUCKET).alias(BUCKET),
+        F.max_by(event, "__seq").alias("__last"),
+        F.array_sort(F.collect_list(event)).alias("__events"))
+    kind = F.col("__last.__kind")
     nxt = F.lead("__START_AT").over(Window.partitionBy(*kcols).orderBy("__START_AT"))
     return versions.select(
         *kcols, *[F.col(f"__last.`{c}`").alias(c) for c in data],
         "__START_AT",
         F.when(kind == "d", F.col("__START_AT")).otherwise(nxt).alias("__END_AT"),
-        (kind == "d").alias("__deleted"), BUCKET,
+        (kind == "d").alias("__deleted"), "__events", BUCKET,
     )
