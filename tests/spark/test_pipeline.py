@@ -147,7 +147,7 @@ def test_scd2_history_matches_the_sequence_of_updates(spark: SparkSession,
             # each version ends where the next starts unless a delete came between
             upserts_then = [expected[i + 1] if i + 1 < len(expected) else "end"
                             for i, v in enumerate(expected) if v is not None]
-            for r, nxt_version, after in zip(versions, versions[1:] + [None], upserts_then,
+            for r, nxt_version, after in zip(versions, [*versions[1:], None], upserts_then,
                                              strict=True):
                 if after == "end":
                     assert r["__END_AT"] is None and nxt_version is None

@@ -22,10 +22,10 @@ from tests.support.shop import TABLES, Writer, create_shop
 Seen = tuple[int, str, str]  # (scn, key, op)
 
 
-def relay_events(relay: Relay, source_name: str) -> list[Seen]:
-    """Every data event of one source the relay holds, read directly over HTTP."""
+def relay_events(url: str, source_name: str) -> list[Seen]:
+    """Every data event of one source the relay at ``url`` holds, read directly over HTTP."""
     out: list[Seen] = []
-    with RelayConnection(relay.url) as conn:
+    with RelayConnection(url) as conn:
         src = [i for i, n in conn.sources() if n.endswith("." + source_name)]
         cp = Checkpoint.flexible()
         while True:
@@ -74,7 +74,7 @@ def test_available_now_runs_continue_exactly_where_the_last_stopped(
         runs.append(sum(run_available_now(df, out, ckpt)))
         got = spark.read.parquet(str(out))
         seen = sorted((r.scn, r.key, r.op) for r in got.collect())
-        want = sorted(relay_events(relay, "customers"))
+        want = sorted(relay_events(relay.url, "customers"))
         assert seen == want, f"round {round_}: the sink differs from the relay's events"
         # each input partition pulled its own MOD bucket of the key
         assert got.where(F.pmod(F.col("key").cast("long"), F.lit(4)) != F.col("pid")).count() == 0
@@ -93,7 +93,7 @@ def test_max_rows_per_batch_splits_on_window_boundaries(
     wait_relay(relay, db)
     df = stream(spark, relay, "orders", partitions=2, maxRowsPerBatch=40)
     batches = run_available_now(df, tmp_path / "out", tmp_path / "ckpt")
-    total = len(relay_events(relay, "orders"))
+    total = len(relay_events(relay.url, "orders"))
     assert sum(batches) == total and len(batches) >= total // 40
     windows = spark.read.parquet(str(tmp_path / "out")).groupBy("scn").count().collect()
     biggest = max(r["count"] for r in windows)
@@ -109,7 +109,7 @@ def test_json_value_format_carries_every_source(
     df = stream(spark, relay, "customers,orders,items", partitions=3, valueFormat="json")
     run_available_now(df, tmp_path / "out", tmp_path / "ckpt")
     got = spark.read.parquet(str(tmp_path / "out"))
-    total = sum(len(relay_events(relay, t)) for t in TABLES)
+    total = sum(len(relay_events(relay.url, t)) for t in TABLES)
     assert got.count() == total
     row = got.where("op = 'c' and source.table = 'orders'").select(
         F.get_json_object("after", "$.id").alias("id")).first()

@@ -91,10 +91,22 @@ class Scan:
     rows: int
 
 
-def relay_top(conn: RelayConnection, src_ids: list[int]) -> int:
-    """The newest window SCN the relay holds (-1 when empty)."""
-    # a one-byte budget returns at most one event; only the header matters
-    return conn.stream(None, src_ids, size=1, timeout=0.0).max_scn
+def relay_top(conn: RelayConnection, src_ids: list[int], retry_seconds: float = 0.0) -> int:
+    """The newest window SCN the relay holds (-1 when empty).
+
+    An unreachable relay is retried for ``retry_seconds`` (a relay restart
+    should not fail a running query), then the error propagates.
+    """
+    backoff = Backoff(0.2, 2.0)
+    deadline = time.monotonic() + retry_seconds
+    while True:
+        try:
+            # a one-byte budget returns at most one event; only the header matters
+            return conn.stream(None, src_ids, size=1, timeout=0.0).max_scn
+        except TransientError:
+            if time.monotonic() >= deadline:
+                raise
+            threading.Event().wait(backoff.next_delay())
 
 
 def scan_limit(conn: RelayConnection, src_ids: list[int], start: Checkpoint, top: int, *,

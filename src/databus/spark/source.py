@@ -153,13 +153,14 @@ class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         with self._conn() as conn:
-            self._target = relay_top(conn, self.src_ids)
+            self._target = relay_top(conn, self.src_ids, self.opts.relay_retry_seconds)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         start_scn = offset_scn(start, self.opts.partitions)
         start_cp = Checkpoint.from_dict(start["buckets"]["0"])
         with self._conn() as conn:
-            top = relay_top(conn, self.src_ids) if self._target is None else self._target
+            top = (relay_top(conn, self.src_ids, self.opts.relay_retry_seconds)
+                   if self._target is None else self._target)
             if top <= start_scn:
                 return start
             max_rows = max_bytes = None
@@ -177,8 +178,11 @@ class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offset_of(scan.scn, scan.prev_scn, self.opts.partitions)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        with self._conn() as conn:
-            return offset_of(relay_top(conn, self.src_ids), -1, self.opts.partitions)
+        try:
+            with self._conn() as conn:
+                return offset_of(relay_top(conn, self.src_ids), -1, self.opts.partitions)
+        except DatabusError:
+            return None  # only informational (query progress)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         offset_scn(start, self.opts.partitions)
