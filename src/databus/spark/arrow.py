@@ -109,37 +109,6 @@ def key_text(key: int | bytes) -> str:
         return "0x" + key.hex()
 
 
-class RowShaper:
-    """Turns decoded Avro rows (field-name dicts) into Arrow-ready values.
-
-    One per target struct type. A row of another table version is matched by
-    column name: a column the target lacks fails (restart the query to pick up
-    the new schema); a column the row lacks is null.
-    """
-
-    def __init__(self, target: pa.StructType | None) -> None:
-        self.json_mode = target is None
-        self._types: dict[str, pa.DataType] = (
-            {} if target is None
-            else {target.field(i).name: target.field(i).type for i in range(target.num_fields)})
-
-    def shape(self, schema: TableSchema, row: dict[str, Any] | None) -> Any:
-        if row is None:
-            return None
-        if self.json_mode:
-            return json.dumps(row_to_json(schema, row), separators=(",", ":"), ensure_ascii=False)
-        out: dict[str, Any] = {}
-        for f in schema.avro["fields"]:
-            col = f.get("column", f["name"])
-            t = self._types.get(col)
-            if t is None:
-                raise SchemaError(
-                    f"{schema.name} v{schema.version} has column {col!r} that the query's schema"
-                    " lacks: restart the query to pick up the new table version")
-            out[col] = convert(row.get(f["name"]), t, f"{schema.name}.{col}")
-        return out
-
-
 def convert(value: Any, t: pa.DataType, where: str) -> Any:
     """``value`` as Arrow type ``t`` expects it, or :class:`SchemaError` when not exact."""
     if value is None:
@@ -195,25 +164,124 @@ def convert(value: Any, t: pa.DataType, where: str) -> Any:
         "valueFormat=json to carry any value")
 
 
-class BatchBuilder:
-    """Accumulates envelope rows column by column; :meth:`flush` makes a RecordBatch."""
+class EnvelopeBuilder:
+    """Accumulates envelope rows column by column; :meth:`flush` makes a RecordBatch.
+
+    Rows stay as the Avro decoder produced them until the flush, which builds
+    each column with one ``pa.array`` call; values are converted one by one
+    (:func:`convert`) only for a column whose values Arrow refuses as they are.
+    A table version is checked once against the query's row type: a column the
+    query's schema lacks fails (restart the query to pick up the new version),
+    a column the version lacks is null.
+    """
 
     def __init__(self, schema: pa.Schema) -> None:
         self.schema = schema
-        self._cols: list[list[Any]] = [[] for _ in schema.names]
+        row_type = schema.field("after").type
+        self.json_mode = not pa.types.is_struct(row_type)
+        self._row_type: pa.StructType | None = None if self.json_mode else row_type
+        self._fields: dict[bytes, list[str | None]] = {}  # schema id -> Avro field per column
+        self._reset()
+
+    def _reset(self) -> None:
+        self._scalars: list[list[Any]] = [[] for _ in range(13)]
+        self._schemas: list[bytes] = []
+        self._before: list[Any] = []
+        self._after: list[Any] = []
 
     def __len__(self) -> int:
-        return len(self._cols[0])
+        return len(self._schemas)
 
-    def add(self, *values: Any) -> None:
-        for col, v in zip(self._cols, values, strict=True):
+    def _check(self, schema: TableSchema) -> None:
+        if schema.id in self._fields or self._row_type is None:
+            return
+        by_column = {f.get("column", f["name"]): f["name"] for f in schema.avro["fields"]}
+        names = [self._row_type.field(i).name for i in range(self._row_type.num_fields)]
+        extra = sorted(set(by_column) - set(names))
+        if extra:
+            raise SchemaError(
+                f"{schema.name} v{schema.version} has columns {extra} that the query's schema"
+                " lacks: restart the query to pick up the new table version")
+        self._fields[schema.id] = [by_column.get(n) for n in names]
+
+    def add(self, op: str, scn: int, index: int, ts_ms: int, schema: TableSchema,
+            meta: dict[str, Any], snapshot: bool, key: str, before: dict[str, Any] | None,
+            after: dict[str, Any] | None) -> None:
+        self._check(schema)
+        db, _, table = schema.name.partition(".")
+        for col, v in zip(self._scalars, (
+                op, scn, index, ts_ms, db, table, meta.get("file"), meta.get("pos"),
+                meta.get("gtid"), meta.get("server_id"), meta.get("row"), snapshot, key),
+                strict=True):
             col.append(v)
+        self._schemas.append(schema.id)
+        if self.json_mode:
+            self._before.append(_json_row(schema, before))
+            self._after.append(_json_row(schema, after))
+        else:
+            self._before.append(before)
+            self._after.append(after)
 
     def flush(self) -> pa.RecordBatch:
         try:
-            arrays = [pa.array(col, type=f.type) for col, f in zip(self._cols, self.schema,
-                                                                   strict=True)]
+            batch = self._build()
         except (pa.ArrowException, TypeError, ValueError) as exc:
             raise SchemaError(f"cannot build the Arrow batch: {exc}") from exc
-        self._cols = [[] for _ in self.schema.names]
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        self._reset()
+        return batch
+
+    def _build(self) -> pa.RecordBatch:
+        (op, scn, index, ts_ms, db, table, file, pos, gtid, server_id, row, snap,
+         key) = self._scalars
+        scn_arr = pa.array(scn, pa.int64())
+        sequence = pa.StructArray.from_arrays(
+            [scn_arr, pa.array(index, pa.int32())], fields=list(SEQUENCE_TYPE))
+        source = pa.StructArray.from_arrays(
+            [pa.array(db, pa.string()), pa.array(table, pa.string()), scn_arr,
+             pa.array(file, pa.string()), pa.array(pos, pa.int64()),
+             pa.array(gtid, pa.string()), pa.array(server_id, pa.int64()),
+             pa.array(row, pa.int32()), pa.array(snap, pa.bool_())],
+            fields=list(SOURCE_TYPE))
+        if self._row_type is None:
+            before = pa.array(self._before, pa.string())
+            after = pa.array(self._after, pa.string())
+        else:
+            before = self._rows(self._before, self._row_type)
+            after = self._rows(self._after, self._row_type)
+        return pa.RecordBatch.from_arrays(
+            [pa.array(op, pa.string()), scn_arr, sequence, pa.array(ts_ms, pa.int64()), source,
+             pa.array(key, pa.string()), before, after], schema=self.schema)
+
+    def _rows(self, rows: list[dict[str, Any] | None], t: pa.StructType) -> pa.StructArray:
+        children = []
+        ids = self._schemas
+        single = len(set(ids)) == 1
+        for i in range(t.num_fields):
+            f = t.field(i)
+            values: list[Any]
+            if single:
+                name = self._fields[ids[0]][i]
+                values = ([None] * len(rows) if name is None
+                          else [r.get(name) if r is not None else None for r in rows])
+            else:
+                values = []
+                for r, sid in zip(rows, ids, strict=True):
+                    name = self._fields[sid][i]
+                    values.append(None if r is None or name is None else r.get(name))
+            children.append(_column(values, f.type, f.name))
+        mask = pa.array([r is None for r in rows], pa.bool_())
+        return pa.StructArray.from_arrays(children, fields=list(t), mask=mask)
+
+
+def _column(values: list[Any], t: pa.DataType, name: str) -> pa.Array:
+    try:
+        return pa.array(values, t)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        # another union branch or a logical type Arrow does not take as is
+        return pa.array([convert(v, t, name) for v in values], t)
+
+
+def _json_row(schema: TableSchema, row: dict[str, Any] | None) -> str | None:
+    if row is None:
+        return None
+    return json.dumps(row_to_json(schema, row), separators=(",", ":"), ensure_ascii=False)

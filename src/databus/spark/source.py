@@ -198,9 +198,7 @@ class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, BucketPartition)
         registry = SchemaRegistry.from_json(self.registry_json)
-        row_type = self.arrow_schema.field("after").type
-        shaper = arrow.RowShaper(None if self.opts.value_format == "json" else row_type)
-        builder = arrow.BatchBuilder(self.arrow_schema)
+        builder = arrow.EnvelopeBuilder(self.arrow_schema)
         refreshed = False
         for item in read_bucket(self.opts, self.src_ids, partition.bucket, partition.start,
                                 partition.end_scn):
@@ -210,24 +208,13 @@ class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 with self._conn() as conn:
                     registry = conn.register(self.src_ids)
                 refreshed = True
-            builder.add(*_envelope_values(e, item.index, registry, shaper))
+            schema, before, after, meta = decode_images(e, registry)
+            builder.add(e.op.letter, e.scn, item.index, e.timestamp_ns // 1_000_000, schema,
+                        meta, e.is_snapshot, arrow.key_text(e.key), before, after)
             if len(builder) >= self.opts.rows_per_arrow_batch:
                 yield builder.flush()
         if len(builder):
             yield builder.flush()
-
-
-def _envelope_values(e: Any, index: int, registry: SchemaRegistry,
-                     shaper: arrow.RowShaper) -> tuple[Any, ...]:
-    schema, before, after, meta = decode_images(e, registry)
-    db, _, table = schema.name.partition(".")
-    source = {"db": db, "table": table, "scn": e.scn, "file": meta.get("file"),
-              "pos": meta.get("pos"), "gtid": meta.get("gtid"),
-              "server_id": meta.get("server_id"), "row": meta.get("row"),
-              "snapshot": e.is_snapshot}
-    return (e.op.letter, e.scn, {"scn": e.scn, "index": index}, e.timestamp_ns // 1_000_000,
-            source, arrow.key_text(e.key), shaper.shape(schema, before),
-            shaper.shape(schema, after))
 
 
 def changes(envelope: DataFrame) -> DataFrame:
