@@ -1,7 +1,8 @@
 """Spark apply_changes throughput: from the relay vs from a Parquet file.
 
 N changes (inserts then updates and deletes over N/4 keys, 1,000 per
-transaction) are committed to a SQLite table captured by an in-process relay.
+transaction) are committed to a SQLite table captured by a relay process
+(``databus relay``, its own interpreter, as in production).
 The same changes are then applied into a fresh SCD1 Parquet table by
 ``apply_changes`` on ``local[2]`` three ways, each one availableNow query
 timed from start to end:
@@ -23,16 +24,18 @@ import argparse
 import os
 import random
 import shutil
+import socket
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import httpx
+import yaml
 from pyspark.sql import DataFrame, SparkSession
 
-from databus.relay.config import parse_config
-from databus.relay.relay import Relay
 from databus.spark import apply_changes, changes, read_table, register
 
 COLS = ["id", "a", "b", "c"]
@@ -63,6 +66,39 @@ def write_changes(db: Path, n: int, seed: int = 1) -> None:
             done += 1
         con.execute("COMMIT")
     con.close()
+
+
+class RelayProcess:
+    """``databus relay`` on a free port over ``db``, with a 1 GiB memory buffer."""
+
+    def __init__(self, db: Path, tmp: Path) -> None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        cfg = tmp / "relay.yaml"
+        cfg.write_text(yaml.safe_dump({
+            "source": {"url": f"sqlite:///{db}", "tables": ["t"], "poll_interval": 0.01},
+            "buffer": {"capacity_bytes": 1024 * 1024 * 1024}, "http": {"port": port},
+            "state_dir": str(tmp / "state")}))
+        self.proc = subprocess.Popen([sys.executable, "-m", "databus", "relay", "--config",
+                                      str(cfg)], stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"{self.url}/admin", timeout=1)
+                return
+            except httpx.TransportError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise SystemExit("the relay did not start") from None
+                time.sleep(0.1)
+
+    def max_scn(self) -> int:
+        return int(httpx.get(f"{self.url}/containerStats/buffer/max_scn", timeout=10).json())
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
 
 
 def session() -> SparkSession:
@@ -97,20 +133,14 @@ def main() -> None:
     con = sqlite3.connect(db)
     con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, a INTEGER, b REAL, c TEXT)")
     con.close()
-    cfg = parse_config({
-        "source": {"url": f"sqlite:///{db}", "tables": ["t"], "poll_interval": 0.01},
-        "buffer": {"capacity_bytes": 1024 * 1024 * 1024}, "http": {"port": 0},
-        "state_dir": str(tmp / "state"),
-    })
-    relay = Relay(cfg)
-    relay.start()
+    relay = RelayProcess(db, tmp)
     try:
         t0 = time.perf_counter()
         write_changes(db, args.changes)
         con = sqlite3.connect(db)
         top = con.execute("SELECT max(scn) FROM _databus_txlog").fetchone()[0]
         con.close()
-        while relay.buffer.max_scn < top:
+        while relay.max_scn() < top:
             time.sleep(0.1)
         print(f"setup: {args.changes} changes committed and captured in "
               f"{time.perf_counter() - t0:.1f}s", flush=True)

@@ -139,3 +139,18 @@ def test_unknown_columns_fail_before_writing(spark: SparkSession, tmp_path: Path
     app = applier(tmp_path, column_list=("id", "nope"), except_column_list=None)
     with pytest.raises(ConfigError, match="nope"):
         app.apply(spark.createDataFrame([(1, 1, "u", "x", 1)], COLS))
+
+
+def test_merge_into_a_table_without_merge_support_is_a_clear_error(
+        spark: SparkSession, tmp_path: Path) -> None:
+    # the MERGE path itself (Delta/Iceberg) cannot be tested here: no such jars
+    spark.sql(f"CREATE TABLE plain_merge_target (id long, a string, b long, __seq long,"
+              f" __deleted boolean) USING parquet LOCATION '{tmp_path / 'plain'}'")
+    try:
+        app = applier(tmp_path, merge_into=True)
+        app.spec.target = "plain_merge_target"
+        batch = spark.createDataFrame([(1, 1, "u", "x", 1)], COLS)
+        with pytest.raises(ConfigError, match="MERGE into plain_merge_target failed"):
+            app(batch, 0)
+    finally:
+        spark.sql("DROP TABLE plain_merge_target")

@@ -4,8 +4,9 @@ A relay process (persistent buffer) over SQLite, a writer committing all the
 while, and two queries on the ``customers`` stream with 4 partitions: one
 applies changes into an SCD1 table, one writes the raw envelope to a Parquet
 file sink (exactly-once only if a replayed batch reads the same events).
-Each round stops the queries mid-flight (``StreamingQuery.stop`` interrupts
-the running batch) and sometimes kills the relay with SIGKILL. At the end the
+Each round stops the queries at a random moment (``StreamingQuery.stop``
+interrupts a batch that is running; the Spark session itself stays up, one per
+test run) and every other round kills the relay with SIGKILL. At the end the
 table must equal the source table and the raw sink must hold every event the
 relay holds exactly once.
 """

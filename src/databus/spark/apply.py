@@ -39,6 +39,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from databus.core.atomic import write_atomic
 from databus.core.errors import ConfigError
+from databus.spark.merge import merge_batch
 from databus.spark.scd import reduce_scd1, reduce_scd2
 
 META_FILE = "_databus_table.json"
@@ -86,6 +87,7 @@ class ApplySpec:
     track_history_except_column_list: tuple[str, ...] | None = None
     ignore_null_updates: bool = False
     buckets: int = 16
+    merge_into: bool = False  # target is a MERGE-capable catalog table (untested here)
 
     def __post_init__(self) -> None:
         if not self.keys:
@@ -140,7 +142,10 @@ class ChangeApplier:
         self.root = Path(spec.target)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        self.apply(batch)
+        if self.spec.merge_into:
+            merge_batch(batch, self.spec)
+        else:
+            self.apply(batch)
 
     def _write_meta(self) -> None:
         meta = TableMeta(self.spec.keys, self.spec.stored_as_scd_type, self.spec.buckets)
@@ -166,8 +171,14 @@ class ChangeApplier:
                 .when(F.coalesce(deletes, F.lit(False)), F.lit("d")).otherwise(F.lit("u")))
         changes = batch.select(*[F.col(f"`{c}`") for c in columns],
                                _col(spec.sequence_by).alias("__seq"), kind.alias("__kind"))
-        changes = changes.withColumn(BUCKET, _bucket(spec))
-        changes = changes.localCheckpoint(eager=True)  # read the source once
+        changes = changes.withColumn(BUCKET, _bucket(spec)).persist()  # read the source once
+        try:
+            self._merge(changes, columns)
+        finally:
+            changes.unpersist()
+
+    def _merge(self, changes: DataFrame, columns: list[str]) -> None:
+        spec = self.spec
         touched = sorted(r[0] for r in changes.select(BUCKET).distinct().collect())
         if not touched:
             return
@@ -177,7 +188,7 @@ class ChangeApplier:
         if truncate_at is not None:
             touched = list(range(spec.buckets))
         old_files = self._files(touched)
-        existing = self._existing(batch.sparkSession, old_files)
+        existing = self._existing(changes.sparkSession, old_files)
         if spec.stored_as_scd_type == 1:
             result = reduce_scd1(changes, existing, columns, spec.keys, truncate_at,
                                  spec.ignore_null_updates)
@@ -223,6 +234,7 @@ def apply_changes(
     track_history_except_column_list: Sequence[str] | None = None,
     ignore_null_updates: bool = False,
     buckets: int = 16,
+    merge_into: bool = False,
     trigger: dict[str, Any] | None = None,
     query_name: str | None = None,
 ) -> StreamingQuery:
@@ -231,7 +243,9 @@ def apply_changes(
     ``source`` is a streaming DataFrame with the row's columns at top level
     (see :func:`databus.spark.changes` for the databus envelope). The
     arguments mean what they mean for ``create_auto_cdc_flow``; ``target`` is a
-    directory. ``trigger`` is passed to ``DataStreamWriter.trigger`` (e.g.
+    directory, or with ``merge_into=True`` the name of a MERGE-capable catalog
+    table (Delta, Iceberg; SCD1 only; see :mod:`databus.spark.merge`, not
+    tested here). ``trigger`` is passed to ``DataStreamWriter.trigger`` (e.g.
     ``{"availableNow": True}``). Returns the started query.
     """
     spec = ApplySpec(
@@ -245,7 +259,7 @@ def apply_changes(
         track_history_except_column_list=(tuple(track_history_except_column_list)
                                           if track_history_except_column_list is not None
                                           else None),
-        ignore_null_updates=ignore_null_updates, buckets=buckets,
+        ignore_null_updates=ignore_null_updates, buckets=buckets, merge_into=merge_into,
     )
     spec.columns(source)  # fail before starting on unknown columns
     writer = source.writeStream.foreachBatch(ChangeApplier(spec)).option(
