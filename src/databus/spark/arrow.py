@@ -181,6 +181,7 @@ class EnvelopeBuilder:
         self.json_mode = not pa.types.is_struct(row_type)
         self._row_type: pa.StructType | None = None if self.json_mode else row_type
         self._fields: dict[bytes, list[str | None]] = {}  # schema id -> Avro field per column
+        self._names: dict[bytes, tuple[str, str]] = {}  # schema id -> (db, table)
         self._reset()
 
     def _reset(self) -> None:
@@ -207,13 +208,29 @@ class EnvelopeBuilder:
     def add(self, op: str, scn: int, index: int, ts_ms: int, schema: TableSchema,
             meta: dict[str, Any], snapshot: bool, key: str, before: dict[str, Any] | None,
             after: dict[str, Any] | None) -> None:
-        self._check(schema)
-        db, _, table = schema.name.partition(".")
-        for col, v in zip(self._scalars, (
-                op, scn, index, ts_ms, db, table, meta.get("file"), meta.get("pos"),
-                meta.get("gtid"), meta.get("server_id"), meta.get("row"), snapshot, key),
-                strict=True):
-            col.append(v)
+        names = self._names.get(schema.id)
+        if names is None:
+            self._check(schema)
+            db, _, table = schema.name.partition(".")
+            names = self._names[schema.id] = (db, table)
+        c = self._scalars
+        c[0].append(op)
+        c[1].append(scn)
+        c[2].append(index)
+        c[3].append(ts_ms)
+        c[4].append(names[0])
+        c[5].append(names[1])
+        if meta:
+            c[6].append(meta.get("file"))
+            c[7].append(meta.get("pos"))
+            c[8].append(meta.get("gtid"))
+            c[9].append(meta.get("server_id"))
+            c[10].append(meta.get("row"))
+        else:
+            for i in range(6, 11):
+                c[i].append(None)
+        c[11].append(snapshot)
+        c[12].append(key)
         self._schemas.append(schema.id)
         if self.json_mode:
             self._before.append(_json_row(schema, before))

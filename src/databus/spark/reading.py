@@ -147,12 +147,8 @@ def scan_limit(conn: RelayConnection, src_ids: list[int], start: Checkpoint, top
     return Scan(last, prev, rows)
 
 
-@dataclass(frozen=True, slots=True)
-class DataEvent:
-    """A data event read by a bucket plus its index among that bucket's window events."""
-
-    event: ev.Event
-    index: int
+DataEvent = tuple[ev.Event, int]
+"""A data event read by a bucket, and its index among that bucket's events of the window."""
 
 
 def read_bucket(opts: StreamOptions, src_ids: list[int], bucket: int, start: dict[str, Any],
@@ -214,7 +210,7 @@ def read_bucket(opts: StreamOptions, src_ids: list[int], bucket: int, start: dic
                 if e.is_control:
                     continue
                 win_scn, win_count = e.scn, win_count + 1
-                yield DataEvent(e, index)
+                yield e, index
                 index += 1
             if win_scn != -1:  # the response ended inside a window too large for the budget
                 done = cp.window_offset if cp.in_window and cp.window_scn == win_scn else 0
