@@ -150,3 +150,26 @@ def test_bad_options_fail_fast_with_a_clear_message(
             q.stop()
     assert message in str(info.value)
     assert time.monotonic() - started < 30
+
+
+def test_a_window_larger_than_every_budget_stays_whole(
+        spark: SparkSession, tmp_path: Path, shop: tuple[Path, Relay, Writer]) -> None:
+    import sqlite3
+
+    db, relay, w = shop
+    for _ in range(5):
+        w.transaction()
+    wait_relay(relay, db)
+    con = sqlite3.connect(db, isolation_level=None)
+    con.execute("BEGIN")
+    for i in range(300):  # one window of ~300 events, far above fetchBytes
+        con.execute("INSERT INTO orders VALUES (?,?,?,?,?)", (10_000 + i, 1, "x" * 100, b"", 0))
+    con.execute("COMMIT")
+    con.close()
+    wait_relay(relay, db)
+    df = stream(spark, relay, "orders", partitions=2, maxRowsPerBatch=10, fetchBytes=4096)
+    batches = run_available_now(df, tmp_path / "out", tmp_path / "ckpt")
+    got = sorted((r.scn, r.key, r.op) for r in spark.read.parquet(str(tmp_path / "out"))
+                 .collect())
+    assert got == sorted(relay_events(relay.url, "orders"))
+    assert max(batches) >= 300  # the big window was not split across batches

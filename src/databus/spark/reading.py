@@ -113,8 +113,9 @@ def scan_limit(conn: RelayConnection, src_ids: list[int], start: Checkpoint, top
                max_rows: int | None, max_bytes: int | None, fetch_bytes: int) -> Scan:
     """Walk whole windows after ``start`` (up to ``top``) within the row/byte limits.
 
-    At least one window is taken even when it alone exceeds a limit. Only
-    event headers are read (no payload decoding).
+    At least one window is taken even when it alone exceeds a limit (or the
+    fetch budget: the relay then serves a prefix of it). Only event headers
+    are read (no payload decoding).
     """
     cp = start
     rows = used = 0
@@ -124,7 +125,7 @@ def scan_limit(conn: RelayConnection, src_ids: list[int], start: Checkpoint, top
         data = conn.stream(cp, src_ids, size=budget, timeout=0.0).data
         if not data:
             break
-        off, n, win_rows, win_bytes = 0, len(data), 0, 0
+        off, n, win_rows, win_bytes, ended = 0, len(data), 0, 0, False
         while off < n:
             length = ev.peek_length(data, off)
             win_bytes += length
@@ -134,6 +135,7 @@ def scan_limit(conn: RelayConnection, src_ids: list[int], start: Checkpoint, top
                 continue
             scn = ev.peek_scn(data, off)
             off += length
+            ended = True
             over = ((max_rows is not None and rows + win_rows > max_rows)
                     or (max_bytes is not None and used + win_bytes > max_bytes))
             if over and last != start.window_scn:
@@ -143,6 +145,11 @@ def scan_limit(conn: RelayConnection, src_ids: list[int], start: Checkpoint, top
             win_rows = win_bytes = 0
             if over or scn >= top:
                 return Scan(last, prev, rows)
+        if not ended:
+            # the next window alone exceeds the budget: only a prefix of it came
+            if last != start.window_scn:
+                return Scan(last, prev, rows)
+            return Scan(ev.peek_scn(data, 0), last, rows + win_rows)
         cp = Checkpoint.after(last, prev)
     return Scan(last, prev, rows)
 
