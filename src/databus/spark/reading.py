@@ -39,7 +39,6 @@ from databus.core.errors import (
     UnknownSourceError,
 )
 from databus.core.filters import ServerFilter
-from databus.core.schema import SchemaRegistry
 from databus.spark.options import StreamOptions
 
 OFFSET_VERSION = 1
@@ -174,7 +173,9 @@ def read_bucket(opts: StreamOptions, src_ids: list[int], bucket: int, start: dic
             if opts.partitions > 1 else None)
     index = cp.window_offset if cp.in_window else 0
     backoff = Backoff(0.2, 5.0)
-    failing_since: float | None = None
+    failing_since: float | None = None  # the relay is unreachable since
+    behind_since: float | None = None  # the relay holds less than the batch since
+    empty_at_top = 0
     with RelayConnection(opts.relay, http_timeout=opts.http_timeout) as conn:
         while True:
             try:
@@ -192,16 +193,21 @@ def read_bucket(opts: StreamOptions, src_ids: list[int], bucket: int, start: dic
             backoff.reset()
             if not resp.data:
                 if resp.max_scn >= end_scn:
-                    raise RelayProtocolError(
-                        f"relay {opts.relay} served nothing after {cp.to_json()} though it holds"
-                        f" windows up to {resp.max_scn} (batch end {end_scn})")
+                    # once may be a window appended between the read and the header
+                    empty_at_top += 1
+                    if empty_at_top > 1:
+                        raise RelayProtocolError(
+                            f"relay {opts.relay} served nothing after {cp.to_json()} though it"
+                            f" holds windows up to {resp.max_scn} (batch end {end_scn})")
+                    continue
                 # the relay is behind the planned end (e.g. refilling after a restart)
-                failing_since = failing_since or time.monotonic()
-                if time.monotonic() - failing_since > opts.relay_retry_seconds:
+                behind_since = behind_since or time.monotonic()
+                if time.monotonic() - behind_since > opts.relay_retry_seconds:
                     raise RelayProtocolError(
                         f"relay {opts.relay} holds windows only up to {resp.max_scn} but the batch"
                         f" ends at {end_scn}: it lost windows it had served (memory buffer?)")
                 continue
+            empty_at_top, behind_since = 0, None
             data = resp.data
             off, n = 0, len(data)
             win_scn, win_count = -1, 0
@@ -223,6 +229,3 @@ def read_bucket(opts: StreamOptions, src_ids: list[int], bucket: int, start: dic
                 done = cp.window_offset if cp.in_window and cp.window_scn == win_scn else 0
                 cp = cp.within(win_scn, done + win_count)
 
-
-def registry_for(conn: RelayConnection, src_ids: list[int]) -> SchemaRegistry:
-    return conn.register(src_ids)
