@@ -13,8 +13,11 @@ relay holds exactly once.
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -123,6 +126,71 @@ def test_kill_queries_and_relay_at_random_points(spark: SparkSession, tmp_path: 
                      .collect())
         assert raw == sorted(relay_events(relay.url, "customers"))
         assert relay_kills == 3 and len(w.committed) > 200
+    finally:
+        assert relay.proc is not None
+        stop(relay.proc)
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_spark_driver_mid_stream(spark: SparkSession, tmp_path: Path) -> None:
+    """The whole Spark application (driver, JVM, workers) SIGKILLed while it applies."""
+    db = tmp_path / "shop.db"
+    create_shop(db)
+    relay = _RelayProc(tmp_path, db)
+    w = Writer(db, seed=43)
+    done = threading.Event()
+
+    def write() -> None:
+        while not done.is_set() and len(w.committed) < 2000:
+            w.transaction()
+            done.wait(0.004)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    target, ckpt = tmp_path / "customers", tmp_path / "apply.ckpt"
+    rng = random.Random(9)
+    applied_before_kill = []
+    try:
+        for _ in range(2):
+            log = (tmp_path / "consumer.log").open("ab")
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.spark.consumer_proc", relay.url, str(target),
+                 str(ckpt)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                cwd=Path(__file__).resolve().parents[2])
+            try:
+                # session start takes seconds; then let it run a random while
+                deadline = time.monotonic() + 60
+                while not (ckpt / "commits").is_dir() or not any((ckpt / "commits").iterdir()):
+                    assert proc.poll() is None, "consumer died; see consumer.log"
+                    assert time.monotonic() < deadline, "consumer made no progress"
+                    done.wait(0.2)
+                done.wait(rng.uniform(0.5, 3.0))
+            finally:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(30)
+                log.close()
+            applied_before_kill.append(len(list((ckpt / "commits").iterdir())))
+    finally:
+        done.set()
+        writer.join()
+        w.close()
+    try:
+        deadline = time.monotonic() + 60
+        while relay.buffer_max < txlog_max(db):
+            assert time.monotonic() < deadline, "relay did not catch up"
+            time.sleep(0.1)
+        src = (spark.readStream.format("databus").option("relay", relay.url)
+               .option("sources", "customers").option("partitions", 4).load())
+        q = apply_changes(target=str(target), source=changes(src), keys=["id"],
+                          sequence_by="_sequence", apply_as_deletes="_op = 'd'",
+                          except_column_list=["_op", "_sequence"],
+                          checkpoint_location=str(ckpt), trigger={"availableNow": True})
+        q.awaitTermination(300)
+        assert q.exception() is None
+        got = [tuple(r) for r in read_table(spark, str(target))
+               .select("id", "name", "balance", "tx").orderBy("id").collect()]
+        assert got == table_rows(db, "customers")
+        assert applied_before_kill == sorted(applied_before_kill) and applied_before_kill[0] > 0
     finally:
         assert relay.proc is not None
         stop(relay.proc)
