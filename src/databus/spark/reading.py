@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from databus.client.relay import RelayConnection
 from databus.client.retry import Backoff
@@ -42,6 +43,7 @@ from databus.core.filters import ServerFilter
 from databus.spark.options import StreamOptions
 
 OFFSET_VERSION = 1
+T = TypeVar("T")
 
 
 def offset_of(scn: int, prev_scn: int, partitions: int) -> dict[str, Any]:
@@ -90,26 +92,37 @@ class Scan:
     rows: int
 
 
-def relay_top(conn: RelayConnection, src_ids: list[int], retry_seconds: float = 0.0) -> int:
-    """The newest window SCN the relay holds (-1 when empty).
-
-    An unreachable relay is retried for ``retry_seconds`` (a relay restart
-    should not fail a running query), then the error propagates.
-    """
+def _retrying(call: Callable[[], T], retry_seconds: float) -> T:
+    """``call()``, retrying a :class:`TransientError` (relay restarting) for ``retry_seconds``."""
     backoff = Backoff(0.2, 2.0)
     deadline = time.monotonic() + retry_seconds
     while True:
         try:
-            # a one-byte budget returns at most one event; only the header matters
-            return conn.stream(None, src_ids, size=1, timeout=0.0).max_scn
+            return call()
         except TransientError:
             if time.monotonic() >= deadline:
                 raise
             threading.Event().wait(backoff.next_delay())
 
 
+def _fetch(conn: RelayConnection, cp: Checkpoint, src_ids: list[int], size: int) -> bytes:
+    return conn.stream(cp, src_ids, size=size, timeout=0.0).data
+
+
+def relay_top(conn: RelayConnection, src_ids: list[int], retry_seconds: float = 0.0) -> int:
+    """The newest window SCN the relay holds (-1 when empty).
+
+    An unreachable relay is retried for ``retry_seconds`` (a relay restart
+    should not fail a running query), then the error propagates.
+    """
+    # a one-byte budget returns at most one event; only the header matters
+    return _retrying(lambda: conn.stream(None, src_ids, size=1, timeout=0.0).max_scn,
+                     retry_seconds)
+
+
 def scan_limit(conn: RelayConnection, src_ids: list[int], start: Checkpoint, top: int, *,
-               max_rows: int | None, max_bytes: int | None, fetch_bytes: int) -> Scan:
+               max_rows: int | None, max_bytes: int | None, fetch_bytes: int,
+               retry_seconds: float = 0.0) -> Scan:
     """Walk whole windows after ``start`` (up to ``top``) within the row/byte limits.
 
     At least one window is taken even when it alone exceeds a limit (or the
@@ -121,7 +134,7 @@ def scan_limit(conn: RelayConnection, src_ids: list[int], start: Checkpoint, top
     last, prev = start.window_scn, start.prev_scn
     while last < top:
         budget = fetch_bytes if max_bytes is None else max(min(fetch_bytes, max_bytes - used), 1)
-        data = conn.stream(cp, src_ids, size=budget, timeout=0.0).data
+        data = _retrying(partial(_fetch, conn, cp, src_ids, budget), retry_seconds)
         if not data:
             break
         off, n, win_rows, win_bytes, ended = 0, len(data), 0, 0, False

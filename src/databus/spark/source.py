@@ -174,7 +174,8 @@ class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if max_rows is None and max_bytes is None:
                 return offset_of(top, start_scn, self.opts.partitions)
             scan = scan_limit(conn, self.src_ids, start_cp, top, max_rows=max_rows,
-                              max_bytes=max_bytes, fetch_bytes=self.opts.fetch_bytes)
+                              max_bytes=max_bytes, fetch_bytes=self.opts.fetch_bytes,
+                              retry_seconds=self.opts.relay_retry_seconds)
         if scan.scn <= start_scn:
             return start
         return offset_of(scan.scn, scan.prev_scn, self.opts.partitions)
