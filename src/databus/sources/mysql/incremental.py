@@ -151,6 +151,8 @@ class Coordinator:
             return [_notice("ERROR", sid, signal=kind, message=f"malformed data: {exc}")]
         if kind == EXECUTE:
             return self._execute(sid, payload)
+        if kind not in (STOP, PAUSE, RESUME):
+            return [_notice("ERROR", sid, signal=kind, message=f"unknown signal type {kind!r}")]
         if self.progress is None:
             return [_notice("ERROR", sid, signal=kind, message="no snapshot is running")]
         if kind == STOP:
@@ -161,10 +163,8 @@ class Coordinator:
         if kind == PAUSE:
             self.progress.paused = True
             return [_notice("PAUSED", self.progress.id, signal=sid)]
-        if kind == RESUME:
-            self.progress.paused = False
-            return [_notice("RESUMED", self.progress.id, signal=sid)]
-        return [_notice("ERROR", sid, signal=kind, message=f"unknown signal type {kind!r}")]
+        self.progress.paused = False
+        return [_notice("RESUMED", self.progress.id, signal=sid)]
 
     def _execute(self, sid: str, payload: dict[str, Any]) -> list[Notice]:
         import re
