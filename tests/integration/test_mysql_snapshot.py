@@ -308,3 +308,54 @@ def test_bad_signals_pause_resume_stop(server: MariaDB, tmp_path: Path) -> None:
     finally:
         src.close()
     assert "RESUMED" in replica.kinds() and "COMPLETED" not in replica.kinds()
+
+
+def test_relay_signal_endpoint_and_cli(server: MariaDB, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import httpx
+
+    from databus.relay.config import parse_config
+    from databus.relay.relay import Relay
+    from tests.support.procs import free_port
+
+    _fill(server, 500)
+    port = free_port()
+    relay = Relay(parse_config({
+        "source": {"url": server.url, "tables": [r"shop\..*"], "snapshot_mode": "initial",
+                   "snapshot_chunk_size": 100},
+        "http": {"port": port}}))
+    relay.start()
+    base = f"http://127.0.0.1:{port}"
+
+    def lines() -> list[dict[str, Any]]:
+        r = httpx.get(f"{base}/stream", params={"output": "json", "size": "10000000",
+                                                "timeout": "1"})
+        return [json.loads(x) for x in r.text.splitlines()]
+
+    def completed(got: list[dict[str, Any]]) -> int:
+        return sum(1 for x in got if x.get("op") and x["after"].get("kind") == "COMPLETED")
+
+    try:
+        deadline = time.monotonic() + 60
+        while completed(got := lines()) < 1:
+            assert time.monotonic() < deadline
+        reads = [x for x in got if x.get("op") == "r"]
+        assert len(reads) == 500 and all(x["source"]["snapshot"] for x in reads)
+        cli = subprocess.run(
+            [sys.executable, "-m", "databus", "signal", "execute-snapshot", "--relay", base,
+             "--tables", r"shop\.t"], capture_output=True, text=True, timeout=60)
+        assert cli.returncode == 0, cli.stderr
+        sid = cli.stdout.strip()
+        while completed(got := lines()) < 2:
+            assert time.monotonic() < deadline
+        assert any(x.get("op") and x["after"].get("kind") == "STARTED"
+                   and x["after"]["snapshot"] == sid for x in got)
+        bad = httpx.post(f"{base}/signal", json={"type": "nope"})
+        assert bad.status_code == 400 and bad.json()["error"] == "InvalidRequest"
+        bad = httpx.post(f"{base}/signal", content=b"{not json")
+        assert bad.status_code == 400
+        assert httpx.get(f"{base}/admin").status_code == 200
+    finally:
+        relay.stop()

@@ -32,15 +32,12 @@ give the same bytes.
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 import json
 import logging
 import re
 import threading
 import time
 import uuid
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,11 +47,12 @@ from databus.core import event as ev
 from databus.core.atomic import write_atomic
 from databus.core.errors import (
     ConfigError,
-    CorruptEventError,
     DatabusError,
+    InvalidRequestError,
     SchemaError,
     SourcePositionLostError,
     SourceUnavailableError,
+    StatementError,
 )
 from databus.core.schema import (
     SCHEMA_CHANGES,
@@ -80,11 +78,10 @@ from databus.sources.mysql.connection import (
 )
 from databus.sources.mysql.incremental import Coordinator
 from databus.sources.mysql.snapshots import ProgressRecords, SnapshotIO
+from databus.sources.mysql.tables import Shape, Version, avro_type, meta_middle, source_id
 
 log = logging.getLogger("databus.sources.mysql")
 
-_OPS = {30: ev.Op.INSERT, 23: ev.Op.INSERT, 31: ev.Op.UPDATE, 24: ev.Op.UPDATE,
-        32: ev.Op.DELETE, 25: ev.Op.DELETE}
 
 NOTIFICATIONS = "databus.notifications"
 """Logical source of snapshot progress notifications (see :mod:`.incremental`)."""
@@ -108,171 +105,11 @@ def _regexes(patterns: Sequence[str]) -> list[re.Pattern[str]]:
         raise ConfigError(f"bad table/column regex: {exc}") from exc
 
 
-def source_id(name: str) -> int:
-    return zlib.crc32(name.encode()) & 0x7FFFFFFF
-
-
-def _avro_type(td: br.TableDef, i: int) -> Any:
-    t, m = td.real_types[i], td.meta[i]
-    if t in (br.T_TINY, br.T_SHORT, br.T_INT24, br.T_LONG, br.T_YEAR):
-        return "long"
-    if t == br.T_LONGLONG or (t == br.T_BIT and (m & 0xFF) >= 8):
-        if td.unsigned[i] or t == br.T_BIT:  # 64-bit unsigned does not fit a long
-            return {"type": "bytes", "logicalType": "decimal", "precision": 20, "scale": 0}
-        return "long"
-    if t == br.T_BIT:
-        return "long"
-    if t == br.T_FLOAT:
-        return "float"
-    if t == br.T_DOUBLE:
-        return "double"
-    if t == br.T_NEWDECIMAL:
-        return {"type": "bytes", "logicalType": "decimal", "precision": m >> 8,
-                "scale": m & 0xFF}
-    if t == br.T_DATE:
-        return {"type": "int", "logicalType": "date"}
-    if t == br.T_TIME2:
-        return "long"  # microseconds, may be negative or beyond 24 h
-    if t == br.T_DATETIME2:
-        return {"type": "long", "logicalType": "local-timestamp-micros"}
-    if t == br.T_TIMESTAMP2:
-        return {"type": "long", "logicalType": "timestamp-micros"}
-    if t in (br.T_ENUM, br.T_SET, br.T_JSON):
-        return "string"
-    if t in (br.T_VARCHAR, br.T_VAR_STRING, br.T_STRING, br.T_BLOB):
-        return "bytes" if td.codecs and td.codecs[i] == br.CODEC_BINARY else "string"
-    return "bytes"
-
-
-def _avro_value(v: Any, avro: Any) -> Any:
-    if v is None:
-        return None
-    if isinstance(v, dt.timedelta):
-        return v // dt.timedelta(microseconds=1)
-    if isinstance(avro, dict) and avro.get("logicalType") == "decimal" and isinstance(v, int):
-        return decimal.Decimal(v)
-    if avro == "string" and isinstance(v, bytes):
-        return v.decode("utf-8")
-    if avro == "bytes" and isinstance(v, str):
-        return v.encode("utf-8")
-    return v
-
-
-def _key_json(v: Any) -> Any:
-    if v is None or isinstance(v, (int, str)):
-        return v
-    if isinstance(v, bytes):
-        return {"hex": v.hex()}
-    if isinstance(v, (dt.date, dt.datetime)):
-        return v.isoformat()
-    return str(v)
-
-
-# --- hand-made Avro for the metadata part (both codecs share it) --------------
-
-def _zz(n: int) -> bytes:
-    n = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _u_str(s: str | None) -> bytes:
-    if s is None:
-        return b"\x00"
-    raw = s.encode("utf-8")
-    return b"\x02" + _zz(len(raw)) + raw
-
-
-def _u_long(v: int | None) -> bytes:
-    return b"\x00" if v is None else b"\x02" + _zz(v)
-
-
-def meta_middle(txid: str | None, file: str, pos: int, gtid: str | None, server_id: int) -> bytes:
-    """Avro of the metadata fields between ``before`` and ``row`` (METADATA_SCHEMA order)."""
-    return _u_str(txid) + _u_str(file) + _u_long(pos) + _u_str(gtid) + _u_long(server_id)
-
-
-class _Version:
-    """One Avro version of one table (what the events say)."""
-
-    def __init__(self, schema: TableSchema) -> None:
-        self.schema = schema
-        self.types = [f["type"][1] for f in schema.avro["fields"]]
-        self.fields = [f["name"] for f in schema.avro["fields"]]
-
-
-class _Shape:
-    """One table-map shape: how to decode its rows into one :class:`_Version`."""
-
-    def __init__(self, td: br.TableDef, version: _Version, keep: list[bool], meta_id: bytes,
-                 fast: bool) -> None:
-        self.td = td
-        self.version = version
-        self.keep = keep
-        self.name = f"{td.schema}.{td.table}"
-        self.mode = br.key_mode(td)
-        s = version.schema
-        self.codec = fastpath.compile_codec(td, src_id=s.src_id, schema_id=s.id,
-                                            schema_version=s.version, meta_id=meta_id,
-                                            keep=keep) if fast else None
-
-    def encode(self, etype: int, body: memoryview, scn: int, ts_ns: int, meta_mid: bytes,
-               row_index: int) -> tuple[bytes, int]:
-        if self.codec is not None:
-            try:
-                data, n = self.codec.encode(body, etype, scn, ts_ns, meta_mid, row_index,
-                                            self.name)
-            except ValueError as exc:
-                raise CorruptEventError(f"cannot decode a rows event of {self.name}: {exc}"
-                                        ) from exc
-            return data, n
-        return self._encode_py(etype, body, scn, ts_ns, meta_mid, row_index)
-
-    def row(self, values: list[Any]) -> dict[str, Any]:
-        """Decoder values -> the Avro record of this version (filtered columns out)."""
-        v = self.version
-        kept = [x for x, k in zip(values, self.keep, strict=True) if k]
-        return {f: _avro_value(x, a) for f, x, a in zip(v.fields, kept, v.types, strict=True)}
-
-    def key(self, values: list[Any], index: int) -> int | bytes:
-        """The event key of a row (decoder values; ``index``: its place in the txn)."""
-        if self.mode == br.KEY_ROWINDEX:
-            return index
-        kv = [values[i] for i in self.td.primary_key]
-        if self.mode == br.KEY_INT and isinstance(kv[0], int):
-            return kv[0]
-        return json.dumps([_key_json(x) for x in kv], ensure_ascii=False,
-                          separators=(",", ":")).encode()
-
-    def _encode_py(self, etype: int, body: memoryview, scn: int, ts_ns: int, meta_mid: bytes,
-                   row_index: int) -> tuple[bytes, int]:
-        s = self.version.schema
-        out = []
-        for n, (before, after) in enumerate(br.decode_rows(self.td, etype, body)):
-            image = after if after is not None else before
-            assert image is not None
-            index = row_index + n
-            meta = b"\x00"
-            if before is not None and after is not None:
-                raw = s.encode(self.row(before))
-                meta = b"\x02" + _zz(len(raw)) + raw
-            out.append(ev.encode(
-                scn=scn, src_id=s.src_id, key=self.key(image, index),
-                payload=s.encode(self.row(image)), schema_id=s.id, schema_version=s.version,
-                op=_OPS[etype], timestamp_ns=ts_ns, metadata=meta + meta_mid + _u_long(index),
-                metadata_schema_id=MetadataCodec.ID))
-        return b"".join(out), len(out)
-
-
 @dataclass
 class _Pending:
     """A rows event waiting for its transaction's commit (encoded with the SCN)."""
 
-    shape: _Shape
+    shape: Shape
     etype: int
     body: memoryview
     meta_mid: bytes
@@ -303,8 +140,8 @@ class MysqlSource(Source):
         self._collations = collations(self.url)
         self._registry = SchemaRegistry()
         self._history = state_dir / f"{name}.mysql-schemas.json" if state_dir else None
-        self._versions: dict[bytes, _Version] = {}  # by schema id
-        self._shapes: dict[bytes, _Shape] = {}  # by table map body (without table id)
+        self._versions: dict[bytes, Version] = {}  # by schema id
+        self._shapes: dict[bytes, Shape] = {}  # by table map body (without table id)
         self._by_src: dict[int, SourceInfo] = {}
         self._ddl_version = self._internal_schema(SCHEMA_CHANGES, SCHEMA_CHANGE_AVRO,
                                                   ("db", "table"))
@@ -333,11 +170,11 @@ class MysqlSource(Source):
     # -- schemas -----------------------------------------------------------------
 
     def _internal_schema(self, name: str, avro: dict[str, Any], keys: tuple[str, ...]
-                         ) -> _Version:
+                         ) -> Version:
         schema = TableSchema(source_id(name), name, 1, avro, keys)
         self._registry.add(schema)
         self._by_src[schema.src_id] = SourceInfo(schema.src_id, name)
-        return _Version(schema)
+        return Version(schema)
 
     def _load_history(self) -> None:
         if self._history is None or not self._history.exists():
@@ -350,8 +187,8 @@ class MysqlSource(Source):
             for s in saved.versions(src):
                 self._add_version(s, save=False)
 
-    def _add_version(self, schema: TableSchema, *, save: bool = True) -> _Version:
-        version = _Version(schema)
+    def _add_version(self, schema: TableSchema, *, save: bool = True) -> Version:
+        version = Version(schema)
         self._versions[schema.id] = version
         self._registry.add(schema)
         self._by_src[schema.src_id] = SourceInfo(schema.src_id, schema.name)
@@ -369,7 +206,7 @@ class MysqlSource(Source):
             out.append(keep or i in td.primary_key)
         return out
 
-    def _shape(self, table_map: bytes, td: br.TableDef) -> _Shape:
+    def _shape(self, table_map: bytes, td: br.TableDef) -> Shape:
         shape = self._shapes.get(table_map)
         if shape is not None:
             return shape
@@ -377,7 +214,7 @@ class MysqlSource(Source):
         src = source_id(name)
         keep = self._keep(td)
         names = td.names or [f"col{i}" for i in range(len(td.types))]
-        specs = [ColumnSpec(n, _avro_type(td, i), nullable=True)
+        specs = [ColumnSpec(n, avro_type(td, i), nullable=True)
                  for i, n in enumerate(names) if keep[i]]
         keys = tuple(names[i] for i in td.primary_key)
         avro = table_schema(td.schema, td.table, specs)
@@ -388,11 +225,11 @@ class MysqlSource(Source):
         if version is None:
             number = max((s.version for s in known), default=0) + 1
             version = self._add_version(TableSchema(src, name, number, avro, keys))
-        shape = _Shape(td, version, keep, MetadataCodec.ID, self.compiled)
+        shape = Shape(td, version, keep, MetadataCodec.ID, self.compiled)
         self._shapes[table_map] = shape
         return shape
 
-    def _shape_of(self, td: br.TableDef) -> _Shape:
+    def _shape_of(self, td: br.TableDef) -> Shape:
         """The version of a table described by information_schema (snapshots)."""
         sig = json.dumps(["information_schema", td.schema, td.table, td.names, td.real_types,
                           td.meta, td.unsigned, td.codecs, td.primary_key,
@@ -402,6 +239,24 @@ class MysqlSource(Source):
     def _wanted(self, name: str) -> bool:
         return (any(p.fullmatch(name) for p in self._include)
                 and not any(p.fullmatch(name) for p in self._exclude))
+
+    def signal(self, kind: str, data: dict[str, Any] | None) -> str:
+        """Insert a signal row (see :mod:`.incremental`) on its own connection: the
+        capture thread sees it in the binlog, in commit order. Thread-safe."""
+        if kind not in (inc.EXECUTE, inc.STOP, inc.PAUSE, inc.RESUME):
+            raise InvalidRequestError(
+                f"unknown signal {kind!r}; one of {inc.EXECUTE}, {inc.STOP}, {inc.PAUSE},"
+                f" {inc.RESUME}")
+        sid = uuid.uuid4().hex
+        session = SqlSession(self.url)
+        try:
+            SnapshotIO(session, self.signal_table, self._wanted, self._shape_of
+                       ).write_watermark(sid, kind, json.dumps(data or {}))
+        except StatementError as exc:
+            raise InvalidRequestError(f"cannot write to {self.signal_table}: {exc}") from exc
+        finally:
+            session.close()
+        return sid
 
     def sources(self) -> list[SourceInfo]:
         return sorted(self._by_src.values(), key=lambda s: s.id)
@@ -593,7 +448,7 @@ class MysqlSource(Source):
         return Window(scn, b"".join(parts), rows, ts_ns)
 
     def _snapshot_events(self, chunk: inc.Chunk, scn: int, ts_ns: int) -> tuple[bytes, int]:
-        shape: _Shape = chunk.shape
+        shape: Shape = chunk.shape
         s = shape.version.schema
         out = [ev.encode(scn=scn, src_id=s.src_id, key=key, payload=s.encode(shape.row(values)),
                          schema_id=s.id, schema_version=s.version, op=ev.Op.READ,
