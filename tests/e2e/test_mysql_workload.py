@@ -34,9 +34,9 @@ from tests.support.mysql_workload import (
     TABLES,
     Workload,
     connect_writer,
-    table_diff,
     mariadb_checksums,
     sql_checksums,
+    table_diff,
 )
 from tests.support.pgdb import fresh_database
 from tests.support.procs import DATABUS, free_port, kill9, spawn, stop, wait_http
