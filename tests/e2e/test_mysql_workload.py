@@ -166,7 +166,7 @@ def _assert_all(p: Pipeline, w: Workload) -> dict[str, int]:
 @pytest.mark.slow
 def test_fifty_thousand_transactions_with_ddl(pipeline: Pipeline) -> None:
     p = pipeline
-    n = 3_000
+    n = 50_000
     w = Workload(connect_writer(p.server.port), seed=31)
     t0 = time.monotonic()
     try:

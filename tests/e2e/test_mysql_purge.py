@@ -1,0 +1,109 @@
+"""The binlog a relay process needs is purged while it is down.
+
+tests/integration/test_mysql_source.py checks the same with an in-process
+relay through ``/admin``; here the relay is the ``databus relay`` command with
+a persistent buffer, killed with SIGKILL, and the error must also be in its
+log, while it keeps serving what it holds to consumers.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.mariadb import MariaDB, binaries_present
+from tests.support.mysql_workload import SCHEMA, Workload, connect_writer
+from tests.support.procs import DATABUS, free_port, kill9, spawn, stop, wait_http
+
+pytestmark = pytest.mark.skipif(not binaries_present(),
+                                reason="run scripts/setup.sh to install mariadb-server")
+
+
+def _binlogs(m: MariaDB) -> list[str]:
+    con = m.connect()
+    try:
+        with con.cursor() as cur:
+            cur.execute("SHOW BINARY LOGS")
+            return [r[0] for r in cur.fetchall()]
+    finally:
+        con.close()
+
+
+def _until(predicate: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_purged_while_relay_down_is_a_clear_terminal_error(tmp_path: Path) -> None:
+    server = MariaDB(tmp_path / "db")
+    server.start()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    args = [*DATABUS, "relay", "--source", server.url, "--tables", r"shop\..*",
+            "--buffer-path", str(tmp_path / "relay.buf"), "--port", str(port)]
+    log = tmp_path / "relay.log"
+    relay = None
+    try:
+        server.execute(*SCHEMA)
+        relay = spawn(args, log)
+        wait_http(f"{url}/admin", relay)
+        con = connect_writer(server.port)
+        w = Workload(con, seed=5, rollback_ratio=0.0)
+
+        def held() -> int:
+            return int(httpx.get(f"{url}/containerStats/buffer/max_scn", timeout=10).json())
+
+        def write_until_held() -> None:  # the relay may not be streaming yet: write again
+            w.transaction()
+            time.sleep(0.3)
+            return held() > 0  # type: ignore[return-value]
+
+        _until(write_until_held, 30, "the relay to capture a transaction")
+        for _ in range(20):
+            w.transaction()
+        _until(lambda: held() >> 32 == int(_binlogs(server)[-1].rsplit(".", 1)[1])
+               and held() & 0xFFFFFFFF > 0, 30, "the relay to hold the last transaction")
+        time.sleep(1.5)  # one flush interval: the buffer file holds it
+        top = held()
+        kill9(relay)
+
+        # while the relay is down: more commits, then every binlog it needs is purged
+        for _ in range(20):
+            w.transaction()
+        con.close()
+        server.execute("FLUSH BINARY LOGS", "FLUSH BINARY LOGS")
+        needed = f"{_binlogs(server)[0].rsplit('.', 1)[0]}.{top >> 32:06d}"
+
+        def purged() -> bool:  # a file goes once the server's binlog checkpoint passed it
+            server.execute(f"PURGE BINARY LOGS TO '{_binlogs(server)[-1]}'")
+            return needed not in _binlogs(server)
+
+        _until(purged, 30, f"{needed} to be purged")
+
+        relay = spawn(args, log)
+        wait_http(f"{url}/admin", relay)
+        _until(lambda: httpx.get(f"{url}/admin", timeout=10).status_code == 503, 30,
+               "the relay to report the lost position")
+        health = httpx.get(f"{url}/admin", timeout=10).json()
+        assert health["status"] == "degraded"
+        assert health["fetcher"]["state"] == "failed"
+        assert health["fetcher"]["last_error"].startswith("SourcePositionLost: ")
+        assert "binlog position is gone" in health["fetcher"]["last_error"]
+        text = " ".join(log.read_text().split())  # the console log wraps long lines
+        assert "capture stopped: binlog position is gone" in text, text[-2000:]
+        # the relay keeps serving what it held before the gap, and stays up
+        assert held() == top
+        got = httpx.get(f"{url}/stream", params={"timeout": 0, "output": "json"}, timeout=10)
+        assert got.status_code == 200 and got.content
+        assert relay.poll() is None
+    finally:
+        if relay is not None:
+            stop(relay)
+        server.stop()
