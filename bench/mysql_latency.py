@@ -132,13 +132,13 @@ def run_baseline(m: MariaDB, first_id: int, count: int, rate: float) -> list[Any
     from pymysqlreplication.row_event import WriteRowsEvent
 
     con = m.connect()
-    with con.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        file, pos = cur.fetchone()[:2]  # type: ignore[index]
+    with con.cursor() as cur:  # start at the current end (MariaDB: by GTID position)
+        cur.execute("SELECT @@gtid_binlog_pos")
+        gtid = cur.fetchone()[0]  # type: ignore[index]
     con.close()
     settings = {"host": "127.0.0.1", "port": m.port, "user": "root", "passwd": ""}
-    stream = BinLogStreamReader(connection_settings=settings, server_id=4243, log_file=file,
-                                log_pos=pos, resume_stream=True, blocking=True, is_mariadb=True,
+    stream = BinLogStreamReader(connection_settings=settings, server_id=4243, blocking=True,
+                                is_mariadb=True, auto_position=gtid,
                                 only_events=[WriteRowsEvent], only_tables=["lat"])
     samples: list[tuple[int, int]] = []
     writer, start_at = _paced(m.port, first_id, count, rate)
@@ -146,7 +146,10 @@ def run_baseline(m: MariaDB, first_id: int, count: int, rate: float) -> list[Any
         for event in stream:
             for row in event.rows:
                 now = time.time_ns() // 1000
-                sent = int(row["values"]["sent_us"])
+                values = row["values"]
+                if values["id"] < first_id:  # a row of the earlier run: a wrong start
+                    raise RuntimeError("the baseline reader did not start at the binlog's end")
+                sent = int(values["sent_us"])
                 samples.append((sent, now - sent))
             if len(samples) >= count:
                 break
@@ -158,6 +161,7 @@ def run_baseline(m: MariaDB, first_id: int, count: int, rate: float) -> list[Any
 
 def _stats(run: list[Any], warmup: float) -> dict[str, float]:
     start_at, samples = run[0], run[1:]
+    assert samples, "no rows received"
     kept = sorted(lat for sent, lat in samples if sent / 1e6 >= start_at + warmup)
     span = (samples[-1][0] - samples[0][0]) / 1e6 if len(samples) > 1 else 0.0
 
