@@ -115,7 +115,8 @@ def test_purged_while_relay_down_is_a_clear_terminal_error(tmp_path: Path) -> No
     "restarted on its persistent buffer cannot serve the schemas of the windows it "
     "holds until the source sees those tables' table maps again (never, for a table "
     "shape before a DDL or when nothing new is written): /stream?output=json answers "
-    "500 SchemaError 'unknown schema id', and clients cannot decode the held events"))
+    "500 SchemaError 'unknown schema id', and clients stop with SchemaError '... with "
+    "schema id X that /register does not list' (for good when X is a shape before a DDL)"))
 def test_restarted_relay_serves_the_schemas_of_what_it_holds(tmp_path: Path) -> None:
     server = MariaDB(tmp_path / "db")
     server.start()
