@@ -131,7 +131,7 @@ class Pipeline:
     def supervise(self) -> None:
         """Restart a consumer that stopped on the known source defect (a restarted
         relay cannot list the schemas of windows it held; see the xfail test in
-        test_mysql_purge.py), as a process supervisor would; any other exit fails."""
+        test_mysql_relay_restart.py), as a process supervisor would; any other exit fails."""
         for name in ("replicate", "recorder"):
             proc = self.procs[name]
             if proc.poll() is None:
@@ -213,7 +213,7 @@ def test_kill_relay_and_restart_mariadb_mid_stream(pipeline: Pipeline) -> None:
     the workload.
 
     Without DDL: a consumer still behind a relay restart across a DDL stops for
-    good on the source defect pinned by the xfail test in test_mysql_purge.py
+    good on the source defect pinned by the xfail test in test_mysql_relay_restart.py
     (the restarted relay never lists the old table version's schema again).
     """
     p = pipeline

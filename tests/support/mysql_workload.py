@@ -298,6 +298,24 @@ class Workload:
             self._sql(f"DELETE FROM audit WHERE id IN ({','.join(map(str, ids))})")
             self._changed("audit", "d", ids)
 
+    def touch_all(self) -> None:
+        """Commit one transaction writing accounts, orders and items (and audit
+        once created), so a reader sees every table's current shape."""
+        self._stmts, self._changes, self._undo = [], [], []
+        self._insert_accounts()
+        self._place_order()
+        if self.has_audit:
+            self._audit()
+        self._run("COMMIT")
+        self.committed.append(self._changes)
+
+    def _run(self, end: str) -> None:
+        sql = "BEGIN;" + ";".join(self._stmts) + ";" + end
+        with self.con.cursor() as cur:
+            cur.execute(sql)
+            while cur.nextset():
+                pass
+
     def transaction(self) -> bool:
         """Commit (or roll back) one random transaction of 1-3 operations; True if committed."""
         r = self.rng
@@ -319,11 +337,7 @@ class Workload:
         if not self._changes:
             self._insert_accounts()
         rollback = r.random() < self.rollback_ratio
-        sql = "BEGIN;" + ";".join(self._stmts) + (";ROLLBACK" if rollback else ";COMMIT")
-        with self.con.cursor() as cur:
-            cur.execute(sql)
-            while cur.nextset():
-                pass
+        self._run("ROLLBACK" if rollback else "COMMIT")
         if rollback:
             for undo in reversed(self._undo):
                 undo()
