@@ -27,6 +27,12 @@ apt_install() {
 if ! "$PY" -c "import venv, ensurepip" >/dev/null 2>&1; then
   apt_install python3-venv
 fi
+# a C compiler and Python's headers build the binlog row codec (optional: without
+# them databus installs with the slower pure-Python decoder)
+if ! "$PY" -c "import os, sysconfig; raise SystemExit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" \
+    || ! command -v gcc >/dev/null; then
+  command -v dpkg >/dev/null && apt_install gcc python3-dev || true
+fi
 if [ "${DATABUS_SETUP_SERVERS:-0}" = "1" ] && command -v dpkg >/dev/null; then
   # real database servers for the integration tests (started privately by fixtures)
   apt_install sqlite3 mariadb-server postgresql
@@ -36,7 +42,8 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.databus-installed
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+# the C accelerator is rebuilt when its source changes
+want=$(cat pyproject.toml setup.py src/databus/sources/mysql/_rowcodec.c | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
   .venv/bin/python -m pip install -q -e '.[dev]'

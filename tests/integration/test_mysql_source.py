@@ -183,3 +183,61 @@ def test_server_restart_mid_stream_and_purged_position(server: MariaDB, tmp_path
         assert "SourcePositionLost" in health.json()["fetcher"]["last_error"]
     finally:
         relay.stop()
+
+
+def test_json_transaction_metadata_and_ddl_through_the_relay(server: MariaDB,
+                                                             tmp_path: Path) -> None:
+    import json
+
+    import httpx
+
+    server.execute("CREATE DATABASE shop", "CREATE TABLE shop.a (id INT PRIMARY KEY, v INT)",
+                   "CREATE TABLE shop.b (id INT PRIMARY KEY)")
+    port = free_port()
+    con = server.connect()
+    try:
+        with con.cursor() as cur:
+            cur.execute("SELECT @@gtid_binlog_pos")
+            gtid = str(cur.fetchone()[0])
+    finally:
+        con.close()
+    # a new relay starting at a GTID: no race with the writes below
+    relay = Relay(parse_config({"source": {"url": server.url, "tables": [r"shop\..*"],
+                                           "start_gtid": gtid},
+                                "http": {"port": port}}))
+    relay.start()
+    try:
+        server.execute("BEGIN", "INSERT INTO shop.a VALUES (1, 1), (2, 2)",
+                       "INSERT INTO shop.b VALUES (7)", "COMMIT",
+                       "ALTER TABLE shop.a ADD COLUMN w TEXT",
+                       "INSERT INTO shop.a VALUES (3, 3, 'x')")
+        deadline = time.monotonic() + 20
+        lines: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            r = httpx.get(f"http://127.0.0.1:{port}/stream",
+                          params={"output": "json", "transactions": "true", "size": "1000000",
+                                  "timeout": "1"})
+            assert r.status_code == 200
+            lines = [json.loads(x) for x in r.text.splitlines()]
+            if sum(1 for x in lines if x.get("type") == "eop") >= 3:
+                break
+        bad = httpx.get(f"http://127.0.0.1:{port}/stream",
+                        params={"output": "json", "transactions": "maybe"})
+        assert bad.status_code == 400 and bad.json()["error"] == "InvalidRequest"
+    finally:
+        relay.stop()
+    kinds = [x.get("status") or x.get("type") or x["op"] for x in lines]
+    assert kinds == ["BEGIN", "c", "c", "c", "END", "eop",  # one window, two tables
+                     "BEGIN", "c", "END", "eop",  # the ALTER: a schema change event
+                     "BEGIN", "c", "END", "eop"]
+    begin, end = lines[0], lines[4]
+    assert begin["id"] == end["id"] == lines[1]["transaction"]["id"] and begin["id"]
+    assert end["event_count"] == 3
+    assert sorted((d["data_collection"], d["event_count"]) for d in end["data_collections"]) \
+        == [("shop.a", 2), ("shop.b", 1)]
+    assert [x["transaction"]["total_order"] for x in lines[1:4]] == [1, 2, 3]
+    assert [x["transaction"]["data_collection_order"] for x in lines[1:4]] == [1, 2, 1]
+    ddl = lines[7]
+    assert ddl["source"]["db"] == "databus" and ddl["after"]["kind"] == "ALTER"
+    assert ddl["after"]["ddl"].startswith("ALTER TABLE shop.a")
+    assert lines[11]["after"] == {"id": 3, "v": 3, "w": "x"}

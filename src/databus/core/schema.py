@@ -17,7 +17,7 @@ import json
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import fastavro
 from fastavro.schema import to_parsing_canonical_form
@@ -40,6 +40,10 @@ METADATA_SCHEMA: dict[str, Any] = {
         {"name": "row", "type": ["null", "int"], "default": None},
     ],
 }
+
+
+SCHEMA_CHANGES = "databus.schema_changes"
+"""Logical source of DDL notices (one row per table a DDL statement changes)."""
 
 
 def schema_digest(avro: dict[str, Any]) -> bytes:
@@ -157,9 +161,11 @@ class TableSchema:
 class MetadataCodec:
     """Encodes/decodes the metadata part."""
 
+    ID: ClassVar[bytes] = schema_digest(METADATA_SCHEMA)  # the metadata schema id
+
     def __init__(self) -> None:
         self._parsed = fastavro.parse_schema(METADATA_SCHEMA)
-        self.id = schema_digest(METADATA_SCHEMA)
+        self.id = self.ID
 
     def encode(self, meta: dict[str, Any]) -> bytes:
         buf = io.BytesIO()

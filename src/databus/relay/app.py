@@ -31,6 +31,7 @@ from databus.core.errors import (
     UnknownSourceError,
 )
 from databus.core.filters import ServerFilter
+from databus.core.schema import SchemaRegistry
 
 if TYPE_CHECKING:
     from databus.relay.relay import Relay
@@ -169,7 +170,8 @@ def build_app(relay: Relay) -> Starlette:
             "X-Databus-Partial-Count": str(result.partial_count),
         }
         if output == "json":
-            return Response(_to_json_lines(relay, result.data), headers=headers,
+            txn = _flag(q.get("transactions"), "transactions")
+            return Response(_to_json_lines(relay, result.data, transactions=txn), headers=headers,
                             media_type="application/x-ndjson")
         return Response(result.data, headers=headers, media_type="application/octet-stream")
 
@@ -221,14 +223,35 @@ def build_app(relay: Relay) -> Starlette:
     )
 
 
-def _to_json_lines(relay: Relay, data: bytes) -> bytes:
-    """Binary events -> envelope lines; each window ends with an ``eop`` line."""
+def _flag(value: str | None, name: str) -> bool:
+    if value is None or value.lower() in ("false", "0", "no"):
+        return False
+    if value.lower() in ("true", "1", "yes"):
+        return True
+    raise InvalidRequestError(f"{name} must be true or false, got {value[:20]!r}")
+
+
+def _to_json_lines(relay: Relay, data: bytes, *, transactions: bool = False) -> bytes:
+    """Binary events -> envelope lines; each window ends with an ``eop`` line.
+
+    With ``transactions``, a window's events are framed by transaction lines
+    (``status`` BEGIN, and END with the event count per table), as in
+    Debezium's transaction metadata.
+    """
     reg = relay.source.registry()
     lines: list[str] = []
     total = 0
     per_source: dict[int, int] = {}
+    txid: str | None = None
     for event in ev.iter_events(data, verify=False):
         if event.src_id == ev.SRC_EOP:
+            if transactions and total:
+                lines.append(json.dumps({
+                    "type": "transaction", "status": "END", "id": txid, "scn": event.scn,
+                    "event_count": total,
+                    "data_collections": [
+                        {"data_collection": _source_name(reg, src), "event_count": n}
+                        for src, n in per_source.items()]}))
             lines.append(json.dumps({"type": "eop", "scn": event.scn,
                                      "ts_ms": event.timestamp_ns // 1_000_000}))
             total = 0
@@ -238,6 +261,19 @@ def _to_json_lines(relay: Relay, data: bytes) -> bytes:
             continue
         total += 1
         per_source[event.src_id] = per_source.get(event.src_id, 0) + 1
-        lines.append(dumps(envelope(event, reg, total_order=total,
-                                    data_collection_order=per_source[event.src_id])))
+        env = envelope(event, reg, total_order=total,
+                       data_collection_order=per_source[event.src_id])
+        if transactions and total == 1:
+            txid = env["transaction"]["id"]
+            lines.append(json.dumps({"type": "transaction", "status": "BEGIN", "id": txid,
+                                     "scn": event.scn,
+                                     "ts_ms": event.timestamp_ns // 1_000_000}))
+        lines.append(dumps(env))
     return ("\n".join(lines) + "\n").encode("utf-8") if lines else b""
+
+
+def _source_name(reg: SchemaRegistry, src_id: int) -> str:
+    try:
+        return reg.latest(src_id).name
+    except DatabusError:
+        return str(src_id)

@@ -38,6 +38,33 @@ class SourceConfig(_Model):
         description="tables to capture (names for SQLite; regexes 'db\\.table' for MySQL)",
     )
     poll_interval: float = Field(0.05, gt=0, le=60, description="seconds between idle polls")
+    exclude_tables: list[str] = Field(
+        default_factory=list, description="MySQL: regexes on 'db.table' left out after --tables")
+    include_columns: list[str] = Field(
+        default_factory=list,
+        description="MySQL: regexes on 'db.table.column' to keep (empty = all); keys always kept")
+    exclude_columns: list[str] = Field(
+        default_factory=list, description="MySQL: regexes on 'db.table.column' to leave out")
+    server_id: int = Field(
+        1_000_001, ge=1, le=2**32 - 1,
+        description="MySQL: the replica server id this relay uses (unique per server)")
+
+    start_gtid: str | None = Field(
+        None, pattern=r"^\d+-\d+-\d+(,\d+-\d+-\d+)*$",
+        description="MySQL (MariaDB): a new relay starts right after this GTID state instead of"
+                    " at the binlog's end, e.g. '0-1-1234'")
+
+    @field_validator("exclude_tables", "include_columns", "exclude_columns")
+    @classmethod
+    def _regexes(cls, v: list[str]) -> list[str]:
+        import re
+
+        for p in v:
+            try:
+                re.compile(p)
+            except re.error as exc:
+                raise ValueError(f"bad regex {p!r}: {exc}") from exc
+        return v
 
     @field_validator("url")
     @classmethod

@@ -47,8 +47,9 @@ class Relay:
     def __init__(self, config: RelayConfig, source: Source | None = None) -> None:
         self.config = config
         self.metrics = RelayMetrics()
-        self.source = source if source is not None else open_source(config.source, config.name)
         state_dir = config.state_dir or (config.buffer.path.parent if config.buffer.path else None)
+        self.source = (source if source is not None
+                       else open_source(config.source, config.name, state_dir))
         self.state_path = state_dir / f"{config.name}.state.json" if state_dir else None
         state = RelayState.load(self.state_path)
         start_scn = state.trim_scn if state else -1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
@@ -12,8 +13,12 @@ if TYPE_CHECKING:
     from databus.sources.base import Source
 
 
-def open_source(config: SourceConfig, relay_name: str = "relay") -> Source:
-    """The source named by ``config.url`` (``sqlite:///PATH``, ``mysql://...``)."""
+def open_source(config: SourceConfig, relay_name: str = "relay",
+                state_dir: Path | None = None) -> Source:
+    """The source named by ``config.url`` (``sqlite:///PATH``, ``mysql://...``).
+
+    ``state_dir``: where a source keeps its own state (the MySQL schema history).
+    """
     url = urlparse(config.url)
     if url.scheme == "sqlite":
         # sqlite:///relative.db -> "relative.db"; sqlite:////abs/x.db -> "/abs/x.db"
@@ -34,5 +39,9 @@ def open_source(config: SourceConfig, relay_name: str = "relay") -> Source:
                 f"the MySQL source needs its driver: pip install 'databus[mysql]' ({exc})"
             ) from exc
 
-        return MysqlSource(config.url, config.tables)
+        return MysqlSource(config.url, config.tables, exclude_tables=config.exclude_tables,
+                           include_columns=config.include_columns,
+                           exclude_columns=config.exclude_columns, server_id=config.server_id,
+                           state_dir=state_dir, name=relay_name,
+                           start_gtid=config.start_gtid)
     raise ConfigError(f"unsupported source url scheme {url.scheme!r} (supported: sqlite, mysql)")

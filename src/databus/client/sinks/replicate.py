@@ -54,7 +54,7 @@ from databus.client.sinks.sqltypes import Converter, column_type
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import SchemaError
 from databus.core.event import Op
-from databus.core.schema import TableSchema
+from databus.core.schema import SCHEMA_CHANGES, TableSchema
 
 log = logging.getLogger("databus.client.replicate")
 
@@ -127,6 +127,8 @@ class ReplicateSink(Consumer, CheckpointStore):
     # -- Consumer ------------------------------------------------------------------
 
     def _wanted(self, source: str) -> bool:
+        if source == SCHEMA_CHANGES:  # DDL notices, not rows (tables follow the schemas)
+            return False
         return (self.sources is None or source in self.sources
                 or source.partition(".")[2] in self.sources)
 

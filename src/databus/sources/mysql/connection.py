@@ -7,6 +7,7 @@ Driver errors are translated here: a server that cannot be reached is a
 
 from __future__ import annotations
 
+import select
 import struct
 from typing import Any
 
@@ -59,7 +60,9 @@ class BinlogStream:
     """Reads the binlog as a replica (``COM_BINLOG_DUMP``) from ``file``/``pos``.
 
     :meth:`read` returns the bytes of the next event (header included), or
-    ``None`` when the server ended the stream. The checksum algorithm the
+    ``None`` when the server ended the stream. With ``gtid`` (MariaDB's GTID
+    state, e.g. ``0-1-100``) the dump starts right after that GTID instead,
+    wherever it is in the server's binlog files. The checksum algorithm the
     server uses is announced (``@master_binlog_checksum``) so events arrive
     with their CRC32, and ``checksum`` tells whether they carry one. A
     heartbeat event arrives every ``heartbeat`` seconds while the server is
@@ -67,7 +70,8 @@ class BinlogStream:
     """
 
     def __init__(self, url: MysqlUrl, *, server_id: int, file: str, pos: int,
-                 heartbeat: float = 1.0, read_timeout: float = 10.0) -> None:
+                 heartbeat: float = 1.0, read_timeout: float = 10.0,
+                 gtid: str | None = None) -> None:
         self._con = connect(url)
         try:
             with self._con.cursor() as cur:
@@ -76,6 +80,12 @@ class BinlogStream:
                 cur.execute("SET @master_binlog_checksum = @@global.binlog_checksum")
                 cur.execute("SET @mariadb_slave_capability = 4")  # GTID-aware replica
                 cur.execute(f"SET @master_heartbeat_period = {int(heartbeat * 1e9)}")
+                if gtid is not None:
+                    # MariaDB: start after this GTID state (domain-server-seq, ...);
+                    # the server then ignores file and position
+                    cur.execute("SET @slave_connect_state = %s", (gtid,))
+                    cur.execute("SET @slave_gtid_strict_mode = 1")
+                    file, pos = "", 4
             payload = struct.pack("<BIHI", _COM_BINLOG_DUMP, pos, 0, server_id) + file.encode()
             self._con._write_bytes(struct.pack("<I", len(payload))[:3] + b"\x00" + payload)
             self._con._next_seq_id = 1
@@ -100,8 +110,40 @@ class BinlogStream:
             return None
         return data[1:]  # after the OK marker
 
+    def pending(self) -> bool:
+        """Whether the server has sent more than what was read (no blocking)."""
+        sock = self._con._sock
+        if sock is None:
+            return False
+        try:
+            return bool(select.select([sock], [], [], 0)[0])
+        except (OSError, ValueError):
+            return False
+
     def close(self) -> None:
         self._con.close()
+
+
+def collations(url: MysqlUrl) -> dict[int, str]:
+    """Collation id -> character set name, from the server's own table."""
+    con = connect(url)
+    try:
+        with con.cursor() as cur:
+            cur.execute("SELECT ID, CHARACTER_SET_NAME FROM information_schema.COLLATIONS"
+                        " WHERE ID IS NOT NULL")
+            out = {int(r[0]): str(r[1]) for r in cur.fetchall()}
+            try:  # MariaDB 10.10+: collations shared by several character sets
+                cur.execute("SELECT ID, CHARACTER_SET_NAME FROM"
+                            " information_schema.COLLATION_CHARACTER_SET_APPLICABILITY"
+                            " WHERE ID IS NOT NULL")
+                out.update({int(r[0]): str(r[1]) for r in cur.fetchall()})
+            except pymysql.err.Error:
+                pass  # MySQL: the table has no ID column
+            return out
+    except pymysql.err.Error as exc:
+        raise SourceUnavailableError(f"reading the server's collations failed: {exc}") from exc
+    finally:
+        con.close()
 
 
 def binary_logs(url: MysqlUrl) -> list[tuple[str, int]]:

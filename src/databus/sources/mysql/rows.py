@@ -19,7 +19,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from databus.core.errors import CorruptEventError
+from databus.core.errors import CorruptEventError, SchemaError
+from databus.sources.mysql import jsonb
 from databus.sources.mysql.events import read_lenenc
 
 # binlog column types
@@ -50,6 +51,9 @@ class TableDef:
     set_values: dict[int, list[str]] = field(default_factory=dict)
     primary_key: list[int] = field(default_factory=list)
     real_types: list[int] = field(default_factory=list)
+    codecs: list[str] = field(default_factory=list)  # see resolve_charsets
+    raw_values: dict[int, list[bytes]] = field(default_factory=dict)
+    value_charsets: dict[int, int] = field(default_factory=dict)
 
 
 def _bits(buf: memoryview | bytes, pos: int, n: int) -> tuple[list[bool], int]:
@@ -58,8 +62,12 @@ def _bits(buf: memoryview | bytes, pos: int, n: int) -> tuple[list[bool], int]:
     return [bool(raw[i >> 3] & (1 << (i & 7))) for i in range(n)], pos + nbytes
 
 
-def parse_table_def(body: memoryview) -> TableDef:
-    """A TABLE_MAP event body (checksum removed) -> :class:`TableDef`."""
+def parse_table_def(body: memoryview, collations: dict[int, str] | None = None) -> TableDef:
+    """A TABLE_MAP event body (checksum removed) -> :class:`TableDef`.
+
+    ``collations`` maps collation ids to character set names (the server's
+    ``information_schema.COLLATIONS``); common ids are known without it.
+    """
     table_id = int.from_bytes(body[0:6], "little")
     pos = 8
     slen = body[pos]
@@ -102,6 +110,7 @@ def parse_table_def(body: memoryview) -> TableDef:
     nullable, pos = _bits(body, pos, n)
     td = TableDef(table_id, schema, table, types, meta, nullable, real_types=real)
     _optional_metadata(td, body, pos)
+    resolve_charsets(td, collations or {})
     return td
 
 
@@ -168,9 +177,8 @@ def _optional_metadata(td: TableDef, body: memoryview, pos: int) -> None:
                 td.primary_key.append(idx)
     if not td.unsigned:
         td.unsigned = [False] * n
-    for i, vals in raw_values.items():
-        target = td.set_values if td.real_types[i] == T_SET else td.enum_values
-        target[i] = [str(_text(v, enum_cs.get(i, 33))) for v in vals]
+    td.raw_values = raw_values
+    td.value_charsets = enum_cs
 
 
 def _is_char_column(t: int) -> bool:
@@ -197,24 +205,105 @@ def _charsets(td: TableDef, chunk: memoryview, default: bool) -> list[int]:
     return out
 
 
-_CHARSET_CODECS = {8: "latin1", 5: "latin1", 47: "latin1", 48: "latin1", 49: "latin1",
-                   94: "latin1", 33: "utf-8", 45: "utf-8", 46: "utf-8", 83: "utf-8",
-                   192: "utf-8", 224: "utf-8", 255: "utf-8", 63: ""}
+# How a column's bytes become text: a Python codec name, or one of these.
+CODEC_BINARY = "binary"  # not text: bytes
+CODEC_UTF8 = "utf-8"  # utf8mb3, utf8mb4, ascii
+CODEC_LATIN1 = "mysql-latin1"  # MySQL's latin1 = cp1252 + the five C1 controls it leaves out
+
+# MySQL/MariaDB character set name -> Python codec
+_CHARSET_CODECS = {
+    "binary": CODEC_BINARY, "utf8": CODEC_UTF8, "utf8mb3": CODEC_UTF8, "utf8mb4": CODEC_UTF8,
+    "ascii": CODEC_UTF8, "latin1": CODEC_LATIN1, "latin2": "iso8859_2", "latin5": "iso8859_9",
+    "latin7": "iso8859_13", "cp1250": "cp1250", "cp1251": "cp1251", "cp1256": "cp1256",
+    "cp1257": "cp1257", "cp850": "cp850", "cp852": "cp852", "cp866": "cp866",
+    "koi8r": "koi8_r", "koi8u": "koi8_u", "greek": "iso8859_7", "hebrew": "iso8859_8",
+    "gbk": "gbk", "gb2312": "gb2312", "gb18030": "gb18030", "big5": "big5",
+    "sjis": "shift_jis", "cp932": "cp932", "ujis": "euc_jp", "eucjpms": "euc_jp",
+    "euckr": "euc_kr", "tis620": "tis_620", "macroman": "mac_roman", "macce": "mac_latin2",
+    "ucs2": "utf_16_be", "utf16": "utf_16_be", "utf16le": "utf_16_le", "utf32": "utf_32_be",
+}
+# collation id -> character set, for the common ids (the source reads the server's
+# own table, information_schema.COLLATIONS, and passes it to resolve_charsets)
+DEFAULT_COLLATIONS: dict[int, str] = {
+    63: "binary", 11: "ascii", 65: "ascii", 33: "utf8mb3", 83: "utf8mb3", 45: "utf8mb4",
+    46: "utf8mb4", 255: "utf8mb4", 5: "latin1", 8: "latin1", 15: "latin1", 31: "latin1",
+    47: "latin1", 48: "latin1", 49: "latin1", 94: "latin1",
+    **{i: "utf8mb3" for i in range(192, 224)}, **{i: "utf8mb4" for i in range(224, 248)},
+}
+_LATIN1_C1 = {0x80: 0x20AC, 0x82: 0x201A, 0x83: 0x0192, 0x84: 0x201E, 0x85: 0x2026,
+              0x86: 0x2020, 0x87: 0x2021, 0x88: 0x02C6, 0x89: 0x2030, 0x8A: 0x0160,
+              0x8B: 0x2039, 0x8C: 0x0152, 0x8E: 0x017D, 0x91: 0x2018, 0x92: 0x2019,
+              0x93: 0x201C, 0x94: 0x201D, 0x95: 0x2022, 0x96: 0x2013, 0x97: 0x2014,
+              0x98: 0x02DC, 0x99: 0x2122, 0x9A: 0x0161, 0x9B: 0x203A, 0x9C: 0x0153,
+              0x9E: 0x017E, 0x9F: 0x0178}
 
 
-def _text(raw: bytes, charset: int) -> str | bytes:
-    codec = _CHARSET_CODECS.get(charset)
-    if codec == "":
-        return raw
+def charset_codec(collation_id: int, collations: dict[int, str]) -> str:
+    """The codec of a collation id; a clear error for a character set we cannot read."""
+    name = collations.get(collation_id) or DEFAULT_COLLATIONS.get(collation_id)
+    if name is None:
+        raise SchemaError(f"unknown collation id {collation_id}")
+    codec = _CHARSET_CODECS.get(name)
     if codec is None:
-        codec = "latin1" if charset < 32 else "utf-8"
-    # MySQL's latin1 is cp1252
-    return raw.decode("cp1252" if codec == "latin1" else codec, errors="surrogateescape")
+        raise SchemaError(f"character set {name} (collation {collation_id}) is not supported")
+    return codec
+
+
+def text(raw: bytes, codec: str) -> str | bytes:
+    """Column bytes as the value a SELECT returns: str, or bytes for binary."""
+    if codec == CODEC_BINARY:
+        return raw
+    try:
+        if codec == CODEC_LATIN1:
+            return raw.decode("latin-1").translate(_LATIN1_C1)
+        return raw.decode(codec)
+    except UnicodeDecodeError as exc:
+        raise CorruptEventError(f"column bytes are not valid {codec}: {exc}") from exc
+
+
+def resolve_charsets(td: TableDef, collations: dict[int, str]) -> None:
+    """Sets ``td.codecs`` and decodes ENUM/SET value names, from the collation ids."""
+    td.codecs = [charset_codec(cs, collations) if _is_char_column(t) else CODEC_BINARY
+                 for t, cs in zip(td.real_types, td.charsets or [33] * len(td.types),
+                                  strict=True)]
+    for i, vals in td.raw_values.items():
+        target = td.set_values if td.real_types[i] == T_SET else td.enum_values
+        target[i] = [str(text(v, charset_codec(td.value_charsets.get(i, 33), collations)))
+                     for v in vals]
+
+
+# how a table version's event keys are formed
+KEY_INT, KEY_ROWINDEX, KEY_JSON = "int", "row-index", "json"
+
+
+def key_mode(td: TableDef) -> str:
+    """A single integer key column that fits int64 -> int key; no primary key ->
+    the row's index in its transaction; anything else -> a JSON array (bytes)."""
+    if not td.primary_key:
+        return KEY_ROWINDEX
+    if len(td.primary_key) == 1:
+        i = td.primary_key[0]
+        t = td.real_types[i]
+        if t in _INT_SIZES and not (t == T_LONGLONG and td.unsigned[i]):
+            return KEY_INT
+    return KEY_JSON
 
 
 def decode_rows(td: TableDef, event_type: int, body: memoryview
                 ) -> list[tuple[list[Any] | None, list[Any] | None]]:
-    """(before, after) images of every row in a rows event body."""
+    """(before, after) images of every row in a rows event body.
+
+    A body that does not fit the table map raises :class:`CorruptEventError`.
+    """
+    try:
+        return _decode_rows(td, event_type, body)
+    except (struct.error, IndexError, ValueError, OverflowError) as exc:
+        raise CorruptEventError(f"rows event of {td.schema}.{td.table} is damaged: {exc}"
+                                ) from exc
+
+
+def _decode_rows(td: TableDef, event_type: int, body: memoryview
+                 ) -> list[tuple[list[Any] | None, list[Any] | None]]:
     v2 = event_type >= 30
     pos = 8
     if v2:
@@ -226,6 +315,9 @@ def decode_rows(td: TableDef, event_type: int, body: memoryview
     present_after = present
     if update:
         present_after, pos = _bits(body, pos, n)
+    if not any(present) or not any(present_after):
+        # an image without columns would consume nothing: corrupt, not a loop
+        raise CorruptEventError(f"rows event of {td.schema}.{td.table} names no column")
     out: list[tuple[list[Any] | None, list[Any] | None]] = []
     end = len(body)
     while pos < end:
@@ -270,20 +362,22 @@ def _value(td: TableDef, i: int, b: memoryview, pos: int) -> tuple[Any, int]:
     if t in (T_VARCHAR, T_VAR_STRING):
         ln = b[pos] if m < 256 else struct.unpack_from("<H", b, pos)[0]
         pos += 1 if m < 256 else 2
-        return _text(bytes(b[pos : pos + ln]), _cs(td, i)), pos + ln
+        return text(bytes(b[pos : pos + ln]), _codec(td, i)), pos + ln
     if t == T_STRING:
         ln = b[pos] if m < 256 else struct.unpack_from("<H", b, pos)[0]
         pos += 1 if m < 256 else 2
         raw = bytes(b[pos : pos + ln])
-        if _cs(td, i) == BINARY_CHARSET:  # BINARY(n): the binlog drops the zero padding
+        if _codec(td, i) == CODEC_BINARY:  # BINARY(n): the binlog drops the zero padding
             return raw.ljust(m, b"\x00"), pos + ln
-        return _text(raw, _cs(td, i)), pos + ln
+        return text(raw, _codec(td, i)), pos + ln
     if t in (T_BLOB, T_TINY_BLOB, T_MEDIUM_BLOB, T_LONG_BLOB, T_GEOMETRY, T_JSON):
         ln = int.from_bytes(b[pos : pos + m], "little")
         pos += m
         raw = bytes(b[pos : pos + ln])
-        if t == T_BLOB and td.types[i] == T_BLOB and _cs(td, i) != BINARY_CHARSET:
-            return _text(raw, _cs(td, i)), pos + ln
+        if t == T_BLOB and _codec(td, i) != CODEC_BINARY:
+            return text(raw, _codec(td, i)), pos + ln
+        if t == T_JSON:  # MySQL 8 binary JSON (MariaDB logs JSON as text, a BLOB)
+            return jsonb.to_text(raw), pos + ln
         return raw, pos + ln
     if t == T_ENUM:
         idx = int.from_bytes(b[pos : pos + m], "little")
@@ -317,8 +411,8 @@ def _value(td: TableDef, i: int, b: memoryview, pos: int) -> tuple[Any, int]:
     raise ValueError(f"binlog type {t} is not decoded yet")
 
 
-def _cs(td: TableDef, i: int) -> int:
-    return td.charsets[i] if td.charsets else 33
+def _codec(td: TableDef, i: int) -> str:
+    return td.codecs[i] if td.codecs else CODEC_UTF8
 
 
 def _frac(b: memoryview, pos: int, fsp: int) -> tuple[int, int]:
