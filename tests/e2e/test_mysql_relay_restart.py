@@ -5,7 +5,7 @@
   ``/admin``; here the relay is killed with SIGKILL, and the error must also
   be in its log, while it keeps serving what it holds.
 * What it held before the restart stays readable (schemas included), also
-  for a consumer that is behind across a DDL: xfail, a source defect.
+  for a consumer that is behind across a DDL.
 """
 
 from __future__ import annotations
@@ -126,14 +126,9 @@ def test_purged_while_relay_down_is_a_clear_terminal_error(tmp_path: Path) -> No
         server.stop()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "source defect: MysqlSource keeps its schema registry in memory only, so a relay "
-    "restarted on its persistent buffer cannot serve the schemas of the windows it "
-    "holds until the source sees those tables' table maps again (never, for a table "
-    "shape before a DDL or when nothing new is written): /stream?output=json answers "
-    "500 SchemaError 'unknown schema id', and clients stop with SchemaError '... with "
-    "schema id X that /register does not list' (for good when X is a shape before a DDL)"))
 def test_restarted_relay_serves_the_schemas_of_what_it_holds(tmp_path: Path) -> None:
+    """Restarted with nothing new committed, the relay still decodes (JSON
+    output) the windows its buffer holds: their schemas survived the restart."""
     server = MariaDB(tmp_path / "db")
     server.start()
     port = free_port()
@@ -174,13 +169,10 @@ def test_restarted_relay_serves_the_schemas_of_what_it_holds(tmp_path: Path) -> 
         server.stop()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "source defect (same as above): after ALTER TABLE shop.accounts ADD COLUMN tier and "
-    "a relay restart, a consumer starting from the oldest window held gets events whose "
-    "schema (accounts before the ALTER) the restarted relay never lists: the client stops "
-    "with SchemaError 'relay ... sent an event of source <id> with schema id <X> that "
-    "/register does not list'; expected: every committed transaction delivered"))
 def test_consumer_behind_across_ddl_and_relay_restart(tmp_path: Path) -> None:
+    """Rows before and after ALTER TABLE accounts ADD COLUMN, the relay killed,
+    restarted: a new consumer from the oldest window held gets every committed
+    transaction (old table version included) and the DDL notice, in order."""
     server = MariaDB(tmp_path / "db")
     server.start()
     port = free_port()

@@ -13,7 +13,8 @@ order (InnoDB scans the key range ascending). Every UPDATE bumps a counter
 column, so no UPDATE is a no-op (MariaDB logs no row for an unchanged row).
 
 DDL runs between transactions when :meth:`Workload.maybe_ddl` is told the
-run's progress: ``ALTER TABLE accounts ADD COLUMN tier`` (nullable, no
+run's progress (each statement is recorded as a committed window holding its
+schema-change event): ``ALTER TABLE accounts ADD COLUMN tier`` (nullable, no
 default: rows written before keep NULL on both sides), ``ALTER TABLE orders
 DROP COLUMN doc``, and ``CREATE TABLE audit`` which is then written.
 """
@@ -43,12 +44,12 @@ SCHEMA = [
     "CREATE TABLE shop.items (order_id BIGINT NOT NULL, line INT NOT NULL, sku VARCHAR(32),"
     " qty INT NOT NULL, price DECIMAL(10,2), PRIMARY KEY (order_id, line))",
 ]
-# (fraction of the run, statement): each runs once, between transactions
+# (fraction of the run, table, statement): each runs once, between transactions
 DDL = [
-    (0.3, "ALTER TABLE shop.accounts ADD COLUMN tier VARCHAR(8)"),
-    (0.5, "ALTER TABLE shop.orders DROP COLUMN doc"),
-    (0.7, "CREATE TABLE shop.audit (id INT PRIMARY KEY, kind VARCHAR(16), payload TEXT,"
-          " at DATETIME(6), hits INT NOT NULL)"),
+    (0.3, "accounts", "ALTER TABLE shop.accounts ADD COLUMN tier VARCHAR(8)"),
+    (0.5, "orders", "ALTER TABLE shop.orders DROP COLUMN doc"),
+    (0.7, "audit", "CREATE TABLE shop.audit (id INT PRIMARY KEY, kind VARCHAR(16),"
+                   " payload TEXT, at DATETIME(6), hits INT NOT NULL)"),
 ]
 TABLES = ["accounts", "orders", "items", "audit"]
 KEYS = {"accounts": ("id",), "orders": ("id",), "items": ("order_id", "line"),
@@ -56,6 +57,11 @@ KEYS = {"accounts": ("id",), "orders": ("id",), "items": ("order_id", "line"),
 
 _NAMES = ["Zoë", "Łukasz", "山田太郎", "Ana", "O'Brien", "Ἀθηνᾶ", "party 🎉", "x\\y", ""]
 _WORDS = ["alpha", "βeta", "гамма", "delta", "😀", "naïve", "tab\tsep", "quote'\"", "línea\n2"]
+
+
+def schema_change(table: str) -> Change:
+    """How a recorder writes down the DDL notice of a statement on ``shop.table``."""
+    return ("schema_changes", "c", json.dumps(["shop", table]))
 
 
 def connect_writer(port: int) -> pymysql.connections.Connection:  # type: ignore[type-arg]
@@ -116,23 +122,35 @@ class Workload:
 
     @property
     def has_tier(self) -> bool:
-        return DDL[0][1] in self.ddl_done
+        return DDL[0][2] in self.ddl_done
 
     @property
     def has_doc(self) -> bool:
-        return DDL[1][1] not in self.ddl_done
+        return DDL[1][2] not in self.ddl_done
 
     @property
     def has_audit(self) -> bool:
-        return DDL[2][1] in self.ddl_done
+        return DDL[2][2] in self.ddl_done
 
     def maybe_ddl(self, progress: float) -> None:
-        """Run the DDL statements whose point of the run (0..1) has come."""
-        for at, stmt in DDL:
+        """Run the DDL statements whose point of the run (0..1) has come. Each is
+        a window of its own in the stream: one event of the logical source
+        ``databus.schema_changes`` keyed by ``["shop", table]``."""
+        for at, table, stmt in DDL:
             if progress >= at and stmt not in self.ddl_done:
                 with self.con.cursor() as cur:
                     cur.execute(stmt)
                 self.ddl_done.append(stmt)
+                self.committed.append([schema_change(table)])
+
+    def truncate(self, table: str) -> None:
+        """TRUNCATE ``table``: a window with its schema-change event, then a
+        truncate event (op ``t``, key 0) on the table."""
+        with self.con.cursor() as cur:
+            cur.execute(f"TRUNCATE TABLE {table}")
+        for k in list(self.live[table].items):
+            self.live[table].remove(k)
+        self.committed.append([schema_change(table), (table, "t", "0")])
 
     # -- values --------------------------------------------------------------
 
