@@ -181,7 +181,8 @@ def test_fifty_thousand_transactions_with_ddl(pipeline: Pipeline) -> None:
     p.wait_caught_up()
     caught_up = time.monotonic() - t0
     stats = _assert_all(p, w, TABLES)
-    assert len(w.committed) + len(w.rolled_back) == n and len(w.ddl_done) == 3
+    assert len(w.ddl_done) == 3  # each DDL statement is a committed window of its own
+    assert len(w.committed) + len(w.rolled_back) == n + 3
     assert stats["rolled_back_transactions"] > 1000
     print(f"workload: {stats}; written in {written:.1f}s, replica equal after {caught_up:.1f}s")
 
