@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import shutil
 import statistics
 import tempfile
 import threading
@@ -182,13 +183,14 @@ def main() -> None:
     count = int(args.rate * args.seconds)
     tmp = Path(tempfile.mkdtemp(prefix="latency-bench-"))
     m = MariaDB(tmp / "db", settings={**BINLOG_SETTINGS, "innodb-flush-log-at-trx-commit": "2"})
-    m.start()
     try:
+        m.start()
         m.execute("CREATE DATABASE bench", TABLE)
         ours = _stats(run_databus(m, tmp, 1, count, args.rate), args.warmup)
         theirs = _stats(run_baseline(m, count + 1, count, args.rate), args.warmup)
     finally:
         m.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
     print(f"{count} one-row transactions per run, paced at {args.rate:.0f}/s,"
           f" first {args.warmup:.0f}s left out; latency = receive wall time - send wall time")
     head = f"{'path':<58} | {'tx/s':>6} | {'p50 ms':>7} | {'p90 ms':>7} | {'p99 ms':>7} | {'max ms':>7}"
