@@ -38,6 +38,11 @@ if [ "${DATABUS_SETUP_SERVERS:-0}" = "1" ] && command -v dpkg >/dev/null; then
   apt_install sqlite3 mariadb-server postgresql
 fi
 
+if ! command -v java >/dev/null && command -v dpkg >/dev/null; then
+  # the Spark tests (tests/spark, the `spark` extra) run PySpark, which needs Java 17
+  apt_install openjdk-17-jre-headless
+fi
+
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi

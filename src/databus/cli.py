@@ -82,6 +82,40 @@ def relay(
         _fail(exc)
 
 
+@app.command("signal")
+def signal_cmd(
+    kind: Annotated[str, typer.Argument(help="execute-snapshot, stop-snapshot, pause-snapshot"
+                                              " or resume-snapshot")],
+    relay: Annotated[str, typer.Option(help="relay URL, e.g. http://127.0.0.1:11115")],
+    tables: Annotated[str | None, typer.Option(
+        help="execute-snapshot: comma-separated regexes on db.table")] = None,
+    data: Annotated[str | None, typer.Option(help="the signal's data as JSON")] = None,
+) -> None:
+    """Send a signal to a relay's source (incremental snapshots; see docs/snapshots.md)."""
+    import json
+
+    import httpx
+
+    payload: dict[str, object] = {}
+    if data:
+        try:
+            payload = json.loads(data)
+        except ValueError as exc:
+            raise typer.BadParameter(f"--data is not JSON: {exc}") from exc
+    if tables:
+        payload["data-collections"] = _csv(tables)
+    try:
+        r = httpx.post(f"{relay.rstrip('/')}/signal", json={"type": kind, "data": payload},
+                       timeout=30)
+    except httpx.HTTPError as exc:
+        typer.echo(f"databus: relay {relay} unreachable: {exc}", err=True)
+        raise typer.Exit(3) from exc
+    if r.status_code != 202:
+        typer.echo(f"databus: {r.text}", err=True)
+        raise typer.Exit(2)
+    typer.echo(r.json()["id"])
+
+
 @app.command()
 def tail(
     relay: Annotated[str, typer.Option(help="relay URL, e.g. http://127.0.0.1:11115")],

@@ -122,6 +122,13 @@ class SourcePositionLostError(TerminalError):
     code = "SourcePositionLost"
 
 
+class StatementError(TerminalError):
+    """The source database refused a statement of ours (bad SQL, missing privilege,
+    a user-supplied condition that does not compile)."""
+
+    code = "StatementError"
+
+
 # -- things that go away and come back (retry) -------------------------------
 
 

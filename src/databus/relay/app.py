@@ -198,6 +198,20 @@ def build_app(relay: Relay) -> Starlette:
             status_code=200 if healthy else 503,
         )
 
+    async def signal(request: Request) -> Response:
+        """POST {"type": "execute-snapshot", "data": {...}}: a signal to the source."""
+        try:
+            body = json.loads(await request.body() or b"{}")
+        except ValueError as exc:
+            raise InvalidRequestError(f"signal body is not JSON: {exc}") from exc
+        if not isinstance(body, dict) or not isinstance(body.get("type"), str):
+            raise InvalidRequestError('signal body needs {"type": ..., "data": {...}}')
+        data = body.get("data")
+        if data is not None and not isinstance(data, dict):
+            raise InvalidRequestError("signal data must be a JSON object")
+        sid = await asyncio.to_thread(relay.source.signal, body["type"], data)
+        return JSONResponse({"id": sid, "type": body["type"]}, status_code=202)
+
     async def not_found(request: Request, _exc: Exception) -> Response:
         return JSONResponse(
             {"error": "NotFound", "message": f"no endpoint {request.url.path}"}, status_code=404
@@ -217,6 +231,7 @@ def build_app(relay: Relay) -> Starlette:
         Route("/containerStats/{path:path}", guarded("containerStats", container_stats)),
         Route("/metrics", guarded("metrics", metrics_endpoint)),
         Route("/admin", guarded("admin", admin)),
+        Route("/signal", guarded("signal", signal), methods=["POST"]),
     ]
     return Starlette(
         routes=routes, exception_handlers={404: not_found, 405: method_not_allowed}

@@ -54,6 +54,18 @@ class SourceConfig(_Model):
         description="MySQL (MariaDB): a new relay starts right after this GTID state instead of"
                     " at the binlog's end, e.g. '0-1-1234'")
 
+    snapshot_mode: str = Field(
+        "no_data", pattern=r"^(initial|initial_only|no_data|when_needed|always)$",
+        description="MySQL: initial (existing rows by an incremental snapshot, then stream),"
+                    " initial_only, no_data (stream only), when_needed (snapshot when the"
+                    " position is gone), always (snapshot at every start)")
+    signal_table: str = Field(
+        "databus.signals", pattern=r"^[^.\s]+\.[^.\s]+$",
+        description="MySQL: db.table of signals and snapshot watermarks (created when a"
+                    " snapshot mode needs it)")
+    snapshot_chunk_size: int = Field(1024, ge=1, le=1_000_000,
+                                     description="MySQL: rows per incremental snapshot chunk")
+
     @field_validator("exclude_tables", "include_columns", "exclude_columns")
     @classmethod
     def _regexes(cls, v: list[str]) -> list[str]:

@@ -43,5 +43,7 @@ def open_source(config: SourceConfig, relay_name: str = "relay",
                            include_columns=config.include_columns,
                            exclude_columns=config.exclude_columns, server_id=config.server_id,
                            state_dir=state_dir, name=relay_name,
-                           start_gtid=config.start_gtid)
+                           start_gtid=config.start_gtid, snapshot_mode=config.snapshot_mode,
+                           signal_table=config.signal_table,
+                           chunk_size=config.snapshot_chunk_size)
     raise ConfigError(f"unsupported source url scheme {url.scheme!r} (supported: sqlite, mysql)")

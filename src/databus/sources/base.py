@@ -27,7 +27,9 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
+from databus.core.errors import InvalidRequestError
 from databus.core.schema import SchemaRegistry
 
 
@@ -72,6 +74,12 @@ class Source(ABC):
         Returns an empty list when nothing new was committed within ``timeout``
         seconds or ``stop`` was set.
         """
+
+    def signal(self, kind: str, data: dict[str, Any] | None) -> str:
+        """Send a signal (e.g. ``execute-snapshot``) through the source's own log, so it
+        takes effect in commit order; returns its id. Sources without signals raise
+        :class:`~databus.core.errors.InvalidRequestError`."""
+        raise InvalidRequestError(f"{type(self).__name__} takes no signals")
 
     def acknowledge(self, scn: int) -> None:  # noqa: B027 - optional hook
         """Everything up to ``scn`` is durable in the relay; the source may trim it."""

@@ -7,13 +7,19 @@ Driver errors are translated here: a server that cannot be reached is a
 
 from __future__ import annotations
 
+import contextlib
 import select
 import struct
 from typing import Any
 
 import pymysql
 
-from databus.core.errors import ConfigError, SourcePositionLostError, SourceUnavailableError
+from databus.core.errors import (
+    ConfigError,
+    SourcePositionLostError,
+    SourceUnavailableError,
+    StatementError,
+)
 from databus.sources.mysql.checks import MysqlUrl, ServerFacts
 
 _ACCESS_DENIED = 1045
@@ -173,3 +179,49 @@ def master_status(url: MysqlUrl) -> tuple[str, int]:
     if row is None:
         raise SourceUnavailableError("SHOW MASTER STATUS returned nothing: is log_bin on?")
     return str(row[0]), int(row[1])
+
+
+class SqlSession:
+    """One autocommit SQL connection, reopened after a failure; session in UTC.
+
+    Errors are translated: a lost server is :class:`SourceUnavailableError`,
+    a statement the server refuses is :class:`StatementError` (the message
+    names the statement's error).
+    """
+
+    def __init__(self, url: MysqlUrl) -> None:
+        self.url = url
+        self._con: Any = None
+
+    def _connection(self) -> Any:
+        if self._con is None:
+            con = connect(self.url)
+            try:
+                with con.cursor() as cur:
+                    cur.execute("SET time_zone = '+00:00'")
+            except pymysql.err.Error as exc:
+                con.close()
+                raise SourceUnavailableError(f"setting up a SQL session failed: {exc}") from exc
+            self._con = con
+        return self._con
+
+    def query(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+        con = self._connection()
+        try:
+            with con.cursor() as cur:
+                cur.execute(sql, params)
+                return list(cur.fetchall())
+        except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
+            if exc.args and isinstance(exc.args[0], int) and exc.args[0] < 2000 \
+                    and exc.args[0] not in (1040, 1053, 1152, 1158, 1159, 1160, 1161):
+                raise StatementError(f"{exc.args[1] if len(exc.args) > 1 else exc}") from exc
+            self.close()
+            raise SourceUnavailableError(f"SQL connection lost: {exc}") from exc
+        except pymysql.err.Error as exc:
+            raise StatementError(f"{exc.args[1] if len(exc.args) > 1 else exc}") from exc
+
+    def close(self) -> None:
+        if self._con is not None:
+            with contextlib.suppress(Exception):
+                self._con.close()
+            self._con = None

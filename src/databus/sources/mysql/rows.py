@@ -249,6 +249,14 @@ def charset_codec(collation_id: int, collations: dict[int, str]) -> str:
     return codec
 
 
+def charset_codec_by_name(name: str) -> str:
+    """The codec of a character set name (``information_schema`` gives names)."""
+    codec = _CHARSET_CODECS.get(name)
+    if codec is None:
+        raise SchemaError(f"character set {name} is not supported")
+    return codec
+
+
 def text(raw: bytes, codec: str) -> str | bytes:
     """Column bytes as the value a SELECT returns: str, or bytes for binary."""
     if codec == CODEC_BINARY:

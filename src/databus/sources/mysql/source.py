@@ -32,14 +32,12 @@ give the same bytes.
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 import json
 import logging
 import re
 import threading
 import time
-import zlib
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,10 +47,12 @@ from databus.core import event as ev
 from databus.core.atomic import write_atomic
 from databus.core.errors import (
     ConfigError,
-    CorruptEventError,
     DatabusError,
+    InvalidRequestError,
     SchemaError,
+    SourcePositionLostError,
     SourceUnavailableError,
+    StatementError,
 )
 from databus.core.schema import (
     SCHEMA_CHANGES,
@@ -66,14 +66,31 @@ from databus.sources.base import Source, SourceInfo, Window
 from databus.sources.mysql import ddl as dd
 from databus.sources.mysql import events as be
 from databus.sources.mysql import fastpath
+from databus.sources.mysql import incremental as inc
 from databus.sources.mysql import rows as br
 from databus.sources.mysql.checks import check_server, parse_mysql_url
-from databus.sources.mysql.connection import BinlogStream, collations, master_status, server_facts
+from databus.sources.mysql.connection import (
+    BinlogStream,
+    SqlSession,
+    collations,
+    master_status,
+    server_facts,
+)
+from databus.sources.mysql.incremental import Coordinator
+from databus.sources.mysql.snapshots import ProgressRecords, SnapshotIO
+from databus.sources.mysql.tables import Shape, Version, avro_type, meta_middle, source_id
 
 log = logging.getLogger("databus.sources.mysql")
 
-_OPS = {30: ev.Op.INSERT, 23: ev.Op.INSERT, 31: ev.Op.UPDATE, 24: ev.Op.UPDATE,
-        32: ev.Op.DELETE, 25: ev.Op.DELETE}
+
+NOTIFICATIONS = "databus.notifications"
+"""Logical source of snapshot progress notifications (see :mod:`.incremental`)."""
+
+NOTIFICATION_AVRO = table_schema("databus", "notifications", [
+    ColumnSpec("kind", "string", nullable=False), ColumnSpec("snapshot", "string"),
+    ColumnSpec("table", "string"), ColumnSpec("data", "string", nullable=False)])
+
+SNAPSHOT_MODES = ("initial", "initial_only", "no_data", "when_needed", "always")
 
 SCHEMA_CHANGE_AVRO = table_schema("databus", "schema_changes", [
     ColumnSpec("db", "string", nullable=False), ColumnSpec("table", "string", nullable=False),
@@ -88,169 +105,11 @@ def _regexes(patterns: Sequence[str]) -> list[re.Pattern[str]]:
         raise ConfigError(f"bad table/column regex: {exc}") from exc
 
 
-def source_id(name: str) -> int:
-    return zlib.crc32(name.encode()) & 0x7FFFFFFF
-
-
-def _avro_type(td: br.TableDef, i: int) -> Any:
-    t, m = td.real_types[i], td.meta[i]
-    if t in (br.T_TINY, br.T_SHORT, br.T_INT24, br.T_LONG, br.T_YEAR):
-        return "long"
-    if t == br.T_LONGLONG or (t == br.T_BIT and (m & 0xFF) >= 8):
-        if td.unsigned[i] or t == br.T_BIT:  # 64-bit unsigned does not fit a long
-            return {"type": "bytes", "logicalType": "decimal", "precision": 20, "scale": 0}
-        return "long"
-    if t == br.T_BIT:
-        return "long"
-    if t == br.T_FLOAT:
-        return "float"
-    if t == br.T_DOUBLE:
-        return "double"
-    if t == br.T_NEWDECIMAL:
-        return {"type": "bytes", "logicalType": "decimal", "precision": m >> 8,
-                "scale": m & 0xFF}
-    if t == br.T_DATE:
-        return {"type": "int", "logicalType": "date"}
-    if t == br.T_TIME2:
-        return "long"  # microseconds, may be negative or beyond 24 h
-    if t == br.T_DATETIME2:
-        return {"type": "long", "logicalType": "local-timestamp-micros"}
-    if t == br.T_TIMESTAMP2:
-        return {"type": "long", "logicalType": "timestamp-micros"}
-    if t in (br.T_ENUM, br.T_SET, br.T_JSON):
-        return "string"
-    if t in (br.T_VARCHAR, br.T_VAR_STRING, br.T_STRING, br.T_BLOB):
-        return "bytes" if td.codecs and td.codecs[i] == br.CODEC_BINARY else "string"
-    return "bytes"
-
-
-def _avro_value(v: Any, avro: Any) -> Any:
-    if v is None:
-        return None
-    if isinstance(v, dt.timedelta):
-        return v // dt.timedelta(microseconds=1)
-    if isinstance(avro, dict) and avro.get("logicalType") == "decimal" and isinstance(v, int):
-        return decimal.Decimal(v)
-    if avro == "string" and isinstance(v, bytes):
-        return v.decode("utf-8")
-    if avro == "bytes" and isinstance(v, str):
-        return v.encode("utf-8")
-    return v
-
-
-def _key_json(v: Any) -> Any:
-    if v is None or isinstance(v, (int, str)):
-        return v
-    if isinstance(v, bytes):
-        return {"hex": v.hex()}
-    if isinstance(v, (dt.date, dt.datetime)):
-        return v.isoformat()
-    return str(v)
-
-
-# --- hand-made Avro for the metadata part (both codecs share it) --------------
-
-def _zz(n: int) -> bytes:
-    n = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _u_str(s: str | None) -> bytes:
-    if s is None:
-        return b"\x00"
-    raw = s.encode("utf-8")
-    return b"\x02" + _zz(len(raw)) + raw
-
-
-def _u_long(v: int | None) -> bytes:
-    return b"\x00" if v is None else b"\x02" + _zz(v)
-
-
-def meta_middle(txid: str | None, file: str, pos: int, gtid: str | None, server_id: int) -> bytes:
-    """Avro of the metadata fields between ``before`` and ``row`` (METADATA_SCHEMA order)."""
-    return _u_str(txid) + _u_str(file) + _u_long(pos) + _u_str(gtid) + _u_long(server_id)
-
-
-class _Version:
-    """One Avro version of one table (what the events say)."""
-
-    def __init__(self, schema: TableSchema) -> None:
-        self.schema = schema
-        self.types = [f["type"][1] for f in schema.avro["fields"]]
-        self.fields = [f["name"] for f in schema.avro["fields"]]
-
-
-class _Shape:
-    """One table-map shape: how to decode its rows into one :class:`_Version`."""
-
-    def __init__(self, td: br.TableDef, version: _Version, keep: list[bool], meta_id: bytes,
-                 fast: bool) -> None:
-        self.td = td
-        self.version = version
-        self.keep = keep
-        self.name = f"{td.schema}.{td.table}"
-        self.mode = br.key_mode(td)
-        s = version.schema
-        self.codec = fastpath.compile_codec(td, src_id=s.src_id, schema_id=s.id,
-                                            schema_version=s.version, meta_id=meta_id,
-                                            keep=keep) if fast else None
-
-    def encode(self, etype: int, body: memoryview, scn: int, ts_ns: int, meta_mid: bytes,
-               row_index: int) -> tuple[bytes, int]:
-        if self.codec is not None:
-            try:
-                data, n = self.codec.encode(body, etype, scn, ts_ns, meta_mid, row_index,
-                                            self.name)
-            except ValueError as exc:
-                raise CorruptEventError(f"cannot decode a rows event of {self.name}: {exc}"
-                                        ) from exc
-            return data, n
-        return self._encode_py(etype, body, scn, ts_ns, meta_mid, row_index)
-
-    def _row(self, values: list[Any]) -> dict[str, Any]:
-        v = self.version
-        kept = [x for x, k in zip(values, self.keep, strict=True) if k]
-        return {f: _avro_value(x, a) for f, x, a in zip(v.fields, kept, v.types, strict=True)}
-
-    def _key(self, values: list[Any], index: int) -> int | bytes:
-        if self.mode == br.KEY_ROWINDEX:
-            return index
-        kv = [values[i] for i in self.td.primary_key]
-        if self.mode == br.KEY_INT and isinstance(kv[0], int):
-            return kv[0]
-        return json.dumps([_key_json(x) for x in kv], ensure_ascii=False,
-                          separators=(",", ":")).encode()
-
-    def _encode_py(self, etype: int, body: memoryview, scn: int, ts_ns: int, meta_mid: bytes,
-                   row_index: int) -> tuple[bytes, int]:
-        s = self.version.schema
-        out = []
-        for n, (before, after) in enumerate(br.decode_rows(self.td, etype, body)):
-            image = after if after is not None else before
-            assert image is not None
-            index = row_index + n
-            meta = b"\x00"
-            if before is not None and after is not None:
-                raw = s.encode(self._row(before))
-                meta = b"\x02" + _zz(len(raw)) + raw
-            out.append(ev.encode(
-                scn=scn, src_id=s.src_id, key=self._key(image, index),
-                payload=s.encode(self._row(image)), schema_id=s.id, schema_version=s.version,
-                op=_OPS[etype], timestamp_ns=ts_ns, metadata=meta + meta_mid + _u_long(index),
-                metadata_schema_id=MetadataCodec.ID))
-        return b"".join(out), len(out)
-
-
 @dataclass
 class _Pending:
     """A rows event waiting for its transaction's commit (encoded with the SCN)."""
 
-    shape: _Shape
+    shape: Shape
     etype: int
     body: memoryview
     meta_mid: bytes
@@ -264,7 +123,8 @@ class MysqlSource(Source):
                  exclude_columns: Sequence[str] = (), server_id: int = 1_000_001,
                  heartbeat: float = 1.0, state_dir: Path | None = None,
                  name: str = "relay", compiled: bool = True,
-                 start_gtid: str | None = None) -> None:
+                 start_gtid: str | None = None, snapshot_mode: str = "no_data",
+                 signal_table: str = "databus.signals", chunk_size: int = 1024) -> None:
         self.url = parse_mysql_url(url)
         check_server(server_facts(self.url))
         self._include = _regexes(tables or [".*"])
@@ -280,11 +140,27 @@ class MysqlSource(Source):
         self._collations = collations(self.url)
         self._registry = SchemaRegistry()
         self._history = state_dir / f"{name}.mysql-schemas.json" if state_dir else None
-        self._versions: dict[bytes, _Version] = {}  # by schema id
-        self._shapes: dict[bytes, _Shape] = {}  # by table map body (without table id)
+        self._versions: dict[bytes, Version] = {}  # by schema id
+        self._shapes: dict[bytes, Shape] = {}  # by table map body (without table id)
         self._by_src: dict[int, SourceInfo] = {}
-        self._ddl_version = self._ddl_schema()
+        self._ddl_version = self._internal_schema(SCHEMA_CHANGES, SCHEMA_CHANGE_AVRO,
+                                                  ("db", "table"))
+        self._notify_version = self._internal_schema(NOTIFICATIONS, NOTIFICATION_AVRO,
+                                                     ("snapshot",))
         self._load_history()
+        if snapshot_mode not in SNAPSHOT_MODES:
+            raise ConfigError(f"snapshot_mode must be one of {', '.join(SNAPSHOT_MODES)}")
+        self.snapshot_mode = snapshot_mode
+        self.signal_table = signal_table
+        self._sql = SqlSession(self.url)
+        self._snap_io = SnapshotIO(self._sql, signal_table, self._wanted, self._shape_of)
+        self._coord = Coordinator(self._snap_io, chunk_size, self._wanted)
+        self._records = ProgressRecords(
+            state_dir / f"{name}.mysql-snapshot.json" if state_dir else None)
+        self._notices: list[dict[str, Any]] = []
+        self._snapshotted = False  # a mode's own snapshot was started by this process
+        if snapshot_mode != "no_data":
+            self._snap_io.ensure_signal_table()
         self._stream: BinlogStream | None = None
         self._stream_scn = -2
         self._file = ""
@@ -293,12 +169,12 @@ class MysqlSource(Source):
 
     # -- schemas -----------------------------------------------------------------
 
-    def _ddl_schema(self) -> _Version:
-        schema = TableSchema(source_id(SCHEMA_CHANGES), SCHEMA_CHANGES, 1, SCHEMA_CHANGE_AVRO,
-                             ("db", "table"))
+    def _internal_schema(self, name: str, avro: dict[str, Any], keys: tuple[str, ...]
+                         ) -> Version:
+        schema = TableSchema(source_id(name), name, 1, avro, keys)
         self._registry.add(schema)
-        self._by_src[schema.src_id] = SourceInfo(schema.src_id, SCHEMA_CHANGES)
-        return _Version(schema)
+        self._by_src[schema.src_id] = SourceInfo(schema.src_id, name)
+        return Version(schema)
 
     def _load_history(self) -> None:
         if self._history is None or not self._history.exists():
@@ -311,8 +187,8 @@ class MysqlSource(Source):
             for s in saved.versions(src):
                 self._add_version(s, save=False)
 
-    def _add_version(self, schema: TableSchema, *, save: bool = True) -> _Version:
-        version = _Version(schema)
+    def _add_version(self, schema: TableSchema, *, save: bool = True) -> Version:
+        version = Version(schema)
         self._versions[schema.id] = version
         self._registry.add(schema)
         self._by_src[schema.src_id] = SourceInfo(schema.src_id, schema.name)
@@ -330,7 +206,7 @@ class MysqlSource(Source):
             out.append(keep or i in td.primary_key)
         return out
 
-    def _shape(self, table_map: bytes, td: br.TableDef) -> _Shape:
+    def _shape(self, table_map: bytes, td: br.TableDef) -> Shape:
         shape = self._shapes.get(table_map)
         if shape is not None:
             return shape
@@ -338,7 +214,7 @@ class MysqlSource(Source):
         src = source_id(name)
         keep = self._keep(td)
         names = td.names or [f"col{i}" for i in range(len(td.types))]
-        specs = [ColumnSpec(n, _avro_type(td, i), nullable=True)
+        specs = [ColumnSpec(n, avro_type(td, i), nullable=True)
                  for i, n in enumerate(names) if keep[i]]
         keys = tuple(names[i] for i in td.primary_key)
         avro = table_schema(td.schema, td.table, specs)
@@ -349,13 +225,38 @@ class MysqlSource(Source):
         if version is None:
             number = max((s.version for s in known), default=0) + 1
             version = self._add_version(TableSchema(src, name, number, avro, keys))
-        shape = _Shape(td, version, keep, MetadataCodec.ID, self.compiled)
+        shape = Shape(td, version, keep, MetadataCodec.ID, self.compiled)
         self._shapes[table_map] = shape
         return shape
+
+    def _shape_of(self, td: br.TableDef) -> Shape:
+        """The version of a table described by information_schema (snapshots)."""
+        sig = json.dumps(["information_schema", td.schema, td.table, td.names, td.real_types,
+                          td.meta, td.unsigned, td.codecs, td.primary_key,
+                          sorted(td.enum_values.items()), sorted(td.set_values.items())])
+        return self._shape(sig.encode(), td)
 
     def _wanted(self, name: str) -> bool:
         return (any(p.fullmatch(name) for p in self._include)
                 and not any(p.fullmatch(name) for p in self._exclude))
+
+    def signal(self, kind: str, data: dict[str, Any] | None) -> str:
+        """Insert a signal row (see :mod:`.incremental`) on its own connection: the
+        capture thread sees it in the binlog, in commit order. Thread-safe."""
+        if kind not in (inc.EXECUTE, inc.STOP, inc.PAUSE, inc.RESUME):
+            raise InvalidRequestError(
+                f"unknown signal {kind!r}; one of {inc.EXECUTE}, {inc.STOP}, {inc.PAUSE},"
+                f" {inc.RESUME}")
+        sid = uuid.uuid4().hex
+        session = SqlSession(self.url)
+        try:
+            SnapshotIO(session, self.signal_table, self._wanted, self._shape_of
+                       ).write_watermark(sid, kind, json.dumps(data or {}))
+        except StatementError as exc:
+            raise InvalidRequestError(f"cannot write to {self.signal_table}: {exc}") from exc
+        finally:
+            session.close()
+        return sid
 
     def sources(self) -> list[SourceInfo]:
         return sorted(self._by_src.values(), key=lambda s: s.id)
@@ -368,15 +269,21 @@ class MysqlSource(Source):
     def _reset_txn(self) -> None:
         self._maps: dict[int, tuple[bytes, br.TableDef]] = {}
         self._pending: list[_Pending] = []
+        self._signals: list[tuple[str, str, str | None]] = []
         self._gtid: str | None = None
 
-    def _open(self, after_scn: int) -> None:
+    def _open(self, after_scn: int, *, at_end: bool = False) -> None:
+        """Start the dump after ``after_scn`` (-1: at the end or ``start_gtid``).
+
+        ``at_end``: the position is gone and ``when_needed`` applies: stream
+        from the server's end and snapshot every captured table instead.
+        """
         if self._stream is not None:
             self._stream.close()
         gtid = None
-        if after_scn < 0:
+        if after_scn < 0 or at_end:
             file, pos = master_status(self.url)
-            gtid = self.start_gtid  # a new relay may start at a GTID instead of the end
+            gtid = None if at_end else self.start_gtid
         else:
             file, pos = self._file_name(after_scn >> 32), after_scn & 0xFFFFFFFF
         self._base = file.rsplit(".", 1)[0]
@@ -386,6 +293,15 @@ class MysqlSource(Source):
                                     gtid=gtid)
         self._stream_scn = after_scn
         self._reset_txn()
+        self._coord.restore(self._records.at(after_scn) if after_scn >= 0 else None)
+        mode = self.snapshot_mode
+        if at_end or (not self._snapshotted and not self._coord.active and (
+                (after_scn < 0 and mode in ("initial", "initial_only", "when_needed"))
+                or mode == "always")):
+            self._snapshotted = True
+            tables = self._snap_io.tables()
+            if tables:
+                self._notices += self._coord.start(tables)
 
     def _file_name(self, number: int) -> str:
         base = self._base or master_status(self.url)[0].rsplit(".", 1)[0]
@@ -406,24 +322,48 @@ class MysqlSource(Source):
     def _read(self, after_scn: int, stop: threading.Event, timeout: float) -> list[Window]:
         if self._stream is None or after_scn != self._stream_scn:
             self._open(after_scn)
+        if self._done_snapshotting():
+            stop.wait(timeout)  # initial_only: nothing more after the snapshot
+            return []
         assert self._stream is not None
         deadline = time.monotonic() + timeout
         out: list[Window] = []
         # a burst of small transactions goes to the buffer in one call; the
         # first window already waits for nothing more than what is there
         while not stop.is_set() and len(out) < 64:
-            raw = self._stream.read()
+            if self._coord.wants_chunk():
+                self._open_chunk()
+            try:
+                raw = self._stream.read()
+            except SourcePositionLostError:
+                if self.snapshot_mode != "when_needed" or out:
+                    raise
+                log.warning("binlog position after scn %d is gone: streaming from the end"
+                            " and snapshotting every table (snapshot_mode when_needed)",
+                            after_scn)
+                self._open(after_scn, at_end=True)
+                continue
             if raw is None:
                 raise SourceUnavailableError("the server ended the binlog stream")
             window = self._event(raw)
             if window is not None:
                 self._stream_scn = window.scn
                 out.append(window)
-                if not self._stream.pending():
+                if not self._stream.pending() or self._done_snapshotting():
                     break
             elif time.monotonic() >= deadline:
                 break
         return out
+
+    def _done_snapshotting(self) -> bool:
+        return (self.snapshot_mode == "initial_only" and self._snapshotted
+                and not self._coord.active and not self._notices)
+
+    def _open_chunk(self) -> None:
+        self._notices += self._coord.open_chunk()
+        if self._notices and self._coord.chunk is None:
+            # no watermark will commit: a marker row carries the notices to the stream
+            self._snap_io.write_watermark(uuid.uuid4().hex, inc.NOTIFY, "{}")
 
     def _event(self, raw: bytes) -> Window | None:
         assert self._stream is not None
@@ -432,13 +372,19 @@ class MysqlSource(Source):
         if t in be.ROW_EVENTS:
             entry = self._maps.get(int.from_bytes(body[0:6], "little"))
             if entry is not None:
-                shape = self._shape(*entry)
-                self._pending.append(_Pending(
-                    shape, t, body, meta_middle(self._gtid, self._file, h.next_pos, self._gtid,
-                                                h.server_id)))
+                td = entry[1]
+                name = f"{td.schema}.{td.table}"
+                if name == self.signal_table:
+                    self._signal_rows(td, t, body)
+                if self._wanted(name):
+                    self._pending.append(_Pending(
+                        self._shape(*entry), t, body,
+                        meta_middle(self._gtid, self._file, h.next_pos, self._gtid,
+                                    h.server_id)))
         elif t == be.EventType.TABLE_MAP:
             td = br.parse_table_def(body, self._collations)
-            if self._wanted(f"{td.schema}.{td.table}"):
+            name = f"{td.schema}.{td.table}"
+            if self._wanted(name) or name == self.signal_table:
                 self._maps[td.table_id] = (bytes(body[6:]), td)
         elif t == be.EventType.XID:
             return self._commit(h)
@@ -458,10 +404,19 @@ class MysqlSource(Source):
             self._file = be.parse_rotate(body).file
         return None
 
+    def _signal_rows(self, td: br.TableDef, etype: int, body: memoryview) -> None:
+        if etype not in (23, 30):  # signals are inserted rows
+            return
+        names = td.names or ["id", "type", "data"]
+        for _before, after in br.decode_rows(td, etype, body):
+            row = dict(zip(names, after or [], strict=False))
+            self._signals.append((str(row.get("id")), str(row.get("type")),
+                                  None if row.get("data") is None else str(row["data"])))
+
     def _commit(self, h: be.EventHeader) -> Window | None:
-        pending = self._pending
+        pending, signals = self._pending, self._signals
         self._reset_txn()
-        if not pending:
+        if not pending and not signals and not self._notices and self._coord.chunk is None:
             return None
         scn = self._scn(h.next_pos)
         ts_ns = h.timestamp * 1_000_000_000
@@ -471,9 +426,46 @@ class MysqlSource(Source):
             data, n = p.shape.encode(p.etype, p.body, scn, ts_ns, p.meta_mid, rows)
             parts.append(data)
             rows += n
+        changed = bool(signals or self._notices)
+        notices, self._notices = self._notices, []
+        marks = [sid for sid, kind, _ in signals if kind in inc.MARKS]
+        for sid, kind, text in signals:
+            if kind not in inc.MARKS:
+                notices += self._coord.signal(sid, kind, text)
+        chunk, more = self._coord.on_commit(marks, lambda table: _keys(parts, table))
+        notices += more
+        if chunk is not None:
+            data, n = self._snapshot_events(chunk, scn, ts_ns)
+            parts.append(data)
+            rows += n
+        for notice in notices:
+            parts.append(self._notice_event(notice, scn, ts_ns))
+            rows += 1
+        if chunk is not None or changed or notices:
+            self._records.add(scn, self._coord.state())
         if not rows:
             return None
         return Window(scn, b"".join(parts), rows, ts_ns)
+
+    def _snapshot_events(self, chunk: inc.Chunk, scn: int, ts_ns: int) -> tuple[bytes, int]:
+        shape: Shape = chunk.shape
+        s = shape.version.schema
+        out = [ev.encode(scn=scn, src_id=s.src_id, key=key, payload=s.encode(shape.row(values)),
+                         schema_id=s.id, schema_version=s.version, op=ev.Op.READ,
+                         timestamp_ns=ts_ns, extra_attributes=ev.ATTR_SNAPSHOT)
+               for key, values in chunk.rows.items()]
+        return b"".join(out), len(out)
+
+    def _notice_event(self, notice: dict[str, Any], scn: int, ts_ns: int) -> bytes:
+        s = self._notify_version.schema
+        rest = {k: v for k, v in notice.items() if k not in ("kind", "snapshot", "table")}
+        row = {"kind": notice["kind"], "snapshot": notice.get("snapshot"),
+               "table": notice.get("table"), "data": json.dumps(rest, default=str)}
+        log.info("snapshot %s: %s %s", row["snapshot"], row["kind"], row["data"])
+        key = json.dumps([row["snapshot"]]).encode()
+        return ev.encode(scn=scn, src_id=s.src_id, key=key, payload=s.encode(row),
+                         schema_id=s.id, schema_version=s.version, op=ev.Op.INSERT,
+                         timestamp_ns=ts_ns)
 
     def _ddl(self, h: be.EventHeader, db: str, sql: str) -> Window | None:
         """A DDL statement: schema change events (+ truncate events) as one window."""
@@ -505,3 +497,17 @@ class MysqlSource(Source):
         if self._stream is not None:
             self._stream.close()
             self._stream = None
+        self._sql.close()
+
+
+def _keys(parts: list[bytes], table: str) -> list[int | bytes]:
+    """Event keys of ``table``'s rows among encoded events."""
+    src = source_id(table)
+    out: list[int | bytes] = []
+    for data in parts:
+        off = 0
+        while off < len(data):
+            if ev.peek_src_id(data, off) == src:
+                out.append(ev.peek_key(data, off))
+            off += ev.peek_length(data, off)
+    return out

@@ -1,0 +1,273 @@
+"""Incremental snapshots by watermarks (DBLog), driven by signals.
+
+A snapshot reads tables in primary-key chunks while the binlog keeps
+streaming; nothing is locked. For each chunk the coordinator
+
+1. writes a *low watermark* row to the signal table,
+2. selects the chunk (:mod:`.chunks`) into a buffer keyed by event key,
+3. writes a *high watermark* row.
+
+The binlog reader then meets both watermarks in the stream. Every row change
+committed between them removes its key from the buffer (the stream carries a
+state at least as new as the chunk's). When the high watermark's transaction
+commits, the rest of the buffer becomes ``r`` events (marked snapshot) in a
+window at that transaction's SCN. So a consumer that applies stream and ``r``
+events in order ends with the source's state, whatever the writers did.
+
+Progress (tables left, last key, maximum key) is recorded with the SCN of the
+chunk window that finished it; a relay restarted after SCN ``S`` resumes from
+the newest record at or before ``S``, i.e. after the last chunk it holds.
+
+Signals are rows inserted into the signal table (``id``, ``type``, ``data``
+JSON), seen in the binlog in commit order:
+
+* ``execute-snapshot``: ``{"data-collections": [regex, ...],
+  "additional-conditions": [{"data-collection": "db.t", "filter": "SQL"}],
+  "surrogate-key": "column"}``
+* ``stop-snapshot``, ``pause-snapshot``, ``resume-snapshot``.
+
+Every step is announced as a notification (logical source
+``databus.notifications``): STARTED, CHUNK_DONE, TABLE_DONE, COMPLETED,
+ABORTED, PAUSED, RESUMED, and ERROR naming a bad signal; a bad signal never
+stops streaming.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+log = logging.getLogger("databus.sources.mysql")
+
+OPEN, CLOSE, NOTIFY = "snapshot-window-open", "snapshot-window-close", "snapshot-notify"
+MARKS = (OPEN, CLOSE, NOTIFY)  # rows the coordinator writes itself
+EXECUTE, STOP, PAUSE, RESUME = ("execute-snapshot", "stop-snapshot", "pause-snapshot",
+                                "resume-snapshot")
+
+Notice = dict[str, Any]
+
+
+@dataclass
+class Progress:
+    """Where a snapshot is: JSON-serialisable, recorded with an SCN."""
+
+    id: str
+    tables: list[str]  # still to do, the current one first
+    conditions: dict[str, str] = field(default_factory=dict)
+    surrogate_key: str | None = None
+    last_key: list[Any] | None = None  # of the current table; None = from the start
+    max_key: list[Any] | None = None  # of the current table when it started
+    paused: bool = False
+    chunks: int = 0
+
+
+@dataclass
+class Chunk:
+    """A chunk between its watermarks: rows by event key, waiting for the high one."""
+
+    open_id: str
+    close_id: str
+    table: str
+    rows: dict[int | bytes, list[Any]]
+    last_key: list[Any] | None
+    complete: bool  # the table has no rows after this chunk
+    shape: Any = None  # the table version that encodes the rows
+    opened: bool = False  # the low watermark was seen in the binlog
+
+
+class ChunkReader:
+    """What the coordinator needs from the database (see MysqlSource)."""
+
+    def write_watermark(self, wid: str, kind: str, data: str) -> None:
+        raise NotImplementedError
+
+    def tables(self) -> list[str]:
+        """Captured tables that exist now, ``db.table``."""
+        raise NotImplementedError
+
+    def read_chunk(self, table: str, key: Sequence[str], after: Sequence[Any] | None,
+                   max_key: Sequence[Any] | None, limit: int, condition: str | None
+                   ) -> tuple[list[tuple[int | bytes, list[Any], list[Any]]], Any]:
+        """((event key, binlog values, chunk-key values) per row, and the table
+        version that encodes them)."""
+        raise NotImplementedError
+
+    def max_key(self, table: str, key: Sequence[str] | None, condition: str | None
+                ) -> tuple[list[Any] | None, list[str]]:
+        raise NotImplementedError
+
+
+class Coordinator:
+    """The snapshot state machine, driven by the source's capture thread."""
+
+    def __init__(self, reader: ChunkReader, chunk_size: int,
+                 wanted: Callable[[str], bool]) -> None:
+        self.reader = reader
+        self.chunk_size = chunk_size
+        self.wanted = wanted
+        self.progress: Progress | None = None
+        self.chunk: Chunk | None = None
+
+    # -- state ---------------------------------------------------------------------
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        self.progress = Progress(**state) if state else None
+        self.chunk = None
+
+    def state(self) -> dict[str, Any] | None:
+        return asdict(self.progress) if self.progress else None
+
+    @property
+    def active(self) -> bool:
+        return self.progress is not None
+
+    # -- signals -------------------------------------------------------------------
+
+    def start(self, tables: list[str], sid: str | None = None,
+              conditions: dict[str, str] | None = None,
+              surrogate_key: str | None = None) -> list[Notice]:
+        if self.progress is not None:
+            return [_notice("ERROR", sid, message=f"snapshot {self.progress.id} is running")]
+        sid = sid or uuid.uuid4().hex
+        if not tables:
+            return [_notice("ERROR", sid, message="no captured table matches")]
+        self.progress = Progress(sid, tables, conditions or {}, surrogate_key)
+        self.chunk = None
+        return [_notice("STARTED", sid, tables=tables)]
+
+    def signal(self, sid: str, kind: str, data: str | None) -> list[Notice]:
+        """A signal row committed in the binlog."""
+        if kind in MARKS:
+            return []
+        try:
+            payload = json.loads(data) if data else {}
+            if not isinstance(payload, dict):
+                raise ValueError("data must be a JSON object")
+        except ValueError as exc:
+            return [_notice("ERROR", sid, signal=kind, message=f"malformed data: {exc}")]
+        if kind == EXECUTE:
+            return self._execute(sid, payload)
+        if kind not in (STOP, PAUSE, RESUME):
+            return [_notice("ERROR", sid, signal=kind, message=f"unknown signal type {kind!r}")]
+        if self.progress is None:
+            return [_notice("ERROR", sid, signal=kind, message="no snapshot is running")]
+        if kind == STOP:
+            done = self.progress.id
+            self.progress = None
+            self.chunk = None
+            return [_notice("ABORTED", done, signal=sid)]
+        if kind == PAUSE:
+            self.progress.paused = True
+            return [_notice("PAUSED", self.progress.id, signal=sid)]
+        self.progress.paused = False
+        return [_notice("RESUMED", self.progress.id, signal=sid)]
+
+    def _execute(self, sid: str, payload: dict[str, Any]) -> list[Notice]:
+        import re
+
+        patterns = payload.get("data-collections")
+        if not isinstance(patterns, list) or not patterns:
+            return [_notice("ERROR", sid, signal=EXECUTE,
+                            message="data-collections must be a non-empty list")]
+        try:
+            regexes = [re.compile(str(p)) for p in patterns]
+        except re.error as exc:
+            return [_notice("ERROR", sid, signal=EXECUTE, message=f"bad regex: {exc}")]
+        existing = self.reader.tables()
+        tables = [t for t in existing if any(r.fullmatch(t) for r in regexes)]
+        unknown = [str(p) for p, r in zip(patterns, regexes, strict=True)
+                   if not any(r.fullmatch(t) for t in existing)]
+        if unknown:
+            return [_notice("ERROR", sid, signal=EXECUTE,
+                            message=f"no captured table matches {unknown}")]
+        conditions: dict[str, str] = {}
+        for c in payload.get("additional-conditions") or []:
+            if not isinstance(c, dict) or "data-collection" not in c or "filter" not in c:
+                return [_notice("ERROR", sid, signal=EXECUTE,
+                                message="additional-conditions entries need data-collection"
+                                        " and filter")]
+            conditions[str(c["data-collection"])] = str(c["filter"])
+        key = payload.get("surrogate-key")
+        return self.start(tables, sid, conditions, str(key) if key else None)
+
+    # -- chunks --------------------------------------------------------------------
+
+    def wants_chunk(self) -> bool:
+        return self.progress is not None and not self.progress.paused and self.chunk is None
+
+    def open_chunk(self) -> list[Notice]:
+        """Low watermark, SELECT, high watermark. Errors become notices."""
+        p = self.progress
+        assert p is not None
+        from databus.core.errors import DatabusError
+
+        table = p.tables[0]
+        cond = p.conditions.get(table)
+        try:
+            if p.max_key is None and p.last_key is None:
+                max_key, _ = self.reader.max_key(table, _key_cols(p), cond)
+                if max_key is None:  # empty table (or nothing matches)
+                    return self._table_done([])
+                p.max_key = max_key
+            open_id, close_id = uuid.uuid4().hex, uuid.uuid4().hex
+            self.reader.write_watermark(open_id, OPEN, json.dumps({"snapshot": p.id}))
+            rows, shape = self.reader.read_chunk(table, _key_cols(p) or [], p.last_key,
+                                                 p.max_key, self.chunk_size, cond)
+            self.reader.write_watermark(close_id, CLOSE, json.dumps({"snapshot": p.id}))
+        except DatabusError as exc:
+            failed = p.id
+            self.progress = None
+            return [_notice("ERROR", failed, table=table, message=str(exc)),
+                    _notice("ABORTED", failed, table=table)]
+        self.chunk = Chunk(open_id, close_id, table, {k: v for k, v, _ in rows},
+                           rows[-1][2] if rows else p.last_key,
+                           complete=len(rows) < self.chunk_size, shape=shape)
+        return []
+
+    def on_commit(self, signal_ids: Sequence[str], keys: Callable[[str], list[int | bytes]]
+                  ) -> tuple[Chunk | None, list[Notice]]:
+        """A transaction committed: ``signal_ids`` are its signal-table rows,
+        ``keys(table)`` the event keys it changed in a table. Returns the chunk
+        to emit now (its high watermark committed) and notices."""
+        c = self.chunk
+        if c is None:
+            return None, []
+        if c.opened:
+            for k in keys(c.table):
+                c.rows.pop(k, None)
+        if c.open_id in signal_ids:
+            c.opened = True
+        if c.close_id not in signal_ids:
+            return None, []
+        self.chunk = None
+        p = self.progress
+        assert p is not None
+        p.chunks += 1
+        p.last_key = c.last_key
+        notices = [_notice("CHUNK_DONE", p.id, table=c.table, rows=len(c.rows))]
+        if c.complete:
+            notices += self._table_done([])
+        return c, notices
+
+    def _table_done(self, notices: list[Notice]) -> list[Notice]:
+        p = self.progress
+        assert p is not None
+        done = p.tables.pop(0)
+        notices.append(_notice("TABLE_DONE", p.id, table=done))
+        p.last_key = p.max_key = None
+        if not p.tables:
+            notices.append(_notice("COMPLETED", p.id, chunks=p.chunks))
+            self.progress = None
+        return notices
+
+
+def _key_cols(p: Progress) -> list[str] | None:
+    return [p.surrogate_key] if p.surrogate_key else None
+
+
+def _notice(kind: str, sid: str | None, **fields: Any) -> Notice:
+    return {"kind": kind, "snapshot": sid, **fields}

@@ -1,0 +1,185 @@
+"""Table versions of the MySQL source: Avro types, row images, keys, encoding.
+
+A :class:`Shape` is one binlog table-map shape (columns, binlog types,
+charsets, filters) bound to the :class:`Version` (Avro schema) its rows are
+encoded with. It encodes a rows event with the compiled codec
+(:mod:`.fastpath`) when there is one, else with the Python decoder
+(:mod:`.rows`) and fastavro: both give the same bytes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import zlib
+from typing import Any
+
+from databus.core import event as ev
+from databus.core.errors import CorruptEventError
+from databus.core.schema import MetadataCodec, TableSchema
+from databus.sources.mysql import fastpath
+from databus.sources.mysql import rows as br
+
+_OPS = {30: ev.Op.INSERT, 23: ev.Op.INSERT, 31: ev.Op.UPDATE, 24: ev.Op.UPDATE,
+        32: ev.Op.DELETE, 25: ev.Op.DELETE}
+
+
+def source_id(name: str) -> int:
+    return zlib.crc32(name.encode()) & 0x7FFFFFFF
+
+
+def avro_type(td: br.TableDef, i: int) -> Any:
+    t, m = td.real_types[i], td.meta[i]
+    if t in (br.T_TINY, br.T_SHORT, br.T_INT24, br.T_LONG, br.T_YEAR):
+        return "long"
+    if t == br.T_LONGLONG or (t == br.T_BIT and (m & 0xFF) >= 8):
+        if td.unsigned[i] or t == br.T_BIT:  # 64-bit unsigned does not fit a long
+            return {"type": "bytes", "logicalType": "decimal", "precision": 20, "scale": 0}
+        return "long"
+    if t == br.T_BIT:
+        return "long"
+    if t == br.T_FLOAT:
+        return "float"
+    if t == br.T_DOUBLE:
+        return "double"
+    if t == br.T_NEWDECIMAL:
+        return {"type": "bytes", "logicalType": "decimal", "precision": m >> 8,
+                "scale": m & 0xFF}
+    if t == br.T_DATE:
+        return {"type": "int", "logicalType": "date"}
+    if t == br.T_TIME2:
+        return "long"  # microseconds, may be negative or beyond 24 h
+    if t == br.T_DATETIME2:
+        return {"type": "long", "logicalType": "local-timestamp-micros"}
+    if t == br.T_TIMESTAMP2:
+        return {"type": "long", "logicalType": "timestamp-micros"}
+    if t in (br.T_ENUM, br.T_SET, br.T_JSON):
+        return "string"
+    if t in (br.T_VARCHAR, br.T_VAR_STRING, br.T_STRING, br.T_BLOB):
+        return "bytes" if td.codecs and td.codecs[i] == br.CODEC_BINARY else "string"
+    return "bytes"
+
+
+def _avro_value(v: Any, avro: Any) -> Any:
+    if v is None:
+        return None
+    if isinstance(v, dt.timedelta):
+        return v // dt.timedelta(microseconds=1)
+    if isinstance(avro, dict) and avro.get("logicalType") == "decimal" and isinstance(v, int):
+        return decimal.Decimal(v)
+    if avro == "string" and isinstance(v, bytes):
+        return v.decode("utf-8")
+    if avro == "bytes" and isinstance(v, str):
+        return v.encode("utf-8")
+    return v
+
+
+def _key_json(v: Any) -> Any:
+    if v is None or isinstance(v, (int, str)):
+        return v
+    if isinstance(v, bytes):
+        return {"hex": v.hex()}
+    if isinstance(v, (dt.date, dt.datetime)):
+        return v.isoformat()
+    return str(v)
+
+
+# --- hand-made Avro for the metadata part (both codecs share it) --------------
+
+def _zz(n: int) -> bytes:
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _u_str(s: str | None) -> bytes:
+    if s is None:
+        return b"\x00"
+    raw = s.encode("utf-8")
+    return b"\x02" + _zz(len(raw)) + raw
+
+
+def _u_long(v: int | None) -> bytes:
+    return b"\x00" if v is None else b"\x02" + _zz(v)
+
+
+def meta_middle(txid: str | None, file: str, pos: int, gtid: str | None, server_id: int) -> bytes:
+    """Avro of the metadata fields between ``before`` and ``row`` (METADATA_SCHEMA order)."""
+    return _u_str(txid) + _u_str(file) + _u_long(pos) + _u_str(gtid) + _u_long(server_id)
+
+
+class Version:
+    """One Avro version of one table (what the events say)."""
+
+    def __init__(self, schema: TableSchema) -> None:
+        self.schema = schema
+        self.types = [f["type"][1] for f in schema.avro["fields"]]
+        self.fields = [f["name"] for f in schema.avro["fields"]]
+
+
+class Shape:
+    """One table-map shape: how to decode its rows into one :class:`_Version`."""
+
+    def __init__(self, td: br.TableDef, version: Version, keep: list[bool], meta_id: bytes,
+                 fast: bool) -> None:
+        self.td = td
+        self.version = version
+        self.keep = keep
+        self.name = f"{td.schema}.{td.table}"
+        self.mode = br.key_mode(td)
+        s = version.schema
+        self.codec = fastpath.compile_codec(td, src_id=s.src_id, schema_id=s.id,
+                                            schema_version=s.version, meta_id=meta_id,
+                                            keep=keep) if fast else None
+
+    def encode(self, etype: int, body: memoryview, scn: int, ts_ns: int, meta_mid: bytes,
+               row_index: int) -> tuple[bytes, int]:
+        if self.codec is not None:
+            try:
+                data, n = self.codec.encode(body, etype, scn, ts_ns, meta_mid, row_index,
+                                            self.name)
+            except ValueError as exc:
+                raise CorruptEventError(f"cannot decode a rows event of {self.name}: {exc}"
+                                        ) from exc
+            return data, n
+        return self._encode_py(etype, body, scn, ts_ns, meta_mid, row_index)
+
+    def row(self, values: list[Any]) -> dict[str, Any]:
+        """Decoder values -> the Avro record of this version (filtered columns out)."""
+        v = self.version
+        kept = [x for x, k in zip(values, self.keep, strict=True) if k]
+        return {f: _avro_value(x, a) for f, x, a in zip(v.fields, kept, v.types, strict=True)}
+
+    def key(self, values: list[Any], index: int) -> int | bytes:
+        """The event key of a row (decoder values; ``index``: its place in the txn)."""
+        if self.mode == br.KEY_ROWINDEX:
+            return index
+        kv = [values[i] for i in self.td.primary_key]
+        if self.mode == br.KEY_INT and isinstance(kv[0], int):
+            return kv[0]
+        return json.dumps([_key_json(x) for x in kv], ensure_ascii=False,
+                          separators=(",", ":")).encode()
+
+    def _encode_py(self, etype: int, body: memoryview, scn: int, ts_ns: int, meta_mid: bytes,
+                   row_index: int) -> tuple[bytes, int]:
+        s = self.version.schema
+        out = []
+        for n, (before, after) in enumerate(br.decode_rows(self.td, etype, body)):
+            image = after if after is not None else before
+            assert image is not None
+            index = row_index + n
+            meta = b"\x00"
+            if before is not None and after is not None:
+                raw = s.encode(self.row(before))
+                meta = b"\x02" + _zz(len(raw)) + raw
+            out.append(ev.encode(
+                scn=scn, src_id=s.src_id, key=self.key(image, index),
+                payload=s.encode(self.row(image)), schema_id=s.id, schema_version=s.version,
+                op=_OPS[etype], timestamp_ns=ts_ns, metadata=meta + meta_mid + _u_long(index),
+                metadata_schema_id=MetadataCodec.ID))
+        return b"".join(out), len(out)

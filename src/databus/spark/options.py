@@ -1,0 +1,96 @@
+"""Options of the ``databus`` Spark source, parsed from Spark's string options.
+
+Spark hands a data source its options as a case-insensitive map of strings;
+:func:`parse_options` validates them into :class:`StreamOptions` and raises
+:class:`~databus.core.errors.ConfigError` naming the bad option, so a query
+with a bad option fails at ``load()`` with a clear message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from databus.core.errors import ConfigError
+
+MAX_PARTITIONS = 1024
+
+
+class StreamOptions(BaseModel):
+    """Validated options (names as given to ``.option(name, value)``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    relay: str = Field(min_length=1, description="Relay base URL, e.g. http://127.0.0.1:11115.")
+    sources: tuple[str, ...] = Field(
+        min_length=1,
+        description="Comma-separated source names (db.table or table) or ids. Typed "
+        "before/after structs need exactly one source; use valueFormat=json for several.")
+    partitions: int = Field(
+        1, ge=1, le=MAX_PARTITIONS,
+        description="Spark input partitions; partition i pulls MOD bucket i of this many.")
+    max_rows_per_batch: int | None = Field(
+        None, alias="maxRowsPerBatch", ge=1,
+        description="Admission control: at most this many changes per micro-batch "
+        "(whole windows; a single larger window still goes alone).")
+    max_bytes_per_batch: int | None = Field(
+        None, alias="maxBytesPerBatch", ge=1,
+        description="Admission control: at most this many event bytes per micro-batch.")
+    starting_position: str = Field(
+        "earliest", alias="startingPosition",
+        description="earliest (oldest window the relay holds), latest, or an SCN: start "
+        "after that window.")
+    value_format: Literal["struct", "json"] = Field(
+        "struct", alias="valueFormat",
+        description="struct: before/after typed from the Avro schema; json: JSON strings.")
+    fetch_bytes: int = Field(
+        8 * 1024 * 1024, alias="fetchBytes", ge=4096,
+        description="Byte budget of one /stream request made by a partition.")
+    rows_per_arrow_batch: int = Field(
+        8192, alias="rowsPerArrowBatch", ge=1,
+        description="Rows per Arrow record batch yielded by read().")
+    http_timeout: float = Field(10.0, alias="httpTimeout", gt=0,
+                                description="Seconds before a relay request is abandoned.")
+    relay_retry_seconds: float = Field(
+        30.0, alias="relayRetrySeconds", ge=0,
+        description="How long a read retries an unreachable relay before failing the task.")
+
+    @property
+    def source_scn(self) -> int | None:
+        """The SCN of ``startingPosition`` when it is a number."""
+        return int(self.starting_position) if self.starting_position.lstrip("-").isdigit() else None
+
+
+_ALIASES = {name.lower(): name for name in (
+    "relay", "sources", "partitions", "maxRowsPerBatch", "maxBytesPerBatch",
+    "startingPosition", "valueFormat", "fetchBytes", "rowsPerArrowBatch", "httpTimeout",
+    "relayRetrySeconds")}
+# "path" is what .load(url) passes; "url" reads naturally too
+_ALIASES["path"] = "relay"
+_ALIASES["url"] = "relay"
+
+
+def parse_options(raw: Mapping[str, str]) -> StreamOptions:
+    """Validate Spark options; raises :class:`ConfigError` naming the option."""
+    values: dict[str, object] = {}
+    for key, value in raw.items():
+        name = _ALIASES.get(key.lower())
+        if name is None:
+            raise ConfigError(
+                f"databus source: unknown option {key!r}; known: {sorted(set(_ALIASES.values()))}")
+        values[name] = value
+    if "sources" in values:
+        values["sources"] = tuple(s.strip() for s in str(values["sources"]).split(",") if s.strip())
+    try:
+        opts = StreamOptions.model_validate(values)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'options'}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"databus source: invalid options: {problems}") from exc
+    pos = opts.starting_position
+    if pos not in ("earliest", "latest") and opts.source_scn is None:
+        raise ConfigError(
+            f"databus source: startingPosition must be earliest, latest or an SCN, got {pos!r}")
+    return opts

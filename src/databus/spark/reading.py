@@ -1,0 +1,244 @@
+"""Relay access for the Spark source, free of Spark: offsets, planning, bucket reads.
+
+Offsets (what Spark writes to its checkpoint's offset log) are JSON::
+
+    {"v": 1, "partitions": N,
+     "buckets": {"0": {"windowScn": S, "windowOffset": -1, "prevScn": P}, ...}}
+
+one Databus checkpoint per MOD bucket. Micro-batches always end on a window
+boundary (``windowOffset = -1``), so every bucket of an end offset holds the
+same ``windowScn``. A batch ``(start, end]`` is the windows after ``start`` up
+to and including window ``end``; reading it again reads the same events in the
+same order (the relay's windows are immutable), which is what makes a restart
+from Spark's checkpoint lose and repeat nothing.
+
+One exception: a relay with a *memory* buffer that crashes may regroup the
+changes after its trim point into different windows (SQLite: one window). A
+batch whose end window no longer exists then reads through the first window
+past it, and the next batch reads that window again (at least once; harmless
+for :func:`databus.spark.apply.apply_changes`). Relays with a persistent buffer
+keep their windows across crashes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, TypeVar
+
+from databus.client.relay import RelayConnection
+from databus.client.retry import Backoff
+from databus.core import event as ev
+from databus.core.checkpoint import Checkpoint
+from databus.core.errors import (
+    ConfigError,
+    RelayProtocolError,
+    TransientError,
+    UnknownSourceError,
+)
+from databus.core.filters import ServerFilter
+from databus.spark.options import StreamOptions
+
+OFFSET_VERSION = 1
+T = TypeVar("T")
+
+
+def offset_of(scn: int, prev_scn: int, partitions: int) -> dict[str, Any]:
+    """The offset with every bucket after window ``scn`` (-1 = the relay's oldest)."""
+    cp = {"windowScn": scn, "windowOffset": -1, "prevScn": prev_scn}
+    return {"v": OFFSET_VERSION, "partitions": partitions,
+            "buckets": {str(b): dict(cp) for b in range(partitions)}}
+
+
+def offset_scn(offset: dict[str, Any], partitions: int) -> int:
+    """The common window SCN of an offset; checks it belongs to this query's shape."""
+    if offset.get("v") != OFFSET_VERSION or not isinstance(offset.get("buckets"), dict):
+        raise ConfigError(f"databus source: unreadable offset {offset!r} in the checkpoint")
+    if offset.get("partitions") != partitions:
+        raise ConfigError(
+            f"databus source: the checkpoint was written with partitions="
+            f"{offset.get('partitions')}, the query now has partitions={partitions}; keep the "
+            "number of partitions or start a new checkpointLocation")
+    scns = {Checkpoint.from_dict(cp).window_scn for cp in offset["buckets"].values()}
+    if len(scns) != 1:
+        raise ConfigError(f"databus source: offset buckets disagree: {offset!r}")
+    return scns.pop()
+
+
+def resolve_sources(conn: RelayConnection, wanted: tuple[str, ...]) -> list[tuple[int, str]]:
+    """``(id, name)`` of the wanted sources; :class:`UnknownSourceError` names what is missing."""
+    known = conn.sources()
+    out: list[tuple[int, str]] = []
+    for w in wanted:
+        match = [s for s in known if str(s[0]) == w or s[1] == w or s[1].split(".", 1)[-1] == w]
+        if len(match) != 1:
+            names = ", ".join(f"{n} ({i})" for i, n in known) or "none"
+            what = "is ambiguous" if match else "is not served"
+            raise UnknownSourceError(
+                f"databus source: source {w!r} {what} by relay {conn.url}; it serves: {names}")
+        out.append(match[0])
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """Where a planning scan stopped: the last whole window taken and its predecessor."""
+
+    scn: int
+    prev_scn: int
+    rows: int
+
+
+def _retrying(call: Callable[[], T], retry_seconds: float) -> T:
+    """``call()``, retrying a :class:`TransientError` (relay restarting) for ``retry_seconds``."""
+    backoff = Backoff(0.2, 2.0)
+    deadline = time.monotonic() + retry_seconds
+    while True:
+        try:
+            return call()
+        except TransientError:
+            if time.monotonic() >= deadline:
+                raise
+            threading.Event().wait(backoff.next_delay())
+
+
+def _fetch(conn: RelayConnection, cp: Checkpoint, src_ids: list[int], size: int) -> bytes:
+    return conn.stream(cp, src_ids, size=size, timeout=0.0).data
+
+
+def relay_top(conn: RelayConnection, src_ids: list[int], retry_seconds: float = 0.0) -> int:
+    """The newest window SCN the relay holds (-1 when empty).
+
+    An unreachable relay is retried for ``retry_seconds`` (a relay restart
+    should not fail a running query), then the error propagates.
+    """
+    # a one-byte budget returns at most one event; only the header matters
+    return _retrying(lambda: conn.stream(None, src_ids, size=1, timeout=0.0).max_scn,
+                     retry_seconds)
+
+
+def scan_limit(conn: RelayConnection, src_ids: list[int], start: Checkpoint, top: int, *,
+               max_rows: int | None, max_bytes: int | None, fetch_bytes: int,
+               retry_seconds: float = 0.0) -> Scan:
+    """Walk whole windows after ``start`` (up to ``top``) within the row/byte limits.
+
+    At least one window is taken even when it alone exceeds a limit (or the
+    fetch budget: the relay then serves a prefix of it). Only event headers
+    are read (no payload decoding).
+    """
+    cp = start
+    rows = used = 0
+    last, prev = start.window_scn, start.prev_scn
+    while last < top:
+        budget = fetch_bytes if max_bytes is None else max(min(fetch_bytes, max_bytes - used), 1)
+        data = _retrying(partial(_fetch, conn, cp, src_ids, budget), retry_seconds)
+        if not data:
+            break
+        off, n, win_rows, win_bytes, ended = 0, len(data), 0, 0, False
+        while off < n:
+            length = ev.peek_length(data, off)
+            win_bytes += length
+            if ev.peek_src_id(data, off) != ev.SRC_EOP:
+                win_rows += 1
+                off += length
+                continue
+            scn = ev.peek_scn(data, off)
+            off += length
+            ended = True
+            over = ((max_rows is not None and rows + win_rows > max_rows)
+                    or (max_bytes is not None and used + win_bytes > max_bytes))
+            if over and last != start.window_scn:
+                return Scan(last, prev, rows)
+            rows, used = rows + win_rows, used + win_bytes
+            prev, last = last, scn
+            win_rows = win_bytes = 0
+            if over or scn >= top:
+                return Scan(last, prev, rows)
+        if not ended:
+            # the next window alone exceeds the budget: only a prefix of it came
+            if last != start.window_scn:
+                return Scan(last, prev, rows)
+            return Scan(ev.peek_scn(data, 0), last, rows + win_rows)
+        cp = Checkpoint.after(last, prev)
+    return Scan(last, prev, rows)
+
+
+DataEvent = tuple[ev.Event, int]
+"""A data event read by a bucket, and its index among that bucket's events of the window."""
+
+
+def read_bucket(opts: StreamOptions, src_ids: list[int], bucket: int, start: dict[str, Any],
+                end_scn: int, stop: threading.Event | None = None) -> Iterator[DataEvent]:
+    """The data events of MOD bucket ``bucket`` after ``start`` through window ``end_scn``.
+
+    Deterministic for a given (start, end_scn) while the relay holds those
+    windows. An unreachable relay is retried for ``relay_retry_seconds``; a
+    relay that no longer holds the windows fails with a typed terminal error.
+    """
+    stop = stop or threading.Event()
+    cp = Checkpoint.from_dict(start)
+    if not cp.in_window and cp.window_scn >= end_scn:
+        return
+    filt = (ServerFilter.mod(src_ids, opts.partitions, bucket, bucket + 1).to_json()
+            if opts.partitions > 1 else None)
+    index = cp.window_offset if cp.in_window else 0
+    backoff = Backoff(0.2, 5.0)
+    failing_since: float | None = None  # the relay is unreachable since
+    behind_since: float | None = None  # the relay holds less than the batch since
+    empty_at_top = 0
+    with RelayConnection(opts.relay, http_timeout=opts.http_timeout) as conn:
+        while True:
+            try:
+                resp = conn.stream(cp, src_ids, size=opts.fetch_bytes, filter_json=filt,
+                                   timeout=1.0)
+            except TransientError:
+                now = time.monotonic()
+                failing_since = failing_since or now
+                if now - failing_since > opts.relay_retry_seconds:
+                    raise
+                if backoff.wait(stop):
+                    return
+                continue
+            failing_since = None
+            backoff.reset()
+            if not resp.data:
+                if resp.max_scn >= end_scn:
+                    # once may be a window appended between the read and the header
+                    empty_at_top += 1
+                    if empty_at_top > 1:
+                        raise RelayProtocolError(
+                            f"relay {opts.relay} served nothing after {cp.to_json()} though it"
+                            f" holds windows up to {resp.max_scn} (batch end {end_scn})")
+                    continue
+                # the relay is behind the planned end (e.g. refilling after a restart)
+                behind_since = behind_since or time.monotonic()
+                if time.monotonic() - behind_since > opts.relay_retry_seconds:
+                    raise RelayProtocolError(
+                        f"relay {opts.relay} holds windows only up to {resp.max_scn} but the batch"
+                        f" ends at {end_scn}: it lost windows it had served (memory buffer?)")
+                continue
+            empty_at_top, behind_since = 0, None
+            data = resp.data
+            off, n = 0, len(data)
+            win_scn, win_count = -1, 0
+            while off < n:
+                e = ev.decode(data, off)
+                off += ev.peek_length(data, off)
+                if e.is_eop:
+                    cp = Checkpoint.after(e.scn, cp.window_scn if not cp.in_window else cp.prev_scn)
+                    index, win_scn, win_count = 0, -1, 0
+                    if e.scn >= end_scn:
+                        return
+                    continue
+                if e.is_control:
+                    continue
+                win_scn, win_count = e.scn, win_count + 1
+                yield e, index
+                index += 1
+            if win_scn != -1:  # the response ended inside a window too large for the budget
+                done = cp.window_offset if cp.in_window and cp.window_scn == win_scn else 0
+                cp = cp.within(win_scn, done + win_count)
+

@@ -1,0 +1,239 @@
+"""``spark.readStream.format("databus")``: a Python Data Source over a relay.
+
+Register once per session with :func:`register` (or
+``spark.dataSource.register(DatabusDataSource)``), then::
+
+    spark.readStream.format("databus").option("relay", url)
+         .option("sources", "shop.customers").option("partitions", 4).load()
+
+Driver side (:class:`DatabusStreamReader`): offsets are per-bucket Databus
+checkpoints (see :mod:`databus.spark.reading`); ``latestOffset`` asks the relay
+for its newest window, or scans window headers when a row/byte read limit
+applies; ``prepareForTriggerAvailableNow`` pins the relay's newest window so an
+availableNow run ends there. Executor side: each input partition pulls one
+MOD bucket of the server-side filter and yields Arrow record batches of the
+change envelope (:mod:`databus.spark.arrow`).
+
+Options are checked, and the relay asked for the sources and schemas, when
+``load()`` builds the schema: a bad option, an unknown source or an
+unreachable relay fails there with a :class:`~databus.core.errors.DatabusError`
+message instead of a query that hangs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from databus.client.relay import RelayConnection
+from databus.core.checkpoint import Checkpoint
+from databus.core.envelope import decode_images
+from databus.core.errors import ConfigError, DatabusError
+from databus.core.event import ATTR_OPCODE_MASK, ATTR_SNAPSHOT, Op
+from databus.core.schema import SchemaRegistry, TableSchema
+from databus.spark import arrow
+from databus.spark.options import StreamOptions, parse_options
+from databus.spark.reading import (
+    offset_of,
+    offset_scn,
+    read_bucket,
+    relay_top,
+    resolve_sources,
+    scan_limit,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+FORMAT = "databus"
+_OPS = [op.letter for op in sorted(Op)] + [""] * 2  # op letter by the attribute's 3 bits
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("databus")`` available in ``spark``."""
+    spark.dataSource.register(DatabusDataSource)
+
+
+class _Plan:
+    """What ``load()`` learned from the relay: options, sources, schemas."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.opts: StreamOptions = parse_options(options)
+        try:
+            with RelayConnection(self.opts.relay, http_timeout=self.opts.http_timeout) as conn:
+                self.sources = resolve_sources(conn, self.opts.sources)
+                self.src_ids = [i for i, _ in self.sources]
+                self.registry_json = conn.register(self.src_ids).to_json(self.src_ids)
+        except DatabusError as exc:
+            raise type(exc)(f"databus source: {exc}") from exc
+        table: TableSchema | None = None
+        if self.opts.value_format == "struct":
+            if len(self.sources) != 1:
+                raise ConfigError(
+                    "databus source: typed before/after structs need exactly one source; give "
+                    "one source per stream or set valueFormat=json")
+            table = SchemaRegistry.from_json(self.registry_json).latest(self.src_ids[0])
+        self.arrow_schema: pa.Schema = arrow.envelope_schema(table)
+
+
+class DatabusDataSource(DataSource):
+    """The ``databus`` format (streaming reads only)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def _plan(self) -> _Plan:
+        plan: _Plan | None = getattr(self, "_cached_plan", None)
+        if plan is None:
+            plan = _Plan(dict(self.options))
+            self._cached_plan = plan
+        return plan
+
+    def schema(self) -> StructType:
+        result: StructType = from_arrow_schema(self._plan().arrow_schema)
+        return result
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return DatabusStreamReader(self._plan())
+
+
+class BucketPartition(InputPartition):
+    """One MOD bucket's share of a micro-batch: ``(start, end_scn]``."""
+
+    def __init__(self, bucket: int, start: dict[str, Any], end_scn: int) -> None:
+        super().__init__((bucket, end_scn))
+        self.bucket = bucket
+        self.start = start
+        self.end_scn = end_scn
+
+
+class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets, admission control and partition reads; picklable to executors."""
+
+    def __init__(self, plan: _Plan) -> None:
+        self.opts = plan.opts
+        self.src_ids = plan.src_ids
+        self.registry_json = plan.registry_json
+        self.arrow_schema = plan.arrow_schema
+        self._target: int | None = None  # availableNow: never plan past this SCN
+
+    # -- driver ---------------------------------------------------------------
+
+    def _conn(self) -> RelayConnection:
+        return RelayConnection(self.opts.relay, http_timeout=self.opts.http_timeout)
+
+    def initialOffset(self) -> dict[str, Any]:
+        pos = self.opts.starting_position
+        if pos == "earliest":
+            return offset_of(-1, -1, self.opts.partitions)
+        if pos == "latest":
+            with self._conn() as conn:
+                return offset_of(relay_top(conn, self.src_ids), -1, self.opts.partitions)
+        scn = self.opts.source_scn
+        assert scn is not None  # parse_options guarantees a number here
+        return offset_of(scn, -1, self.opts.partitions)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_rows_per_batch is not None:
+            return ReadMaxRows(self.opts.max_rows_per_batch)
+        if self.opts.max_bytes_per_batch is not None:
+            return ReadMaxBytes(self.opts.max_bytes_per_batch)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        with self._conn() as conn:
+            self._target = relay_top(conn, self.src_ids, self.opts.relay_retry_seconds)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        start_scn = offset_scn(start, self.opts.partitions)
+        start_cp = Checkpoint.from_dict(start["buckets"]["0"])
+        with self._conn() as conn:
+            top = (relay_top(conn, self.src_ids, self.opts.relay_retry_seconds)
+                   if self._target is None else self._target)
+            if top <= start_scn:
+                return start
+            max_rows = max_bytes = None
+            if isinstance(limit, ReadMaxRows):
+                max_rows = limit.max_rows
+                max_bytes = self.opts.max_bytes_per_batch
+            elif isinstance(limit, ReadMaxBytes):
+                max_bytes = limit.max_bytes
+            if max_rows is None and max_bytes is None:
+                return offset_of(top, start_scn, self.opts.partitions)
+            scan = scan_limit(conn, self.src_ids, start_cp, top, max_rows=max_rows,
+                              max_bytes=max_bytes, fetch_bytes=self.opts.fetch_bytes,
+                              retry_seconds=self.opts.relay_retry_seconds)
+        if scan.scn <= start_scn:
+            return start
+        return offset_of(scan.scn, scan.prev_scn, self.opts.partitions)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        try:
+            with self._conn() as conn:
+                return offset_of(relay_top(conn, self.src_ids), -1, self.opts.partitions)
+        except DatabusError:
+            return None  # only informational (query progress)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        offset_scn(start, self.opts.partitions)
+        end_scn = offset_scn(end, self.opts.partitions)
+        return [BucketPartition(b, start["buckets"][str(b)], end_scn)
+                for b in range(self.opts.partitions)]
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: the relay keeps no consumer state."""
+
+    # -- executor ---------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, BucketPartition)
+        registry = SchemaRegistry.from_json(self.registry_json)
+        builder = arrow.EnvelopeBuilder(self.arrow_schema)
+        refreshed = False
+        for e, index in read_bucket(self.opts, self.src_ids, partition.bucket, partition.start,
+                                    partition.end_scn):
+            if registry.find(e.schema_id) is None and not refreshed:
+                # a table version added after load(): fetch the relay's schemas once
+                with self._conn() as conn:
+                    registry = conn.register(self.src_ids)
+                refreshed = True
+            schema, before, after, meta = decode_images(e, registry)
+            builder.add(_OPS[e.attributes & ATTR_OPCODE_MASK], e.scn, index,
+                        e.timestamp_ns // 1_000_000, schema, meta,
+                        bool(e.attributes & ATTR_SNAPSHOT), arrow.key_text(e.key), before, after)
+            if len(builder) >= self.opts.rows_per_arrow_batch:
+                yield builder.flush()
+        if len(builder):
+            yield builder.flush()
+
+
+def changes(envelope: DataFrame) -> DataFrame:
+    """Flatten the envelope for :func:`databus.spark.apply_changes`.
+
+    The row's columns at top level (the after image, or the before image for a
+    delete) plus ``_op`` (c/u/d/r/t) and ``_sequence`` (struct of scn, index):
+    use ``sequence_by="_sequence"``, ``apply_as_deletes="_op = 'd'"``,
+    ``apply_as_truncates="_op = 't'"`` and ``except_column_list=["_op", "_sequence"]``.
+    Needs ``valueFormat=struct``.
+    """
+    from pyspark.sql import functions as F
+
+    if dict(envelope.dtypes).get("after", "").startswith("string"):
+        raise ConfigError("changes() needs typed before/after (valueFormat=struct)")
+    return envelope.select(
+        F.coalesce("after", "before").alias("__row"), F.col("op").alias("_op"),
+        F.col("sequence").alias("_sequence"),
+    ).select("__row.*", "_op", "_sequence")

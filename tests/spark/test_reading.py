@@ -1,0 +1,85 @@
+"""Bucket reads and planning against a real relay, without Spark."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from databus.client.relay import RelayConnection
+from databus.core.checkpoint import Checkpoint
+from databus.core.errors import ConfigError, RelayProtocolError, RelayUnavailableError
+from databus.relay.relay import Relay
+from databus.spark.options import parse_options
+from databus.spark.reading import offset_of, offset_scn, read_bucket, relay_top, scan_limit
+from tests.spark.conftest import start_relay
+from tests.spark.test_pipeline import wait_relay
+from tests.support.procs import free_port
+from tests.support.shop import TABLES, Writer, create_shop
+
+
+@pytest.fixture
+def relay_db(tmp_path: Path) -> Iterator[Relay]:
+    db = tmp_path / "shop.db"
+    create_shop(db)
+    relay = start_relay(db, tmp_path, TABLES)
+    w = Writer(db, seed=5)
+    for _ in range(40):
+        w.transaction()
+        time.sleep(0.002)
+    w.close()
+    wait_relay(relay, db)
+    yield relay
+    relay.stop()
+
+
+def test_buckets_partition_the_events_and_reads_repeat_exactly(relay_db: Relay) -> None:
+    opts = parse_options({"relay": relay_db.url, "sources": "customers", "partitions": "3"})
+    with RelayConnection(relay_db.url) as conn:
+        src = [i for i, n in conn.sources() if n.endswith(".customers")]
+        top = relay_top(conn, src)
+        mid = scan_limit(conn, src, Checkpoint.flexible(), top, max_rows=25, max_bytes=None,
+                         fetch_bytes=1 << 20)
+    start = offset_of(-1, -1, 3)["buckets"]["0"]
+    everything = []
+    for b in range(3):
+        first = [(e.scn, e.key, i) for e, i in read_bucket(opts, src, b, start, mid.scn)]
+        again = [(e.scn, e.key, i) for e, i in read_bucket(opts, src, b, start, mid.scn)]
+        rest = [(e.scn, e.key, i) for e, i in read_bucket(
+            opts, src, b, offset_of(mid.scn, mid.prev_scn, 3)["buckets"][str(b)], top)]
+        assert first == again  # deterministic for an offset range
+        assert all(isinstance(k, int) and abs(k) % 3 == b for _s, k, _i in first + rest)
+        everything += first + rest
+    assert mid.rows <= 25 or len({s for s, _k, _i in everything if s <= mid.scn}) == 1
+    whole = [(e.scn, e.key) for e, _ in read_bucket(
+        parse_options({"relay": relay_db.url, "sources": "customers"}), src, 0, start, top)]
+    assert sorted(whole) == sorted((s, k) for s, k, _i in everything)
+
+
+def test_a_batch_beyond_what_the_relay_holds_fails_instead_of_hanging(relay_db: Relay) -> None:
+    opts = parse_options({"relay": relay_db.url, "sources": "customers",
+                          "relayRetrySeconds": "1"})
+    with RelayConnection(relay_db.url) as conn:
+        src = [i for i, n in conn.sources() if n.endswith(".customers")]
+        top = relay_top(conn, src)
+    started = time.monotonic()
+    with pytest.raises(RelayProtocolError, match="lost windows"):
+        list(read_bucket(opts, src, 0, offset_of(-1, -1, 1)["buckets"]["0"], top + 1000))
+    assert time.monotonic() - started < 10
+
+
+def test_an_unreachable_relay_fails_the_read_after_the_retry_period() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    opts = parse_options({"relay": url, "sources": "x", "relayRetrySeconds": "1"})
+    started = time.monotonic()
+    with pytest.raises(RelayUnavailableError):
+        list(read_bucket(opts, [1], 0, offset_of(-1, -1, 1)["buckets"]["0"], 10))
+    assert time.monotonic() - started < 10
+
+
+def test_offsets_from_another_partition_count_are_refused() -> None:
+    with pytest.raises(ConfigError, match="partitions=4"):
+        offset_scn(offset_of(10, 5, 4), 2)
+    assert offset_scn(offset_of(10, 5, 4), 4) == 10

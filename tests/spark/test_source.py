@@ -1,0 +1,181 @@
+"""The ``databus`` streaming source: availableNow continuation, buckets, limits, errors."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from databus.client.relay import RelayConnection
+from databus.core import event as ev
+from databus.core.checkpoint import Checkpoint
+from databus.relay.relay import Relay
+from tests.spark.conftest import start_relay
+from tests.spark.test_pipeline import stream, wait_relay
+from tests.support.shop import TABLES, Writer, create_shop
+
+Seen = tuple[int, str, str]  # (scn, key, op)
+
+
+def relay_events(url: str, source_name: str) -> list[Seen]:
+    """Every data event of one source the relay at ``url`` holds, read directly over HTTP."""
+    out: list[Seen] = []
+    with RelayConnection(url) as conn:
+        src = [i for i, n in conn.sources() if n.endswith("." + source_name)]
+        cp = Checkpoint.flexible()
+        while True:
+            data = conn.stream(cp, src, size=1 << 20, timeout=0).data
+            if not data:
+                return out
+            for e in ev.iter_events(data):
+                if e.is_eop:
+                    cp = Checkpoint.after(e.scn)
+                elif not e.is_control:
+                    out.append((e.scn, str(e.key), e.op.letter))
+
+
+def run_available_now(df: DataFrame, out: Path, ckpt: Path) -> list[int]:
+    """One availableNow run into a Parquet file sink; the input rows of each batch."""
+    q = (df.writeStream.format("parquet").option("path", str(out))
+         .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    assert q.exception() is None
+    return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+
+
+@pytest.fixture
+def shop(tmp_path: Path) -> tuple[Path, Relay, Writer]:
+    db = tmp_path / "shop.db"
+    create_shop(db)
+    relay = start_relay(db, tmp_path, TABLES)
+    w = Writer(db, seed=31, rollback_ratio=0.2)
+    yield db, relay, w
+    w.close()
+    relay.stop()
+
+
+def test_available_now_runs_continue_exactly_where_the_last_stopped(
+        spark: SparkSession, tmp_path: Path, shop: tuple[Path, Relay, Writer]) -> None:
+    db, relay, w = shop
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    df = stream(spark, relay, "customers", partitions=4).select(
+        "scn", "key", "op", "sequence", F.spark_partition_id().alias("pid"))
+    runs = []
+    for round_ in range(3):
+        for _ in range(60):
+            w.transaction()
+            time.sleep(0.001)
+        wait_relay(relay, db)
+        runs.append(sum(run_available_now(df, out, ckpt)))
+        got = spark.read.parquet(str(out))
+        seen = sorted((r.scn, r.key, r.op) for r in got.collect())
+        want = sorted(relay_events(relay.url, "customers"))
+        assert seen == want, f"round {round_}: the sink differs from the relay's events"
+        # each input partition pulled its own MOD bucket of the key
+        assert got.where(F.pmod(F.col("key").cast("long"), F.lit(4)) != F.col("pid")).count() == 0
+        assert got.select("pid").distinct().count() == 4
+    assert all(n > 0 for n in runs)
+    # nothing new: a further run reads nothing
+    assert run_available_now(df, out, ckpt) == []
+
+
+def test_max_rows_per_batch_splits_on_window_boundaries(
+        spark: SparkSession, tmp_path: Path, shop: tuple[Path, Relay, Writer]) -> None:
+    db, relay, w = shop
+    for _ in range(80):
+        w.transaction()
+        time.sleep(0.003)  # small windows
+    wait_relay(relay, db)
+    df = stream(spark, relay, "orders", partitions=2, maxRowsPerBatch=40)
+    batches = run_available_now(df, tmp_path / "out", tmp_path / "ckpt")
+    # expected: whole windows packed greedily up to 40 rows, a bigger window alone
+    per_window: dict[int, int] = {}
+    for scn, _key, _op in relay_events(relay.url, "orders"):
+        per_window[scn] = per_window.get(scn, 0) + 1
+    want: list[int] = []
+    for _scn, count in sorted(per_window.items()):
+        if want and want[-1] + count <= 40:
+            want[-1] += count
+        else:
+            want.append(count)
+    assert batches == want and len(want) > 2
+
+
+def test_json_value_format_carries_every_source(
+        spark: SparkSession, tmp_path: Path, shop: tuple[Path, Relay, Writer]) -> None:
+    db, relay, w = shop
+    for _ in range(30):
+        w.transaction()
+    wait_relay(relay, db)
+    df = stream(spark, relay, "customers,orders,items", partitions=3, valueFormat="json")
+    run_available_now(df, tmp_path / "out", tmp_path / "ckpt")
+    got = spark.read.parquet(str(tmp_path / "out"))
+    total = sum(len(relay_events(relay.url, t)) for t in TABLES)
+    assert got.count() == total
+    row = got.where("op = 'c' and source.table = 'orders'").select(
+        F.get_json_object("after", "$.id").alias("id")).first()
+    assert row is not None and int(row["id"]) > 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"sources": "nosuchtable"}, "'nosuchtable' is not served"),
+    ({"sources": "customers", "partitions": "0"}, "partitions"),
+    ({"sources": "customers", "partitions": "four"}, "partitions"),
+    ({"sources": "customers", "partitions": "5000"}, "partitions"),
+    ({"sources": "customers", "startingPosition": "yesterday"}, "startingPosition"),
+    ({"sources": "customers,orders"}, "exactly one source"),
+    ({"sources": "customers", "colour": "red"}, "unknown option 'colour'"),
+    ({"sources": "customers", "relay": "UNREACHABLE"}, "unreachable"),
+])
+def test_bad_options_fail_fast_with_a_clear_message(
+        spark: SparkSession, tmp_path: Path, shop: tuple[Path, Relay, Writer],
+        options: dict[str, str], message: str) -> None:
+    _db, relay, _w = shop
+    opts = {"relay": relay.url, **options}
+    if opts["relay"] == "UNREACHABLE":
+        opts["relay"] = f"http://127.0.0.1:{_free_port()}"
+    started = time.monotonic()
+    with pytest.raises(PySparkException) as info:
+        df = spark.readStream.format("databus").options(**opts).load()
+        q = df.writeStream.format("noop").option(
+            "checkpointLocation", str(tmp_path / "ckpt")).start()
+        try:
+            q.awaitTermination(60)
+        finally:
+            q.stop()
+    assert message in str(info.value)
+    assert time.monotonic() - started < 30
+
+
+def test_a_window_larger_than_every_budget_stays_whole(
+        spark: SparkSession, tmp_path: Path, shop: tuple[Path, Relay, Writer]) -> None:
+    import sqlite3
+
+    db, relay, w = shop
+    for _ in range(5):
+        w.transaction()
+    wait_relay(relay, db)
+    con = sqlite3.connect(db, isolation_level=None)
+    con.execute("BEGIN")
+    for i in range(300):  # one window of ~300 events, far above fetchBytes
+        con.execute("INSERT INTO orders VALUES (?,?,?,?,?)", (10_000 + i, 1, "x" * 100, b"", 0))
+    con.execute("COMMIT")
+    con.close()
+    wait_relay(relay, db)
+    df = stream(spark, relay, "orders", partitions=2, maxRowsPerBatch=10, fetchBytes=4096)
+    batches = run_available_now(df, tmp_path / "out", tmp_path / "ckpt")
+    got = sorted((r.scn, r.key, r.op) for r in spark.read.parquet(str(tmp_path / "out"))
+                 .collect())
+    assert got == sorted(relay_events(relay.url, "orders"))
+    assert max(batches) >= 300  # the big window was not split across batches
