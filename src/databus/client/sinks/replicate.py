@@ -6,7 +6,15 @@ Contract:
 * Source ``db.table`` goes to table ``table`` of the target (``table_map``
   can rename). A missing table is created from the source's Avro schema
   (types: :mod:`databus.client.sinks.sqltypes`), primary key = the schema's
-  key columns; columns a newer schema version adds are added (nullable).
+  key columns.
+* Schema changes: before a window is applied, each of its tables is made to
+  match the schema its events carry (the source's table version at that
+  point of the stream): columns the schema adds are added (nullable);
+  columns the target has but the schema lacks (dropped at the source) are
+  dropped, unless ``drop_columns=False`` (then they stay, and rows written
+  from then on leave them NULL or unchanged). Key columns are never dropped.
+  A column added at the source with a DEFAULT gets NULL in the rows written
+  before (the binlog carries no row images for them).
 * insert / update / snapshot read -> upsert by primary key (the dialect's
   ``INSERT .. ON CONFLICT`` / ``ON DUPLICATE KEY UPDATE``; delete + insert
   elsewhere); an update whose before image has another key first deletes the
@@ -24,7 +32,9 @@ Contract:
   rolls back and replays the window after a backoff.
 
 Table creation and ALTERs run in their own transaction just before a window's
-data transaction (MariaDB commits DDL implicitly, so it never shares one).
+data transaction (MariaDB commits DDL implicitly, so it never shares one), and
+only for a window not yet applied (checked against the target's checkpoint),
+so a replayed old window never takes the table back to an old shape.
 """
 
 from __future__ import annotations
@@ -73,14 +83,17 @@ class ReplicateSink(Consumer, CheckpointStore):
 
     def __init__(self, target: str | sa.Engine, sources: Iterable[str] | None = None, *,
                  name: str = "replicate", checkpoint_table: str = "databus_checkpoint",
-                 table_map: dict[str, str] | None = None) -> None:
+                 table_map: dict[str, str] | None = None, drop_columns: bool = True) -> None:
         self._owned = isinstance(target, str)
         self.engine = make_engine(target) if isinstance(target, str) else target
         self.dialect = self.engine.dialect.name
         self.sources = set(sources) if sources is not None else None
         self.table_map = dict(table_map or {})
         self.store = SqlCheckpointStore(self.engine, name, checkpoint_table)
+        self.drop_columns = drop_columns
         self._targets: dict[bytes, _Target] = {}
+        self._shape: dict[str, bytes] = {}  # target table -> schema id it was last altered to
+        self._events: list[DataEvent] = []
         self._ops: list[tuple[DataEvent, _Target]] = []
         self.windows_applied = 0
         self.windows_skipped = 0
@@ -101,7 +114,7 @@ class ReplicateSink(Consumer, CheckpointStore):
 
     def close(self) -> None:
         """Dispose the engine if the sink created it. Idempotent."""
-        self._ops.clear()
+        self._clear()
         if self._owned:
             self.engine.dispose()
 
@@ -119,16 +132,41 @@ class ReplicateSink(Consumer, CheckpointStore):
         return (self.sources is None or source in self.sources
                 or source.partition(".")[2] in self.sources)
 
-    def on_start_data_event_sequence(self, scn: int) -> Result:
+    def _clear(self) -> None:
+        self._events.clear()
         self._ops.clear()
+
+    def on_start_data_event_sequence(self, scn: int) -> Result:
+        self._clear()
         return None
 
     def on_data_event(self, event: DataEvent) -> Result:
         if self._wanted(event.source):
-            self._ops.append((event, self._target(event.schema)))
+            self._events.append(event)
         return None
 
     def on_end_data_event_sequence(self, scn: int) -> Result:
+        try:
+            self._end(scn)
+        finally:
+            self._clear()
+        return None
+
+    def _applied(self, scn: int) -> bool:
+        """True when the target's checkpoint says window ``scn`` is already in."""
+        with (translate_db_errors(f"reading the checkpoint before window {scn}", self.engine),
+              self.engine.connect() as conn, conn.begin()):
+            stored = self.store.load_in(conn)
+        return stored is not None and not stored.in_window and scn <= stored.window_scn
+
+    def _end(self, scn: int) -> None:
+        needs_ddl = any(self._shape.get(self.table_name(e.source)) != e.schema.id
+                        for e in self._events)
+        if needs_ddl and self._applied(scn):
+            self.windows_skipped += 1
+            log.info("window %d already applied; skipped", scn)
+            return
+        self._ops = [(e, self._target(e.schema)) for e in self._events]
         with (translate_db_errors(f"applying window {scn}", self.engine),
               self.engine.connect() as conn, conn.begin()):
             stored = self.store.load_in(conn, for_update=True)
@@ -141,16 +179,15 @@ class ReplicateSink(Consumer, CheckpointStore):
                 base = stored if stored is not None else Checkpoint.flexible()
                 self.store.save_in(conn, base.window_done(scn))
                 self.windows_applied += 1
-        self._ops.clear()
-        return None
 
     def on_rollback(self, scn: int) -> Result:
-        self._ops.clear()
+        self._clear()
         self._targets.clear()  # re-inspect the target: it may have been changed
+        self._shape.clear()
         return None
 
     def on_stop_consumption(self) -> Result:
-        self._ops.clear()
+        self._clear()
         return None
 
     # -- applying ----------------------------------------------------------------
@@ -227,10 +264,16 @@ class ReplicateSink(Consumer, CheckpointStore):
     # -- tables ------------------------------------------------------------------
 
     def _target(self, schema: TableSchema) -> _Target:
+        """The target of ``schema``'s rows, its table altered to that schema's shape."""
         t = self._targets.get(schema.id)
-        if t is None:
+        name = self.table_name(schema.name)
+        if t is None or self._shape.get(name) != schema.id:
             with translate_db_errors(f"preparing the table of {schema.name}", self.engine):
-                t = self._targets[schema.id] = self._prepare(schema)
+                if t is None:
+                    t = self._targets[schema.id] = self._prepare(schema)
+                else:
+                    self._create_or_alter(t.table, t.key)
+            self._shape[name] = schema.id
         return t
 
     def table_name(self, source: str) -> str:
@@ -254,12 +297,14 @@ class ReplicateSink(Consumer, CheckpointStore):
                                      nullable=ct.nullable, autoincrement=False))
             converters.append((name, ct.convert))
         table = sa.Table(self.table_name(schema.name), sa.MetaData(), *columns)
-        self._create_or_alter(table)
+        self._create_or_alter(table, key)
         cond = sa.and_(*(table.c[k] == sa.bindparam(f"k{i}") for i, k in enumerate(key)))
         return _Target(table, key, tuple(converters), self._upsert(table, key),
                        sa.delete(table).where(cond))
 
-    def _create_or_alter(self, table: sa.Table) -> None:
+    def _create_or_alter(self, table: sa.Table, key: tuple[str, ...]) -> None:
+        """Create ``table``, or add (and, with ``drop_columns``, drop) columns so
+        the target's columns are those of ``table``."""
         with self.engine.begin() as conn:
             insp = sa.inspect(conn)
             if not insp.has_table(table.name):
@@ -274,6 +319,14 @@ class ReplicateSink(Consumer, CheckpointStore):
                            f"{prep.format_column(col)} {col.type.compile(conn.dialect)}")
                     conn.execute(sa.text(ddl))
                     log.info("added column %s.%s", table.name, col.name)
+            if not self.drop_columns:
+                return
+            wanted = {c.name for c in table.columns} | set(key)
+            for name in sorted(have - wanted):
+                conn.execute(sa.text(f"ALTER TABLE {prep.format_table(table)} DROP COLUMN "
+                                     f"{prep.quote(name)}"))
+                log.info("dropped column %s.%s (no longer in the source's schema)",
+                         table.name, name)
 
     def _upsert(self, table: sa.Table, key: tuple[str, ...]) -> Any:
         others = [c.name for c in table.columns if c.name not in key]
