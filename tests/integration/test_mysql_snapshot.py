@@ -18,6 +18,7 @@ import pytest
 
 from databus.core import event as ev
 from databus.core.envelope import decode_images
+from databus.core.errors import SourcePositionLostError
 from databus.sources.base import Window
 from databus.sources.mysql.checks import parse_mysql_url
 from databus.sources.mysql.connection import master_status
@@ -359,3 +360,61 @@ def test_relay_signal_endpoint_and_cli(server: MariaDB, tmp_path: Path) -> None:
         assert httpx.get(f"{base}/admin").status_code == 200
     finally:
         relay.stop()
+
+
+def test_when_needed_always_and_initial_only(server: MariaDB, tmp_path: Path) -> None:
+    _fill(server, 300)
+    start = _scn(server)
+    server.execute("UPDATE shop.t SET v = 0 WHERE id = 1")
+    # a relay that read up to here, then its position was purged while it was down
+    src = MysqlSource(server.url, [r"shop\..*"], snapshot_mode="no_data")
+    replica = Replica(src)
+    try:
+        replica.apply(src.read(start, threading.Event(), 2.0))
+    finally:
+        src.close()
+    held = replica.after
+    assert held > start
+    server.execute("FLUSH BINARY LOGS", "UPDATE shop.t SET v = 1 WHERE id = 2")
+    con = server.connect()
+    try:
+        with con.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            cur.execute(f"PURGE BINARY LOGS TO '{cur.fetchone()[0]}'")
+    finally:
+        con.close()
+    kw: dict[str, Any] = {"chunk_size": 100, "state_dir": tmp_path}
+    lost = MysqlSource(server.url, [r"shop\..*"], snapshot_mode="no_data", **kw)
+    try:
+        with pytest.raises(SourcePositionLostError):
+            lost.read(held, threading.Event(), 2.0)
+    finally:
+        lost.close()
+    needed = MysqlSource(server.url, [r"shop\..*"], snapshot_mode="when_needed", **kw)
+    replica.src = needed
+    try:  # instead of failing: stream from the end and snapshot every table
+        _drive(needed, replica, lambda: "COMPLETED" in replica.kinds())
+    finally:
+        needed.close()
+    assert replica.tables["shop.t"] == _project(_rows(server, "shop.t"))
+
+    # always: every start snapshots again, even a restart at a held position
+    again = MysqlSource(server.url, [r"shop\..*"], snapshot_mode="always", **kw)
+    replica.src = again
+    try:
+        _drive(again, replica, lambda: replica.kinds().count("COMPLETED") == 2)
+    finally:
+        again.close()
+    assert replica.kinds().count("STARTED") == 2
+
+    # initial_only: a new relay sends the existing rows, then nothing more
+    only = MysqlSource(server.url, [r"shop\..*"], snapshot_mode="initial_only", **kw)
+    fresh = Replica(only)
+    try:
+        _drive(only, fresh, lambda: "COMPLETED" in fresh.kinds())
+        server.execute("UPDATE shop.t SET v = 99 WHERE id = 3")
+        after = fresh.after
+        assert only.read(after, threading.Event(), 1.0) == []
+    finally:
+        only.close()
+    assert len(fresh.tables["shop.t"]) == 300 and fresh.tables["shop.t"][3]["v"] != 99
