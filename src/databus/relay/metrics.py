@@ -36,6 +36,10 @@ class RelayMetrics:
         self.fetcher_up = Gauge(
             "databus_relay_fetcher_up", "1 while the fetcher is capturing", registry=r
         )
+        self.source_stat = Gauge(
+            "databus_relay_source_stat", "A statistic the source publishes (e.g. snapshot"
+            " progress)", ["name"], registry=r
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -113,6 +113,8 @@ class Relay:
         self.metrics.min_scn.set(s["min_scn"])
         self.metrics.max_scn.set(s["max_scn"])
         self.metrics.used_bytes.set(s["used_bytes"])
+        for name, value in self.source.stats().items():
+            self.metrics.source_stat.labels(name=name).set(value)
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -81,6 +81,11 @@ class Source(ABC):
         :class:`~databus.core.errors.InvalidRequestError`."""
         raise InvalidRequestError(f"{type(self).__name__} takes no signals")
 
+    def stats(self) -> dict[str, float]:
+        """Numbers the relay exports as ``databus_relay_source_stat{name=...}``;
+        called from other threads, so it returns a fresh dict."""
+        return {}
+
     def acknowledge(self, scn: int) -> None:  # noqa: B027 - optional hook
         """Everything up to ``scn`` is durable in the relay; the source may trim it."""
 

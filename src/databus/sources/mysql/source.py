@@ -159,6 +159,7 @@ class MysqlSource(Source):
             state_dir / f"{name}.mysql-snapshot.json" if state_dir else None)
         self._notices: list[dict[str, Any]] = []
         self._snapshotted = False  # a mode's own snapshot was started by this process
+        self._stats: dict[str, float] = {}  # counters for stats()
         if snapshot_mode != "no_data":
             self._snap_io.ensure_signal_table()
         self._stream: BinlogStream | None = None
@@ -257,6 +258,14 @@ class MysqlSource(Source):
         finally:
             session.close()
         return sid
+
+    def stats(self) -> dict[str, float]:
+        """Snapshot progress: counters of notifications by kind and of rows sent,
+        and the running snapshot's state."""
+        p = self._coord.progress
+        return {**self._stats, "snapshot_running": float(p is not None),
+                "snapshot_paused": float(bool(p and p.paused)),
+                "snapshot_tables_left": float(len(p.tables) if p else 0)}
 
     def sources(self) -> list[SourceInfo]:
         return sorted(self._by_src.values(), key=lambda s: s.id)
@@ -441,6 +450,11 @@ class MysqlSource(Source):
         for notice in notices:
             parts.append(self._notice_event(notice, scn, ts_ns))
             rows += 1
+            name = f"snapshot_{notice['kind'].lower()}_total"
+            self._stats[name] = self._stats.get(name, 0) + 1
+        if chunk is not None:
+            self._stats["snapshot_rows_total"] = (self._stats.get("snapshot_rows_total", 0)
+                                                  + len(chunk.rows))
         if chunk is not None or changed or notices:
             self._records.add(scn, self._coord.state())
         if not rows:
