@@ -73,6 +73,9 @@ def relay(
             cfg = config_from_args(source, _csv(tables), port, buffer_path, buffer_size)
         r = Relay(cfg)
         signal.signal(signal.SIGTERM, r.request_exit)
+        if config is not None:  # SIGHUP: re-read the source's tables from the file
+            cfg_path = config
+            signal.signal(signal.SIGHUP, lambda *_: r.reload(cfg_path))
         logging.getLogger("databus").info(
             "relay %s serving %s on http://%s:%d", cfg.name, cfg.source.url, cfg.http.host,
             cfg.http.port,

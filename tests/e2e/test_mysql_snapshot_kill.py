@@ -1,10 +1,15 @@
-"""kill -9 of a ``databus relay`` process in the middle of an incremental snapshot.
+"""Incremental snapshots with ``databus relay`` processes.
+
+kill -9 in the middle of a snapshot:
 
 A table of existing rows is snapshotted (``initial`` mode) while a writer keeps
 changing it; the relay (persistent buffer) is killed with SIGKILL several
 times and restarted. It must resume after the last chunk its buffer holds
 (one STARTED, only in-flight chunks read again), and ``databus replicate``
 into SQLite must end equal to the table.
+
+Tables added to the config file while the relay runs (SIGHUP) are captured
+and can be snapshotted without a restart.
 """
 
 from __future__ import annotations
@@ -167,3 +172,66 @@ def test_kill9_relay_mid_snapshot_resumes_and_replica_equals(tmp_path: Path) -> 
         m.stop()
     print(f"\n{kills} kills mid-snapshot, {reads} r events for {ROWS} rows,"
           f" {writer.count} concurrent writes", file=sys.stderr)
+
+
+def test_tables_added_to_the_config_while_running_are_captured_and_snapshotted(
+        tmp_path: Path) -> None:
+    import signal as sig
+    import subprocess
+
+    m = MariaDB(tmp_path / "db")
+    m.start()
+    relay = None
+    try:
+        m.execute("CREATE DATABASE shop", "CREATE TABLE shop.a (id INT PRIMARY KEY)",
+                  "CREATE TABLE shop.b (id INT PRIMARY KEY, v VARCHAR(10))",
+                  "INSERT INTO shop.b VALUES (1, 'old'), (2, 'old')")
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        config = tmp_path / "relay.yaml"
+
+        def write_config(tables: list[str]) -> None:
+            config.write_text(yaml.safe_dump({
+                "source": {"url": m.url, "tables": tables, "snapshot_mode": "initial"},
+                "http": {"port": port}}))
+
+        write_config([r"shop\.a"])
+        relay = spawn([*DATABUS, "relay", "--config", str(config)], tmp_path / "relay.log")
+        wait_http(f"{url}/admin", relay)
+
+        def lines() -> list[dict[str, Any]]:
+            r = httpx.get(f"{url}/stream", params={"output": "json", "size": "1000000",
+                                                   "timeout": "1"}, timeout=30)
+            return [json.loads(x) for x in r.text.splitlines() if '"op"' in x]
+
+        def rows_of(table: str) -> list[tuple[str, Any]]:
+            return [(x["op"], x["after"]["id"]) for x in lines()
+                    if x["source"]["table"] == table]
+
+        m.execute("INSERT INTO shop.a VALUES (1)", "INSERT INTO shop.b VALUES (3, 'before')")
+        deadline = time.monotonic() + 30
+        while rows_of("a") != [("c", 1)]:
+            assert time.monotonic() < deadline
+        assert rows_of("b") == []  # not captured yet
+        write_config([r"shop\.a", r"shop\.b"])
+        relay.send_signal(sig.SIGHUP)
+        deadline = time.monotonic() + 30
+        while True:  # the reload takes effect between transactions
+            m.execute("INSERT INTO shop.a VALUES (2) ON DUPLICATE KEY UPDATE id = id")
+            m.execute("INSERT INTO shop.b VALUES (4, 'after') ON DUPLICATE KEY UPDATE v = v")
+            if ("c", 4) in rows_of("b"):
+                break
+            assert time.monotonic() < deadline, "reload did not take effect"
+            time.sleep(0.5)
+        cli = subprocess.run([*DATABUS, "signal", "execute-snapshot", "--relay", url,
+                              "--tables", r"shop\.b"], capture_output=True, text=True,
+                             timeout=60)
+        assert cli.returncode == 0, cli.stderr
+        deadline = time.monotonic() + 30
+        while sorted(i for op, i in rows_of("b") if op == "r") != [1, 2, 3, 4]:
+            assert time.monotonic() < deadline, rows_of("b")
+        assert relay.poll() is None
+    finally:
+        if relay is not None:
+            stop(relay)
+        m.stop()

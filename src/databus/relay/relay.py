@@ -29,7 +29,7 @@ from typing import Any
 import uvicorn
 
 from databus.buffer import EventBuffer
-from databus.core.errors import BufferCorruptError
+from databus.core.errors import BufferCorruptError, DatabusError
 from databus.relay.app import build_app
 from databus.relay.config import RelayConfig
 from databus.relay.fetcher import Fetcher, RelayState
@@ -187,6 +187,21 @@ class Relay:
             self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout)
+
+    def reload(self, path: Path) -> None:
+        """Re-read the config file and hand the source its new ``source`` section
+        (tables added or removed while running). Other sections need a restart.
+        A bad file or a source that cannot change is logged; the relay goes on."""
+        from databus.relay.config import load_config
+
+        try:
+            new = load_config(path)
+            if new.source != self.config.source:
+                self.source.reconfigure(new.source)
+                self.config = self.config.model_copy(update={"source": new.source})
+                log.info("relay %s: source config reloaded from %s", self.config.name, path)
+        except DatabusError as exc:
+            log.error("relay %s: config not reloaded: %s", self.config.name, exc)
 
     def request_exit(self, *_: Any) -> None:
         if self._server is not None:

@@ -27,10 +27,13 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from databus.core.errors import InvalidRequestError
+from databus.core.errors import ConfigError, InvalidRequestError
 from databus.core.schema import SchemaRegistry
+
+if TYPE_CHECKING:
+    from databus.relay.config import SourceConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +83,12 @@ class Source(ABC):
         takes effect in commit order; returns its id. Sources without signals raise
         :class:`~databus.core.errors.InvalidRequestError`."""
         raise InvalidRequestError(f"{type(self).__name__} takes no signals")
+
+    def reconfigure(self, config: SourceConfig) -> None:
+        """Apply a changed source config while running (e.g. tables added). Sources
+        that cannot raise :class:`~databus.core.errors.ConfigError`; the running
+        config then stays."""
+        raise ConfigError(f"{type(self).__name__} cannot change its config while running")
 
     def stats(self) -> dict[str, float]:
         """Numbers the relay exports as ``databus_relay_source_stat{name=...}``;

@@ -160,6 +160,7 @@ class MysqlSource(Source):
         self._notices: list[dict[str, Any]] = []
         self._snapshotted = False  # a mode's own snapshot was started by this process
         self._stats: dict[str, float] = {}  # counters for stats()
+        self._new_filters: tuple[list[re.Pattern[str]], ...] | None = None  # reconfigure()
         if snapshot_mode != "no_data":
             self._snap_io.ensure_signal_table()
         self._stream: BinlogStream | None = None
@@ -259,6 +260,25 @@ class MysqlSource(Source):
             session.close()
         return sid
 
+    def reconfigure(self, config: Any) -> None:
+        """New table/column filters from a reloaded relay config (``url`` and the
+        rest must stay). Tables that now match are captured from the current
+        position on; an ``execute-snapshot`` signal sends their existing rows.
+        Thread-safe: the capture thread applies them before its next event."""
+        if parse_mysql_url(config.url) != self.url:
+            raise ConfigError("the source url cannot change while running: restart the relay")
+        self._new_filters = (_regexes(config.tables or [".*"]),
+                             _regexes(config.exclude_tables),
+                             _regexes(config.include_columns),
+                             _regexes(config.exclude_columns))
+
+    def _apply_filters(self) -> None:
+        filters, self._new_filters = self._new_filters, None
+        if filters is not None:
+            self._include, self._exclude, self._col_include, self._col_exclude = filters
+            self._shapes.clear()  # column filters are part of a shape
+            log.info("table and column filters reloaded")
+
     def stats(self) -> dict[str, float]:
         """Snapshot progress: counters of notifications by kind and of rows sent,
         and the running snapshot's state."""
@@ -340,6 +360,8 @@ class MysqlSource(Source):
         # a burst of small transactions goes to the buffer in one call; the
         # first window already waits for nothing more than what is there
         while not stop.is_set() and len(out) < 64:
+            if self._new_filters is not None and not self._pending:
+                self._apply_filters()  # between transactions: a window has one shape
             if self._coord.wants_chunk():
                 self._open_chunk()
             try:
