@@ -75,13 +75,7 @@ def test_rotation_and_restart_at_an_scn_in_a_later_file(server: MariaDB) -> None
 def test_a_new_relay_can_start_at_a_gtid(server: MariaDB) -> None:
     _setup(server)
     server.execute("INSERT INTO p.t VALUES (1, 'a')")
-    con = server.connect()
-    try:
-        with con.cursor() as cur:
-            cur.execute("SELECT @@gtid_binlog_pos")
-            gtid = str(cur.fetchone()[0])
-    finally:
-        con.close()
+    gtid = server.gtid_pos()
     server.execute("INSERT INTO p.t VALUES (2, 'b')", "INSERT INTO p.t VALUES (3, 'c')")
     src = MysqlSource(server.url, [r"p\.t"], start_gtid=gtid)
     try:

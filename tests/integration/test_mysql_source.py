@@ -194,13 +194,7 @@ def test_json_transaction_metadata_and_ddl_through_the_relay(server: MariaDB,
     server.execute("CREATE DATABASE shop", "CREATE TABLE shop.a (id INT PRIMARY KEY, v INT)",
                    "CREATE TABLE shop.b (id INT PRIMARY KEY)")
     port = free_port()
-    con = server.connect()
-    try:
-        with con.cursor() as cur:
-            cur.execute("SELECT @@gtid_binlog_pos")
-            gtid = str(cur.fetchone()[0])
-    finally:
-        con.close()
+    gtid = server.gtid_pos()
     # a new relay starting at a GTID: no race with the writes below
     relay = Relay(parse_config({"source": {"url": server.url, "tables": [r"shop\..*"],
                                            "start_gtid": gtid},

@@ -95,6 +95,17 @@ class MariaDB:
         finally:
             con.close()
 
+    def gtid_pos(self) -> str:
+        """The server's binlog GTID state (``@@gtid_binlog_pos``), e.g. ``0-1-12``."""
+        con = self.connect()
+        try:
+            with con.cursor() as cur:
+                cur.execute("SELECT @@gtid_binlog_pos")
+                row = cur.fetchone()
+                return str(row[0]) if row else ""
+        finally:
+            con.close()
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()

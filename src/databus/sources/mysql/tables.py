@@ -16,6 +16,7 @@ import zlib
 from typing import Any
 
 from databus.core import event as ev
+from databus.core.avrobin import long_bytes
 from databus.core.errors import CorruptEventError
 from databus.core.schema import MetadataCodec, TableSchema
 from databus.sources.mysql import fastpath
@@ -87,25 +88,15 @@ def _key_json(v: Any) -> Any:
 
 # --- hand-made Avro for the metadata part (both codecs share it) --------------
 
-def _zz(n: int) -> bytes:
-    n = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _u_str(s: str | None) -> bytes:
     if s is None:
         return b"\x00"
     raw = s.encode("utf-8")
-    return b"\x02" + _zz(len(raw)) + raw
+    return b"\x02" + long_bytes(len(raw)) + raw
 
 
 def _u_long(v: int | None) -> bytes:
-    return b"\x00" if v is None else b"\x02" + _zz(v)
+    return b"\x00" if v is None else b"\x02" + long_bytes(v)
 
 
 def meta_middle(txid: str | None, file: str, pos: int, gtid: str | None, server_id: int) -> bytes:
@@ -176,7 +167,7 @@ class Shape:
             meta = b"\x00"
             if before is not None and after is not None:
                 raw = s.encode(self.row(before))
-                meta = b"\x02" + _zz(len(raw)) + raw
+                meta = b"\x02" + long_bytes(len(raw)) + raw
             out.append(ev.encode(
                 scn=scn, src_id=s.src_id, key=self.key(image, index),
                 payload=s.encode(self.row(image)), schema_id=s.id, schema_version=s.version,

@@ -39,6 +39,7 @@ import json
 import struct
 from typing import Any
 
+from databus.core.avrobin import varint, zigzag
 from databus.core.schema import ColumnSpec, MetadataCodec, TableSchema, table_schema
 from databus.sources.txlog.catalog import TableVersion
 
@@ -68,24 +69,6 @@ def avro_branches(decl_type: str) -> list[str]:
 
 
 _DOUBLE = struct.Struct("<d")
-_SMALL = tuple(bytes([i]) for i in range(128))
-
-
-def varint(n: int) -> bytes:
-    """Avro's variable-length encoding of a non-negative integer."""
-    if n < 128:
-        return _SMALL[n]
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def zigzag(n: int) -> int:
-    """Avro's zig-zag mapping of a signed 64-bit integer."""
-    return (n << 1) ^ (n >> 63)
 
 
 def _key_json(value: Any) -> Any:
