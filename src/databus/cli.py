@@ -116,6 +116,9 @@ def replicate(
     relay: Annotated[str, typer.Option(help="relay URL")],
     target: Annotated[str, typer.Option(help="SQLAlchemy URL of the target database")],
     sources: Annotated[str | None, typer.Option(help="comma-separated source names or ids")] = None,
+    bootstrap: Annotated[str | None, typer.Option(
+        help="bootstrap server URL: a new replica starts from its snapshot, and a replica "
+        "the relay no longer holds catches up from it")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Apply the change stream to same-named tables of a target database.
@@ -132,10 +135,32 @@ def replicate(
         sink = ReplicateSink(target)
         # short long-polls so that SIGTERM is honoured within about two seconds
         cfg = ClientConfig(relay_url=relay, sources=_csv(sources), from_start=True,
-                           poll_timeout=2.0)
+                           poll_timeout=2.0, bootstrap_url=bootstrap)
         client = DatabusClient(cfg, sink, sink.checkpoint_store)
         signal.signal(signal.SIGTERM, lambda *_: client.stop())
         client.run()
+    except DatabusError as exc:
+        _fail(exc)
+
+
+@app.command(name="bootstrap")
+def bootstrap_cmd(
+    config: Annotated[Path, typer.Option(help="bootstrap YAML config file")],
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Run a bootstrap service: producer, applier and server (docs/bootstrap.md)."""
+    from databus.bootstrap.config import load_config
+    from databus.bootstrap.service import BootstrapServer
+
+    _setup_logging(verbose)
+    try:
+        cfg = load_config(config)
+        server = BootstrapServer(cfg)
+        signal.signal(signal.SIGTERM, server.request_exit)
+        logging.getLogger("databus").info(
+            "bootstrap %s: relay %s, store %s, serving on http://%s:%d", cfg.name,
+            cfg.relay_url, cfg.store.url, cfg.http.host, cfg.http.port)
+        server.run()
     except DatabusError as exc:
         _fail(exc)
 

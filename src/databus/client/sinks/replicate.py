@@ -23,6 +23,12 @@ Contract:
   :class:`~databus.core.errors.SinkUnavailableError` (transient): the client
   rolls back and replays the window after a backoff.
 
+Bootstrap (:mod:`databus.client.bootstrap`): snapshot rows (op READ) are
+upserts like inserts, catch-up events are applied like a window's. The events
+of a bootstrap batch are applied in ONE target transaction together with the
+bootstrap checkpoint, when the client saves it (:meth:`save`), so a crash
+during a bootstrap resumes exactly after the last batch applied.
+
 Table creation and ALTERs run in their own transaction just before a window's
 data transaction (MariaDB commits DDL implicitly, so it never shares one).
 """
@@ -84,6 +90,7 @@ class ReplicateSink(Consumer, CheckpointStore):
         self._ops: list[tuple[DataEvent, _Target]] = []
         self.windows_applied = 0
         self.windows_skipped = 0
+        self._bootstrapping = False
 
     # -- CheckpointStore ---------------------------------------------------------
 
@@ -97,7 +104,17 @@ class ReplicateSink(Consumer, CheckpointStore):
         return self.store.load()
 
     def save(self, checkpoint: Checkpoint) -> None:
-        """Nothing to do: the checkpoint was committed with its window."""
+        """Online: nothing to do, the checkpoint was committed with its window.
+        During a bootstrap: apply the batch's events and the checkpoint in one
+        transaction."""
+        if not self._bootstrapping:
+            return
+        with (translate_db_errors("applying a bootstrap batch", self.engine),
+              self.engine.connect() as conn, conn.begin()):
+            self.store.load_in(conn, for_update=True)
+            self._apply(conn)
+            self.store.save_in(conn, checkpoint)
+        self._ops.clear()
 
     def close(self) -> None:
         """Dispose the engine if the sink created it. Idempotent."""
@@ -145,6 +162,23 @@ class ReplicateSink(Consumer, CheckpointStore):
     def on_rollback(self, scn: int) -> Result:
         self._ops.clear()
         self._targets.clear()  # re-inspect the target: it may have been changed
+        return None
+
+    # -- bootstrap -------------------------------------------------------------------
+
+    def on_start_bootstrap(self) -> Result:
+        self._bootstrapping = True
+        self._ops.clear()
+        return None
+
+    def on_bootstrap_event(self, event: DataEvent) -> Result:
+        return self.on_data_event(event)
+
+    def on_bootstrap_rollback(self, scn: int) -> Result:
+        return self.on_rollback(scn)
+
+    def on_end_bootstrap(self) -> Result:
+        self._bootstrapping = False
         return None
 
     def on_stop_consumption(self) -> Result:

@@ -1,0 +1,240 @@
+"""The client's bootstrap: snapshot, then catch-up, then back to the relay.
+
+:class:`BootstrapRunner` runs on the client's pull thread when the client
+falls off the relay (``ScnNotFound``), when a new consumer is configured to
+bootstrap, or when the stored checkpoint is a bootstrap checkpoint (a restart
+in the middle of a bootstrap). Protocol (see :mod:`databus.bootstrap.server`):
+
+1. ``/startSCN`` with the consumer's online checkpoint -> the bootstrap
+   checkpoint, which is persisted at once (so the start SCN never changes for
+   this bootstrap, whatever crashes later).
+2. ``/bootstrap`` requests, each answering a batch and the next checkpoint.
+   A snapshot batch is delivered as ``on_start_bootstrap_sequence(start)``,
+   ``on_bootstrap_event`` per row, ``on_end_bootstrap_sequence(start)``; each
+   catch-up window as the same three callbacks with the window's SCN. Then
+   ``on_bootstrap_checkpoint`` and the checkpoint is persisted.
+3. When the checkpoint returned is online ("after T"), ``on_end_bootstrap``
+   and the client continues with the relay after T: the catch-up delivered
+   every window up to T whole, the relay serves the windows after T, so
+   there is no gap and no partial window.
+
+A failing callback or checkpoint store -> ``on_bootstrap_rollback`` and the
+batch is fetched again from the persisted checkpoint (``max_retries`` times);
+a server that is unavailable or behind (``BootstrapTooOld``) is retried with
+backoff like the relay. Restartable at any point: the persisted checkpoint
+says which phase and where.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from databus.client.dispatcher import SchemaViews, call
+from databus.client.relay import RelayConnection
+from databus.core import event as ev
+from databus.core.checkpoint import Checkpoint, ConsumptionMode
+from databus.core.errors import (
+    CheckpointStoreError,
+    ConsumerCallbackError,
+    DatabusError,
+    RelayProtocolError,
+    RetriesExhaustedError,
+    SchemaError,
+    TransientError,
+)
+from databus.core.schema import SchemaRegistry
+
+if TYPE_CHECKING:
+    from databus.client.client import DatabusClient
+
+log = logging.getLogger("databus.client.bootstrap")
+_ONLINE = ConsumptionMode.ONLINE_CONSUMPTION
+
+
+class BootstrapConnection(RelayConnection):
+    """A bootstrap server's HTTP API (``/sources`` and ``/register`` as a relay's)."""
+
+    def start_scn(self, online: Checkpoint, source_ids: list[int] | None) -> Checkpoint:
+        params = self._params(source_ids)
+        if not online.is_flexible:
+            params["checkPoint"] = online.to_json()
+        raw = self._json("/startSCN", params)
+        try:
+            return Checkpoint.from_dict(raw["checkpoint"])
+        except (KeyError, TypeError, DatabusError) as exc:
+            raise RelayProtocolError(f"{self.url}/startSCN answered {raw!r:.200}") from exc
+
+    def target_scn(self) -> int:
+        raw = self._json("/targetSCN", {})
+        try:
+            return int(raw["targetScn"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RelayProtocolError(f"{self.url}/targetSCN answered {raw!r:.200}") from exc
+
+    def bootstrap(self, cp: Checkpoint, source_ids: list[int] | None, batch_size: int,
+                  filter_json: str | None) -> bytes:
+        params = self._params(source_ids)
+        params["checkPoint"] = cp.to_json()
+        params["batchSize"] = str(batch_size)
+        if filter_json:
+            params["filters"] = filter_json
+        return self._get("/bootstrap", params).content
+
+    @staticmethod
+    def _params(source_ids: list[int] | None) -> dict[str, str]:
+        return {"sources": ",".join(map(str, source_ids))} if source_ids else {}
+
+
+@dataclass
+class Batch:
+    """One ``/bootstrap`` answer: sequences of events (scn, events) and the next checkpoint."""
+
+    sequences: list[tuple[int, list[ev.Event]]] = field(default_factory=list)
+    checkpoint: Checkpoint | None = None
+
+
+def parse_batch(body: bytes, current: Checkpoint, verify: bool = True) -> Batch:
+    """Split an answer into sequences. Snapshot rows form one sequence (SCN =
+    the start SCN); catch-up events form one sequence per window (ended by EOP)."""
+    out = Batch()
+    pending: list[ev.Event] = []
+    snapshot = current.consumption_mode == ConsumptionMode.BOOTSTRAP_SNAPSHOT
+    for e in ev.iter_events(body, verify=verify):
+        if e.src_id == ev.SRC_CHECKPOINT:
+            try:
+                out.checkpoint = Checkpoint.from_dict(json.loads(e.payload))
+            except (ValueError, DatabusError) as exc:
+                raise RelayProtocolError("bootstrap server sent a bad checkpoint event") from exc
+        elif e.src_id == ev.SRC_EOP:
+            out.sequences.append((e.scn, pending))
+            pending = []
+        elif not e.is_control:
+            pending.append(e)
+    if pending:
+        if not snapshot:
+            raise RelayProtocolError("bootstrap catch-up answer ends inside a window")
+        out.sequences.append((current.bootstrap_start_scn, pending))
+    if out.checkpoint is None:
+        raise RelayProtocolError("bootstrap answer without a checkpoint event")
+    return out
+
+
+class BootstrapRunner:
+    """Runs one bootstrap for ``client`` (on its thread); see the module docstring."""
+
+    def __init__(self, client: DatabusClient, stop: threading.Event) -> None:
+        self.client = client
+        self.cfg = client.config
+        self.stop = stop
+        assert self.cfg.bootstrap_url is not None
+        self.conn = BootstrapConnection(self.cfg.bootstrap_url,
+                                        http_timeout=self.cfg.http_timeout)
+        self.backoff = client._backoff()
+        self.registry = SchemaRegistry()
+        self.views = SchemaViews(self.registry)
+
+    def _ids(self) -> list[int] | None:
+        return self.client._request_ids
+
+    def _load_registry(self) -> None:
+        self.registry = self.client._retry(lambda: self.conn.register(self._ids()),
+                                           "loading schemas from the bootstrap server",
+                                           self.stop, self.backoff)
+        self.views = SchemaViews(self.registry)
+
+    def run(self, position: Checkpoint) -> Checkpoint:
+        """Bootstrap from ``position`` (online, or a bootstrap checkpoint to resume);
+        returns the persisted online checkpoint to continue with on the relay."""
+        try:
+            return self._run(position)
+        finally:
+            self.conn.close()
+
+    def _run(self, position: Checkpoint) -> Checkpoint:
+        client = self.client
+        self._load_registry()
+        if position.consumption_mode == _ONLINE:
+            cp = client._retry(lambda: self.conn.start_scn(position, self._ids()),
+                               "asking the bootstrap server for a start SCN", self.stop,
+                               self.backoff)
+            log.info("bootstrapping from %s: %s", self.cfg.bootstrap_url, cp.to_json())
+            call("on_start_bootstrap", client.consumer.on_start_bootstrap)
+            self._save(cp)
+        else:
+            log.info("resuming the bootstrap at %s", position.to_json())
+            call("on_start_bootstrap", client.consumer.on_start_bootstrap)
+        failures = 0
+        while client.persisted.consumption_mode != _ONLINE:
+            cp = client.persisted
+            batch = client._retry(lambda cp=cp: self._fetch(cp), "fetching a bootstrap batch",  # type: ignore[misc]
+                                  self.stop, self.backoff)
+            try:
+                self._deliver(batch, cp)
+                failures = 0
+            except (ConsumerCallbackError, TransientError) as exc:
+                failures += 1
+                client.stats.rollbacks += 1
+                log.warning("bootstrap batch failed (%s); rolling back (failure %d of %d)",
+                            exc, failures, self.cfg.max_retries + 1)
+                try:
+                    call("on_bootstrap_rollback", client.consumer.on_bootstrap_rollback,
+                         cp.bootstrap_start_scn)
+                except ConsumerCallbackError as rb_exc:
+                    log.warning("on_bootstrap_rollback failed too: %s", rb_exc)
+                if failures > self.cfg.max_retries:
+                    raise RetriesExhaustedError(
+                        f"a bootstrap batch failed {failures} times; last error: {exc}") from exc
+                if self.backoff.wait(self.stop):
+                    from databus.client.client import _Stopped
+                    raise _Stopped from None
+        call("on_end_bootstrap", client.consumer.on_end_bootstrap)
+        log.info("bootstrap done; continuing on the relay after SCN %d",
+                 client.persisted.window_scn)
+        return client.persisted
+
+    def _fetch(self, cp: Checkpoint) -> Batch:
+        body = self.conn.bootstrap(cp, self._ids(), self.cfg.bootstrap_batch_size,
+                                   self.cfg.filter)
+        batch = parse_batch(body, cp, self.cfg.verify_crc)
+        if any(not self.views.known(e) for _, evs in batch.sequences for e in evs):
+            self._load_registry()
+            for _, evs in batch.sequences:
+                for e in evs:
+                    if not self.views.known(e):
+                        raise SchemaError(f"bootstrap server sent source {e.src_id} schema "
+                                          f"{e.schema_id.hex()} that its /register lacks")
+        return batch
+
+    def _deliver(self, batch: Batch, cp: Checkpoint) -> None:
+        from databus.client.consumer import DataEvent
+
+        c = self.client.consumer
+        stats = self.client.stats
+        last = cp.bootstrap_start_scn
+        for scn, events in batch.sequences:
+            call("on_start_bootstrap_sequence", c.on_start_bootstrap_sequence, scn)
+            for i, e in enumerate(events, 1):
+                call("on_bootstrap_event", c.on_bootstrap_event,
+                     DataEvent(e, self.views.view(e), i, i))
+            call("on_end_bootstrap_sequence", c.on_end_bootstrap_sequence, scn)
+            stats.events += len(events)
+            last = scn
+        call("on_bootstrap_checkpoint", c.on_bootstrap_checkpoint, last)
+        assert batch.checkpoint is not None
+        self._save(batch.checkpoint)
+
+    def _save(self, cp: Checkpoint) -> None:
+        client = self.client
+        try:
+            client.store.save(cp)
+        except DatabusError:
+            raise
+        except Exception as exc:
+            raise CheckpointStoreError(
+                f"saving the bootstrap checkpoint failed: {type(exc).__name__}: {exc}") from exc
+        client.persisted = cp
+        client.stats.checkpoints += 1
