@@ -1,0 +1,195 @@
+"""Bootstrap over a real relay on the SQLite source, in one process.
+
+Relay (small buffer, so history falls off), bootstrap service (initial load,
+producer, applier, server on a SQLite store) and a replicate sink whose
+replica is compared with the source.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from databus.bootstrap.config import parse_config
+from databus.bootstrap.service import BootstrapServer
+from databus.client import ClientConfig, DatabusClient
+from databus.client.sinks import ReplicateSink
+from databus.core.checkpoint import ConsumptionMode
+from databus.core.errors import ScnNotFoundError
+from databus.relay.relay import Relay
+from tests.conftest import make_relay
+from tests.support.bulk import BulkWriter
+from tests.support.shop import TABLES, table_rows
+
+
+def rows(path: Path, table: str) -> list[tuple[object, ...]]:
+    """A table's rows; a table the replica never needed (no rows yet) counts as empty."""
+    try:
+        return table_rows(path, table)
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return []
+        raise
+
+
+def replica_equal(db: Path, replica: Path) -> bool:
+    if not replica.exists():
+        return False
+    return all(rows(db, t) == rows(replica, t) for t in TABLES)
+
+
+def make_bootstrap(db: Path, tmp: Path, relay: Relay, initial: bool = True) -> BootstrapServer:
+    raw: dict[str, object] = {
+        "relay_url": relay.url, "store": {"url": f"sqlite:///{tmp / 'bs.db'}"},
+        "http": {"port": 0}, "poll_timeout": 0.5, "apply_interval": 0.05,
+        "progress_interval": 0.5}
+    if initial:
+        raw["initial_load"] = {"url": f"sqlite:///{db}", "tables": TABLES}
+    return BootstrapServer(parse_config(raw))
+
+
+class Consumer:
+    """A replicate sink on its own thread."""
+
+    def __init__(self, relay: Relay, bs: BootstrapServer | None, replica: Path,
+                 batch: int = 1000) -> None:
+        self.sink = ReplicateSink(f"sqlite:///{replica}")
+        cfg = ClientConfig(relay_url=relay.url, poll_timeout=0.3, backoff_initial=0.05,
+                           backoff_max=0.5, bootstrap_batch_size=batch,
+                           bootstrap_url=bs.url if bs is not None else None)
+        self.client = DatabusClient(cfg, self.sink, self.sink)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.client.run()
+        except BaseException as exc:
+            self.error = exc
+
+    def stop(self) -> None:
+        self.client.stop()
+        self.thread.join(30)
+        self.sink.close()
+
+
+@pytest.fixture
+def relay_small(shop_db: Path, tmp_path: Path) -> Iterator[Relay]:
+    r = make_relay(shop_db, tmp_path, capacity_bytes=1024 * 1024)
+    r.start()
+    try:
+        yield r
+    finally:
+        r.stop()
+
+
+def wait_equal(db: Path, replica: Path, consumers: list[Consumer], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for c in consumers:
+            assert c.error is None, f"consumer failed: {c.error!r}"
+        if replica_equal(db, replica):
+            return
+        time.sleep(0.2)
+    raise AssertionError("replica did not become equal to the source")
+
+
+def preload(db: Path, n: int) -> None:
+    con = sqlite3.connect(db)
+    con.executemany("INSERT INTO customers VALUES (?,?,?,?)",
+                    [(i, f"old-{i}", i * 0.5, 0) for i in range(1, n + 1)])
+    con.executemany("INSERT INTO items VALUES (?,?,?,?,?)",
+                    [(i, 1, f"old-sku-{i}", i % 7, 0) for i in range(1, n // 2)])
+    con.commit()
+    con.close()
+
+
+def test_new_consumer_bootstraps_while_writes_continue(shop_db: Path, tmp_path: Path) -> None:
+    """Rows from before capture (initial load) + 20,000 changes that fell off the
+    relay; the consumer starts late, writes continue during its bootstrap."""
+    preload(shop_db, 3000)
+    relay = make_relay(shop_db, tmp_path, capacity_bytes=1024 * 1024)
+    relay.start()
+    bs = make_bootstrap(shop_db, tmp_path, relay)
+    bs.start()
+    w = BulkWriter(shop_db, seed=3, per_tx=50)
+    stop = threading.Event()
+    consumer = None
+    try:
+        w.run_until(20_000, stop, 0.001)
+        # the relay no longer holds the start of the history
+        assert relay.buffer.min_scn > 1000
+        writer = threading.Thread(target=w.run_until, args=(40_000, stop, 0.01))
+        writer.start()
+        consumer = Consumer(relay, bs, tmp_path / "replica.db", batch=500)
+        writer.join(120)
+        assert not writer.is_alive()
+        wait_equal(shop_db, tmp_path / "replica.db", [consumer])
+        stored = consumer.sink.load()
+        assert stored is not None and stored.consumption_mode == ConsumptionMode.ONLINE_CONSUMPTION
+        assert consumer.client.stats.checkpoints > 10  # it really went through batches
+    finally:
+        stop.set()
+        if consumer is not None:
+            consumer.stop()
+        w.close()
+        bs.stop()
+        relay.stop()
+
+
+def test_fallen_off_consumer_catches_up(shop_db: Path, tmp_path: Path) -> None:
+    """A consumer with an old checkpoint gets ScnNotFound and catches up from the log."""
+    relay = make_relay(shop_db, tmp_path, capacity_bytes=1024 * 1024)
+    relay.start()
+    bs = make_bootstrap(shop_db, tmp_path, relay)
+    bs.start()
+    w = BulkWriter(shop_db, seed=4, per_tx=50)
+    replica = tmp_path / "replica.db"
+    try:
+        w.run_until(2000, threading.Event(), 0.001)
+        c = Consumer(relay, bs, replica)
+        wait_equal(shop_db, replica, [c])
+        c.stop()
+        old = ReplicateSink(f"sqlite:///{replica}").load()
+        assert old is not None
+        w.run_until(20_000, threading.Event(), 0.001)
+        assert relay.buffer.min_scn > old.window_scn + 1000
+        # without a bootstrap server that is a terminal error
+        sink = ReplicateSink(f"sqlite:///{replica}")
+        plain = DatabusClient(ClientConfig(relay_url=relay.url, poll_timeout=0.3), sink, sink)
+        with pytest.raises(ScnNotFoundError):
+            plain.run()
+        sink.close()
+        c = Consumer(relay, bs, replica)
+        wait_equal(shop_db, replica, [c])
+        c.stop()
+    finally:
+        w.close()
+        bs.stop()
+        relay.stop()
+
+
+def test_admin_reports_positions(shop_db: Path, tmp_path: Path, relay_small: Relay) -> None:
+    bs = make_bootstrap(shop_db, tmp_path, relay_small)
+    bs.start()
+    try:
+        w = BulkWriter(shop_db, seed=5)
+        w.run_until(500)
+        w.close()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            st = httpx.get(f"{bs.url}/admin", timeout=5).json()
+            if st["applied_scn"] >= w.changes:
+                break
+            time.sleep(0.1)
+        assert st["applied_scn"] >= w.changes and st["log_max_scn"] >= w.changes
+        assert httpx.get(f"{bs.url}/targetSCN", timeout=5).json()["targetScn"] >= w.changes
+    finally:
+        bs.stop()
