@@ -119,6 +119,8 @@ def replicate(
     bootstrap: Annotated[str | None, typer.Option(
         help="bootstrap server URL: a new replica starts from its snapshot, and a replica "
         "the relay no longer holds catches up from it")] = None,
+    bootstrap_batch: Annotated[int, typer.Option(
+        help="snapshot rows / catch-up events per bootstrap request")] = 10_000,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Apply the change stream to same-named tables of a target database.
@@ -135,7 +137,8 @@ def replicate(
         sink = ReplicateSink(target)
         # short long-polls so that SIGTERM is honoured within about two seconds
         cfg = ClientConfig(relay_url=relay, sources=_csv(sources), from_start=True,
-                           poll_timeout=2.0, bootstrap_url=bootstrap)
+                           poll_timeout=2.0, bootstrap_url=bootstrap,
+                           bootstrap_batch_size=bootstrap_batch)
         client = DatabusClient(cfg, sink, sink.checkpoint_store)
         signal.signal(signal.SIGTERM, lambda *_: client.stop())
         client.run()
