@@ -44,9 +44,10 @@ def replica_equal(db: Path, replica: Path) -> bool:
     return all(rows(db, t) == rows(replica, t) for t in TABLES)
 
 
-def make_bootstrap(db: Path, tmp: Path, relay: Relay, initial: bool = True) -> BootstrapServer:
+def make_bootstrap(db: Path, tmp: Path, relay: Relay, initial: bool = True,
+                   store_url: str | None = None) -> BootstrapServer:
     raw: dict[str, object] = {
-        "relay_url": relay.url, "store": {"url": f"sqlite:///{tmp / 'bs.db'}"},
+        "relay_url": relay.url, "store": {"url": store_url or f"sqlite:///{tmp / 'bs.db'}"},
         "http": {"port": 0}, "poll_timeout": 0.5, "apply_interval": 0.05,
         "progress_interval": 0.5}
     if initial:
@@ -193,3 +194,37 @@ def test_admin_reports_positions(shop_db: Path, tmp_path: Path, relay_small: Rel
         assert httpx.get(f"{bs.url}/targetSCN", timeout=5).json()["targetScn"] >= w.changes
     finally:
         bs.stop()
+
+
+@pytest.mark.parametrize("initial", [True, False])
+def test_rows_from_before_capture_need_the_initial_load(shop_db: Path, tmp_path: Path,
+                                                        initial: bool) -> None:
+    """Rows that existed before capture are in the replica with the initial load; without
+    it they are missing (so the check can fail), while later changes are there."""
+    preload(shop_db, 2000)
+    relay = make_relay(shop_db, tmp_path, capacity_bytes=1024 * 1024)
+    relay.start()
+    bs = make_bootstrap(shop_db, tmp_path, relay, initial=initial)
+    bs.start()
+    replica = tmp_path / "replica.db"
+    c = None
+    try:
+        con = sqlite3.connect(shop_db)
+        con.execute("INSERT INTO customers VALUES (100000, 'after capture', 1.0, 1)")
+        con.commit()
+        con.close()
+        c = Consumer(relay, bs, replica)
+        if initial:
+            wait_equal(shop_db, replica, [c])
+            assert len(rows(replica, "customers")) == 2001
+        else:
+            deadline = time.monotonic() + 30
+            while not any(r[0] == 100000 for r in rows(replica, "customers")):
+                assert time.monotonic() < deadline and c.error is None
+                time.sleep(0.1)
+            assert len(rows(replica, "customers")) == 1
+    finally:
+        if c is not None:
+            c.stop()
+        bs.stop()
+        relay.stop()
