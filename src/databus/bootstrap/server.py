@@ -17,8 +17,8 @@ for a client's mistake; nothing a client sends can stop the server):
   control event (source id -3) whose payload is the checkpoint to send next.
 
   - Snapshot phase: rows of the snapshot store with scn < S, source by source
-    (in id order), in row id order, scanning at most ``batchSize`` rows
-    (``snapshot_source``, ``snapshot_offset`` = last row id scanned). When the
+    (in id order), in row id order, at most ``batchSize`` rows before the
+    filter (``snapshot_source``, ``snapshot_offset`` = last row id read). When the
     last source is done the next checkpoint is ``BOOTSTRAP_CATCHUP`` with
     ``bootstrap_target_scn`` = the newest SCN in the log.
   - Catch-up phase: whole windows (events + EOP) with S <= scn <= T and
@@ -219,11 +219,13 @@ class BootstrapService:
         offset = cp.snapshot_offset
         parts: list[bytes] = []
         while i < len(srcs):
-            rows, last = self.store.snapshot_batch(srcs[i][0], offset, start, batch)
-            if last != offset:
-                for r in rows:
-                    if filt is None or filt.matches(r.src, ev.peek_key(r.ev)):
-                        parts.append(r.ev)
+            src = srcs[i][0]
+            rows, last = self.store.snapshot_batch(src, offset, start, batch)
+            if rows:
+                if filt is None:
+                    parts = rows
+                else:
+                    parts = [r for r in rows if filt.matches(src, ev.peek_key(r))]
                 nxt = cp.model_copy(update={"snapshot_source": srcs[i][1],
                                             "snapshot_offset": last})
                 return _with_checkpoint(parts, nxt, start)

@@ -72,13 +72,6 @@ class StoreState:
     initialized: bool  # log_start_scn was fixed (initial load or first window)
 
 
-@dataclass(frozen=True, slots=True)
-class SnapshotRow:
-    id: int
-    src: int
-    ev: bytes
-
-
 class BootstrapStore:
     """A bootstrap store at a SQLAlchemy URL (``sqlite:///bs.db``, ``postgresql+psycopg://``,
     ``mysql+pymysql://``). Safe to use from several threads (pooled connections)."""
@@ -268,17 +261,18 @@ class BootstrapStore:
     # -- server -----------------------------------------------------------------------
 
     def snapshot_batch(self, src: int, after_id: int, below_scn: int,
-                       limit: int) -> tuple[list[SnapshotRow], int]:
-        """Rows of ``src`` with id > ``after_id`` in id order, scanning at most ``limit``
-        rows; returns those with scn < ``below_scn`` and the last id scanned
+                       limit: int) -> tuple[list[bytes], int]:
+        """Up to ``limit`` events of ``src``'s rows with id > ``after_id`` and
+        scn < ``below_scn``, in id order, and the id of the last one
         (``after_id`` when none is left)."""
         s = self.snap
         with self._tx("reading the snapshot", read=True) as conn:
-            rows = conn.execute(sa.select(s.c.id, s.c.scn, s.c.ev)
-                                .where(s.c.src == src, s.c.id > after_id)
+            rows = conn.execute(sa.select(s.c.id, s.c.ev)
+                                .where(s.c.src == src, s.c.id > after_id, s.c.scn < below_scn)
                                 .order_by(s.c.id).limit(limit)).all()
-        last = int(rows[-1][0]) if rows else after_id
-        return [SnapshotRow(int(i), src, bytes(e)) for i, scn, e in rows if scn < below_scn], last
+        if not rows:
+            return [], after_id
+        return [bytes(r[1]) for r in rows], int(rows[-1][0])
 
     def count_snapshot(self) -> int:
         with self._tx("counting snapshot rows", read=True) as conn:
