@@ -18,6 +18,12 @@ in the middle of a bootstrap). Protocol (see :mod:`databus.bootstrap.server`):
    every window up to T whole, the relay serves the windows after T, so
    there is no gap and no partial window.
 
+Concurrency: callbacks, checkpoints and all state stay on the client's
+thread; one helper thread only fetches and parses the next batch (from the
+checkpoint the current batch ends with) while the current one is delivered,
+with its own HTTP connection. A prefetched batch is used only if it was asked
+for the checkpoint then persisted; otherwise it is dropped.
+
 A failing callback or checkpoint store -> ``on_bootstrap_rollback`` and the
 batch is fetched again from the persisted checkpoint (``max_retries`` times);
 a server that is unavailable or behind (``BootstrapTooOld``) is retried with
@@ -30,16 +36,18 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from databus.client.dispatcher import SchemaViews, call
+from databus.client.dispatcher import SchemaViews, call, check_result
 from databus.client.relay import RelayConnection
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint, ConsumptionMode
 from databus.core.errors import (
     CheckpointStoreError,
     ConsumerCallbackError,
+    ConsumerFatalError,
     DatabusError,
     RelayProtocolError,
     RetriesExhaustedError,
@@ -133,6 +141,11 @@ class BootstrapRunner:
         assert self.cfg.bootstrap_url is not None
         self.conn = BootstrapConnection(self.cfg.bootstrap_url,
                                         http_timeout=self.cfg.http_timeout)
+        # the prefetch thread's own connection (an httpx client per thread)
+        self.prefetch_conn = BootstrapConnection(self.cfg.bootstrap_url,
+                                                 http_timeout=self.cfg.http_timeout)
+        self.pool = ThreadPoolExecutor(max_workers=1,
+                                       thread_name_prefix="databus-bootstrap-prefetch")
         self.backoff = client._backoff()
         self.registry = SchemaRegistry()
         self.views = SchemaViews(self.registry)
@@ -152,7 +165,9 @@ class BootstrapRunner:
         try:
             return self._run(position)
         finally:
+            self.pool.shutdown(wait=True, cancel_futures=True)
             self.conn.close()
+            self.prefetch_conn.close()
 
     def _run(self, position: Checkpoint) -> Checkpoint:
         client = self.client
@@ -168,14 +183,29 @@ class BootstrapRunner:
             log.info("resuming the bootstrap at %s", position.to_json())
             call("on_start_bootstrap", client.consumer.on_start_bootstrap)
         failures = 0
+        ahead: tuple[Checkpoint, Future[Batch]] | None = None
         while client.persisted.consumption_mode != _ONLINE:
             cp = client.persisted
-            batch = client._retry(lambda cp=cp: self._fetch(cp), "fetching a bootstrap batch",  # type: ignore[misc]
-                                  self.stop, self.backoff)
+            batch = None
+            if ahead is not None and ahead[0] == cp:
+                try:
+                    batch = ahead[1].result()
+                except DatabusError as exc:  # fetched again below, with the usual retries
+                    log.debug("prefetched bootstrap batch failed: %s", exc)
+            ahead = None
+            if batch is None:
+                batch = client._retry(lambda cp=cp: self._fetch(self.conn, cp),  # type: ignore[misc]
+                                      "fetching a bootstrap batch", self.stop, self.backoff)
+            self._ensure_schemas(batch)
+            nxt = batch.checkpoint
+            if nxt is not None and nxt.consumption_mode != _ONLINE:
+                # fetch the next batch while this one is delivered
+                ahead = (nxt, self.pool.submit(self._fetch, self.prefetch_conn, nxt))
             try:
                 self._deliver(batch, cp)
                 failures = 0
             except (ConsumerCallbackError, TransientError) as exc:
+                ahead = None
                 failures += 1
                 client.stats.rollbacks += 1
                 log.warning("bootstrap batch failed (%s); rolling back (failure %d of %d)",
@@ -196,10 +226,12 @@ class BootstrapRunner:
                  client.persisted.window_scn)
         return client.persisted
 
-    def _fetch(self, cp: Checkpoint) -> Batch:
-        body = self.conn.bootstrap(cp, self._ids(), self.cfg.bootstrap_batch_size,
-                                   self.cfg.filter)
-        batch = parse_batch(body, cp, self.cfg.verify_crc)
+    def _fetch(self, conn: BootstrapConnection, cp: Checkpoint) -> Batch:
+        """One ``/bootstrap`` request, parsed (runs on either thread; touches no state)."""
+        body = conn.bootstrap(cp, self._ids(), self.cfg.bootstrap_batch_size, self.cfg.filter)
+        return parse_batch(body, cp, self.cfg.verify_crc)
+
+    def _ensure_schemas(self, batch: Batch) -> None:
         if any(not self.views.known(e) for _, evs in batch.sequences for e in evs):
             self._load_registry()
             for _, evs in batch.sequences:
@@ -207,7 +239,6 @@ class BootstrapRunner:
                     if not self.views.known(e):
                         raise SchemaError(f"bootstrap server sent source {e.src_id} schema "
                                           f"{e.schema_id.hex()} that its /register lacks")
-        return batch
 
     def _deliver(self, batch: Batch, cp: Checkpoint) -> None:
         from databus.client.consumer import DataEvent
@@ -215,11 +246,22 @@ class BootstrapRunner:
         c = self.client.consumer
         stats = self.client.stats
         last = cp.bootstrap_start_scn
+        on_event = c.on_bootstrap_event
+        view_of = self.views.view
         for scn, events in batch.sequences:
             call("on_start_bootstrap_sequence", c.on_start_bootstrap_sequence, scn)
             for i, e in enumerate(events, 1):
-                call("on_bootstrap_event", c.on_bootstrap_event,
-                     DataEvent(e, self.views.view(e), i, i))
+                # inline of call(): this loop runs once per row
+                try:
+                    result = on_event(DataEvent(e, view_of(e), i, i))
+                except (ConsumerFatalError, ConsumerCallbackError):
+                    raise
+                except Exception as exc:
+                    raise ConsumerCallbackError(
+                        f"on_bootstrap_event raised {type(exc).__name__}: {exc} "
+                        f"(source {e.src_id}, key {e.key!r})") from exc
+                if result is not None:
+                    check_result(result, "on_bootstrap_event")
             call("on_end_bootstrap_sequence", c.on_end_bootstrap_sequence, scn)
             stats.events += len(events)
             last = scn
