@@ -185,6 +185,9 @@ class BootstrapRunner:
         failures = 0
         ahead: tuple[Checkpoint, Future[Batch]] | None = None
         while client.persisted.consumption_mode != _ONLINE:
+            if self.stop.is_set():
+                from databus.client.client import _Stopped
+                raise _Stopped
             cp = client.persisted
             batch = None
             if ahead is not None and ahead[0] == cp:
