@@ -89,6 +89,9 @@ def tail(
     from_start: Annotated[bool, typer.Option(help="start with the oldest window the relay holds")] = False,
     max_windows: Annotated[int | None, typer.Option(help="stop after this many windows")] = None,
     checkpoint: Annotated[Path | None, typer.Option(help="checkpoint file to resume from and keep")] = None,
+    bootstrap: Annotated[str | None, typer.Option(
+        help="bootstrap server URL: print the snapshot first (and use it if the relay "
+        "no longer holds the checkpoint)")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Print every change as a JSON envelope, one per line.
@@ -104,7 +107,7 @@ def tail(
     try:
         # an interactive command: give up on an unreachable relay after a few tries
         cfg = ClientConfig(relay_url=relay, sources=_csv(sources), from_start=from_start,
-                           relay_max_retries=5)
+                           relay_max_retries=5, bootstrap_url=bootstrap)
         store = FileCheckpointStore(checkpoint) if checkpoint else MemoryCheckpointStore()
         DatabusClient(cfg, JsonLinesSink(sys.stdout), store).run(max_windows=max_windows)
     except DatabusError as exc:

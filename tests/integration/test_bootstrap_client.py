@@ -216,3 +216,37 @@ def test_bootstrap_checkpoint_without_bootstrap_url_is_a_config_error(
                           bootstrap_start_scn=5, snapshot_source="main.customers"))
     with pytest.raises(ConfigError, match="bootstrap_url"):
         DatabusClient(ClientConfig(relay_url=relay.url), Consumer(), store).run()
+
+
+def test_json_lines_sink_prints_the_snapshot(setup: Any, shop_db: Path) -> None:
+    import io
+
+    from databus.client.checkpoints import MemoryCheckpointStore
+    from databus.client.sinks import JsonLinesSink
+
+    relay, bs, _ = setup
+    out = io.StringIO()
+    stop = threading.Event()
+
+    class Until(JsonLinesSink):
+        def on_end_bootstrap(self) -> Result:
+            stop.set()
+            return None
+
+    DatabusClient(config(relay, bs), Until(out), MemoryCheckpointStore()).run(stop=stop)
+    lines = [json.loads(x) for x in out.getvalue().splitlines()]
+    snap = [x for x in lines if x["op"] == "r"]
+    assert snap and all(x["source"]["snapshot"] for x in snap)
+    ids = [x["after"]["id"] for x in snap if x["source"]["table"] == "customers"]
+    assert len(ids) == len(set(ids))  # each snapshot row once
+    # snapshot then catch-up, applied in order, is the source's table (no writes since)
+    customers: dict[int, tuple[Any, ...]] = {}
+    for x in lines:
+        if x["source"]["table"] != "customers":
+            continue
+        if x["op"] == "d":
+            customers.pop(x["before"]["id"], None)
+        else:
+            customers[x["after"]["id"]] = tuple(x["after"].values())
+    assert customers == {k[1]: v for k, v in source_state(shop_db).items()
+                         if k[0] == "main.customers"}

@@ -228,3 +228,37 @@ def test_rows_from_before_capture_need_the_initial_load(shop_db: Path, tmp_path:
             c.stop()
         bs.stop()
         relay.stop()
+
+
+def test_producer_that_fell_off_the_relay_stops_and_the_server_keeps_serving(
+        shop_db: Path, tmp_path: Path) -> None:
+    relay = make_relay(shop_db, tmp_path, capacity_bytes=1024 * 1024)
+    relay.start()
+    w = BulkWriter(shop_db, seed=6, per_tx=50)
+    try:
+        bs = make_bootstrap(shop_db, tmp_path, relay)
+        bs.start()
+        w.run_until(1000, threading.Event(), 0.001)
+        deadline = time.monotonic() + 30
+        while bs.store.state().applied_scn < w.changes:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        bs.stop()
+        w.run_until(20_000, threading.Event(), 0.001)  # the relay drops the producer's position
+        assert relay.buffer.min_scn > 2000
+        bs = make_bootstrap(shop_db, tmp_path, relay)
+        bs.start()
+        try:
+            deadline = time.monotonic() + 30
+            while not (err := httpx.get(f"{bs.url}/admin", timeout=5).json()["producer"]["error"]):
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            assert err.startswith("ScnNotFound")
+            # what the store holds is still served
+            r = httpx.get(f"{bs.url}/startSCN", timeout=5)
+            assert r.status_code == 200 and r.json()["startScn"] > 1000
+        finally:
+            bs.stop()
+    finally:
+        w.close()
+        relay.stop()
