@@ -250,3 +250,33 @@ def test_json_lines_sink_prints_the_snapshot(setup: Any, shop_db: Path) -> None:
             customers[x["after"]["id"]] = tuple(x["after"].values())
     assert customers == {k[1]: v for k, v in source_state(shop_db).items()
                          if k[0] == "main.customers"}
+
+
+def test_progress_is_logged(shop_db: Path, tmp_path: Path,
+                            caplog: pytest.LogCaptureFixture) -> None:
+    """Long snapshot reads report rows, rate and ETA: the initial load and a
+    consumer's snapshot."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="databus")
+    preload(shop_db, 3000)
+    relay = make_relay(shop_db, tmp_path)
+    relay.start()
+    bs = make_bootstrap(shop_db, tmp_path, relay)
+    bs.start()
+    try:
+        stop = threading.Event()
+        c = StateConsumer(stop)
+        client = DatabusClient(config(relay, bs, bootstrap_batch_size=100,
+                                      bootstrap_progress_interval=0.001), c,
+                               FileCheckpointStore(tmp_path / "c.ckpt"))
+        run_until_equal(client, c, shop_db, stop)
+    finally:
+        bs.stop()
+        relay.stop()
+    lines = [r.getMessage() for r in caplog.records]
+    load = [m for m in lines if m.startswith("initial load of")]
+    assert load and "4499/4499 rows" in load[-1] and "rows/s, ETA" in load[-1], load
+    snap = [m for m in lines if m.startswith("bootstrap snapshot of")]
+    assert len(snap) > 3 and all(" rows/s, ETA " in m for m in snap), snap[:3]
+    assert any("/4499 rows" in m for m in snap)  # the total announced by /startSCN

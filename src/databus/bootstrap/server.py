@@ -11,6 +11,8 @@ for a client's mistake; nothing a client sends can stop the server):
   consumer's SCN, it is a snapshot bootstrap (``BOOTSTRAP_SNAPSHOT``,
   S = applied position + 1); when the log holds every window after the
   consumer's SCN X, it is a catch-up only (``BOOTSTRAP_CATCHUP``, S = X + 1).
+  ``snapshotRows``: the snapshot's rows now (for progress reports; rows
+  changed after S are not sent, so the consumer may receive fewer).
 * ``GET /targetSCN``: ``{"targetScn": T}``, the newest SCN in the log.
 * ``GET /bootstrap?sources=..&checkPoint=..&batchSize=..&filters=..``: the next
   batch after the checkpoint, binary events followed by one CHECKPOINT
@@ -177,7 +179,9 @@ class BootstrapService:
             out = Checkpoint(consumption_mode=ConsumptionMode.BOOTSTRAP_SNAPSHOT,
                              bootstrap_since_scn=since, bootstrap_start_scn=start,
                              snapshot_source=srcs[0][1] if srcs else None)
-        return {"startScn": start, "checkpoint": out.to_dict()}
+        rows = (self.store.count_snapshot([s for s, _ in srcs])
+                if out.consumption_mode == ConsumptionMode.BOOTSTRAP_SNAPSHOT else 0)
+        return {"startScn": start, "checkpoint": out.to_dict(), "snapshotRows": rows}
 
     def target_scn(self) -> dict[str, Any]:
         return {"targetScn": self._state().log_max_scn}

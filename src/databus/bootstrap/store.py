@@ -274,10 +274,13 @@ class BootstrapStore:
             return [], after_id
         return [bytes(r[1]) for r in rows], int(rows[-1][0])
 
-    def count_snapshot(self) -> int:
+    def count_snapshot(self, sources: list[int] | None = None) -> int:
+        """Snapshot rows (of ``sources``, all when None)."""
+        q = sa.select(sa.func.count()).select_from(self.snap)
+        if sources is not None:
+            q = q.where(self.snap.c.src.in_(sources))
         with self._tx("counting snapshot rows", read=True) as conn:
-            return int(conn.execute(sa.select(sa.func.count()).select_from(self.snap)).scalar()
-                       or 0)
+            return int(conn.execute(q).scalar() or 0)
 
     def select_all_snapshot(self) -> int:
         """``SELECT *`` of the snapshot table through this store's driver (the

@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -66,14 +67,16 @@ _ONLINE = ConsumptionMode.ONLINE_CONSUMPTION
 class BootstrapConnection(RelayConnection):
     """A bootstrap server's HTTP API (``/sources`` and ``/register`` as a relay's)."""
 
-    def start_scn(self, online: Checkpoint, source_ids: list[int] | None) -> Checkpoint:
+    def start_scn(self, online: Checkpoint, source_ids: list[int] | None
+                  ) -> tuple[Checkpoint, int]:
+        """The bootstrap checkpoint to start with and the snapshot's row count (-1 unknown)."""
         params = self._params(source_ids)
         if not online.is_flexible:
             params["checkPoint"] = online.to_json()
         raw = self._json("/startSCN", params)
         try:
-            return Checkpoint.from_dict(raw["checkpoint"])
-        except (KeyError, TypeError, DatabusError) as exc:
+            return Checkpoint.from_dict(raw["checkpoint"]), int(raw.get("snapshotRows", -1))
+        except (KeyError, TypeError, ValueError, AttributeError, DatabusError) as exc:
             raise RelayProtocolError(f"{self.url}/startSCN answered {raw!r:.200}") from exc
 
     def target_scn(self) -> int:
@@ -131,6 +134,39 @@ def parse_batch(body: bytes, current: Checkpoint, verify: bool = True) -> Batch:
     return out
 
 
+class Progress:
+    """Logs the bootstrap's progress (rows, rate, ETA) every ``interval`` seconds."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.total = -1  # snapshot rows announced by /startSCN (-1: resumed, unknown)
+        self.rows = 0
+        self.start = self.last = time.monotonic()
+        self.mode: ConsumptionMode | None = None
+
+    def batch(self, cp: Checkpoint, batch: Batch) -> None:
+        if cp.consumption_mode != self.mode:  # counts and rates per phase
+            self.mode = cp.consumption_mode
+            self.rows = 0
+            self.start = time.monotonic()
+        n = sum(len(evs) for _, evs in batch.sequences)
+        self.rows += n
+        now = time.monotonic()
+        if now - self.last < self.interval:
+            return
+        self.last = now
+        rate = self.rows / max(now - self.start, 1e-9)
+        if cp.consumption_mode == ConsumptionMode.BOOTSTRAP_SNAPSHOT:
+            eta = (f", ETA {max(self.total - self.rows, 0) / rate:.0f}s"
+                   if self.total >= 0 and rate > 0 else "")
+            of = f"/{self.total}" if self.total >= 0 else ""
+            log.info("bootstrap snapshot of %s: %d%s rows, %.0f rows/s%s", cp.snapshot_source,
+                     self.rows, of, rate, eta)
+        else:
+            log.info("bootstrap catch-up: window %d of target %d, %d events, %.0f events/s",
+                     cp.window_scn, cp.bootstrap_target_scn, self.rows, rate)
+
+
 class BootstrapRunner:
     """Runs one bootstrap for ``client`` (on its thread); see the module docstring."""
 
@@ -149,6 +185,7 @@ class BootstrapRunner:
         self.backoff = client._backoff()
         self.registry = SchemaRegistry()
         self.views = SchemaViews(self.registry)
+        self.progress = Progress(self.cfg.bootstrap_progress_interval)
 
     def _ids(self) -> list[int] | None:
         return self.client._request_ids
@@ -173,9 +210,10 @@ class BootstrapRunner:
         client = self.client
         self._load_registry()
         if position.consumption_mode == _ONLINE:
-            cp = client._retry(lambda: self.conn.start_scn(position, self._ids()),
-                               "asking the bootstrap server for a start SCN", self.stop,
-                               self.backoff)
+            cp, total = client._retry(lambda: self.conn.start_scn(position, self._ids()),
+                                      "asking the bootstrap server for a start SCN",
+                                      self.stop, self.backoff)
+            self.progress.total = total
             log.info("bootstrapping from %s: %s", self.cfg.bootstrap_url, cp.to_json())
             call("on_start_bootstrap", client.consumer.on_start_bootstrap)
             self._save(cp)
@@ -207,6 +245,7 @@ class BootstrapRunner:
             try:
                 self._deliver(batch, cp)
                 failures = 0
+                self.progress.batch(cp, batch)
             except (ConsumerCallbackError, TransientError) as exc:
                 ahead = None
                 failures += 1

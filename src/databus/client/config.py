@@ -65,6 +65,8 @@ class ClientConfig(BaseModel):
         "bootstrap (snapshot + catch-up) instead of the relay's oldest window")
     bootstrap_batch_size: int = Field(
         10_000, ge=1, le=1_000_000, description="snapshot rows / catch-up events per request")
+    bootstrap_progress_interval: float = Field(
+        10.0, gt=0, description="seconds between bootstrap progress log lines (rows, rate, ETA)")
 
     @field_validator("relay_url")
     @classmethod
