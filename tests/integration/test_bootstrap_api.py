@@ -155,3 +155,26 @@ def test_bad_requests_get_typed_4xx_and_the_server_keeps_serving(
     assert httpx.post(f"{bs.url}/bootstrap").status_code == 405
     snap, _, _, _ = drain(bs, start_cp(bs), batchSize=1000)
     assert snap
+
+
+def test_a_store_without_the_relay_yet_answers_too_old(tmp_path: Path) -> None:
+    """Before the producer reached the relay nothing is served (a snapshot over no
+    sources would skip every row): 409 BootstrapTooOld, and the server stays up."""
+    from databus.bootstrap.config import parse_config
+    from tests.support.procs import free_port
+
+    bs = BootstrapServer(parse_config({
+        "relay_url": f"http://127.0.0.1:{free_port()}",  # nobody listens there
+        "store": {"url": f"sqlite:///{tmp_path / 'bs.db'}"}, "http": {"port": 0}}))
+    bs.start()
+    try:
+        for path in ("/startSCN", "/sources", "/targetSCN"):
+            r = get(bs, path)
+            assert r.status_code == 409 and r.json()["error"] == "BootstrapTooOld", r.text
+        deadline = time.monotonic() + 10
+        while not get(bs, "/admin").json()["producer"]["error"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert "unreachable" in get(bs, "/admin").json()["producer"]["error"]
+    finally:
+        bs.stop()

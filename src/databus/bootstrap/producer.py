@@ -107,6 +107,8 @@ class Producer:
             self.windows += len(windows)
         state["cp"] = cp
         state["count"] = count
+        if pending and scn < 0:
+            pending.clear()  # control events outside a window carry nothing to store
         state["position"] = cp.within(scn, count) if pending else cp
         return len(windows)
 

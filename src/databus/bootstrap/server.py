@@ -98,9 +98,15 @@ class BootstrapService:
     # -- sources and schemas -----------------------------------------------------
 
     def sources(self) -> list[tuple[int, str]]:
+        """The relay's sources as the producer copied them.
+
+        Until the producer has copied them nothing is served (a snapshot over
+        "no sources" would silently skip every row).
+        """
         raw = self.store.get("sources")
         if raw is None:
-            return []
+            raise BootstrapTooOldError("the bootstrap store does not know the relay's sources "
+                                       "yet (its producer has not reached the relay)")
         return sorted((int(s["id"]), str(s["name"])) for s in json.loads(raw))
 
     def registry(self) -> SchemaRegistry:
@@ -280,8 +286,10 @@ def _filtered(data: bytes, wanted: set[int], filt: ServerFilter | None,
     while off < end:
         size = ev.peek_length(data, off)
         src = ev.peek_src_id(data, off)
-        if src < 0:
+        if src == ev.SRC_EOP:
             out.append(bytes(mv[off:off + size]))
+        elif src < 0:
+            pass  # other control events stay here: a CHECKPOINT one means "next position"
         elif src in wanted and (filt is None or filt.matches(src, ev.peek_key(data, off))):
             out.append(bytes(mv[off:off + size]))
             kept += 1
