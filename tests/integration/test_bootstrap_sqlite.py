@@ -96,7 +96,9 @@ def wait_equal(db: Path, replica: Path, consumers: list[Consumer], timeout: floa
     while time.monotonic() < deadline:
         for c in consumers:
             assert c.error is None, f"consumer failed: {c.error!r}"
-        if replica_equal(db, replica):
+        online = all(c.client.persisted.consumption_mode == ConsumptionMode.ONLINE_CONSUMPTION
+                     for c in consumers)
+        if online and replica_equal(db, replica):
             return
         time.sleep(0.2)
     raise AssertionError("replica did not become equal to the source")
@@ -261,4 +263,48 @@ def test_producer_that_fell_off_the_relay_stops_and_the_server_keeps_serving(
             bs.stop()
     finally:
         w.close()
+        relay.stop()
+
+
+def test_log_retention_trims_and_far_behind_consumers_get_a_snapshot(
+        shop_db: Path, tmp_path: Path) -> None:
+    from databus.core.checkpoint import Checkpoint
+
+    relay = make_relay(shop_db, tmp_path, capacity_bytes=1024 * 1024)
+    relay.start()
+    bs = BootstrapServer(parse_config({
+        "relay_url": relay.url, "store": {"url": f"sqlite:///{tmp_path / 'bs.db'}"},
+        "initial_load": {"url": f"sqlite:///{shop_db}", "tables": TABLES},
+        "http": {"port": 0}, "poll_timeout": 0.5, "apply_interval": 0.05,
+        "log_retention": 0.5, "trim_interval": 0.2}))
+    bs.start()
+    w = BulkWriter(shop_db, seed=8, per_tx=50)
+    replica = tmp_path / "replica.db"
+    try:
+        w.run_until(2000, threading.Event(), 0.001)
+        c = Consumer(relay, bs, replica)
+        wait_equal(shop_db, replica, [c])
+        c.stop()
+        old = ReplicateSink(f"sqlite:///{replica}").load()
+        assert old is not None
+        w.run_until(20_000, threading.Event(), 0.001)
+        deadline = time.monotonic() + 30
+        while bs.store.state().log_start_scn <= old.window_scn + 1000:
+            assert time.monotonic() < deadline, "the log was not trimmed"
+            time.sleep(0.1)
+        # the consumer's position is gone from the relay and from the log: a snapshot
+        r = httpx.get(f"{bs.url}/startSCN", params={"checkPoint": old.to_json()}, timeout=5)
+        assert r.status_code == 200, r.text
+        assert r.json()["checkpoint"]["consumption_mode"] == "BOOTSTRAP_SNAPSHOT"
+        stale = Checkpoint(consumption_mode=ConsumptionMode.BOOTSTRAP_CATCHUP,
+                           bootstrap_start_scn=old.window_scn + 1,
+                           bootstrap_target_scn=old.window_scn + 10)
+        r = httpx.get(f"{bs.url}/bootstrap", params={"checkPoint": stale.to_json()}, timeout=5)
+        assert r.status_code == 410 and r.json()["error"] == "BootstrapTooYoung"
+        c = Consumer(relay, bs, replica)
+        wait_equal(shop_db, replica, [c])
+        c.stop()
+    finally:
+        w.close()
+        bs.stop()
         relay.stop()

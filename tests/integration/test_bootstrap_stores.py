@@ -144,3 +144,24 @@ def test_bootstrap_through_each_store(store_url: str, shop_db: Path, tmp_path: P
         w.close()
         bs.stop()
         relay.stop()
+
+
+def test_trim_keeps_what_is_recent_or_not_folded(store_url: str) -> None:
+    store = BootstrapStore(store_url)
+    try:
+        store.append([window(1, (1, 1, ev.Op.INSERT, b"a")), window(2, (1, 2, ev.Op.INSERT, b"b"))],
+                     Checkpoint.after(2), log_start_scn=0)
+        import time
+
+        mid = time.time_ns()
+        time.sleep(0.01)
+        store.append([window(3, (1, 3, ev.Op.INSERT, b"c"))], Checkpoint.after(3))
+        assert store.trim(mid, upto_scn=0) is None  # nothing folded yet: nothing goes
+        Applier(store).step()
+        assert store.trim(mid, upto_scn=3) == 2  # windows 1, 2 are old and folded
+        st = store.state()
+        assert (st.log_start_scn, st.log_max_scn, st.applied_scn) == (2, 3, 3)
+        assert [w[0] for w in store.log_after(-1, 10)] == [3]
+        assert store.count_snapshot() == 3  # the snapshot keeps everything
+    finally:
+        store.close()

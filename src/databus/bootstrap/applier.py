@@ -8,6 +8,10 @@ source is removed. A batch is collapsed to the last operation per key (what
 applying them in order would leave) and written with the new ``applied_scn``
 in one store transaction, so a crash never applies part of a batch.
 
+Retention: with ``retention`` (seconds), every ``trim_interval`` the windows
+stored longer ago than that and already folded are deleted from the log and
+the log's start moves up (see :meth:`BootstrapStore.trim`).
+
 Limit: a source must send a change of key as a delete of the old key and an
 insert of the new one (the SQLite source does); an update event only ever
 writes the row of its own key.
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from databus.bootstrap.store import BootstrapStore, key_bytes
@@ -68,8 +73,12 @@ class Applier:
     """Keeps the snapshot of ``store`` up to date with its log."""
 
     def __init__(self, store: BootstrapStore, *, batch_windows: int = 500,
-                 poll_interval: float = 0.2, retry_max: float = 10.0) -> None:
+                 poll_interval: float = 0.2, retry_max: float = 10.0,
+                 retention: float | None = None, trim_interval: float = 60.0) -> None:
         self.store = store
+        self.retention = retention
+        self.trim_interval = trim_interval
+        self._next_trim = time.monotonic()
         self.batch_windows = batch_windows
         self.poll_interval = poll_interval
         self.retry_max = retry_max
@@ -92,12 +101,25 @@ class Applier:
         self.windows += len(windows)
         return len(windows)
 
+    def trim(self) -> int | None:
+        """Drop log windows older than the retention that are folded into the snapshot."""
+        if self.retention is None:
+            return None
+        start = self.store.trim(time.time_ns() - int(self.retention * 1e9),
+                                self.store.state().applied_scn)
+        if start is not None:
+            log.info("bootstrap log trimmed: it now starts after SCN %d", start)
+        return start
+
     def run(self, stop: threading.Event) -> None:
         """Apply until ``stop`` is set; transient store errors are retried with backoff."""
         delay = self.poll_interval
         while not stop.is_set():
             try:
                 n = self.step()
+                if self.retention is not None and time.monotonic() >= self._next_trim:
+                    self._next_trim = time.monotonic() + self.trim_interval
+                    self.trim()
                 self.error = None
                 delay = self.poll_interval
             except TransientError as exc:

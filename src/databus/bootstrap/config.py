@@ -66,6 +66,11 @@ class BootstrapConfig(_Model):
     poll_timeout: float = Field(2.0, ge=0, le=60, description="producer long-poll seconds")
     apply_batch_windows: int = Field(500, ge=1, description="windows folded per transaction")
     apply_interval: float = Field(0.2, gt=0, description="applier idle poll seconds")
+    log_retention: float | None = Field(
+        None, gt=0, description="seconds a window stays in the log after it was stored (and "
+        "folded); None = forever. Consumers further behind get a snapshot bootstrap; a "
+        "bootstrap that takes longer than this fails with BootstrapTooYoung")
+    trim_interval: float = Field(60.0, gt=0, description="seconds between log trims")
     default_batch: int = Field(10_000, ge=1, description="rows per /bootstrap by default")
     progress_interval: float = Field(2.0, gt=0, description="seconds between progress lines")
 

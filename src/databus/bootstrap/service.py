@@ -92,7 +92,9 @@ class BootstrapServer:
         self.producer = Producer(self.store, config.relay_url, fetch_size=config.fetch_size,
                                  poll_timeout=config.poll_timeout)
         self.applier = Applier(self.store, batch_windows=config.apply_batch_windows,
-                               poll_interval=config.apply_interval)
+                               poll_interval=config.apply_interval,
+                               retention=config.log_retention,
+                               trim_interval=config.trim_interval)
         self.service = BootstrapService(self.store, config.default_batch, self.status)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []

@@ -11,8 +11,9 @@ Tables (prefix ``dbus_bs_``):
   above it), ``initial_scn`` (set once the initial load finished),
   ``sources`` and ``registry`` (copies of the relay's ``/sources`` and
   ``/register``).
-* ``log(scn, part, data)``: each window the producer received, as the exact
-  bytes of its events and EOP (the shared event codec), cut into parts.
+* ``log(scn, part, stored_ns, data)``: each window the producer received, as
+  the exact bytes of its events and EOP (the shared event codec), cut into
+  parts; ``stored_ns`` is when it was stored (for the retention, :meth:`trim`).
 * ``snapshot(id, src, k, scn, ev)``: the latest image of each key, one row per
   (source, key); ``ev`` is an event with op READ and the snapshot attribute;
   ``scn`` the window that wrote it; ``id`` grows with first insertion and is
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -96,6 +98,7 @@ class BootstrapStore:
                             sa.Column("scn", sa.BigInteger, primary_key=True,
                                       autoincrement=False),
                             sa.Column("part", sa.Integer, primary_key=True, autoincrement=False),
+                            sa.Column("stored_ns", sa.BigInteger, nullable=False),
                             sa.Column("data", _BLOB, nullable=False))
         self.snap = sa.Table("dbus_bs_snapshot", md,
                              sa.Column("id", _ID, primary_key=True, autoincrement=True),
@@ -180,7 +183,8 @@ class BootstrapStore:
 
         ``log_start_scn`` is recorded when given and none is recorded yet.
         """
-        rows = [{"scn": scn, "part": i // _PART, "data": data[i:i + _PART]}
+        now = time.time_ns()
+        rows = [{"scn": scn, "part": i // _PART, "stored_ns": now, "data": data[i:i + _PART]}
                 for scn, data in windows for i in range(0, max(len(data), 1), _PART)]
         with self._tx("appending to the bootstrap log") as conn:
             if rows:
@@ -189,6 +193,20 @@ class BootstrapStore:
                 self._set(conn, "log_start_scn", str(log_start_scn))
                 self._set(conn, "applied_scn", str(log_start_scn))
             self._set(conn, "producer_checkpoint", checkpoint.to_json())
+
+    def trim(self, stored_before_ns: int, upto_scn: int) -> int | None:
+        """Delete the log's windows stored before ``stored_before_ns`` and at or below
+        ``upto_scn`` (the applied position), and move ``log_start_scn`` to the last
+        one deleted, atomically. Returns the new log start, None when nothing went."""
+        log = self.log
+        with self._tx("trimming the bootstrap log") as conn:
+            cutoff = conn.execute(sa.select(sa.func.max(log.c.scn)).where(
+                log.c.stored_ns < stored_before_ns, log.c.scn <= upto_scn)).scalar()
+            if cutoff is None:
+                return None
+            conn.execute(sa.delete(log).where(log.c.scn <= cutoff))
+            self._set(conn, "log_start_scn", str(int(cutoff)))
+        return int(cutoff)
 
     # -- applier ----------------------------------------------------------------------
 

@@ -7,7 +7,9 @@ in the middle of a bootstrap). Protocol (see :mod:`databus.bootstrap.server`):
 
 1. ``/startSCN`` with the consumer's online checkpoint -> the bootstrap
    checkpoint, which is persisted at once (so the start SCN never changes for
-   this bootstrap, whatever crashes later).
+   this bootstrap, whatever crashes later). For a snapshot bootstrap,
+   ``on_bootstrap_snapshot_start(schemas)`` first: the consumer drops what it
+   holds of those sources (deletes before the start SCN are not sent).
 2. ``/bootstrap`` requests, each answering a batch and the next checkpoint.
    A snapshot batch is delivered as ``on_start_bootstrap_sequence(start)``,
    ``on_bootstrap_event`` per row, ``on_end_bootstrap_sequence(start)``; each
@@ -210,13 +212,10 @@ class BootstrapRunner:
         client = self.client
         self._load_registry()
         if position.consumption_mode == _ONLINE:
-            cp, total = client._retry(lambda: self.conn.start_scn(position, self._ids()),
-                                      "asking the bootstrap server for a start SCN",
-                                      self.stop, self.backoff)
-            self.progress.total = total
-            log.info("bootstrapping from %s: %s", self.cfg.bootstrap_url, cp.to_json())
             call("on_start_bootstrap", client.consumer.on_start_bootstrap)
-            self._save(cp)
+            # asking, resetting and persisting the start is retried as one step
+            client._retry(lambda: self._begin(position), "starting the bootstrap", self.stop,
+                          self.backoff)
         else:
             log.info("resuming the bootstrap at %s", position.to_json())
             call("on_start_bootstrap", client.consumer.on_start_bootstrap)
@@ -267,6 +266,27 @@ class BootstrapRunner:
         log.info("bootstrap done; continuing on the relay after SCN %d",
                  client.persisted.window_scn)
         return client.persisted
+
+    def _begin(self, position: Checkpoint) -> None:
+        """``/startSCN``, the snapshot reset, and the first bootstrap checkpoint persisted."""
+        client = self.client
+        cp, total = self.conn.start_scn(position, self._ids())
+        self.progress.total = total
+        log.info("bootstrapping from %s: %s", self.cfg.bootstrap_url, cp.to_json())
+        if cp.consumption_mode == ConsumptionMode.BOOTSTRAP_SNAPSHOT:
+            known = self.registry.source_ids()
+            schemas = [self.registry.latest(i) for i in (self._ids() or known) if i in known]
+            call("on_bootstrap_snapshot_start", client.consumer.on_bootstrap_snapshot_start,
+                 schemas)
+        try:
+            self._save(cp)
+        except TransientError:
+            try:
+                call("on_bootstrap_rollback", client.consumer.on_bootstrap_rollback,
+                     cp.bootstrap_start_scn)
+            except ConsumerCallbackError as exc:
+                log.warning("on_bootstrap_rollback failed too: %s", exc)
+            raise
 
     def _fetch(self, conn: BootstrapConnection, cp: Checkpoint) -> Batch:
         """One ``/bootstrap`` request, parsed (runs on either thread; touches no state)."""

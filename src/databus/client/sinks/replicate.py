@@ -23,8 +23,10 @@ Contract:
   :class:`~databus.core.errors.SinkUnavailableError` (transient): the client
   rolls back and replays the window after a backoff.
 
-Bootstrap (:mod:`databus.client.bootstrap`): snapshot rows (op READ) are
-upserts like inserts, catch-up events are applied like a window's. The events
+Bootstrap (:mod:`databus.client.bootstrap`): a snapshot bootstrap first
+empties the replicated tables (in the transaction of its first checkpoint:
+rows deleted before the snapshot's start are not sent), snapshot rows (op
+READ) are upserts like inserts, catch-up events are applied like a window's. The events
 of a bootstrap batch are applied in ONE target transaction together with the
 bootstrap checkpoint, when the client saves it (:meth:`save`), so a crash
 during a bootstrap resumes exactly after the last batch applied.
@@ -91,6 +93,7 @@ class ReplicateSink(Consumer, CheckpointStore):
         self.windows_applied = 0
         self.windows_skipped = 0
         self._bootstrapping = False
+        self._reset: list[_Target] = []  # tables emptied with the next bootstrap save
 
     # -- CheckpointStore ---------------------------------------------------------
 
@@ -112,9 +115,12 @@ class ReplicateSink(Consumer, CheckpointStore):
         with (translate_db_errors("applying a bootstrap batch", self.engine),
               self.engine.connect() as conn, conn.begin()):
             self.store.load_in(conn, for_update=True)
+            for target in self._reset:
+                conn.execute(sa.delete(target.table))
             self._apply(conn)
             self.store.save_in(conn, checkpoint)
         self._ops.clear()
+        self._reset = []
 
     def close(self) -> None:
         """Dispose the engine if the sink created it. Idempotent."""
@@ -171,10 +177,17 @@ class ReplicateSink(Consumer, CheckpointStore):
         self._ops.clear()
         return None
 
+    def on_bootstrap_snapshot_start(self, sources: list[TableSchema]) -> Result:
+        """Empty the replicated tables of ``sources``, in the transaction that saves
+        the bootstrap's first checkpoint: the snapshot replaces them."""
+        self._reset = [self._target(s) for s in sources if self._wanted(s.name)]
+        return None
+
     def on_bootstrap_event(self, event: DataEvent) -> Result:
         return self.on_data_event(event)
 
     def on_bootstrap_rollback(self, scn: int) -> Result:
+        self._reset = []
         return self.on_rollback(scn)
 
     def on_end_bootstrap(self) -> Result:
