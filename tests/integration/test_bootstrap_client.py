@@ -113,7 +113,7 @@ def run_until_equal(client: DatabusClient, consumer: StateConsumer, db: Path,
                     stop: threading.Event, timeout: float = 60,
                     writer: threading.Thread | None = None) -> None:
     """Run the client until it is online and its state equals the source."""
-    t = threading.Thread(target=client.run, kwargs={"stop": stop})
+    t = threading.Thread(target=client.run, kwargs={"stop": stop}, daemon=True)
     t.start()
     try:
         if writer is not None:

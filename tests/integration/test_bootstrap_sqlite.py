@@ -66,7 +66,8 @@ class Consumer:
                            bootstrap_url=bs.url if bs is not None else None)
         self.client = DatabusClient(cfg, self.sink, self.sink)
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run)
+        # a daemon: a failed test must not keep the interpreter alive
+        self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
@@ -96,9 +97,11 @@ def wait_equal(db: Path, replica: Path, consumers: list[Consumer], timeout: floa
     while time.monotonic() < deadline:
         for c in consumers:
             assert c.error is None, f"consumer failed: {c.error!r}"
-        online = all(c.client.persisted.consumption_mode == ConsumptionMode.ONLINE_CONSUMPTION
-                     for c in consumers)
-        if online and replica_equal(db, replica):
+        # equal first, then online (a new consumer's flexible checkpoint is online too,
+        # before its bootstrap starts)
+        if replica_equal(db, replica) and all(
+                c.client.persisted.consumption_mode == ConsumptionMode.ONLINE_CONSUMPTION
+                and not c.client.persisted.is_flexible for c in consumers):
             return
         time.sleep(0.2)
     raise AssertionError("replica did not become equal to the source")
@@ -232,13 +235,17 @@ def test_rows_from_before_capture_need_the_initial_load(shop_db: Path, tmp_path:
         relay.stop()
 
 
-def test_producer_that_fell_off_the_relay_stops_and_the_server_keeps_serving(
-        shop_db: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("initial", [False, True])
+def test_producer_that_fell_off_the_relay(shop_db: Path, tmp_path: Path, initial: bool) -> None:
+    """Without an initial load the producer stops with ScnNotFound and the server keeps
+    serving; with one, the store is rebuilt and a consumer still ends equal."""
+    preload(shop_db, 500)
     relay = make_relay(shop_db, tmp_path, capacity_bytes=1024 * 1024)
     relay.start()
     w = BulkWriter(shop_db, seed=6, per_tx=50)
+    c = None
     try:
-        bs = make_bootstrap(shop_db, tmp_path, relay)
+        bs = make_bootstrap(shop_db, tmp_path, relay, initial=initial)
         bs.start()
         w.run_until(1000, threading.Event(), 0.001)
         deadline = time.monotonic() + 30
@@ -248,18 +255,30 @@ def test_producer_that_fell_off_the_relay_stops_and_the_server_keeps_serving(
         bs.stop()
         w.run_until(20_000, threading.Event(), 0.001)  # the relay drops the producer's position
         assert relay.buffer.min_scn > 2000
-        bs = make_bootstrap(shop_db, tmp_path, relay)
+        bs = make_bootstrap(shop_db, tmp_path, relay, initial=initial)
         bs.start()
         try:
             deadline = time.monotonic() + 30
-            while not (err := httpx.get(f"{bs.url}/admin", timeout=5).json()["producer"]["error"]):
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-            assert err.startswith("ScnNotFound")
-            # what the store holds is still served
-            r = httpx.get(f"{bs.url}/startSCN", timeout=5)
-            assert r.status_code == 200 and r.json()["startScn"] > 1000
+            if not initial:
+                while not (err := httpx.get(f"{bs.url}/admin", timeout=5).json()
+                           ["producer"]["error"]):
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+                assert err.startswith("ScnNotFound")
+                # what the store holds is still served
+                r = httpx.get(f"{bs.url}/startSCN", timeout=5)
+                assert r.status_code == 200 and r.json()["startScn"] > 1000
+            else:
+                while httpx.get(f"{bs.url}/admin", timeout=5).json()["rebuilds"] < 1:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+                c = Consumer(relay, bs, tmp_path / "replica.db")
+                w.run_until(21_000, threading.Event(), 0.01)
+                wait_equal(shop_db, tmp_path / "replica.db", [c])
+                assert bs.store.state().log_start_scn > 1000
         finally:
+            if c is not None:
+                c.stop()
             bs.stop()
     finally:
         w.close()
@@ -303,6 +322,21 @@ def test_log_retention_trims_and_far_behind_consumers_get_a_snapshot(
         assert r.status_code == 410 and r.json()["error"] == "BootstrapTooYoung"
         c = Consumer(relay, bs, replica)
         wait_equal(shop_db, replica, [c])
+        c.stop()
+        # a consumer stopped in a catch-up whose log was trimmed since: BootstrapTooYoung,
+        # it starts its bootstrap again and still ends equal
+        from databus.client.checkpoints import SqlCheckpointStore
+
+        online = ReplicateSink(f"sqlite:///{replica}").load()
+        assert online is not None
+        SqlCheckpointStore(f"sqlite:///{replica}", "replicate").save(Checkpoint(
+            consumption_mode=ConsumptionMode.BOOTSTRAP_CATCHUP,
+            bootstrap_since_scn=old.window_scn, bootstrap_start_scn=old.window_scn + 1,
+            bootstrap_target_scn=online.window_scn))
+        w.run_until(22_000, threading.Event(), 0.001)
+        c = Consumer(relay, bs, replica)
+        wait_equal(shop_db, replica, [c])
+        assert c.client.stats.rollbacks >= 1
         c.stop()
     finally:
         w.close()

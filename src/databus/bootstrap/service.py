@@ -12,7 +12,11 @@ Initial load: when configured and the store has not completed one
 emptied, the source's rows are read at a known SCN
 (:mod:`databus.sources.txlog.initial`) into the snapshot, and the producer
 continues from that SCN. Progress (rows, rate, ETA) is logged every
-``progress_interval`` seconds.
+``progress_interval`` seconds. When the producer falls off the relay
+(``ScnNotFound``: the service was down longer than the relay keeps
+windows), the store is rebuilt the same way, since its log would have a gap;
+consumers in the middle of a bootstrap get ``BootstrapTooYoung`` and start
+theirs again. Without an initial load the producer stops with that error.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from databus.bootstrap.config import BootstrapConfig
 from databus.bootstrap.producer import Producer
 from databus.bootstrap.server import BootstrapService, build_app
 from databus.bootstrap.store import BootstrapStore, key_bytes
-from databus.core.errors import DatabusError
+from databus.core.errors import DatabusError, ScnNotFoundError
 
 log = logging.getLogger("databus.bootstrap")
 
@@ -58,10 +62,11 @@ class Progress:
                  rate, eta)
 
 
-def initial_load(cfg: BootstrapConfig, store: BootstrapStore) -> int | None:
-    """Run the initial load if it is configured and not done; returns its SCN."""
+def initial_load(cfg: BootstrapConfig, store: BootstrapStore, force: bool = False) -> int | None:
+    """Run the initial load if it is configured and not done (or ``force``); returns
+    its SCN."""
     il = cfg.initial_load
-    if il is None or store.get("initial_scn") is not None:
+    if il is None or (not force and store.get("initial_scn") is not None):
         return None
     from databus.sources.txlog.initial import InitialSnapshot
 
@@ -103,29 +108,49 @@ class BootstrapServer:
         self._ready = threading.Event()
         self._port: int | None = None
         self.load_error: str | None = None
+        self.rebuilds = 0  # store rebuilds after the producer fell off the relay
 
     def status(self) -> dict[str, Any]:
-        return {"producer": {"last_scn": self.producer.last_scn,
+        return {"rebuilds": self.rebuilds,
+                "producer": {"last_scn": self.producer.last_scn,
                              "windows": self.producer.windows,
                              "error": self.load_error or self.producer.error},
                 "applier": {"applied_scn": self.applier.applied_scn,
                             "windows": self.applier.windows, "error": self.applier.error}}
 
     def _produce(self) -> None:
-        try:
-            while not self._stop.is_set():
-                try:
-                    initial_load(self.config, self.store)
-                    break
-                except DatabusError as exc:
-                    self.load_error = f"initial load: {exc.code}: {exc}"
-                    log.warning("%s; retrying", self.load_error)
-                    if not exc.retryable or self._stop.wait(2.0):
-                        return
-            self.load_error = None
-            self.producer.run(self._stop)
-        except DatabusError:
-            pass  # recorded in producer.error, shown by /admin
+        rebuild = False
+        while not self._stop.is_set():
+            if not self._load(rebuild):
+                return
+            try:
+                self.producer.run(self._stop)
+                return
+            except ScnNotFoundError as exc:
+                if self.config.initial_load is None:
+                    return  # recorded in producer.error, shown by /admin
+                # the log would have a gap: rebuild the store from a new initial load
+                # (consumers in the middle of a bootstrap start theirs again)
+                log.warning("producer fell off the relay (%s); rebuilding the store with a "
+                            "new initial load", exc)
+                self.rebuilds += 1
+                rebuild = True
+            except DatabusError:
+                return  # recorded in producer.error, shown by /admin
+
+    def _load(self, rebuild: bool) -> bool:
+        """The initial load (when configured and due), retried while transient."""
+        while not self._stop.is_set():
+            try:
+                initial_load(self.config, self.store, force=rebuild)
+                self.load_error = None
+                return True
+            except DatabusError as exc:
+                self.load_error = f"initial load: {exc.code}: {exc}"
+                log.warning("%s; retrying", self.load_error)
+                if not exc.retryable or self._stop.wait(2.0):
+                    return False
+        return False
 
     def _apply(self) -> None:
         with contextlib.suppress(DatabusError):  # recorded in applier.error

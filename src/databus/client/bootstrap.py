@@ -26,6 +26,10 @@ checkpoint the current batch ends with) while the current one is delivered,
 with its own HTTP connection. A prefetched batch is used only if it was asked
 for the checkpoint then persisted; otherwise it is dropped.
 
+A bootstrap whose log the store no longer has (``BootstrapTooYoung``: trimmed
+by the retention, or the store was rebuilt) starts again from the consumer's
+position before it (``bootstrap_since_scn``), at most ``max_retries`` times.
+
 A failing callback or checkpoint store -> ``on_bootstrap_rollback`` and the
 batch is fetched again from the persisted checkpoint (``max_retries`` times);
 a server that is unavailable or behind (``BootstrapTooOld``) is retried with
@@ -48,6 +52,7 @@ from databus.client.relay import RelayConnection
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint, ConsumptionMode
 from databus.core.errors import (
+    BootstrapTooYoungError,
     CheckpointStoreError,
     ConsumerCallbackError,
     ConsumerFatalError,
@@ -219,7 +224,7 @@ class BootstrapRunner:
         else:
             log.info("resuming the bootstrap at %s", position.to_json())
             call("on_start_bootstrap", client.consumer.on_start_bootstrap)
-        failures = 0
+        failures = restarts = 0
         ahead: tuple[Checkpoint, Future[Batch]] | None = None
         while client.persisted.consumption_mode != _ONLINE:
             if self.stop.is_set():
@@ -234,8 +239,13 @@ class BootstrapRunner:
                     log.debug("prefetched bootstrap batch failed: %s", exc)
             ahead = None
             if batch is None:
-                batch = client._retry(lambda cp=cp: self._fetch(self.conn, cp),  # type: ignore[misc]
-                                      "fetching a bootstrap batch", self.stop, self.backoff)
+                try:
+                    batch = client._retry(lambda cp=cp: self._fetch(self.conn, cp),  # type: ignore[misc]
+                                          "fetching a bootstrap batch", self.stop, self.backoff)
+                except BootstrapTooYoungError as exc:
+                    restarts += 1
+                    self._restart(cp, exc, restarts)
+                    continue
             self._ensure_schemas(batch)
             nxt = batch.checkpoint
             if nxt is not None and nxt.consumption_mode != _ONLINE:
@@ -266,6 +276,26 @@ class BootstrapRunner:
         log.info("bootstrap done; continuing on the relay after SCN %d",
                  client.persisted.window_scn)
         return client.persisted
+
+    def _restart(self, cp: Checkpoint, exc: BootstrapTooYoungError, restarts: int) -> None:
+        """The store no longer has this bootstrap's log (trimmed or rebuilt): start a
+        new bootstrap from the consumer's position before this one. Correct because
+        a snapshot bootstrap resets the consumer's rows first, and a catch-up replays
+        every change after that position in order."""
+        if restarts > self.cfg.max_retries:
+            raise exc
+        since = cp.bootstrap_since_scn
+        position = Checkpoint.after(since) if since >= 0 else Checkpoint.flexible()
+        log.warning("%s; starting the bootstrap again from %s (restart %d)", exc,
+                    "scratch" if since < 0 else f"SCN {since}", restarts)
+        self.client.stats.rollbacks += 1
+        try:
+            call("on_bootstrap_rollback", self.client.consumer.on_bootstrap_rollback,
+                 cp.bootstrap_start_scn)
+        except ConsumerCallbackError as rb_exc:
+            log.warning("on_bootstrap_rollback failed too: %s", rb_exc)
+        self.client._retry(lambda: self._begin(position), "starting the bootstrap again",
+                           self.stop, self.backoff)
 
     def _begin(self, position: Checkpoint) -> None:
         """``/startSCN``, the snapshot reset, and the first bootstrap checkpoint persisted."""
