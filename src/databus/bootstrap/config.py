@@ -69,7 +69,7 @@ class BootstrapConfig(_Model):
     log_retention: float | None = Field(
         None, gt=0, description="seconds a window stays in the log after it was stored (and "
         "folded); None = forever. Consumers further behind get a snapshot bootstrap; a "
-        "bootstrap that takes longer than this fails with BootstrapTooYoung")
+        "bootstrap that takes longer than this gets BootstrapTooYoung and starts again")
     trim_interval: float = Field(60.0, gt=0, description="seconds between log trims")
     default_batch: int = Field(10_000, ge=1, description="rows per /bootstrap by default")
     progress_interval: float = Field(2.0, gt=0, description="seconds between progress lines")

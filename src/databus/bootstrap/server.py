@@ -207,7 +207,7 @@ class BootstrapService:
         if start - 1 < st.log_start_scn:
             raise BootstrapTooYoungError(
                 f"the bootstrap log starts after SCN {st.log_start_scn}; it cannot serve a "
-                f"bootstrap from SCN {start}: start the bootstrap again from scratch")
+                f"bootstrap from SCN {start}: start the bootstrap again")
         if cp.consumption_mode == ConsumptionMode.BOOTSTRAP_SNAPSHOT:
             return self._snapshot(cp, st, srcs, filt, batch)
         return self._catchup(cp, st, srcs, filt, batch)
