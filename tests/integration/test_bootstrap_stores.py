@@ -165,3 +165,39 @@ def test_trim_keeps_what_is_recent_or_not_folded(store_url: str) -> None:
         assert store.count_snapshot() == 3  # the snapshot keeps everything
     finally:
         store.close()
+
+
+def test_an_update_that_changes_an_integer_key_moves_the_row(store_url: str) -> None:
+    """MariaDB sends a primary-key change as one update with the before image."""
+    import json
+
+    from databus.core.schema import ColumnSpec, MetadataCodec, SchemaRegistry, TableSchema
+    from databus.core.schema import table_schema as make_schema
+
+    schema = TableSchema(1, "db.t", 1, make_schema("db", "t", [
+        ColumnSpec("id", "long", nullable=False), ColumnSpec("v", "string")]), ("id",))
+    meta = MetadataCodec()
+    store = BootstrapStore(store_url)
+    try:
+        store.put("registry", SchemaRegistry([schema]).to_json())
+        store.put("sources", json.dumps([{"id": 1, "name": "db.t"}]))
+
+        def row(scn: int, key: int, op: ev.Op, v: str, before: bytes | None = None) -> bytes:
+            md = meta.encode({"before": before}) if before is not None else None
+            return ev.encode(scn=scn, src_id=1, key=key, op=op, schema_id=schema.id,
+                             payload=schema.encode({"id": key, "v": v}), metadata=md,
+                             metadata_schema_id=meta.id)
+
+        store.append([(5, row(5, 1, ev.Op.INSERT, "a") + row(5, 2, ev.Op.INSERT, "b")
+                          + ev.encode_eop(5))], Checkpoint.after(5), log_start_scn=-1)
+        Applier(store).step()
+        # id 1 -> 10, and a plain update of 2 (same key, before image present)
+        moved = row(6, 10, ev.Op.UPDATE, "a2", before=schema.encode({"id": 1, "v": "a"}))
+        same = row(6, 2, ev.Op.UPDATE, "b2", before=schema.encode({"id": 2, "v": "b"}))
+        store.append([(6, moved + same + ev.encode_eop(6))], Checkpoint.after(6))
+        Applier(store).step()
+        rows, _ = store.snapshot_batch(1, -1, 100, 10)
+        got = {ev.decode(r).key: schema.decode(ev.decode(r).payload)["v"] for r in rows}
+        assert got == {10: "a2", 2: "b2"}
+    finally:
+        store.close()

@@ -12,9 +12,11 @@ Retention: with ``retention`` (seconds), every ``trim_interval`` the windows
 stored longer ago than that and already folded are deleted from the log and
 the log's start moves up (see :meth:`BootstrapStore.trim`).
 
-Limit: a source must send a change of key as a delete of the old key and an
-insert of the new one (the SQLite source does); an update event only ever
-writes the row of its own key.
+Key changes: a source may send a change of key as a delete of the old key and
+an insert of the new one (the SQLite source does), or as one update carrying
+the before image (MariaDB): then the old key's row is removed too, when the
+key is a single integer column (:class:`KeyChanges`); other such key changes
+are logged and leave the old row in the snapshot (a limit).
 
 Concurrency model: one thread (:meth:`Applier.run`); stop it with the event.
 """
@@ -29,17 +31,73 @@ from typing import Any
 from databus.bootstrap.store import BootstrapStore, key_bytes
 from databus.core import event as ev
 from databus.core.errors import DatabusError, TransientError
+from databus.core.schema import MetadataCodec, SchemaRegistry, TableSchema
 
 log = logging.getLogger("databus.bootstrap.applier")
 
 
-def collapse(windows: list[tuple[int, bytes]]
+class KeyChanges:
+    """Finds updates that changed a row's key (sources that send a primary-key change
+    as one update with the before image, e.g. MariaDB).
+
+    Only a single integer key column can be mapped back to the old event key
+    (the sources' int64 keys); other key changes are logged, and the snapshot
+    keeps the old key's row (see the module docstring).
+    """
+
+    def __init__(self, store: BootstrapStore | None) -> None:
+        self.store = store
+        self.registry = SchemaRegistry()
+        self.meta = MetadataCodec()
+        self._warned: set[int] = set()
+
+    def _schema(self, e: ev.Event) -> TableSchema | None:
+        schema = self.registry.find(e.schema_id)
+        if schema is None and self.store is not None:
+            raw = self.store.get("registry")
+            if raw is not None:
+                self.registry = SchemaRegistry.from_json(raw)
+                schema = self.registry.find(e.schema_id)
+        return schema
+
+    def old_key(self, e: ev.Event) -> int | bytes | None:
+        """The key the row had before update ``e`` when it changed, else None."""
+        if e.metadata is None or not e.schema_id:
+            return None
+        before_raw = self.meta.decode(e.metadata).get("before")
+        if before_raw is None:
+            return None
+        schema = self._schema(e)
+        if schema is None or not schema.key_columns:
+            return None
+        fields = {f.get("column", f["name"]): f["name"] for f in schema.avro["fields"]}
+        try:
+            before, after = schema.decode(before_raw), schema.decode(e.payload)
+        except Exception as exc:  # a row that does not decode: folded by its own key
+            log.warning("update at scn %d of %s: images do not decode (%s)", e.scn,
+                        schema.name, exc)
+            return None
+        old = [before.get(fields.get(k, k)) for k in schema.key_columns]
+        new = [after.get(fields.get(k, k)) for k in schema.key_columns]
+        if old == new:
+            return None
+        if len(old) == 1 and isinstance(old[0], int) and isinstance(e.key, int):
+            return old[0]
+        if e.src_id not in self._warned:
+            self._warned.add(e.src_id)
+            log.warning("source %s changed a non-integer key in one update (scn %d); the "
+                        "snapshot keeps the old key's row", schema.name, e.scn)
+        return None
+
+
+def collapse(windows: list[tuple[int, bytes]], keys: KeyChanges | None = None
              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[int]]:
     """(upserts, deletes, truncated sources) that leave the snapshot as applying
     ``windows`` in order would.
 
     A truncation inside the batch is applied first by the store, so operations
-    on that source before it are dropped here.
+    on that source before it are dropped here. With ``keys``, an update that
+    changed the key also removes the old key's row.
     """
     last: dict[tuple[int, bytes], tuple[int, bytes | None]] = {}
     truncated: list[int] = []
@@ -54,6 +112,10 @@ def collapse(windows: list[tuple[int, bytes]]
                 if e.src_id not in truncated:
                     truncated.append(e.src_id)
                 continue
+            if op == ev.Op.UPDATE and keys is not None:
+                old = keys.old_key(e)
+                if old is not None:
+                    last[(e.src_id, key_bytes(old))] = (e.scn, None)
             k = (e.src_id, key_bytes(e.key))
             if op == ev.Op.DELETE:
                 last[k] = (e.scn, None)
@@ -78,6 +140,7 @@ class Applier:
         self.store = store
         self.retention = retention
         self.trim_interval = trim_interval
+        self.keys = KeyChanges(store)
         self._next_trim = time.monotonic()
         self.batch_windows = batch_windows
         self.poll_interval = poll_interval
@@ -95,7 +158,7 @@ class Applier:
         if not windows:
             self.applied_scn = state.applied_scn
             return 0
-        upserts, deletes, truncated = collapse(windows)
+        upserts, deletes, truncated = collapse(windows, self.keys)
         self.store.fold(upserts, deletes, truncated, windows[-1][0])
         self.applied_scn = windows[-1][0]
         self.windows += len(windows)
