@@ -224,3 +224,51 @@ def test_kill9_consumer_and_bootstrap_service_at_each_phase(pipeline: Pipeline) 
     p.replica.unlink()
     p.start("replicate")
     p.wait_equal()
+
+
+def test_bootstrap_command_config_errors_are_one_line(tmp_path: Path) -> None:
+    from tests.support.procs import ROOT
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"relay_url": "ftp://x", "store": {"url": "sqlite:///x.db"},
+                                   "nonsense": 1}))
+    for cfg in (bad, tmp_path / "missing.yaml"):
+        out = subprocess.run([*DATABUS, "bootstrap", "--config", str(cfg)], capture_output=True,
+                             text=True, timeout=60, cwd=ROOT, check=False)
+        assert out.returncode == 2, out.stderr
+        assert "databus: ConfigError:" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_tail_with_bootstrap_prints_the_snapshot(pipeline: Pipeline) -> None:
+    """`databus tail --bootstrap`: a new consumer sees the rows that existed before
+    capture (snapshot, op r), then the relay's changes."""
+    from tests.support.procs import ROOT
+
+    p = pipeline
+    p.start("relay")
+    p.start("bootstrap")
+    out_path = p.tmp / "tail.jsonl"
+    with out_path.open("w") as out:
+        tail = subprocess.Popen(
+            [*DATABUS, "tail", "--relay", f"http://127.0.0.1:{p.relay_port}", "--bootstrap",
+             f"http://127.0.0.1:{p.bs_port}", "--max-windows", "1"],
+            stdout=out, stderr=subprocess.DEVNULL, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        while out_path.read_text().count("\n") < 5000:  # the preloaded customers
+            assert tail.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        time.sleep(0.5)
+        con = sqlite3.connect(p.db)
+        con.execute("INSERT INTO customers VALUES (900001, 'after', 1.0, 1)")
+        con.commit()
+        con.close()
+        assert tail.wait(60) == 0
+    finally:
+        if tail.poll() is None:
+            kill9(tail)
+    lines = [json.loads(x) for x in out_path.read_text().splitlines()]
+    snap = [x for x in lines if x["op"] == "r"]
+    assert all(x["source"]["snapshot"] for x in snap)
+    assert len([x for x in snap if x["source"]["table"] == "customers"]) == 5000
+    assert lines[-1]["op"] == "c" and lines[-1]["after"]["id"] == 900001
