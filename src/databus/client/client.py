@@ -242,8 +242,6 @@ class DatabusClient:
         """Fetch ``/register`` again (after a schema change at the source)."""
         self.registry = conn.register(self._request_ids)
 
-    # -- errors ------------------------------------------------------------------
-
     # -- bootstrap -----------------------------------------------------------------
 
     def _bootstrap_first(self, fresh: bool) -> bool:
@@ -264,6 +262,8 @@ class DatabusClient:
         from databus.client.bootstrap import BootstrapRunner
 
         self.persisted = BootstrapRunner(self, stop).run(self.persisted)
+
+    # -- errors ------------------------------------------------------------------
 
     def fall_off_relay(self, position: Checkpoint, exc: ScnNotFoundError) -> None:
         """The relay no longer holds ``position``.
