@@ -126,6 +126,9 @@ def tail(
     from_start: Annotated[bool, typer.Option(help="start with the oldest window the relay holds")] = False,
     max_windows: Annotated[int | None, typer.Option(help="stop after this many windows")] = None,
     checkpoint: Annotated[Path | None, typer.Option(help="checkpoint file to resume from and keep")] = None,
+    bootstrap: Annotated[str | None, typer.Option(
+        help="bootstrap server URL: print the snapshot first (and use it if the relay "
+        "no longer holds the checkpoint)")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Print every change as a JSON envelope, one per line.
@@ -141,7 +144,7 @@ def tail(
     try:
         # an interactive command: give up on an unreachable relay after a few tries
         cfg = ClientConfig(relay_url=relay, sources=_csv(sources), from_start=from_start,
-                           relay_max_retries=5)
+                           relay_max_retries=5, bootstrap_url=bootstrap)
         store = FileCheckpointStore(checkpoint) if checkpoint else MemoryCheckpointStore()
         DatabusClient(cfg, JsonLinesSink(sys.stdout), store).run(max_windows=max_windows)
     except DatabusError as exc:
@@ -153,6 +156,11 @@ def replicate(
     relay: Annotated[str, typer.Option(help="relay URL")],
     target: Annotated[str, typer.Option(help="SQLAlchemy URL of the target database")],
     sources: Annotated[str | None, typer.Option(help="comma-separated source names or ids")] = None,
+    bootstrap: Annotated[str | None, typer.Option(
+        help="bootstrap server URL: a new replica starts from its snapshot, and a replica "
+        "the relay no longer holds catches up from it")] = None,
+    bootstrap_batch: Annotated[int, typer.Option(
+        help="snapshot rows / catch-up events per bootstrap request")] = 10_000,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Apply the change stream to same-named tables of a target database.
@@ -169,10 +177,33 @@ def replicate(
         sink = ReplicateSink(target)
         # short long-polls so that SIGTERM is honoured within about two seconds
         cfg = ClientConfig(relay_url=relay, sources=_csv(sources), from_start=True,
-                           poll_timeout=2.0)
+                           poll_timeout=2.0, bootstrap_url=bootstrap,
+                           bootstrap_batch_size=bootstrap_batch)
         client = DatabusClient(cfg, sink, sink.checkpoint_store)
         signal.signal(signal.SIGTERM, lambda *_: client.stop())
         client.run()
+    except DatabusError as exc:
+        _fail(exc)
+
+
+@app.command(name="bootstrap")
+def bootstrap_cmd(
+    config: Annotated[Path, typer.Option(help="bootstrap YAML config file")],
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Run a bootstrap service: producer, applier and server (docs/bootstrap.md)."""
+    from databus.bootstrap.config import load_config
+    from databus.bootstrap.service import BootstrapServer
+
+    _setup_logging(verbose)
+    try:
+        cfg = load_config(config)
+        server = BootstrapServer(cfg)
+        signal.signal(signal.SIGTERM, server.request_exit)
+        logging.getLogger("databus").info(
+            "bootstrap %s: relay %s, store %s, serving on http://%s:%d", cfg.name,
+            cfg.relay_url, cfg.store.url, cfg.http.host, cfg.http.port)
+        server.run()
     except DatabusError as exc:
         _fail(exc)
 

@@ -165,6 +165,10 @@ def test_kill9_relay_mid_snapshot_resumes_and_replica_equals(tmp_path: Path) -> 
             time.sleep(0.5)
         assert got == want
         assert writer.count > 100
+        lite = sqlite3.connect(replica)
+        tables = {r[0] for r in lite.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        lite.close()
+        assert "notifications" not in tables  # notices are not replicated as rows
     finally:
         writer.stop.set()
         for p in procs:

@@ -1,1 +1,12 @@
-"""databus.bootstrap."""
+"""The bootstrap service (DESIGN.md section 6, docs/bootstrap.md).
+
+* :mod:`.store` - log and snapshot tables behind one contract (SQLite,
+  PostgreSQL, MariaDB);
+* :mod:`.producer` - relay client appending windows to the log;
+* :mod:`.applier` - folds the log into the snapshot;
+* :mod:`.server` - the HTTP API (``/startSCN``, ``/targetSCN``, ``/bootstrap``);
+* :mod:`.service` - all of them in one process, with the initial load;
+* :mod:`.config` - the configuration file.
+
+The client side is :mod:`databus.client.bootstrap`.
+"""

@@ -25,12 +25,15 @@ Delivery guarantees:
 * ERROR_FATAL -> ``on_error`` and :class:`~databus.core.errors.ConsumerFatalError`.
 * Relay unavailable (transient) -> logged and retried with backoff, forever by
   default (``relay_max_retries``).
-* Checkpoint older than the relay's buffer -> ``on_error`` and
-  :class:`~databus.core.errors.ScnNotFoundError`: the consumer must bootstrap.
+* Checkpoint older than the relay's buffer -> with a ``bootstrap_url``: a
+  bootstrap (:mod:`databus.client.bootstrap`), then the relay again after its
+  target SCN; without one, ``on_error`` and
+  :class:`~databus.core.errors.ScnNotFoundError`.
 
-Starting position: the stored checkpoint; with none stored, a flexible
-checkpoint (the oldest window the relay holds) unless ``from_start=False``
-(only windows committed from now on).
+Starting position: the stored checkpoint (a bootstrap checkpoint resumes that
+bootstrap); with none stored, a bootstrap when ``bootstrap_url`` is set and
+``bootstrap_new_consumers``, else a flexible checkpoint (the oldest window the
+relay holds) unless ``from_start=False`` (only windows committed from now on).
 """
 
 from __future__ import annotations
@@ -53,9 +56,10 @@ from databus.client.relay import RelayConnection
 from databus.client.retry import Backoff
 from databus.client.window import Window, WindowAssembler
 from databus.core import event as ev
-from databus.core.checkpoint import Checkpoint
+from databus.core.checkpoint import Checkpoint, ConsumptionMode
 from databus.core.errors import (
     CheckpointStoreError,
+    ConfigError,
     ConsumerCallbackError,
     CorruptEventError,
     DatabusError,
@@ -152,6 +156,9 @@ class DatabusClient:
                 fresh = self._prepare(conn, stop)
                 call("on_start_consumption", self.consumer.on_start_consumption)
                 started = True
+                if self._bootstrap_first(fresh):
+                    self.bootstrap(stop)
+                    fresh = False
                 _Loop(self, conn, stop, max_windows, fresh).run()
             except _Stopped:
                 pass
@@ -235,14 +242,40 @@ class DatabusClient:
         """Fetch ``/register`` again (after a schema change at the source)."""
         self.registry = conn.register(self._request_ids)
 
+    # -- bootstrap -----------------------------------------------------------------
+
+    def _bootstrap_first(self, fresh: bool) -> bool:
+        """Whether to bootstrap before pulling from the relay."""
+        if self.persisted.consumption_mode != ConsumptionMode.ONLINE_CONSUMPTION:
+            if self.config.bootstrap_url is None:
+                raise ConfigError(
+                    f"the stored checkpoint is a bootstrap checkpoint "
+                    f"({self.persisted.consumption_mode.value}); configure bootstrap_url to "
+                    "finish that bootstrap")
+            return True
+        return fresh and self.config.bootstrap_url is not None \
+            and self.config.bootstrap_new_consumers
+
+    def bootstrap(self, stop: threading.Event) -> None:
+        """Bootstrap from the persisted checkpoint (see :mod:`databus.client.bootstrap`);
+        afterwards ``persisted`` is the online checkpoint to continue on the relay."""
+        from databus.client.bootstrap import BootstrapRunner
+
+        self.persisted = BootstrapRunner(self, stop).run(self.persisted)
+
     # -- errors ------------------------------------------------------------------
 
     def fall_off_relay(self, position: Checkpoint, exc: ScnNotFoundError) -> None:
         """The relay no longer holds ``position``.
 
-        This is where the client will switch to a bootstrap server once one can
-        be configured (DESIGN.md section 6); until then it is a terminal error.
+        Returns when a bootstrap server is configured (the caller bootstraps);
+        otherwise raises a terminal :class:`ScnNotFoundError`.
         """
+        if self.config.bootstrap_url is not None:
+            log.warning("relay %s no longer holds checkpoint %d (%s); switching to the "
+                        "bootstrap server %s", self.config.relay_url, position.window_scn, exc,
+                        self.config.bootstrap_url)
+            return
         raise ScnNotFoundError(
             f"checkpoint windowScn={position.window_scn} (windowOffset={position.window_offset}) "
             f"is older than the oldest window relay {self.config.relay_url} still holds "
@@ -308,8 +341,9 @@ class _Loop:
                 timeout=cfg.poll_timeout, from_latest=self.from_latest and position.is_flexible)
             windows = self.asm.feed(resp.data)
         except ScnNotFoundError as exc:
-            client.fall_off_relay(position, exc)
-            raise  # not reached: fall_off_relay raises
+            client.fall_off_relay(position, exc)  # raises unless it can bootstrap
+            self._switch_to_bootstrap()
+            return None
         except (TransientError, CorruptEventError) as exc:
             self._relay_failed(exc)
             return None
@@ -325,6 +359,21 @@ class _Loop:
                     self._window_failed(self.consumed.window_scn, exc)
             return None
         return windows
+
+    def _switch_to_bootstrap(self) -> None:
+        """Persist what was consumed, bootstrap, then pull from the relay after the
+        bootstrap's target SCN."""
+        if self.unsaved:
+            try:
+                self._checkpoint()
+            except (ConsumerCallbackError, TransientError) as exc:
+                self._window_failed(self.consumed.window_scn, exc)
+                return
+        self.client.bootstrap(self.stop)
+        self.asm.reset(self.client.persisted)
+        self.consumed = self.client.persisted
+        self.unsaved = 0
+        self.from_latest = False
 
     def _pin_latest(self, data: bytes, max_scn: int) -> None:
         """``from_start=False``: fix "from now on" to a real position at the first answer.

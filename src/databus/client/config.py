@@ -57,6 +57,16 @@ class ClientConfig(BaseModel):
         "(flexible checkpoint), False = only windows committed from now on",
     )
     verify_crc: bool = Field(True, description="check both CRCs of every received event")
+    bootstrap_url: str | None = Field(
+        None, description="bootstrap server used when the relay no longer holds the checkpoint "
+        "(ScnNotFound); None = that is a terminal error")
+    bootstrap_new_consumers: bool = Field(
+        True, description="with a bootstrap_url and no stored checkpoint: start with a "
+        "bootstrap (snapshot + catch-up) instead of the relay's oldest window")
+    bootstrap_batch_size: int = Field(
+        10_000, ge=1, le=1_000_000, description="snapshot rows / catch-up events per request")
+    bootstrap_progress_interval: float = Field(
+        10.0, gt=0, description="seconds between bootstrap progress log lines (rows, rate, ETA)")
 
     @field_validator("relay_url")
     @classmethod
@@ -64,6 +74,13 @@ class ClientConfig(BaseModel):
         if not v.startswith(("http://", "https://")):
             raise ValueError("relay_url must be an http:// or https:// URL")
         return v.rstrip("/")
+
+    @field_validator("bootstrap_url")
+    @classmethod
+    def _bootstrap_url(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("http://", "https://")):
+            raise ValueError("bootstrap_url must be an http:// or https:// URL")
+        return v.rstrip("/") if v is not None else None
 
     @field_validator("filter", mode="before")
     @classmethod

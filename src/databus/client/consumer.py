@@ -247,6 +247,16 @@ class Consumer:
     def on_start_bootstrap(self) -> Result:
         return None
 
+    def on_bootstrap_snapshot_start(self, sources: list[TableSchema]) -> Result:
+        """A snapshot bootstrap of ``sources`` begins (once per bootstrap, before
+        its checkpoint is first persisted; not again when it resumes).
+
+        The snapshot replaces what the consumer holds of these sources: rows
+        deleted before the snapshot's start SCN are not sent as deletes, so a
+        consumer that keeps state drops its rows of these sources here.
+        """
+        return None
+
     def on_start_bootstrap_sequence(self, scn: int) -> Result:
         return None
 

@@ -204,6 +204,9 @@ class ConsumerGroup(Consumer):
     def on_start_bootstrap(self) -> Result:
         return self._combine(self._sync("on_start_bootstrap"), window=False)
 
+    def on_bootstrap_snapshot_start(self, sources: list[TableSchema]) -> Result:
+        return self._combine(self._sync("on_bootstrap_snapshot_start", sources), window=False)
+
     def on_start_bootstrap_sequence(self, scn: int) -> Result:
         self._post("on_start_bootstrap_sequence", scn)
         return None

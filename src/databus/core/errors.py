@@ -81,6 +81,22 @@ class ScnNotFoundError(TerminalError):
     http_status = 410
 
 
+class BootstrapTooYoungError(TerminalError):
+    """The bootstrap store's log does not reach back to the requested SCN
+    (it was started, or rebuilt, after that point)."""
+
+    code = "BootstrapTooYoung"
+    http_status = 410
+
+
+class BootstrapTooOldError(TransientError):
+    """The bootstrap store has not yet reached the requested SCN (its producer
+    or applier is behind the request); asking again later can succeed."""
+
+    code = "BootstrapTooOld"
+    http_status = 409
+
+
 # -- configuration and data -------------------------------------------------
 
 
@@ -142,6 +158,13 @@ class RelayUnavailableError(TransientError):
     """A relay or bootstrap server could not be reached or answered 5xx."""
 
     code = "RelayUnavailable"
+
+
+class StoreUnavailableError(TransientError):
+    """A bootstrap store database could not be reached or failed a statement
+    for a reason that may pass (lost connection, lock timeout)."""
+
+    code = "StoreUnavailable"
 
 
 class ConsumerCallbackError(TransientError):

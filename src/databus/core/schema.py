@@ -42,6 +42,9 @@ METADATA_SCHEMA: dict[str, Any] = {
 }
 
 
+INTERNAL_PREFIX = "databus."
+"""Logical sources named so are the system's own notices, not captured tables."""
+
 SCHEMA_CHANGES = "databus.schema_changes"
 """Logical source of DDL notices (one row per table a DDL statement changes)."""
 

@@ -26,6 +26,15 @@ class JsonLinesSink(Consumer):
         self.lines += 1
         return None
 
+    def on_bootstrap_event(self, event: DataEvent) -> Result:
+        """Bootstrap rows and catch-up events print like data events (snapshot
+        rows have ``op`` ``r`` and ``source.snapshot`` true)."""
+        return self.on_data_event(event)
+
+    def on_end_bootstrap_sequence(self, scn: int) -> Result:
+        self.stream.flush()
+        return None
+
     def on_end_data_event_sequence(self, scn: int) -> Result:
         if self.eop_lines:
             self.stream.write(dumps({"type": "eop", "scn": scn}) + "\n")

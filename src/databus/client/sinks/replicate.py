@@ -4,7 +4,8 @@ MariaDB/MySQL), with an exactly-once effect.
 Contract:
 
 * Source ``db.table`` goes to table ``table`` of the target (``table_map``
-  can rename). A missing table is created from the source's Avro schema
+  can rename); ``databus.*`` sources (DDL and snapshot notices) are not rows
+  and are skipped. A missing table is created from the source's Avro schema
   (types: :mod:`databus.client.sinks.sqltypes`), primary key = the schema's
   key columns.
 * Schema changes: before a window is applied, each of its tables is made to
@@ -31,6 +32,14 @@ Contract:
   :class:`~databus.core.errors.SinkUnavailableError` (transient): the client
   rolls back and replays the window after a backoff.
 
+Bootstrap (:mod:`databus.client.bootstrap`): a snapshot bootstrap first
+empties the replicated tables (in the transaction of its first checkpoint:
+rows deleted before the snapshot's start are not sent), snapshot rows (op
+READ) are upserts like inserts, catch-up events are applied like a window's. The events
+of a bootstrap batch are applied in ONE target transaction together with the
+bootstrap checkpoint, when the client saves it (:meth:`save`), so a crash
+during a bootstrap resumes exactly after the last batch applied.
+
 Table creation and ALTERs run in their own transaction just before a window's
 data transaction (MariaDB commits DDL implicitly, so it never shares one), and
 only for a window not yet applied (checked against the target's checkpoint),
@@ -54,7 +63,7 @@ from databus.client.sinks.sqltypes import Converter, column_type
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import SchemaError
 from databus.core.event import Op
-from databus.core.schema import SCHEMA_CHANGES, TableSchema
+from databus.core.schema import INTERNAL_PREFIX, TableSchema
 
 log = logging.getLogger("databus.client.replicate")
 
@@ -97,6 +106,8 @@ class ReplicateSink(Consumer, CheckpointStore):
         self._ops: list[tuple[DataEvent, _Target]] = []
         self.windows_applied = 0
         self.windows_skipped = 0
+        self._bootstrapping = False
+        self._reset: list[_Target] = []  # tables emptied with the next bootstrap save
 
     # -- CheckpointStore ---------------------------------------------------------
 
@@ -110,7 +121,20 @@ class ReplicateSink(Consumer, CheckpointStore):
         return self.store.load()
 
     def save(self, checkpoint: Checkpoint) -> None:
-        """Nothing to do: the checkpoint was committed with its window."""
+        """Online: nothing to do, the checkpoint was committed with its window.
+        During a bootstrap: apply the batch's events and the checkpoint in one
+        transaction."""
+        if not self._bootstrapping:
+            return
+        with (translate_db_errors("applying a bootstrap batch", self.engine),
+              self.engine.connect() as conn, conn.begin()):
+            self.store.load_in(conn, for_update=True)
+            for target in self._reset:
+                conn.execute(sa.delete(target.table))
+            self._apply(conn)
+            self.store.save_in(conn, checkpoint)
+        self._ops.clear()
+        self._reset = []
 
     def close(self) -> None:
         """Dispose the engine if the sink created it. Idempotent."""
@@ -127,7 +151,7 @@ class ReplicateSink(Consumer, CheckpointStore):
     # -- Consumer ------------------------------------------------------------------
 
     def _wanted(self, source: str) -> bool:
-        if source == SCHEMA_CHANGES:  # DDL notices, not rows (tables follow the schemas)
+        if source.startswith(INTERNAL_PREFIX):  # DDL and snapshot notices, not rows
             return False
         return (self.sources is None or source in self.sources
                 or source.partition(".")[2] in self.sources)
@@ -184,6 +208,30 @@ class ReplicateSink(Consumer, CheckpointStore):
         self._clear()
         self._targets.clear()  # re-inspect the target: it may have been changed
         self._shape.clear()
+        return None
+
+    # -- bootstrap -------------------------------------------------------------------
+
+    def on_start_bootstrap(self) -> Result:
+        self._bootstrapping = True
+        self._ops.clear()
+        return None
+
+    def on_bootstrap_snapshot_start(self, sources: list[TableSchema]) -> Result:
+        """Empty the replicated tables of ``sources``, in the transaction that saves
+        the bootstrap's first checkpoint: the snapshot replaces them."""
+        self._reset = [self._target(s) for s in sources if self._wanted(s.name)]
+        return None
+
+    def on_bootstrap_event(self, event: DataEvent) -> Result:
+        return self.on_data_event(event)
+
+    def on_bootstrap_rollback(self, scn: int) -> Result:
+        self._reset = []
+        return self.on_rollback(scn)
+
+    def on_end_bootstrap(self) -> Result:
+        self._bootstrapping = False
         return None
 
     def on_stop_consumption(self) -> Result:

@@ -1,0 +1,106 @@
+"""Bootstrap service configuration (``databus bootstrap --config FILE``).
+
+Example::
+
+    relay_url: http://127.0.0.1:11115
+    store:
+      url: sqlite:///bootstrap.db       # or postgresql+psycopg://..., mysql+pymysql://...
+    initial_load:                       # optional: tables that had rows before capture
+      url: sqlite:///shop.db
+      tables: [orders, customers]
+    http:
+      port: 11116
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from databus.core.errors import ConfigError
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StoreConfig(_Model):
+    url: str = Field(description="SQLAlchemy URL of the log and snapshot store")
+
+
+class InitialLoadConfig(_Model):
+    """Read the tables' current rows once, at a known SCN, before producing."""
+
+    url: str = Field(description="the captured source, sqlite:///PATH.db")
+    tables: list[str] = Field(min_length=1, description="tables to load (the relay's tables)")
+
+    @field_validator("url")
+    @classmethod
+    def _sqlite(cls, v: str) -> str:
+        if not v.startswith("sqlite:///") or len(v) <= len("sqlite:///"):
+            raise ValueError("initial load supports sqlite:///PATH.db sources")
+        return v
+
+    @property
+    def path(self) -> Path:
+        return Path(self.url[len("sqlite:///"):])
+
+
+class HttpConfig(_Model):
+    host: str = "127.0.0.1"
+    port: int = Field(11116, ge=0, le=65535, description="0 picks a free port")
+
+
+class BootstrapConfig(_Model):
+    """Producer, applier and server of one bootstrap service."""
+
+    name: str = Field("bootstrap", min_length=1, max_length=100)
+    relay_url: str = Field(description="the relay the producer pulls from")
+    store: StoreConfig
+    initial_load: InitialLoadConfig | None = None
+    http: HttpConfig = HttpConfig()
+    fetch_size: int = Field(8 << 20, ge=1024, description="producer bytes per /stream request")
+    poll_timeout: float = Field(2.0, ge=0, le=60, description="producer long-poll seconds")
+    apply_batch_windows: int = Field(500, ge=1, description="windows folded per transaction")
+    apply_interval: float = Field(0.2, gt=0, description="applier idle poll seconds")
+    log_retention: float | None = Field(
+        None, gt=0, description="seconds a window stays in the log after it was stored (and "
+        "folded); None = forever. Consumers further behind get a snapshot bootstrap; a "
+        "bootstrap that takes longer than this gets BootstrapTooYoung and starts again")
+    trim_interval: float = Field(60.0, gt=0, description="seconds between log trims")
+    default_batch: int = Field(10_000, ge=1, description="rows per /bootstrap by default")
+    progress_interval: float = Field(2.0, gt=0, description="seconds between progress lines")
+
+    @field_validator("relay_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("relay_url must be an http:// or https:// URL")
+        return v.rstrip("/")
+
+
+def parse_config(raw: Any) -> BootstrapConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError("bootstrap config must be a mapping")
+    try:
+        return BootstrapConfig.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}"
+                             for e in exc.errors())
+        raise ConfigError(f"invalid bootstrap config: {problems}") from exc
+
+
+def load_config(path: Path) -> BootstrapConfig:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config {path} is not valid YAML: {exc}") from exc
+    try:
+        return parse_config(raw)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc

@@ -1,0 +1,344 @@
+"""Bootstrap over a real relay on the SQLite source, in one process.
+
+Relay (small buffer, so history falls off), bootstrap service (initial load,
+producer, applier, server on a SQLite store) and a replicate sink whose
+replica is compared with the source.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from databus.bootstrap.config import parse_config
+from databus.bootstrap.service import BootstrapServer
+from databus.client import ClientConfig, DatabusClient
+from databus.client.sinks import ReplicateSink
+from databus.core.checkpoint import ConsumptionMode
+from databus.core.errors import ScnNotFoundError
+from databus.relay.relay import Relay
+from tests.conftest import make_relay
+from tests.support.bulk import BulkWriter
+from tests.support.shop import TABLES, table_rows
+
+
+def rows(path: Path, table: str) -> list[tuple[object, ...]]:
+    """A table's rows; a table the replica never needed (no rows yet) counts as empty."""
+    try:
+        return table_rows(path, table)
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return []
+        raise
+
+
+def replica_equal(db: Path, replica: Path) -> bool:
+    if not replica.exists():
+        return False
+    return all(rows(db, t) == rows(replica, t) for t in TABLES)
+
+
+def make_bootstrap(db: Path, tmp: Path, relay: Relay, initial: bool = True,
+                   store_url: str | None = None) -> BootstrapServer:
+    raw: dict[str, object] = {
+        "relay_url": relay.url, "store": {"url": store_url or f"sqlite:///{tmp / 'bs.db'}"},
+        "http": {"port": 0}, "poll_timeout": 0.5, "apply_interval": 0.05,
+        "progress_interval": 0.5}
+    if initial:
+        raw["initial_load"] = {"url": f"sqlite:///{db}", "tables": TABLES}
+    return BootstrapServer(parse_config(raw))
+
+
+class Consumer:
+    """A replicate sink on its own thread."""
+
+    def __init__(self, relay: Relay, bs: BootstrapServer | None, replica: Path,
+                 batch: int = 1000) -> None:
+        self.sink = ReplicateSink(f"sqlite:///{replica}")
+        cfg = ClientConfig(relay_url=relay.url, poll_timeout=0.3, backoff_initial=0.05,
+                           backoff_max=0.5, bootstrap_batch_size=batch,
+                           bootstrap_url=bs.url if bs is not None else None)
+        self.client = DatabusClient(cfg, self.sink, self.sink)
+        self.error: BaseException | None = None
+        # a daemon: a failed test must not keep the interpreter alive
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.client.run()
+        except BaseException as exc:
+            self.error = exc
+
+    def stop(self) -> None:
+        self.client.stop()
+        self.thread.join(30)
+        self.sink.close()
+
+
+@pytest.fixture
+def relay_small(shop_db: Path, tmp_path: Path) -> Iterator[Relay]:
+    r = make_relay(shop_db, tmp_path, capacity_bytes=1024 * 1024)
+    r.start()
+    try:
+        yield r
+    finally:
+        r.stop()
+
+
+def wait_equal(db: Path, replica: Path, consumers: list[Consumer], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for c in consumers:
+            assert c.error is None, f"consumer failed: {c.error!r}"
+        # equal first, then online (a new consumer's flexible checkpoint is online too,
+        # before its bootstrap starts)
+        if replica_equal(db, replica) and all(
+                c.client.persisted.consumption_mode == ConsumptionMode.ONLINE_CONSUMPTION
+                and not c.client.persisted.is_flexible for c in consumers):
+            return
+        time.sleep(0.2)
+    raise AssertionError("replica did not become equal to the source")
+
+
+def preload(db: Path, n: int) -> None:
+    con = sqlite3.connect(db)
+    con.executemany("INSERT INTO customers VALUES (?,?,?,?)",
+                    [(i, f"old-{i}", i * 0.5, 0) for i in range(1, n + 1)])
+    con.executemany("INSERT INTO items VALUES (?,?,?,?,?)",
+                    [(i, 1, f"old-sku-{i}", i % 7, 0) for i in range(1, n // 2)])
+    con.commit()
+    con.close()
+
+
+def test_new_consumer_bootstraps_while_writes_continue(shop_db: Path, tmp_path: Path) -> None:
+    """Rows from before capture (initial load) + 20,000 changes that fell off the
+    relay; the consumer starts late, writes continue during its bootstrap."""
+    preload(shop_db, 3000)
+    relay = make_relay(shop_db, tmp_path, capacity_bytes=1024 * 1024)
+    relay.start()
+    bs = make_bootstrap(shop_db, tmp_path, relay)
+    bs.start()
+    w = BulkWriter(shop_db, seed=3, per_tx=50)
+    stop = threading.Event()
+    consumer = None
+    try:
+        w.run_until(20_000, stop, 0.001)
+        # the relay no longer holds the start of the history
+        assert relay.buffer.min_scn > 1000
+        writer = threading.Thread(target=w.run_until, args=(40_000, stop, 0.01))
+        writer.start()
+        consumer = Consumer(relay, bs, tmp_path / "replica.db", batch=500)
+        writer.join(120)
+        assert not writer.is_alive()
+        wait_equal(shop_db, tmp_path / "replica.db", [consumer])
+        stored = consumer.sink.load()
+        assert stored is not None and stored.consumption_mode == ConsumptionMode.ONLINE_CONSUMPTION
+        assert consumer.client.stats.checkpoints > 10  # it really went through batches
+    finally:
+        stop.set()
+        if consumer is not None:
+            consumer.stop()
+        w.close()
+        bs.stop()
+        relay.stop()
+
+
+def test_fallen_off_consumer_catches_up(shop_db: Path, tmp_path: Path) -> None:
+    """A consumer with an old checkpoint gets ScnNotFound and catches up from the log."""
+    relay = make_relay(shop_db, tmp_path, capacity_bytes=1024 * 1024)
+    relay.start()
+    bs = make_bootstrap(shop_db, tmp_path, relay)
+    bs.start()
+    w = BulkWriter(shop_db, seed=4, per_tx=50)
+    replica = tmp_path / "replica.db"
+    try:
+        w.run_until(2000, threading.Event(), 0.001)
+        c = Consumer(relay, bs, replica)
+        wait_equal(shop_db, replica, [c])
+        c.stop()
+        old = ReplicateSink(f"sqlite:///{replica}").load()
+        assert old is not None
+        w.run_until(20_000, threading.Event(), 0.001)
+        assert relay.buffer.min_scn > old.window_scn + 1000
+        # without a bootstrap server that is a terminal error
+        sink = ReplicateSink(f"sqlite:///{replica}")
+        plain = DatabusClient(ClientConfig(relay_url=relay.url, poll_timeout=0.3), sink, sink)
+        with pytest.raises(ScnNotFoundError):
+            plain.run()
+        sink.close()
+        c = Consumer(relay, bs, replica)
+        wait_equal(shop_db, replica, [c])
+        c.stop()
+    finally:
+        w.close()
+        bs.stop()
+        relay.stop()
+
+
+def test_admin_reports_positions(shop_db: Path, tmp_path: Path, relay_small: Relay) -> None:
+    bs = make_bootstrap(shop_db, tmp_path, relay_small)
+    bs.start()
+    try:
+        w = BulkWriter(shop_db, seed=5)
+        w.run_until(500)
+        w.close()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            st = httpx.get(f"{bs.url}/admin", timeout=5).json()
+            if st["applied_scn"] >= w.changes:
+                break
+            time.sleep(0.1)
+        assert st["applied_scn"] >= w.changes and st["log_max_scn"] >= w.changes
+        assert httpx.get(f"{bs.url}/targetSCN", timeout=5).json()["targetScn"] >= w.changes
+    finally:
+        bs.stop()
+
+
+@pytest.mark.parametrize("initial", [True, False])
+def test_rows_from_before_capture_need_the_initial_load(shop_db: Path, tmp_path: Path,
+                                                        initial: bool) -> None:
+    """Rows that existed before capture are in the replica with the initial load; without
+    it they are missing (so the check can fail), while later changes are there."""
+    preload(shop_db, 2000)
+    relay = make_relay(shop_db, tmp_path, capacity_bytes=1024 * 1024)
+    relay.start()
+    bs = make_bootstrap(shop_db, tmp_path, relay, initial=initial)
+    bs.start()
+    replica = tmp_path / "replica.db"
+    c = None
+    try:
+        con = sqlite3.connect(shop_db)
+        con.execute("INSERT INTO customers VALUES (100000, 'after capture', 1.0, 1)")
+        con.commit()
+        con.close()
+        c = Consumer(relay, bs, replica)
+        if initial:
+            wait_equal(shop_db, replica, [c])
+            assert len(rows(replica, "customers")) == 2001
+        else:
+            deadline = time.monotonic() + 30
+            while not any(r[0] == 100000 for r in rows(replica, "customers")):
+                assert time.monotonic() < deadline and c.error is None
+                time.sleep(0.1)
+            assert len(rows(replica, "customers")) == 1
+    finally:
+        if c is not None:
+            c.stop()
+        bs.stop()
+        relay.stop()
+
+
+@pytest.mark.parametrize("initial", [False, True])
+def test_producer_that_fell_off_the_relay(shop_db: Path, tmp_path: Path, initial: bool) -> None:
+    """Without an initial load the producer stops with ScnNotFound and the server keeps
+    serving; with one, the store is rebuilt and a consumer still ends equal."""
+    preload(shop_db, 500)
+    relay = make_relay(shop_db, tmp_path, capacity_bytes=1024 * 1024)
+    relay.start()
+    w = BulkWriter(shop_db, seed=6, per_tx=50)
+    c = None
+    try:
+        bs = make_bootstrap(shop_db, tmp_path, relay, initial=initial)
+        bs.start()
+        w.run_until(1000, threading.Event(), 0.001)
+        deadline = time.monotonic() + 30
+        while bs.store.state().applied_scn < w.changes:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        bs.stop()
+        w.run_until(20_000, threading.Event(), 0.001)  # the relay drops the producer's position
+        assert relay.buffer.min_scn > 2000
+        bs = make_bootstrap(shop_db, tmp_path, relay, initial=initial)
+        bs.start()
+        try:
+            deadline = time.monotonic() + 30
+            if not initial:
+                while not (err := httpx.get(f"{bs.url}/admin", timeout=5).json()
+                           ["producer"]["error"]):
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+                assert err.startswith("ScnNotFound")
+                # what the store holds is still served
+                r = httpx.get(f"{bs.url}/startSCN", timeout=5)
+                assert r.status_code == 200 and r.json()["startScn"] > 1000
+            else:
+                while httpx.get(f"{bs.url}/admin", timeout=5).json()["rebuilds"] < 1:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+                c = Consumer(relay, bs, tmp_path / "replica.db")
+                w.run_until(21_000, threading.Event(), 0.01)
+                wait_equal(shop_db, tmp_path / "replica.db", [c])
+                assert bs.store.state().log_start_scn > 1000
+        finally:
+            if c is not None:
+                c.stop()
+            bs.stop()
+    finally:
+        w.close()
+        relay.stop()
+
+
+def test_log_retention_trims_and_far_behind_consumers_get_a_snapshot(
+        shop_db: Path, tmp_path: Path) -> None:
+    from databus.core.checkpoint import Checkpoint
+
+    relay = make_relay(shop_db, tmp_path, capacity_bytes=1024 * 1024)
+    relay.start()
+    bs = BootstrapServer(parse_config({
+        "relay_url": relay.url, "store": {"url": f"sqlite:///{tmp_path / 'bs.db'}"},
+        "initial_load": {"url": f"sqlite:///{shop_db}", "tables": TABLES},
+        "http": {"port": 0}, "poll_timeout": 0.5, "apply_interval": 0.05,
+        "log_retention": 0.5, "trim_interval": 0.2}))
+    bs.start()
+    w = BulkWriter(shop_db, seed=8, per_tx=50)
+    replica = tmp_path / "replica.db"
+    try:
+        w.run_until(2000, threading.Event(), 0.001)
+        c = Consumer(relay, bs, replica)
+        wait_equal(shop_db, replica, [c])
+        c.stop()
+        old = ReplicateSink(f"sqlite:///{replica}").load()
+        assert old is not None
+        w.run_until(20_000, threading.Event(), 0.001)
+        deadline = time.monotonic() + 30
+        while bs.store.state().log_start_scn <= old.window_scn + 1000:
+            assert time.monotonic() < deadline, "the log was not trimmed"
+            time.sleep(0.1)
+        # the consumer's position is gone from the relay and from the log: a snapshot
+        r = httpx.get(f"{bs.url}/startSCN", params={"checkPoint": old.to_json()}, timeout=5)
+        assert r.status_code == 200, r.text
+        assert r.json()["checkpoint"]["consumption_mode"] == "BOOTSTRAP_SNAPSHOT"
+        stale = Checkpoint(consumption_mode=ConsumptionMode.BOOTSTRAP_CATCHUP,
+                           bootstrap_start_scn=old.window_scn + 1,
+                           bootstrap_target_scn=old.window_scn + 10)
+        r = httpx.get(f"{bs.url}/bootstrap", params={"checkPoint": stale.to_json()}, timeout=5)
+        assert r.status_code == 410 and r.json()["error"] == "BootstrapTooYoung"
+        c = Consumer(relay, bs, replica)
+        wait_equal(shop_db, replica, [c])
+        c.stop()
+        # a consumer stopped in a catch-up whose log was trimmed since: BootstrapTooYoung,
+        # it starts its bootstrap again and still ends equal
+        from databus.client.checkpoints import SqlCheckpointStore
+
+        online = ReplicateSink(f"sqlite:///{replica}").load()
+        assert online is not None
+        SqlCheckpointStore(f"sqlite:///{replica}", "replicate").save(Checkpoint(
+            consumption_mode=ConsumptionMode.BOOTSTRAP_CATCHUP,
+            bootstrap_since_scn=old.window_scn, bootstrap_start_scn=old.window_scn + 1,
+            bootstrap_target_scn=online.window_scn))
+        w.run_until(22_000, threading.Event(), 0.001)
+        c = Consumer(relay, bs, replica)
+        wait_equal(shop_db, replica, [c])
+        assert c.client.stats.rollbacks >= 1
+        c.stop()
+    finally:
+        w.close()
+        bs.stop()
+        relay.stop()
