@@ -307,3 +307,34 @@ def test_compiled_codec_rejects_damaged_rows_events_cleanly(captured: dict[str, 
             with contextlib.suppress(CorruptEventError):
                 decode_rows(td, etype, memoryview(bytes(damaged)))
     assert outcomes["error"] > 100 and outcomes["ok"] > 0
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_key_change_is_a_delete_and_an_insert(server: MariaDB, compiled: bool) -> None:
+    if compiled and not fastpath.available():
+        pytest.skip("the C extension is not built")
+    url = parse_mysql_url(server.url)
+    server.execute("CREATE DATABASE types",
+                   "CREATE TABLE types.i (id INT PRIMARY KEY, v INT)",
+                   "CREATE TABLE types.c (a INT, b VARCHAR(5), v INT, PRIMARY KEY (a, b))",
+                   "INSERT INTO types.i VALUES (1, 1), (2, 2)",
+                   "INSERT INTO types.c VALUES (1, 'x', 1)")
+    start = _scn(url)
+    server.execute("BEGIN", "UPDATE types.i SET v = 5 WHERE id = 1",
+                   "UPDATE types.i SET id = 20 WHERE id = 2",
+                   "UPDATE types.c SET b = 'y', v = 2", "COMMIT")
+    src, windows = _capture(server, start, _scn(url), compiled=compiled)
+    reg = src.registry()
+    got = []
+    for w in windows:
+        for e in ev.iter_events(w.events):
+            _s, before, after, meta = decode_images(e, reg)
+            got.append((e.op.letter, e.key, before, after, meta["row"]))
+    assert got == [
+        ("u", 1, {"id": 1, "v": 1}, {"id": 1, "v": 5}, 0),
+        ("d", 2, {"id": 2, "v": 2}, None, 1),
+        ("c", 20, None, {"id": 20, "v": 2}, 2),
+        ("d", b'[1,"x"]', {"a": 1, "b": "x", "v": 1}, None, 3),
+        ("c", b'[1,"y"]', None, {"a": 1, "b": "y", "v": 2}, 4),
+    ]
+    assert len(windows) == 1 and windows[0].count == 5

@@ -774,11 +774,27 @@ done:
     return ok ? 0 : -1;
 }
 
+/* The metadata part: before image (a union: null, or bytes), the constant middle
+ * (txid, file, pos, gtid, server_id), the row index (a union long). */
+static int put_meta(Buf *meta, const unsigned char *before, size_t blen, Py_buffer *mid,
+                    int64_t idx) {
+    meta->len = 0;
+    if (before != NULL) {
+        if (buf_byte(meta, 2) < 0 || put_bytes(meta, before, blen) < 0) return -1;
+    } else if (buf_byte(meta, 0) < 0) {
+        return -1;
+    }
+    if (buf_put(meta, mid->buf, (size_t)mid->len) < 0 || buf_byte(meta, 2) < 0) return -1;
+    return put_long(meta, idx);
+}
+
 /*
  * encode(body, event_type, scn, timestamp_ns, meta_mid, row_index, table_name)
  *   -> (events: bytes, rows: int)
  * body: the rows event body (checksum removed); row_index: position of the first
- * row in its transaction (metadata "row", and the key of tables without one).
+ * event in its transaction (metadata "row", and the key of tables without one).
+ * An update that changes the key gives a delete (old key, before image) and an
+ * insert (new key), so rows may count more events than the body has rows.
  */
 static PyObject *RowCodec_encode(RowCodec *self, PyObject *args) {
     Py_buffer body, mid;
@@ -788,7 +804,7 @@ static PyObject *RowCodec_encode(RowCodec *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*iLLy*Ls", &body, &etype, &scn, &ts, &mid, &row_index, &table))
         return NULL;
     PyObject *result = NULL;
-    Buf out = {0}, img = {0}, before = {0}, meta = {0}, kb = {0};
+    Buf out = {0}, img = {0}, before = {0}, meta = {0}, kb = {0}, kb2 = {0};
     Py_ssize_t *cs = PyMem_Calloc((size_t)self->ncols * 2 + 2, sizeof(Py_ssize_t));
     int *cn = PyMem_Calloc((size_t)self->ncols + 1, sizeof(int));
     Py_ssize_t *bcs = PyMem_Calloc((size_t)self->ncols * 2 + 2, sizeof(Py_ssize_t));
@@ -853,19 +869,30 @@ static PyObject *RowCodec_encode(RowCodec *self, PyObject *args) {
         } else if (image(self, &in, present, npresent, &img, cs, ce, cn) < 0) {
             goto done;
         }
-        /* metadata: before (union), the constant middle, row (union long) */
-        meta.len = 0;
-        if (update) {
-            if (buf_byte(&meta, 2) < 0 || put_bytes(&meta, before.p, before.len) < 0) goto done;
-        } else if (buf_byte(&meta, 0) < 0) {
-            goto done;
-        }
-        if (buf_put(&meta, mid.buf, (size_t)mid.len) < 0 || buf_byte(&meta, 2) < 0 ||
-            put_long(&meta, idx) < 0)
-            goto done;
-        int64_t ikey = 0;
+        int64_t ikey = 0, bkey = 0;
         int is_int = make_key(self, &img, cs, ce, cn, idx, &ikey, &kb);
         if (is_int < 0) goto done;
+        if (update && self->key_mode != KEY_ROWINDEX) {
+            /* a key change is a delete of the old key and an insert of the new one */
+            int b_int = make_key(self, &before, bcs, bce, bcn, idx, &bkey, &kb2);
+            if (b_int < 0) goto done;
+            int same = b_int == is_int && (is_int ? bkey == ikey
+                                                   : (kb2.len == kb.len &&
+                                                      memcmp(kb2.p, kb.p, kb.len) == 0));
+            if (!same) {
+                if (put_meta(&meta, NULL, 0, &mid, idx) < 0 ||
+                    write_event(self, &out, 3, scn, ts, b_int, bkey, &kb2, &meta, before.p,
+                                before.len) < 0 ||
+                    put_meta(&meta, NULL, 0, &mid, idx + 1) < 0 ||
+                    write_event(self, &out, 1, scn, ts, is_int, ikey, &kb, &meta, img.p,
+                                img.len) < 0)
+                    goto done;
+                rows += 2;
+                continue;
+            }
+        }
+        /* metadata: before (union), the constant middle, row (union long) */
+        if (put_meta(&meta, update ? before.p : NULL, before.len, &mid, idx) < 0) goto done;
         if (write_event(self, &out, op, scn, ts, is_int, ikey, &kb, &meta, img.p, img.len) < 0)
             goto done;
         rows++;
@@ -880,6 +907,7 @@ done:
     PyMem_Free(before.p);
     PyMem_Free(meta.p);
     PyMem_Free(kb.p);
+    PyMem_Free(kb2.p);
     PyMem_Free(cs);
     PyMem_Free(cn);
     PyMem_Free(bcs);

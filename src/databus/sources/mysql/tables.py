@@ -159,18 +159,28 @@ class Shape:
     def _encode_py(self, etype: int, body: memoryview, scn: int, ts_ns: int, meta_mid: bytes,
                    row_index: int) -> tuple[bytes, int]:
         s = self.version.schema
-        out = []
-        for n, (before, after) in enumerate(br.decode_rows(self.td, etype, body)):
-            image = after if after is not None else before
-            assert image is not None
-            index = row_index + n
-            meta = b"\x00"
-            if before is not None and after is not None:
-                raw = s.encode(self.row(before))
-                meta = b"\x02" + long_bytes(len(raw)) + raw
+        out: list[bytes] = []
+
+        def event(op: ev.Op, key: int | bytes, image: list[Any], before: bytes | None) -> None:
+            index = row_index + len(out)
+            meta = b"\x00" if before is None else b"\x02" + long_bytes(len(before)) + before
             out.append(ev.encode(
-                scn=scn, src_id=s.src_id, key=self.key(image, index),
-                payload=s.encode(self.row(image)), schema_id=s.id, schema_version=s.version,
-                op=_OPS[etype], timestamp_ns=ts_ns, metadata=meta + meta_mid + _u_long(index),
-                metadata_schema_id=MetadataCodec.ID))
+                scn=scn, src_id=s.src_id, key=key, payload=s.encode(self.row(image)),
+                schema_id=s.id, schema_version=s.version, op=op, timestamp_ns=ts_ns,
+                metadata=meta + meta_mid + _u_long(index), metadata_schema_id=MetadataCodec.ID))
+
+        for before, after in br.decode_rows(self.td, etype, body):
+            index = row_index + len(out)
+            if before is not None and after is not None:
+                old_key, new_key = self.key(before, index), self.key(after, index)
+                if self.mode != br.KEY_ROWINDEX and old_key != new_key:
+                    # a key change is a delete of the old key and an insert of the new one
+                    event(ev.Op.DELETE, old_key, before, None)
+                    event(ev.Op.INSERT, new_key, after, None)
+                else:
+                    event(ev.Op.UPDATE, new_key, after, s.encode(self.row(before)))
+            else:
+                image = after if after is not None else before
+                assert image is not None
+                event(_OPS[etype], self.key(image, index), image, None)
         return b"".join(out), len(out)
