@@ -50,10 +50,10 @@ class SourceConfig(_Model):
         description="MySQL: the replica server id this relay uses (unique per server)")
 
     start_gtid: str | None = Field(
-        None, pattern=r"^\d+-\d+-\d+(,\d+-\d+-\d+)*$",
-        description="MySQL (MariaDB): a new relay starts right after this GTID state instead of"
-                    " at the binlog's end, e.g. '0-1-1234'")
-
+        None, pattern=r"^(\d+-\d+-\d+(,\d+-\d+-\d+)*|[0-9a-fA-F-]{36}(:\d+(-\d+)?)+"
+                      r"(,[0-9a-fA-F-]{36}(:\d+(-\d+)?)+)*)$",
+        description="MySQL: a new relay starts right after this GTID state instead of at the"
+                    " binlog's end: MariaDB '0-1-1234', MySQL 'uuid:1-1234'")
     snapshot_mode: str = Field(
         "no_data", pattern=r"^(initial|initial_only|no_data|when_needed|always)$",
         description="MySQL: initial (existing rows by an incremental snapshot, then stream),"

@@ -60,15 +60,33 @@ def server_facts(url: MysqlUrl) -> ServerFacts:
 
 
 _COM_BINLOG_DUMP = 0x12
+_COM_BINLOG_DUMP_GTID = 0x1E
+_THROUGH_GTID = 0x04  # flag: the GTID set is given as data
+
+
+def dump_gtid_packet(server_id: int, gtid_set: str) -> bytes:
+    """The ``COM_BINLOG_DUMP_GTID`` request: start after ``gtid_set`` (MySQL)."""
+    from databus.sources.mysql.events import mysql_gtid_set
+
+    try:
+        data = mysql_gtid_set(gtid_set)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    # command, flags u16, server id u32, file name length u32 (0), position u64 (4),
+    # data size u32, data
+    return (struct.pack("<BHIIQ", _COM_BINLOG_DUMP_GTID, _THROUGH_GTID, server_id, 0, 4)
+            + struct.pack("<I", len(data)) + data)
 
 
 class BinlogStream:
     """Reads the binlog as a replica (``COM_BINLOG_DUMP``) from ``file``/``pos``.
 
     :meth:`read` returns the bytes of the next event (header included), or
-    ``None`` when the server ended the stream. With ``gtid`` (MariaDB's GTID
-    state, e.g. ``0-1-100``) the dump starts right after that GTID instead,
-    wherever it is in the server's binlog files. The checksum algorithm the
+    ``None`` when the server ended the stream. With ``gtid`` the dump starts
+    right after that GTID state instead, wherever it is in the server's binlog
+    files: MariaDB's ``0-1-100`` (``@slave_connect_state``), or with
+    ``mariadb=False`` a MySQL GTID set ``uuid:1-100`` (``COM_BINLOG_DUMP_GTID``,
+    written to the protocol's documentation; no MySQL server is tested here). The checksum algorithm the
     server uses is announced (``@master_binlog_checksum``) so events arrive
     with their CRC32, and ``checksum`` tells whether they carry one. A
     heartbeat event arrives every ``heartbeat`` seconds while the server is
@@ -77,7 +95,7 @@ class BinlogStream:
 
     def __init__(self, url: MysqlUrl, *, server_id: int, file: str, pos: int,
                  heartbeat: float = 1.0, read_timeout: float = 10.0,
-                 gtid: str | None = None) -> None:
+                 gtid: str | None = None, mariadb: bool = True) -> None:
         self._con = connect(url)
         try:
             with self._con.cursor() as cur:
@@ -86,13 +104,16 @@ class BinlogStream:
                 cur.execute("SET @master_binlog_checksum = @@global.binlog_checksum")
                 cur.execute("SET @mariadb_slave_capability = 4")  # GTID-aware replica
                 cur.execute(f"SET @master_heartbeat_period = {int(heartbeat * 1e9)}")
-                if gtid is not None:
+                if gtid is not None and mariadb:
                     # MariaDB: start after this GTID state (domain-server-seq, ...);
                     # the server then ignores file and position
                     cur.execute("SET @slave_connect_state = %s", (gtid,))
                     cur.execute("SET @slave_gtid_strict_mode = 1")
                     file, pos = "", 4
-            payload = struct.pack("<BIHI", _COM_BINLOG_DUMP, pos, 0, server_id) + file.encode()
+            if gtid is not None and not mariadb:
+                payload = dump_gtid_packet(server_id, gtid)
+            else:
+                payload = struct.pack("<BIHI", _COM_BINLOG_DUMP, pos, 0, server_id) + file.encode()
             self._con._write_bytes(struct.pack("<I", len(payload))[:3] + b"\x00" + payload)
             self._con._next_seq_id = 1
             self._con._sock.settimeout(read_timeout)

@@ -101,6 +101,38 @@ class MariadbGtid:
         return f"{self.domain_id}-{server_id}-{self.seq_no}"
 
 
+def parse_mysql_gtid(body: memoryview) -> str:
+    """MySQL GTID event: ``flags u8 | server uuid (16) | gno i64 | ...`` -> ``uuid:gno``."""
+    if len(body) < 25:
+        raise CorruptEventError("MySQL GTID event shorter than 25 bytes")
+    raw = bytes(body[1:17]).hex()
+    uuid = f"{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:]}"
+    return f"{uuid}:{struct.unpack_from('<q', body, 17)[0]}"
+
+
+def mysql_gtid_set(text: str) -> bytes:
+    """A MySQL GTID set (``uuid:1-5:7,uuid2:1-3``) in the binary form of
+    ``COM_BINLOG_DUMP_GTID``: n_sids u64, then per sid: uuid (16), n_intervals
+    u64, intervals as [start, end) i64 pairs."""
+    out = bytearray()
+    sids = [p.strip() for p in text.split(",") if p.strip()]
+    out += struct.pack("<Q", len(sids))
+    for sid in sids:
+        uuid, *ranges = sid.split(":")
+        raw = bytes.fromhex(uuid.replace("-", ""))
+        if len(raw) != 16 or not ranges:
+            raise ValueError(f"bad MySQL GTID set element {sid!r}")
+        out += raw + struct.pack("<Q", len(ranges))
+        for r in ranges:
+            start, _, end = r.partition("-")
+            lo = int(start)
+            hi = int(end) if end else lo
+            if hi < lo or lo < 1:
+                raise ValueError(f"bad GTID interval {r!r}")
+            out += struct.pack("<qq", lo, hi + 1)
+    return bytes(out)
+
+
 def parse_mariadb_gtid(body: memoryview) -> MariadbGtid:
     seq, domain, flags = struct.unpack_from("<QIB", body, 0)
     return MariadbGtid(seq, domain, flags)

@@ -126,7 +126,9 @@ class MysqlSource(Source):
                  start_gtid: str | None = None, snapshot_mode: str = "no_data",
                  signal_table: str = "databus.signals", chunk_size: int = 1024) -> None:
         self.url = parse_mysql_url(url)
-        check_server(server_facts(self.url))
+        facts = server_facts(self.url)
+        check_server(facts)
+        self.mariadb = facts.is_mariadb
         self._include = _regexes(tables or [".*"])
         self._exclude = _regexes(exclude_tables)
         self._col_include = _regexes(include_columns)
@@ -319,7 +321,7 @@ class MysqlSource(Source):
         self._file = file  # with a GTID start, the server's first ROTATE names the file
         self._stream = BinlogStream(self.url, server_id=self.server_id, file=file, pos=pos,
                                     heartbeat=self.heartbeat, read_timeout=self.heartbeat * 5,
-                                    gtid=gtid)
+                                    gtid=gtid, mariadb=self.mariadb)
         self._stream_scn = after_scn
         self._reset_txn()
         self._coord.restore(self._records.at(after_scn) if after_scn >= 0 else None)
@@ -422,6 +424,9 @@ class MysqlSource(Source):
         elif t == be.EventType.MARIADB_GTID:
             self._reset_txn()
             self._gtid = be.parse_mariadb_gtid(body).text(h.server_id)
+        elif t == be.EventType.MYSQL_GTID:
+            self._reset_txn()
+            self._gtid = be.parse_mysql_gtid(body)
         elif t == be.EventType.QUERY:
             db, sql = be.parse_query(body)
             word = sql.lstrip()[:8].upper()
