@@ -126,14 +126,18 @@ class ReplicateSink(Consumer, CheckpointStore):
         transaction."""
         if not self._bootstrapping:
             return
-        with (translate_db_errors("applying a bootstrap batch", self.engine),
-              self.engine.connect() as conn, conn.begin()):
-            self.store.load_in(conn, for_update=True)
-            for target in self._reset:
-                conn.execute(sa.delete(target.table))
-            self._apply(conn)
-            self.store.save_in(conn, checkpoint)
-        self._ops.clear()
+        try:
+            # tables are created/altered first, in their own transaction (as online)
+            self._ops = [(e, self._target(e.schema)) for e in self._events]
+            with (translate_db_errors("applying a bootstrap batch", self.engine),
+                  self.engine.connect() as conn, conn.begin()):
+                self.store.load_in(conn, for_update=True)
+                for target in self._reset:
+                    conn.execute(sa.delete(target.table))
+                self._apply(conn)
+                self.store.save_in(conn, checkpoint)
+        finally:
+            self._clear()
         self._reset = []
 
     def close(self) -> None:
@@ -214,7 +218,7 @@ class ReplicateSink(Consumer, CheckpointStore):
 
     def on_start_bootstrap(self) -> Result:
         self._bootstrapping = True
-        self._ops.clear()
+        self._clear()
         return None
 
     def on_bootstrap_snapshot_start(self, sources: list[TableSchema]) -> Result:
