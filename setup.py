@@ -1,8 +1,10 @@
-"""Build of the optional C accelerators (the binlog row codec, the Spark event decoder).
+"""Build of the optional C accelerators (the binlog row codec, the relay buffer's
+event selection, the Spark event decoder).
 
 Everything else is in pyproject.toml. The extensions are optional: where one
 cannot be compiled, databus installs without it and uses its pure-Python path
-(same output, slower): the MySQL source's decoder, the Spark source's reader.
+(same output, slower): the MySQL source's decoder, the buffer's
+selection, the Spark source's reader.
 """
 
 from setuptools import Extension, setup
@@ -13,6 +15,13 @@ setup(
             "databus.sources.mysql._rowcodec",
             ["src/databus/sources/mysql/_rowcodec.c"],
             optional=True,
+            extra_compile_args=["-O2", "-std=c99", "-Wall"],
+        ),
+        Extension(
+            "databus.buffer._select",
+            ["src/databus/buffer/_select.c"],
+            optional=True,
+            libraries=["z"],  # CRC-32 of bytes keys, as zlib.crc32
             extra_compile_args=["-O2", "-std=c99", "-Wall"],
         ),
         Extension(

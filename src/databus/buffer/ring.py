@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from databus.buffer.persist import HEADER_SIZE, BufferFile
+from databus.buffer.select import compile_selection
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import BufferFullError, ScnNotFoundError
@@ -279,9 +280,29 @@ class EventBuffer:
         used = events = data_events = windows = 0
         last_scn = -1
         selective = sources is not None or filt is not None
+        compiled = compile_selection(sources, filt) if selective else None
         max_scn = self._max_scn
         while last_scn < max_scn:
             scn = ev.peek_scn(mem, off)
+            if compiled is not None and not skip:
+                # the whole window selected in one call; a window too large for the
+                # budget goes the event-by-event way below
+                spans, p, _n = compiled.window(mem, off)
+                eop_len = ev.peek_length(mem, p)
+                size = sum(e - s for s, e, _c in spans)
+                if used + size + eop_len <= max_bytes:
+                    kept = sum(c for _s, _e, c in spans)
+                    out.extend(mv[s:e] for s, e, _c in spans)
+                    out.append(mv[p : p + eop_len])
+                    used += size + eop_len
+                    events += kept + 1
+                    data_events += kept
+                    windows += 1
+                    last_scn = scn
+                    off = self._after_window(p + eop_len)
+                    continue
+                if windows:
+                    break
             end, _n = self._window_end(off)
             if not selective and not skip:
                 size = end - off
