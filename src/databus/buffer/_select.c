@@ -101,9 +101,10 @@ static PyObject *select_window(PyObject *self, PyObject *args) {
         src_ids = PyMem_Calloc((size_t)(nsrcs ? nsrcs : 1), sizeof *src_ids);
         if (!src_ids) { PyErr_NoMemory(); goto done; }
         for (Py_ssize_t i = 0; i < nsrcs; i++) {
-            long v = PyLong_AsLong(PyTuple_GET_ITEM(srcs, i));
+            long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(srcs, i));
             if (v == -1 && PyErr_Occurred()) goto done;
-            src_ids[i] = (int32_t)v;
+            /* an id no int32 source id can equal matches nothing */
+            src_ids[i] = (v < INT32_MIN || v > INT32_MAX) ? SRC_EOP : (int32_t)v;
         }
     }
     spans = PyList_New(0);

@@ -142,14 +142,14 @@ class ChunkDecoder:
     @staticmethod
     def _version_plan(ts: TableSchema, names: list[str]
                       ) -> tuple[tuple[int, int, bytes], ...] | None:
-        fields = []
+        fields: list[tuple[int, int, bytes]] = []
         for f in ts.avro.get("fields", []):
             column = f.get("column", f["name"])
             if column not in names:
                 return None  # the Python path raises "restart the query"
             fp = _field_plan(f["type"], names.index(column))
-            if fp is None:
-                return None
+            if fp is None or any(known[0] == fp[0] for known in fields):
+                return None  # two fields for one column: the Python path decides
             fields.append(fp)
         return tuple(fields)
 
