@@ -39,13 +39,14 @@ def filters(rng: random.Random) -> ServerFilter | None:
     ])
 
 
-def reads(buf: EventBuffer, cp: Checkpoint, size: int, **kw: object) -> list[bytes]:
+def reads(buf: EventBuffer, cp: Checkpoint, size: int, **kw: object) -> list[ring.ReadResult]:
+    """Every read of a drain from ``cp`` (data and counters)."""
     out = []
     for _ in range(10_000):
         r = buf.read(cp, size, **kw)  # type: ignore[arg-type]
         if not r.events:
             return out
-        out.append(r.data)
+        out.append(r)
         cp = cp.within(r.partial_scn, r.partial_count) if r.partial else cp.window_done(r.last_scn)
     raise AssertionError("no end")
 

@@ -6,7 +6,8 @@
  * keeps those a read selects (source ids, then the server-side filter: MOD
  * buckets or key ranges, keys of bytes hashed by CRC-32), exactly as
  * EventBuffer._collect does in Python. It returns the kept events as spans
- * of adjacent events, so a window kept whole is one span.
+ * of adjacent events, so a window kept whole is one span; the first `skip`
+ * selected events (already delivered: an in-window checkpoint) are left out.
  *
  * The buffer holds only events the relay wrote and checked, but every read
  * is still bounds-checked: a length that leaves the buffer makes it raise
@@ -87,9 +88,9 @@ fail:
 static PyObject *select_window(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer view;
-    Py_ssize_t off;
+    Py_ssize_t off, skip = 0, selected = 0;
     PyObject *srcs, *filt_seq;
-    if (!PyArg_ParseTuple(args, "y*nOO", &view, &off, &srcs, &filt_seq)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*nOO|n", &view, &off, &srcs, &filt_seq, &skip)) return NULL;
     PyObject *result = NULL, *spans = NULL;
     Py_ssize_t nsrcs = 0, nfilters = 0;
     int32_t *src_ids = NULL;
@@ -148,6 +149,7 @@ static PyObject *select_window(PyObject *self, PyObject *args) {
                 break;
             }
         }
+        if (keep && ++selected <= skip) keep = 0; /* delivered before (in-window checkpoint) */
         if (keep) {
             if (span_end != off) {
                 if (span_start >= 0) {
@@ -178,8 +180,8 @@ done:
 
 static PyMethodDef methods[] = {
     {"select_window", select_window, METH_VARARGS,
-     "select_window(mem, off, sources, filters) -> ([(start, end, count), ...], eop offset, "
-     "data events of the window)"},
+     "select_window(mem, off, sources, filters, skip=0) -> ([(start, end, count), ...], eop "
+     "offset, data events of the window); the first `skip` selected events are left out"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_select",

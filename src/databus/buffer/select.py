@@ -37,9 +37,11 @@ class Selection:
     sources: tuple[int, ...] | None
     filters: tuple[tuple[int, int, int, tuple[tuple[int, int], ...]], ...]
 
-    def window(self, mem: bytes | bytearray | memoryview, off: int) -> tuple[list[Span], int, int]:
-        """The selected spans of the window at ``off``, its EOP's offset, its data events."""
-        spans, eop, total = _select.select_window(mem, off, self.sources, self.filters)
+    def window(self, mem: bytes | bytearray | memoryview, off: int,
+               skip: int = 0) -> tuple[list[Span], int, int]:
+        """The selected spans of the window at ``off`` (without its first ``skip``
+        selected events), its EOP's offset, its data events."""
+        spans, eop, total = _select.select_window(mem, off, self.sources, self.filters, skip)
         return spans, eop, total
 
 
