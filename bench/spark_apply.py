@@ -146,8 +146,9 @@ def main() -> None:
         con.close()
         while relay.max_scn() < top:
             time.sleep(0.1)
+        windows = httpx.get(f"{relay.url}/containerStats/buffer/windows", timeout=10).json()
         print(f"setup: {args.changes} changes committed and captured in "
-              f"{time.perf_counter() - t0:.1f}s", flush=True)
+              f"{time.perf_counter() - t0:.1f}s, {windows} relay windows", flush=True)
         spark = session()
         want = sorted(sqlite3.connect(db).execute("SELECT * FROM t").fetchall())
 
