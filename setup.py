@@ -1,8 +1,10 @@
-"""Build of the optional C accelerator (the binlog row codec).
+"""Build of the optional C accelerators (the binlog row codec, the relay buffer's
+event selection, the Spark event decoder).
 
-Everything else is in pyproject.toml. The extension is optional: where it
-cannot be compiled, databus installs without it and the MySQL source uses its
-pure-Python decoder (same output, slower).
+Everything else is in pyproject.toml. The extensions are optional: where one
+cannot be compiled, databus installs without it and uses its pure-Python path
+(same output, slower): the MySQL source's decoder, the buffer's
+selection, the Spark source's reader.
 """
 
 from setuptools import Extension, setup
@@ -14,6 +16,20 @@ setup(
             ["src/databus/sources/mysql/_rowcodec.c"],
             optional=True,
             extra_compile_args=["-O2", "-std=c99", "-Wall"],
-        )
+        ),
+        Extension(
+            "databus.buffer._select",
+            ["src/databus/buffer/_select.c"],
+            optional=True,
+            libraries=["z"],  # CRC-32 of bytes keys, as zlib.crc32
+            extra_compile_args=["-O2", "-std=c99", "-Wall"],
+        ),
+        Extension(
+            "databus.spark._fastdecode",
+            ["src/databus/spark/_fastdecode.c"],
+            optional=True,
+            libraries=["z"],  # CRC-32, as zlib.crc32
+            extra_compile_args=["-O2", "-std=c99", "-Wall"],
+        ),
     ]
 )

@@ -146,8 +146,9 @@ def main() -> None:
         con.close()
         while relay.max_scn() < top:
             time.sleep(0.1)
+        windows = httpx.get(f"{relay.url}/containerStats/buffer/windows", timeout=10).json()
         print(f"setup: {args.changes} changes committed and captured in "
-              f"{time.perf_counter() - t0:.1f}s", flush=True)
+              f"{time.perf_counter() - t0:.1f}s, {windows} relay windows", flush=True)
         spark = session()
         want = sorted(sqlite3.connect(db).execute("SELECT * FROM t").fetchall())
 
@@ -164,6 +165,7 @@ def main() -> None:
         # warm-up (JIT, Python workers), not timed
         run(spark, spark.readStream.schema(schema).parquet(str(tmp / "dump")), tmp, "warm")
         results: dict[str, float] = {}
+        times: dict[str, list[float]] = {}
         for round_ in range(args.repeat):  # alternate the inputs; keep each one's best time
             for name, src in (
                 ("parquet", lambda: spark.readStream.schema(schema).parquet(str(tmp / "dump"))),
@@ -171,18 +173,21 @@ def main() -> None:
                 ("relay-4", lambda: relay_stream(4)),
             ):
                 secs = run(spark, src(), tmp, f"{name}-{round_}")
+                print(f"round {round_}: {name} {secs:.2f}s", flush=True)
                 results[name] = min(secs, results.get(name, secs))
+                times.setdefault(name, []).append(secs)
                 got = sorted(tuple(r) for r in read_table(spark, str(tmp / f"{name}-{round_}.table"))
                              .select(*COLS).collect())
                 assert got == want, f"{name}: table differs from the source"
     finally:
         relay.stop()
     n = args.changes
-    print(f"{'input':<34} | {'changes':>9} | {'seconds':>7} | {'changes/s':>10}")
+    print(f"{'input':<34} | {'changes':>9} | {'seconds':>7} | {'changes/s':>10} | all runs (s)")
     labels = {"relay-1": "relay, partitions=1", "relay-4": "relay, partitions=4",
               "parquet": "Parquet file (baseline)"}
     for name, secs in results.items():
-        print(f"{labels[name]:<34} | {n:>9} | {secs:>7.2f} | {n / secs:>10,.0f}")
+        runs = ", ".join(f"{t:.2f}" for t in times[name])
+        print(f"{labels[name]:<34} | {n:>9} | {secs:>7.2f} | {n / secs:>10,.0f} | {runs}")
     for name in ("relay-1", "relay-4"):
         print(f"{labels[name]} / Parquet: {results['parquet'] / results[name]:.2f}x "
               "(target >= 0.8)")

@@ -47,8 +47,8 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.databus-installed
-# the C accelerator is rebuilt when its source changes
-want=$(cat pyproject.toml setup.py src/databus/sources/mysql/_rowcodec.c | sha256sum | cut -d' ' -f1)
+# the C accelerators are rebuilt when their sources change
+want=$(cat pyproject.toml setup.py src/databus/sources/mysql/_rowcodec.c src/databus/spark/_fastdecode.c src/databus/buffer/_select.c | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
   .venv/bin/python -m pip install -q -e '.[dev]'

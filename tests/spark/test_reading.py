@@ -12,8 +12,18 @@ from databus.client.relay import RelayConnection
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import ConfigError, RelayProtocolError, RelayUnavailableError
 from databus.relay.relay import Relay
+from databus.spark import arrow, fastread
+from databus.spark.fastread import ChunkDecoder
 from databus.spark.options import parse_options
-from databus.spark.reading import offset_of, offset_scn, read_bucket, relay_top, scan_limit
+from databus.spark.reading import (
+    offset_of,
+    offset_scn,
+    read_bucket,
+    read_bucket_batches,
+    relay_top,
+    scan_limit,
+)
+from databus.spark.source import _Plan
 from tests.spark.conftest import start_relay
 from tests.spark.test_pipeline import wait_relay
 from tests.support.procs import free_port
@@ -83,3 +93,30 @@ def test_offsets_from_another_partition_count_are_refused() -> None:
     with pytest.raises(ConfigError, match="partitions=4"):
         offset_scn(offset_of(10, 5, 4), 2)
     assert offset_scn(offset_of(10, 5, 4), 4) == 10
+
+
+@pytest.mark.parametrize("fetch", ["4096", "8388608"])
+def test_batches_hold_exactly_the_events_of_read_bucket(relay_db: Relay, fetch: str) -> None:
+    """The batch reader (compiled decoder) and the event reader agree on every row and index,
+    with small (many responses) and large fetches, across a batch boundary."""
+    opts = parse_options({"relay": relay_db.url, "sources": "customers", "partitions": "3",
+                          "fetchBytes": fetch, "rowsPerArrowBatch": "5"})
+    plan = _Plan({"relay": relay_db.url, "sources": "customers"})
+    with RelayConnection(relay_db.url) as conn:
+        src = [i for i, n in conn.sources() if n.endswith(".customers")]
+        top = relay_top(conn, src)
+        registry = conn.register(src)
+        mid = scan_limit(conn, src, Checkpoint.flexible(), top, max_rows=25, max_bytes=None,
+                         fetch_bytes=1 << 20)
+    for b in range(3):
+        for start, end in ((offset_of(-1, -1, 3), mid.scn),
+                           (offset_of(mid.scn, mid.prev_scn, 3), top)):
+            cp = start["buckets"][str(b)]
+            want = [(e.scn, arrow.key_text(e.key), i, e.op.letter)
+                    for e, i in read_bucket(opts, src, b, cp, end)]
+            decoder = ChunkDecoder(plan.arrow_schema, registry, lambda: registry)
+            assert decoder.native == fastread.available()
+            got = [(r["scn"], r["key"], r["sequence"]["index"], r["op"])
+                   for batch in read_bucket_batches(opts, src, b, cp, end, decoder)
+                   for r in batch.to_pylist()]
+            assert got == want

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from databus.buffer.persist import HEADER_SIZE, BufferFile
+from databus.buffer.select import Span, compile_selection
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import BufferFullError, ScnNotFoundError
@@ -279,9 +280,30 @@ class EventBuffer:
         used = events = data_events = windows = 0
         last_scn = -1
         selective = sources is not None or filt is not None
+        compiled = compile_selection(sources, filt) if selective else None
         max_scn = self._max_scn
         while last_scn < max_scn:
             scn = ev.peek_scn(mem, off)
+            if compiled is not None:
+                # the window's selection in one call (as the event-by-event path below)
+                spans, p, _n = compiled.window(mem, off, skip)
+                eop_len = ev.peek_length(mem, p)
+                size = sum(e - s for s, e, _c in spans)
+                if used + size + eop_len <= max_bytes:
+                    kept = sum(c for _s, _e, c in spans)
+                    out.extend(mv[s:e] for s, e, _c in spans)
+                    out.append(mv[p : p + eop_len])
+                    used += size + eop_len
+                    events += kept + 1
+                    data_events += kept
+                    windows += 1
+                    last_scn = scn
+                    skip = 0
+                    off = self._after_window(p + eop_len)
+                    continue
+                if windows:
+                    break
+                return self._prefix(spans, skip, max_bytes, scn)
             end, _n = self._window_end(off)
             if not selective and not skip:
                 size = end - off
@@ -334,6 +356,24 @@ class EventBuffer:
                 taken += 1
             return ReadResult(b"".join(out), taken, taken, 0, -1, True, scn, skip + taken)
         return ReadResult(b"".join(out), events, data_events, windows, last_scn)
+
+    def _prefix(self, spans: list[Span], skip: int, max_bytes: int, scn: int) -> ReadResult:
+        """A window larger than the budget: its first selected events (at least one)."""
+        mem = self._mem
+        out: list[memoryview] = []
+        mv = memoryview(mem)
+        used = taken = 0
+        for start, end, _count in spans:
+            q = start
+            while q < end:
+                length = ev.peek_length(mem, q)
+                if taken and used + length > max_bytes:
+                    return ReadResult(b"".join(out), taken, taken, 0, -1, True, scn, skip + taken)
+                out.append(mv[q : q + length])
+                used += length
+                taken += 1
+                q += length
+        return ReadResult(b"".join(out), taken, taken, 0, -1, True, scn, skip + taken)
 
     def wait_for(self, scn: int, timeout: float) -> bool:
         """Block until a window newer than ``scn`` is held, or ``timeout``."""

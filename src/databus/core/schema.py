@@ -176,7 +176,10 @@ class MetadataCodec:
         return buf.getvalue()
 
     def decode(self, data: bytes) -> dict[str, Any]:
-        out = fastavro.schemaless_reader(io.BytesIO(data), self._parsed, None)
+        try:
+            out = fastavro.schemaless_reader(io.BytesIO(data), self._parsed, None)
+        except Exception as exc:  # fastavro raises several unrelated types on bad bytes
+            raise SchemaError(f"cannot decode the metadata part: {exc}") from exc
         if not isinstance(out, dict):
             raise SchemaError("metadata part is not a record")
         return out

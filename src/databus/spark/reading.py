@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
+import pyarrow as pa
+
 from databus.client.relay import RelayConnection
 from databus.client.retry import Backoff
 from databus.core import event as ev
@@ -40,6 +42,7 @@ from databus.core.errors import (
     UnknownSourceError,
 )
 from databus.core.filters import ServerFilter
+from databus.spark.fastread import ChunkDecoder
 from databus.spark.options import StreamOptions
 
 OFFSET_VERSION = 1
@@ -170,6 +173,26 @@ DataEvent = tuple[ev.Event, int]
 """A data event read by a bucket, and its index among that bucket's events of the window."""
 
 
+@dataclass(slots=True)
+class _Cursor:
+    """Where a bucket read stands: the checkpoint of the next fetch, the next window index."""
+
+    cp: Checkpoint
+    index: int
+
+    def eop(self, scn: int) -> None:
+        """Window ``scn`` has been read whole."""
+        cp = self.cp
+        self.cp = Checkpoint.after(scn, cp.window_scn if not cp.in_window else cp.prev_scn)
+        self.index = 0
+
+    def partial(self, win_scn: int, count: int) -> None:
+        """The response ended inside window ``win_scn`` after ``count`` more data events."""
+        cp = self.cp
+        done = cp.window_offset if cp.in_window and cp.window_scn == win_scn else 0
+        self.cp = cp.within(win_scn, done + count)
+
+
 def read_bucket(opts: StreamOptions, src_ids: list[int], bucket: int, start: dict[str, Any],
                 end_scn: int, stop: threading.Event | None = None) -> Iterator[DataEvent]:
     """The data events of MOD bucket ``bucket`` after ``start`` through window ``end_scn``.
@@ -178,13 +201,72 @@ def read_bucket(opts: StreamOptions, src_ids: list[int], bucket: int, start: dic
     windows. An unreachable relay is retried for ``relay_retry_seconds``; a
     relay that no longer holds the windows fails with a typed terminal error.
     """
-    stop = stop or threading.Event()
+    cur = _cursor(start)
+    for data in _responses(opts, src_ids, bucket, cur, end_scn, stop):
+        off, n = 0, len(data)
+        win_scn, win_count = -1, 0
+        while off < n:
+            e = ev.decode(data, off)
+            off += ev.peek_length(data, off)
+            if e.is_eop:
+                cur.eop(e.scn)
+                win_scn, win_count = -1, 0
+                if e.scn >= end_scn:
+                    return
+                continue
+            if e.is_control:
+                continue
+            win_scn, win_count = e.scn, win_count + 1
+            yield e, cur.index
+            cur.index += 1
+        if win_scn != -1:  # the response ended inside a window too large for the budget
+            cur.partial(win_scn, win_count)
+
+
+def read_bucket_batches(opts: StreamOptions, src_ids: list[int], bucket: int,
+                        start: dict[str, Any], end_scn: int, decoder: ChunkDecoder,
+                        stop: threading.Event | None = None) -> Iterator[pa.RecordBatch]:
+    """What :func:`read_bucket` reads, as envelope record batches of at most
+    ``rows_per_arrow_batch`` rows, decoded many events per call by ``decoder``
+    (same rows, same order, same ``sequence.index``)."""
+    cur = _cursor(start)
+    for data in _responses(opts, src_ids, bucket, cur, end_scn, stop):
+        off, n = 0, len(data)
+        win_scn, win_count = -1, 0
+        while off < n:
+            ch = decoder.decode(data, off, opts.rows_per_arrow_batch, end_scn, cur.index)
+            for scn in ch.eops:
+                cur.eop(scn)
+            if ch.eops:
+                win_scn, win_count = ch.tail_scn, ch.tail
+            elif ch.tail:
+                win_scn, win_count = ch.tail_scn, win_count + ch.tail
+            cur.index, off = ch.index, ch.off
+            if ch.batch is not None:
+                yield ch.batch
+            if ch.done:
+                return
+        if win_scn != -1:  # the response ended inside a window too large for the budget
+            cur.partial(win_scn, win_count)
+
+
+def _cursor(start: dict[str, Any]) -> _Cursor:
     cp = Checkpoint.from_dict(start)
-    if not cp.in_window and cp.window_scn >= end_scn:
+    return _Cursor(cp, cp.window_offset if cp.in_window else 0)
+
+
+def _responses(opts: StreamOptions, src_ids: list[int], bucket: int, cur: _Cursor,
+               end_scn: int, stop: threading.Event | None) -> Iterator[bytes]:
+    """The non-empty ``/stream`` responses of a bucket read from ``cur.cp``.
+
+    The consumer advances ``cur`` through each response before asking for the
+    next one, and stops after the window ``end_scn``.
+    """
+    stop = stop or threading.Event()
+    if not cur.cp.in_window and cur.cp.window_scn >= end_scn:
         return
     filt = (ServerFilter.mod(src_ids, opts.partitions, bucket, bucket + 1).to_json()
             if opts.partitions > 1 else None)
-    index = cp.window_offset if cp.in_window else 0
     backoff = Backoff(0.2, 5.0)
     failing_since: float | None = None  # the relay is unreachable since
     behind_since: float | None = None  # the relay holds less than the batch since
@@ -192,7 +274,7 @@ def read_bucket(opts: StreamOptions, src_ids: list[int], bucket: int, start: dic
     with RelayConnection(opts.relay, http_timeout=opts.http_timeout) as conn:
         while True:
             try:
-                resp = conn.stream(cp, src_ids, size=opts.fetch_bytes, filter_json=filt,
+                resp = conn.stream(cur.cp, src_ids, size=opts.fetch_bytes, filter_json=filt,
                                    timeout=1.0)
             except TransientError:
                 now = time.monotonic()
@@ -210,8 +292,8 @@ def read_bucket(opts: StreamOptions, src_ids: list[int], bucket: int, start: dic
                     empty_at_top += 1
                     if empty_at_top > 1:
                         raise RelayProtocolError(
-                            f"relay {opts.relay} served nothing after {cp.to_json()} though it"
-                            f" holds windows up to {resp.max_scn} (batch end {end_scn})")
+                            f"relay {opts.relay} served nothing after {cur.cp.to_json()} though"
+                            f" it holds windows up to {resp.max_scn} (batch end {end_scn})")
                     continue
                 # the relay is behind the planned end (e.g. refilling after a restart)
                 behind_since = behind_since or time.monotonic()
@@ -221,24 +303,4 @@ def read_bucket(opts: StreamOptions, src_ids: list[int], bucket: int, start: dic
                         f" ends at {end_scn}: it lost windows it had served (memory buffer?)")
                 continue
             empty_at_top, behind_since = 0, None
-            data = resp.data
-            off, n = 0, len(data)
-            win_scn, win_count = -1, 0
-            while off < n:
-                e = ev.decode(data, off)
-                off += ev.peek_length(data, off)
-                if e.is_eop:
-                    cp = Checkpoint.after(e.scn, cp.window_scn if not cp.in_window else cp.prev_scn)
-                    index, win_scn, win_count = 0, -1, 0
-                    if e.scn >= end_scn:
-                        return
-                    continue
-                if e.is_control:
-                    continue
-                win_scn, win_count = e.scn, win_count + 1
-                yield e, index
-                index += 1
-            if win_scn != -1:  # the response ended inside a window too large for the budget
-                done = cp.window_offset if cp.in_window and cp.window_scn == win_scn else 0
-                cp = cp.within(win_scn, done + win_count)
-
+            yield resp.data

@@ -38,16 +38,15 @@ from pyspark.sql.types import StructType
 
 from databus.client.relay import RelayConnection
 from databus.core.checkpoint import Checkpoint
-from databus.core.envelope import decode_images
 from databus.core.errors import ConfigError, DatabusError
-from databus.core.event import ATTR_OPCODE_MASK, ATTR_SNAPSHOT, Op
 from databus.core.schema import SchemaRegistry, TableSchema
 from databus.spark import arrow
+from databus.spark.fastread import ChunkDecoder
 from databus.spark.options import StreamOptions, parse_options
 from databus.spark.reading import (
     offset_of,
     offset_scn,
-    read_bucket,
+    read_bucket_batches,
     relay_top,
     resolve_sources,
     scan_limit,
@@ -58,7 +57,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 FORMAT = "databus"
-_OPS = [op.letter for op in sorted(Op)] + [""] * 2  # op letter by the attribute's 3 bits
 
 
 def register(spark: SparkSession) -> None:
@@ -200,24 +198,15 @@ class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, BucketPartition)
-        registry = SchemaRegistry.from_json(self.registry_json)
-        builder = arrow.EnvelopeBuilder(self.arrow_schema)
-        refreshed = False
-        for e, index in read_bucket(self.opts, self.src_ids, partition.bucket, partition.start,
-                                    partition.end_scn):
-            if registry.find(e.schema_id) is None and not refreshed:
-                # a table version added after load(): fetch the relay's schemas once
-                with self._conn() as conn:
-                    registry = conn.register(self.src_ids)
-                refreshed = True
-            schema, before, after, meta = decode_images(e, registry)
-            builder.add(_OPS[e.attributes & ATTR_OPCODE_MASK], e.scn, index,
-                        e.timestamp_ns // 1_000_000, schema, meta,
-                        bool(e.attributes & ATTR_SNAPSHOT), arrow.key_text(e.key), before, after)
-            if len(builder) >= self.opts.rows_per_arrow_batch:
-                yield builder.flush()
-        if len(builder):
-            yield builder.flush()
+
+        def refresh() -> SchemaRegistry:
+            with self._conn() as conn:
+                return conn.register(self.src_ids)
+
+        decoder = ChunkDecoder(self.arrow_schema, SchemaRegistry.from_json(self.registry_json),
+                               refresh)
+        yield from read_bucket_batches(self.opts, self.src_ids, partition.bucket,
+                                       partition.start, partition.end_scn, decoder)
 
 
 def changes(envelope: DataFrame) -> DataFrame:
