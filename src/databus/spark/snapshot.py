@@ -12,8 +12,8 @@ Why the pair "snapshot at X, then the stream after X" is exact: a row with
 scn <= X read from the store is its key's image as of X unless the key
 changed after X, and every change after X is in the stream after X (ids are
 fixed at a key's first insertion, so a row that existed at X is in the span
-fixed at planning). A key changed after X may be missing from the snapshot or
-show its image as of X; either way the stream brings it to its final state.
+fixed at planning). A key changed after X is left out (the store keeps only
+its latest row, whose SCN is above X); the stream brings it to its final state.
 
 Plan (options, sources, schema, SCN) is made when ``load()`` asks for the
 schema, so bad options, an unknown source or an unreachable store fail there.
