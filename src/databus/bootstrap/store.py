@@ -78,7 +78,9 @@ class BootstrapStore:
     """A bootstrap store at a SQLAlchemy URL (``sqlite:///bs.db``, ``postgresql+psycopg://``,
     ``mysql+pymysql://``). Safe to use from several threads (pooled connections)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, create: bool = True) -> None:
+        """``create=False`` (readers): leave the schema alone; a database without
+        the tables then fails on first use with :class:`StoreUnavailableError`."""
         self.url = url
         try:
             self._w = sa.create_engine(url, pool_pre_ping=True)
@@ -108,8 +110,9 @@ class BootstrapStore:
                              sa.Column("ev", _BLOB, nullable=False),
                              sa.UniqueConstraint("src", "k", name="dbus_bs_snapshot_key"),
                              sa.Index("dbus_bs_snapshot_src_id", "src", "id"))
-        with self._tx("creating the bootstrap tables") as conn:
-            md.create_all(conn, checkfirst=True)
+        if create:
+            with self._tx("creating the bootstrap tables") as conn:
+                md.create_all(conn, checkfirst=True)
         self._upsert = self._make_upsert()
 
     def close(self) -> None:
@@ -291,6 +294,30 @@ class BootstrapStore:
         if not rows:
             return [], after_id
         return [bytes(r[1]) for r in rows], int(rows[-1][0])
+
+    # -- partitioned snapshot readers (databus.spark.snapshot) -------------------------
+
+    def snapshot_id_span(self, sources: list[int], upto_scn: int) -> tuple[int, int]:
+        """(lowest, highest) row id of ``sources``' rows with scn <= ``upto_scn``;
+        (0, -1) when there is none. Readers split this span into id ranges."""
+        s = self.snap
+        with self._tx("reading the snapshot id span", read=True) as conn:
+            lo, hi = conn.execute(sa.select(sa.func.min(s.c.id), sa.func.max(s.c.id))
+                                  .where(s.c.src.in_(sources), s.c.scn <= upto_scn)).one()
+        return (0, -1) if lo is None else (int(lo), int(hi))
+
+    def snapshot_page(self, sources: list[int], after_id: int, last_id: int, upto_scn: int,
+                      limit: int) -> list[tuple[int, int, int, bytes]]:
+        """Up to ``limit`` rows ``(id, src, scn, ev)`` of ``sources`` with
+        ``after_id < id <= last_id`` and scn <= ``upto_scn``, in id order (keyset
+        paging over the ``(src, id)`` index: a reader resumes after the last id)."""
+        s = self.snap
+        with self._tx("reading the snapshot", read=True) as conn:
+            rows = conn.execute(sa.select(s.c.id, s.c.src, s.c.scn, s.c.ev)
+                                .where(s.c.src.in_(sources), s.c.id > after_id,
+                                       s.c.id <= last_id, s.c.scn <= upto_scn)
+                                .order_by(s.c.id).limit(limit)).all()
+        return [(int(r[0]), int(r[1]), int(r[2]), bytes(r[3])) for r in rows]
 
     def count_snapshot(self, sources: list[int] | None = None) -> int:
         """Snapshot rows (of ``sources``, all when None)."""

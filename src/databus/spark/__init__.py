@@ -5,6 +5,8 @@ docs/spark.md.
 """
 
 from databus.spark.apply import apply_changes, read_table
+from databus.spark.snapshot import SnapshotDataSource, register_snapshot, snapshot_scn
 from databus.spark.source import DatabusDataSource, changes, register
 
-__all__ = ["DatabusDataSource", "apply_changes", "changes", "read_table", "register"]
+__all__ = ["DatabusDataSource", "SnapshotDataSource", "apply_changes", "changes", "read_table",
+           "register", "register_snapshot", "snapshot_scn"]

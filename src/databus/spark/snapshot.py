@@ -1,0 +1,286 @@
+"""``spark.read.format("databus-snapshot")``: a bootstrap store's snapshot as a DataFrame.
+
+Reads the snapshot table of a bootstrap store (:mod:`databus.bootstrap.store`)
+directly, in parallel: the driver fixes the snapshot SCN ``X`` and the row-id
+span of the wanted sources, and splits the span into ``partitions`` equal id
+ranges; each input partition pages through its range (keyset over the
+``(src, id)`` index) taking the rows whose SCN is at most ``X``. Rows come out
+as the streaming source's change envelope (:mod:`databus.spark.arrow`): op
+``r``, ``scn`` = the window that last wrote the row, ``after`` = the row.
+
+Why the pair "snapshot at X, then the stream after X" is exact: a row with
+scn <= X read from the store is its key's image as of X unless the key
+changed after X, and every change after X is in the stream after X (ids are
+fixed at a key's first insertion, so a row that existed at X is in the span
+fixed at planning). A key changed after X is left out (the store keeps only
+its latest row, whose SCN is above X); the stream brings it to its final state.
+
+Plan (options, sources, schema, SCN) is made when ``load()`` asks for the
+schema, so bad options, an unknown source or an unreachable store fail there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
+
+from databus.bootstrap.store import BootstrapStore
+from databus.core import event as ev
+from databus.core.envelope import decode_images
+from databus.core.errors import (
+    BootstrapTooOldError,
+    BootstrapTooYoungError,
+    ConfigError,
+    DatabusError,
+    UnknownSourceError,
+)
+from databus.core.schema import SchemaRegistry, TableSchema
+from databus.spark import arrow
+from databus.spark.options import MAX_PARTITIONS
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+
+FORMAT = "databus-snapshot"
+_WHO = "databus-snapshot"
+
+
+class SnapshotOptions(BaseModel):
+    """Validated options of ``format("databus-snapshot")`` (names as given to ``.option``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    store: str = Field(min_length=1, description="The bootstrap store's SQLAlchemy URL, as "
+                       "store.url of the bootstrap config (sqlite:///bs.db, postgresql+psycopg://"
+                       "..., mysql+pymysql://...).")
+    sources: tuple[str, ...] = Field(
+        min_length=1, description="Comma-separated source names (db.table or table) or ids. "
+        "Typed after structs need exactly one source; use valueFormat=json for several.")
+    partitions: int = Field(1, ge=1, le=MAX_PARTITIONS,
+                            description="Spark input partitions: equal row-id ranges.")
+    scn: int | None = Field(
+        None, ge=-1, description="Snapshot SCN X: rows as of X (see snapshot_scn()); "
+        "default: the store's applied SCN when the DataFrame is planned.")
+    value_format: Literal["struct", "json"] = Field("struct", alias="valueFormat")
+    rows_per_arrow_batch: int = Field(8192, alias="rowsPerArrowBatch", ge=1)
+    page_rows: int = Field(10_000, alias="pageRows", ge=1,
+                           description="Rows per store query while a partition pages its range.")
+
+
+_ALIASES = {n.lower(): n for n in ("store", "sources", "partitions", "scn", "valueFormat",
+                                   "rowsPerArrowBatch", "pageRows")}
+_ALIASES["path"] = "store"  # what .load(url) passes
+_ALIASES["url"] = "store"
+
+
+def parse_snapshot_options(raw: Mapping[str, str]) -> SnapshotOptions:
+    """Validate Spark options; raises :class:`ConfigError` naming the option."""
+    values: dict[str, object] = {}
+    for key, value in raw.items():
+        name = _ALIASES.get(key.lower())
+        if name is None:
+            raise ConfigError(f"{_WHO}: unknown option {key!r}; known: "
+                              f"{sorted(set(_ALIASES.values()))}")
+        values[name] = value
+    if "sources" in values:
+        values["sources"] = tuple(s.strip() for s in str(values["sources"]).split(",") if s.strip())
+    try:
+        return SnapshotOptions.model_validate(values)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'options'}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"{_WHO}: invalid options: {problems}") from exc
+
+
+def open_store(url: str) -> BootstrapStore:
+    """The store at ``url`` for reading (never creates tables; a missing SQLite file
+    is a :class:`ConfigError` rather than a new empty database)."""
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///"):].split("?", 1)[0]
+        if path and path != ":memory:" and not os.path.isfile(path):
+            raise ConfigError(f"{_WHO}: no bootstrap store at {url!r} (no such file)")
+    return BootstrapStore(url, create=False)
+
+
+def snapshot_scn(store_url: str) -> int:
+    """The SCN the store's snapshot is complete to (its applier's position).
+
+    Read the snapshot with ``.option("scn", X)`` and start the stream with
+    ``.option("startingPosition", X)`` (after window X) for no gap and no overlap.
+    Raises :class:`BootstrapTooOldError` while the store is not initialised.
+    """
+    store = open_store(store_url)
+    try:
+        st = store.state()
+    finally:
+        store.close()
+    if not st.initialized:
+        raise BootstrapTooOldError(f"{_WHO}: the bootstrap store {store_url!r} is not "
+                                   "initialised yet (no initial load and no window applied)")
+    return st.applied_scn
+
+
+def register_snapshot(spark: SparkSession) -> None:
+    """Make ``format("databus-snapshot")`` available in ``spark``."""
+    spark.dataSource.register(SnapshotDataSource)
+
+
+def _resolve(known: list[tuple[int, str]], wanted: tuple[str, ...],
+             url: str) -> list[tuple[int, str]]:
+    out: list[tuple[int, str]] = []
+    for w in wanted:
+        hits = [s for s in known if str(s[0]) == w or s[1] == w or s[1].split(".", 1)[-1] == w]
+        if len(hits) != 1:
+            names = ", ".join(f"{n} ({i})" for i, n in known) or "none"
+            what = "is ambiguous" if hits else "is not in"
+            raise UnknownSourceError(f"{_WHO}: source {w!r} {what} the bootstrap store {url}; "
+                                     f"it holds: {names}")
+        if hits[0] not in out:
+            out.append(hits[0])
+    return out
+
+
+class _Plan:
+    """What planning learned from the store: sources, schemas, SCN, id span."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.opts = parse_snapshot_options(options)
+        url = self.opts.store
+        try:
+            store = open_store(url)
+            try:
+                st = store.state()
+                raw_sources = store.get("sources")
+                if not st.initialized or raw_sources is None:
+                    raise BootstrapTooOldError(
+                        f"the store is not initialised yet (applied SCN {st.applied_scn}, "
+                        f"sources {'known' if raw_sources else 'not copied from the relay'})")
+                known = sorted((int(s["id"]), str(s["name"])) for s in json.loads(raw_sources))
+                self.sources = _resolve(known, self.opts.sources, url)
+                self.src_ids = [i for i, _ in self.sources]
+                self.scn = self._scn(st.applied_scn, store.get("initial_scn"))
+                self.initial_scn = store.get("initial_scn")
+                self.registry_json = store.get("registry") or SchemaRegistry().to_json()
+                self.span = store.snapshot_id_span(self.src_ids, self.scn)
+            finally:
+                store.close()
+        except DatabusError as exc:
+            msg = str(exc)
+            raise type(exc)(msg if msg.startswith(_WHO) else f"{_WHO}: {msg}") from exc
+        table: TableSchema | None = None
+        if self.opts.value_format == "struct":
+            if len(self.sources) != 1:
+                raise ConfigError(f"{_WHO}: typed after structs need exactly one source; read "
+                                  "one source per DataFrame or set valueFormat=json")
+            table = SchemaRegistry.from_json(self.registry_json).latest(self.src_ids[0])
+        self.arrow_schema: pa.Schema = arrow.envelope_schema(table)
+
+    def _scn(self, applied: int, initial: str | None) -> int:
+        want = self.opts.scn
+        if want is None:
+            return applied
+        if want > applied:
+            raise BootstrapTooOldError(f"the snapshot is complete only to SCN {applied}, "
+                                       f"scn={want} was asked (retry later)")
+        if initial is not None and want < int(initial):
+            raise ConfigError(f"the store's snapshot starts at SCN {initial} (initial load); "
+                              f"scn={want} is older")
+        return want
+
+
+class SnapshotDataSource(DataSource):
+    """The ``databus-snapshot`` format (batch reads only)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def _plan(self) -> _Plan:
+        plan: _Plan | None = getattr(self, "_cached_plan", None)
+        if plan is None:
+            plan = _Plan(dict(self.options))
+            self._cached_plan = plan
+        return plan
+
+    def schema(self) -> StructType:
+        result: StructType = from_arrow_schema(self._plan().arrow_schema)
+        return result
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return SnapshotReader(self._plan())
+
+
+class IdRangePartition(InputPartition):
+    """Rows with ``after_id < id <= last_id`` (and scn <= the plan's SCN)."""
+
+    def __init__(self, index: int, after_id: int, last_id: int) -> None:
+        super().__init__((index, after_id, last_id))
+        self.index = index
+        self.after_id = after_id
+        self.last_id = last_id
+
+
+def id_ranges(lo: int, hi: int, n: int) -> list[tuple[int, int]]:
+    """``n`` contiguous ``(after_id, last_id]`` ranges covering ids ``lo..hi``
+    (some empty when the span has fewer ids than ``n``)."""
+    width = max(hi - lo + 1, 0)
+    cuts = [lo - 1 + width * i // n for i in range(n + 1)]
+    return [(cuts[i], cuts[i + 1]) for i in range(n)]
+
+
+class SnapshotReader(DataSourceReader):
+    """Partition planning (driver) and range reads (executors); picklable."""
+
+    def __init__(self, plan: _Plan) -> None:
+        self.opts = plan.opts
+        self.src_ids = plan.src_ids
+        self.scn = plan.scn
+        self.initial_scn = plan.initial_scn
+        self.span = plan.span
+        self.registry_json = plan.registry_json
+        self.arrow_schema = plan.arrow_schema
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [IdRangePartition(i, a, b)
+                for i, (a, b) in enumerate(id_ranges(*self.span, self.opts.partitions))]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, IdRangePartition)
+        registry = SchemaRegistry.from_json(self.registry_json)
+        builder = arrow.EnvelopeBuilder(self.arrow_schema)
+        store = open_store(self.opts.store)
+        try:
+            after, refreshed = partition.after_id, False
+            while after < partition.last_id:
+                page = store.snapshot_page(self.src_ids, after, partition.last_id, self.scn,
+                                           self.opts.page_rows)
+                if not page:
+                    break
+                for _id, _src, scn, data in page:
+                    e = ev.decode(data, 0)
+                    if registry.find(e.schema_id) is None and not refreshed:
+                        # a table version the producer copied after planning
+                        registry = SchemaRegistry.from_json(store.get("registry") or self.registry_json)
+                        refreshed = True
+                    schema, _before, after_img, meta = decode_images(e, registry)
+                    builder.add(ev.Op.READ.letter, scn, 0, e.timestamp_ns // 1_000_000, schema,
+                                meta, True, arrow.key_text(e.key), None, after_img)
+                    if len(builder) >= self.opts.rows_per_arrow_batch:
+                        yield builder.flush()
+                after = page[-1][0]
+            if store.get("initial_scn") != self.initial_scn:
+                raise BootstrapTooYoungError(
+                    f"{_WHO}: the bootstrap store was rebuilt (new initial load) while it was "
+                    "read; read the snapshot again")
+        finally:
+            store.close()
+        if len(builder):
+            yield builder.flush()
