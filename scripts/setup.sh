@@ -27,11 +27,11 @@ apt_install() {
 if ! "$PY" -c "import venv, ensurepip" >/dev/null 2>&1; then
   apt_install python3-venv
 fi
-# a C compiler and Python's headers build the binlog row codec (optional: without
-# them databus installs with the slower pure-Python decoder)
+# a C compiler, Python's and zlib's headers build the C accelerators (optional:
+# without them databus installs with the slower pure-Python paths)
 if ! "$PY" -c "import os, sysconfig; raise SystemExit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" \
-    || ! command -v gcc >/dev/null; then
-  command -v dpkg >/dev/null && apt_install gcc python3-dev || true
+    || ! command -v gcc >/dev/null || [ ! -f /usr/include/zlib.h ]; then
+  command -v dpkg >/dev/null && apt_install gcc python3-dev zlib1g-dev || true
 fi
 if [ "${DATABUS_SETUP_SERVERS:-0}" = "1" ] && command -v dpkg >/dev/null; then
   # real database servers for the integration tests (started privately by fixtures)

@@ -1,16 +1,21 @@
-"""Where a C compiler exists, the setup command builds the binlog row codec: the
-MySQL source's speed depends on it, so a silent build failure must show."""
+"""Where a C compiler exists, the setup command builds the C accelerators: the
+MySQL source's, the relay's and the Spark reader's speed depend on them, so a
+silent build failure must show."""
 
 from __future__ import annotations
 
+import importlib
 import shutil
 
 import pytest
 
-from databus.sources.mysql import fastpath
-
 
 @pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None,
-                    reason="no C compiler on this machine: the Python decoder is used")
-def test_the_compiled_row_codec_is_built() -> None:
-    assert fastpath.available(), "run scripts/setup.sh: the _rowcodec extension did not build"
+                    reason="no C compiler on this machine: the Python paths are used")
+@pytest.mark.parametrize("module", ["databus.sources.mysql._rowcodec", "databus.buffer._select",
+                                    "databus.spark._fastdecode"])
+def test_the_c_accelerators_are_built(module: str) -> None:
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:  # pragma: no cover - the failure this test exists for
+        pytest.fail(f"run scripts/setup.sh: {module} did not build ({exc})")
