@@ -41,8 +41,10 @@ from tests.support.procs import DATABUS, free_port, kill9, spawn, stop, wait_htt
 
 class Writer(threading.Thread):
     """Commits workload transactions until stopped; ``ddl`` set -> ALTER TABLE
-    accounts ADD COLUMN tier (once); every 10th transaction moves an item to
-    another composite key. Errors are kept in ``error`` (checked by the test)."""
+    accounts ADD COLUMN tier (once); ``ddl2`` set -> ALTER TABLE items ADD COLUMN
+    note (once), which item moves then fill; every 10th transaction moves an
+    item to another composite key. Errors are kept in ``error`` (checked by the
+    test)."""
 
     def __init__(self, port: int, seed: int, pause: float = 0.003) -> None:
         super().__init__(daemon=True)
@@ -51,6 +53,8 @@ class Writer(threading.Thread):
         self.pause = pause
         self.stop = threading.Event()
         self.ddl = threading.Event()
+        self.ddl2 = threading.Event()
+        self.items_note = False
         self.moved: list[tuple[tuple[int, int], tuple[int, int]]] = []
         self.count = 0
         self.error: BaseException | None = None
@@ -66,7 +70,8 @@ class Writer(threading.Thread):
             return
         new = free[0]
         with self.w.con.cursor() as cur:
-            cur.execute("UPDATE items SET order_id = %s, line = %s, qty = qty + 1"
+            note = ", note = 'moved'" if self.items_note else ""
+            cur.execute(f"UPDATE items SET order_id = %s, line = %s, qty = qty + 1{note}"
                         " WHERE order_id = %s AND line = %s", (*new, *old[0]))
         live.remove(old[0])
         live.add(new)
@@ -75,6 +80,10 @@ class Writer(threading.Thread):
     def step(self) -> None:
         if self.ddl.is_set():
             self.w.maybe_ddl(0.3)  # only the ADD COLUMN of the workload's DDL
+        if self.ddl2.is_set() and not self.items_note:
+            with self.w.con.cursor() as cur:
+                cur.execute("ALTER TABLE items ADD COLUMN note VARCHAR(20)")
+            self.items_note = True
         self.w.transaction()
         self.count += 1
         if self.count % 10 == 0:
@@ -92,7 +101,8 @@ class Writer(threading.Thread):
         self.stop.set()
         if self.is_alive():
             self.join(60)
-        self.w.con.close()
+        if self.w.con.open:
+            self.w.con.close()
         assert self.error is None, f"writer failed: {self.error!r}"
 
 
