@@ -82,7 +82,6 @@ def _fell_off(p: Pipeline, scn: int) -> None:
            timeout=300)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("store", "target"), [("sqlite", "pg"), ("pg", "sqlite")])
 def test_late_consumer_replica_equals_mariadb(make: Make, store: str, target: str) -> None:
     p, writer = make(store, target)
@@ -109,7 +108,6 @@ def test_late_consumer_replica_equals_mariadb(make: Make, store: str, target: st
           file=sys.stderr)
 
 
-@pytest.mark.slow
 def test_kill9_consumer_in_bootstrap_and_bootstrap_service(make: Make) -> None:
     p, writer = make("pg", "pg")
     p.batch = 100  # many small batches, so the bootstrap lasts long enough to be hit
