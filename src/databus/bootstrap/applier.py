@@ -14,15 +14,18 @@ the log's start moves up (see :meth:`BootstrapStore.trim`).
 
 Key changes: a source may send a change of key as a delete of the old key and
 an insert of the new one (the SQLite source does), or as one update carrying
-the before image (MariaDB): then the old key's row is removed too, when the
-key is a single integer column (:class:`KeyChanges`); other such key changes
-are logged and leave the old row in the snapshot (a limit).
+the before image (MariaDB): then the old key's row is removed too
+(:class:`KeyChanges`), for integer keys and for keys that are a JSON array of
+the key columns' values (composite and non-integer keys of the MariaDB
+source). A key change whose old event key cannot be derived that way is
+logged and leaves the old row in the snapshot (a limit).
 
 Concurrency model: one thread (:meth:`Applier.run`); stop it with the event.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -40,9 +43,12 @@ class KeyChanges:
     """Finds updates that changed a row's key (sources that send a primary-key change
     as one update with the before image, e.g. MariaDB).
 
-    Only a single integer key column can be mapped back to the old event key
-    (the sources' int64 keys); other key changes are logged, and the snapshot
-    keeps the old key's row (see the module docstring).
+    The old event key is derived from the before image in the event key's own
+    form: an integer key from a single integer column; a JSON-array key
+    (``[v1,v2]``, compact) by replacing the changed columns' values, only when
+    the new key re-encodes to exactly ``e.key`` and each changed value is a
+    string or integer (so the JSON form is the value itself). Anything else is
+    logged, and the snapshot keeps the old key's row (see the module docstring).
     """
 
     def __init__(self, store: BootstrapStore | None) -> None:
@@ -81,13 +87,45 @@ class KeyChanges:
         new = [after.get(fields.get(k, k)) for k in schema.key_columns]
         if old == new:
             return None
-        if len(old) == 1 and isinstance(old[0], int) and isinstance(e.key, int):
-            return old[0]
+        if isinstance(e.key, int):
+            if len(old) == 1 and isinstance(old[0], int) and not isinstance(old[0], bool):
+                return old[0]
+        else:
+            rekeyed = _json_old_key(e.key, old, new)
+            if rekeyed is not None:
+                return rekeyed
         if e.src_id not in self._warned:
             self._warned.add(e.src_id)
-            log.warning("source %s changed a non-integer key in one update (scn %d); the "
-                        "snapshot keeps the old key's row", schema.name, e.scn)
+            log.warning("source %s changed a key in one update (scn %d) whose old event key "
+                        "cannot be derived; the snapshot keeps the old key's row",
+                        schema.name, e.scn)
         return None
+
+
+def _json_dump(values: list[Any]) -> bytes:
+    return json.dumps(values, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _json_old_key(key: bytes, old: list[Any], new: list[Any]) -> bytes | None:
+    """The JSON-array event key of the before image, or None when ``key`` is not
+    the compact JSON array of ``new``'s values in a form this can reproduce."""
+    try:
+        parts = json.loads(key)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(parts, list) or len(parts) != len(new) or _json_dump(parts) != key:
+        return None
+    out: list[Any] = []
+    for part, was, now in zip(parts, old, new, strict=True):
+        if was == now:
+            out.append(part)
+            continue
+        plain = (str, int)
+        if (not isinstance(was, plain) or isinstance(was, bool) or not isinstance(now, plain)
+                or isinstance(now, bool) or part != now):
+            return None
+        out.append(was)
+    return _json_dump(out)
 
 
 def collapse(windows: list[tuple[int, bytes]], keys: KeyChanges | None = None

@@ -228,7 +228,27 @@ class ReplicateSink(Consumer, CheckpointStore):
         return None
 
     def on_bootstrap_event(self, event: DataEvent) -> Result:
-        return self.on_data_event(event)
+        """Queue the event for the batch's transaction (:meth:`save`). Snapshot rows
+        (op READ) carry the schema version they were last written with, so one
+        batch mixes versions: their tables only gain columns (rows of an older
+        version leave the newer columns NULL, as at the source); catch-up events
+        shape tables like online windows."""
+        if not self._wanted(event.source):
+            return None
+        if event.op == Op.READ:
+            target = self._targets.get(event.schema.id)
+            if target is None:
+                drop, self.drop_columns = self.drop_columns, False
+                try:
+                    with translate_db_errors(f"preparing the table of {event.source}",
+                                             self.engine):
+                        target = self._targets[event.schema.id] = self._prepare(event.schema)
+                finally:
+                    self.drop_columns = drop
+        else:
+            target = self._target(event.schema)
+        self._ops.append((event, target))
+        return None
 
     def on_bootstrap_rollback(self, scn: int) -> Result:
         self._reset = []
