@@ -126,9 +126,7 @@ class ReplicateSink(Consumer, CheckpointStore):
         transaction."""
         if not self._bootstrapping:
             return
-        try:
-            # tables are created/altered first, in their own transaction (as online)
-            self._ops = [(e, self._target(e.schema)) for e in self._events]
+        try:  # the batch's operations were gathered by on_bootstrap_event
             with (translate_db_errors("applying a bootstrap batch", self.engine),
                   self.engine.connect() as conn, conn.begin()):
                 self.store.load_in(conn, for_update=True)
