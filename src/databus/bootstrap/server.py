@@ -67,23 +67,11 @@ from databus.core.errors import (
 )
 from databus.core.filters import ServerFilter
 from databus.core.schema import SchemaRegistry
+from databus.relay.app import int_param
 
 log = logging.getLogger("databus.bootstrap.server")
 MAX_BATCH = 1_000_000
 _CATCHUP_WINDOWS = 2000  # windows read from the store per catch-up query
-
-
-def _int_param(request: Request, name: str, default: int, lo: int, hi: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidRequestError(f"{name} must be an integer, got {raw[:50]!r}") from None
-    if not lo <= value <= hi:
-        raise InvalidRequestError(f"{name} must be between {lo} and {hi}, got {value}")
-    return value
 
 
 class BootstrapService:
@@ -195,7 +183,7 @@ class BootstrapService:
     def bootstrap(self, request: Request) -> bytes:
         srcs = self.requested(request)
         filt = self._filter(request, srcs)
-        batch = _int_param(request, "batchSize", self.default_batch, 1, MAX_BATCH)
+        batch = int_param(request, "batchSize", self.default_batch, 1, MAX_BATCH)
         cp = self._checkpoint(request, required=True)
         st = self._state()
         start = cp.bootstrap_start_scn

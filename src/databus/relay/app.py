@@ -63,7 +63,8 @@ def parse_source_ids(text: str | None, known: set[int]) -> frozenset[int] | None
     return frozenset(ids)
 
 
-def _int_param(request: Request, name: str, default: int, lo: int, hi: int) -> int:
+def int_param(request: Request, name: str, default: int, lo: int, hi: int) -> int:
+    """An integer query parameter in [lo, hi]; InvalidRequestError otherwise."""
     raw = request.query_params.get(name)
     if raw is None:
         return default
@@ -132,7 +133,7 @@ def build_app(relay: Relay) -> Starlette:
         q = request.query_params
         known = {s.id for s in relay.source.sources()}
         src_ids = parse_source_ids(q.get("sources"), known)
-        size = _int_param(request, "size", cfg.default_size, 1, cfg.max_size)
+        size = int_param(request, "size", cfg.default_size, 1, cfg.max_size)
         timeout = _float_param(request, "timeout", cfg.default_timeout, 0.0, cfg.max_timeout)
         output = q.get("output", "binary")
         if output not in ("binary", "json"):
