@@ -17,14 +17,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
-from databus.core.errors import ConfigError
+from databus.core.config import FrozenModel, load_file, validate
 
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+_Model = FrozenModel
 
 
 class StoreConfig(_Model):
@@ -83,24 +80,10 @@ class BootstrapConfig(_Model):
 
 
 def parse_config(raw: Any) -> BootstrapConfig:
-    if not isinstance(raw, dict):
-        raise ConfigError("bootstrap config must be a mapping")
-    try:
-        return BootstrapConfig.model_validate(raw)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}"
-                             for e in exc.errors())
-        raise ConfigError(f"invalid bootstrap config: {problems}") from exc
+    """Validate a mapping; raises :class:`ConfigError` naming each bad field."""
+    return validate(BootstrapConfig, raw, "bootstrap")
 
 
 def load_config(path: Path) -> BootstrapConfig:
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config {path} is not valid YAML: {exc}") from exc
-    try:
-        return parse_config(raw)
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
+    """Read and validate a YAML/JSON config file."""
+    return load_file(path, parse_config)

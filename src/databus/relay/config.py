@@ -19,14 +19,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
-from databus.core.errors import ConfigError
+from databus.core.config import FrozenModel, load_file, validate
 
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+_Model = FrozenModel
 
 
 class SourceConfig(_Model):
@@ -128,33 +125,11 @@ class RelayConfig(_Model):
     retry_max: float = Field(10.0, gt=0, description="longest backoff after source errors, s")
 
 
-def _problems(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in exc.errors()
-    )
-
-
 def parse_config(raw: Any) -> RelayConfig:
     """Validate a mapping; raises :class:`ConfigError` naming each bad field."""
-    if not isinstance(raw, dict):
-        raise ConfigError("relay config must be a mapping")
-    try:
-        return RelayConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(f"invalid relay config: {_problems(exc)}") from exc
+    return validate(RelayConfig, raw, "relay")
 
 
 def load_config(path: Path) -> RelayConfig:
     """Read and validate a YAML/JSON config file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc}") from exc
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config {path} is not valid YAML: {exc}") from exc
-    try:
-        return parse_config(raw)
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
+    return load_file(path, parse_config)

@@ -1,0 +1,50 @@
+"""The one way config files are read: YAML/JSON into frozen pydantic models, every
+problem a :class:`ConfigError` naming the field (relay, bootstrap service)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from databus.core.errors import ConfigError
+
+
+class FrozenModel(BaseModel):
+    """Base of config sections: unknown fields refused, values immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate(model: type[M], raw: Any, what: str) -> M:
+    """Validate a mapping; raises ConfigError naming each bad field."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{what} config must be a mapping")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}"
+                             for e in exc.errors())
+        raise ConfigError(f"invalid {what} config: {problems}") from exc
+
+
+def load_file(path: Path, parse: Callable[[Any], M]) -> M:
+    """Read a YAML/JSON file and hand it to ``parse``; errors name the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config {path} is not valid YAML: {exc}") from exc
+    try:
+        return parse(raw)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
