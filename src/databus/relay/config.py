@@ -52,8 +52,8 @@ class SourceConfig(_Model):
         description="MySQL: a new relay starts right after this GTID state instead of at the"
                     " binlog's end: MariaDB '0-1-1234', MySQL 'uuid:1-1234'")
     snapshot_mode: str = Field(
-        "no_data", pattern=r"^(initial|initial_only|no_data|when_needed|always)$",
-        description="MySQL: initial (existing rows by an incremental snapshot, then stream),"
+        "initial", pattern=r"^(initial|initial_only|no_data|when_needed|always)$",
+        description="initial (existing rows as a snapshot, then stream; the default),"
                     " initial_only, no_data (stream only), when_needed (snapshot when the"
                     " position is gone), always (snapshot at every start)")
     signal_table: str = Field(

@@ -123,7 +123,7 @@ class MysqlSource(Source):
                  exclude_columns: Sequence[str] = (), server_id: int = 1_000_001,
                  heartbeat: float = 1.0, state_dir: Path | None = None,
                  name: str = "relay", compiled: bool = True,
-                 start_gtid: str | None = None, snapshot_mode: str = "no_data",
+                 start_gtid: str | None = None, snapshot_mode: str = "initial",
                  signal_table: str = "databus.signals", chunk_size: int = 1024) -> None:
         self.url = parse_mysql_url(url)
         facts = server_facts(self.url)
