@@ -73,3 +73,22 @@ def test_unreachable_server_and_bad_credentials(good: MariaDB) -> None:
         server_facts(parse_mysql_url(f"mysql://nobody:x@127.0.0.1:{good.port}"))
     with pytest.raises(ConfigError):
         parse_mysql_url("postgres://x")
+
+
+def test_default_initial_snapshot_names_the_signal_table_grant(good: MariaDB) -> None:
+    """The default mode (initial) needs the signal table; a replication-only user is
+    told how to fix it, and streams fine with snapshot_mode no_data."""
+    from databus.core.errors import StatementError
+    from databus.sources.mysql.source import MysqlSource
+
+    good.execute("CREATE USER 'repl'@'127.0.0.1' IDENTIFIED BY 'pw'",
+                 "GRANT SELECT, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO 'repl'@'127.0.0.1'",
+                 "CREATE DATABASE IF NOT EXISTS app")
+    url = f"mysql://repl:pw@127.0.0.1:{good.port}"
+    with pytest.raises(StatementError) as err:
+        MysqlSource(url, [r"app\..*"])
+    assert "databus.signals" in str(err.value) and "snapshot_mode: no_data" in str(err.value)
+    MysqlSource(url, [r"app\..*"], snapshot_mode="no_data").close()
+    good.execute("CREATE DATABASE databus", "GRANT CREATE, INSERT ON databus.* TO"
+                 " 'repl'@'127.0.0.1'")
+    MysqlSource(url, [r"app\..*"]).close()

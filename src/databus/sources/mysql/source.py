@@ -327,7 +327,8 @@ class MysqlSource(Source):
         self._coord.restore(self._records.at(after_scn) if after_scn >= 0 else None)
         mode = self.snapshot_mode
         if at_end or (not self._snapshotted and not self._coord.active and (
-                (after_scn < 0 and mode in ("initial", "initial_only", "when_needed"))
+                (after_scn < 0 and self.start_gtid is None
+                 and mode in ("initial", "initial_only", "when_needed"))
                 or mode == "always")):
             self._snapshotted = True
             tables = self._snap_io.tables()
