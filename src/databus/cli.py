@@ -55,6 +55,8 @@ def relay(
     port: Annotated[int, typer.Option(help="HTTP port")] = 11115,
     buffer_path: Annotated[Path | None, typer.Option(help="persistent buffer file")] = None,
     buffer_size: Annotated[int | None, typer.Option(help="buffer capacity in bytes")] = None,
+    snapshot_mode: Annotated[str | None, typer.Option(
+        help="initial (default), initial_only, no_data, when_needed or always")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run a relay: capture a source and serve its changes over HTTP."""
@@ -64,13 +66,15 @@ def relay(
     _setup_logging(verbose)
     try:
         if config is not None:
-            if source is not None or tables is not None:
-                raise typer.BadParameter("give either --config or --source/--tables")
+            if source is not None or tables is not None or snapshot_mode is not None:
+                raise typer.BadParameter(
+                    "give either --config or --source/--tables/--snapshot-mode")
             cfg = load_config(config)
         else:
             if source is None:
                 raise typer.BadParameter("--config or --source is required")
-            cfg = config_from_args(source, _csv(tables), port, buffer_path, buffer_size)
+            cfg = config_from_args(source, _csv(tables), port, buffer_path, buffer_size,
+                                   snapshot_mode)
         r = Relay(cfg)
         signal.signal(signal.SIGTERM, r.request_exit)
         if config is not None:  # SIGHUP: re-read the source's tables from the file

@@ -64,6 +64,7 @@ def test_purged_while_relay_down_is_a_clear_terminal_error(tmp_path: Path) -> No
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     args = [*DATABUS, "relay", "--source", server.url, "--tables", r"shop\..*",
+            "--snapshot-mode", "no_data",
             "--buffer-path", str(tmp_path / "relay.buf"), "--port", str(port)]
     log = tmp_path / "relay.log"
     relay = None
@@ -134,6 +135,7 @@ def test_restarted_relay_serves_the_schemas_of_what_it_holds(tmp_path: Path) -> 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     args = [*DATABUS, "relay", "--source", server.url, "--tables", r"shop\..*",
+            "--snapshot-mode", "no_data",
             "--buffer-path", str(tmp_path / "relay.buf"), "--port", str(port)]
     log = tmp_path / "relay.log"
     relay = None
@@ -178,6 +180,7 @@ def test_consumer_behind_across_ddl_and_relay_restart(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     args = [*DATABUS, "relay", "--source", server.url, "--tables", r"shop\..*",
+            "--snapshot-mode", "no_data",
             "--buffer-path", str(tmp_path / "relay.buf"), "--port", str(port)]
     procs = []
     try:

@@ -65,6 +65,7 @@ class Pipeline:
     def args(self, name: str) -> list[str]:
         if name == "relay":
             return [*DATABUS, "relay", "--source", self.server.url, "--tables", r"shop\..*",
+                    "--snapshot-mode", "no_data",
                     "--buffer-path", str(self.tmp / "relay.buf"), "--port", str(self.port),
                     "--buffer-size", str(256 * 1024 * 1024)]
         if name == "replicate":

@@ -210,12 +210,15 @@ class Relay:
 
 def config_from_args(
     source_url: str, tables: list[str], port: int, buffer_path: Path | None,
-    capacity: int | None,
+    capacity: int | None, snapshot_mode: str | None = None,
 ) -> RelayConfig:
     """A config for ``databus relay --source URL --tables ...`` (no file)."""
     from databus.relay.config import parse_config
 
-    raw: dict[str, Any] = {"source": {"url": source_url, "tables": tables}, "http": {"port": port}}
+    src: dict[str, Any] = {"url": source_url, "tables": tables}
+    if snapshot_mode is not None:
+        src["snapshot_mode"] = snapshot_mode
+    raw: dict[str, Any] = {"source": src, "http": {"port": port}}
     buf: dict[str, Any] = {}
     if buffer_path is not None:
         buf["path"] = str(buffer_path)
