@@ -58,14 +58,23 @@ def _until(predicate: object, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _relay(server: MariaDB, tmp: Path) -> tuple[str, list[str]]:
+    """The URL and command line of a stream-only relay on a persistent buffer."""
+    port = free_port()
+    return f"http://127.0.0.1:{port}", [
+        *DATABUS, "relay", "--source", server.url, "--tables", r"shop\..*",
+        "--snapshot-mode", "no_data", "--buffer-path", str(tmp / "relay.buf"),
+        "--port", str(port)]
+
+
+def _held(url: str) -> int:
+    return int(httpx.get(f"{url}/containerStats/buffer/max_scn", timeout=10).json())
+
+
 def test_purged_while_relay_down_is_a_clear_terminal_error(tmp_path: Path) -> None:
     server = MariaDB(tmp_path / "db")
     server.start()
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    args = [*DATABUS, "relay", "--source", server.url, "--tables", r"shop\..*",
-            "--snapshot-mode", "no_data",
-            "--buffer-path", str(tmp_path / "relay.buf"), "--port", str(port)]
+    url, args = _relay(server, tmp_path)
     log = tmp_path / "relay.log"
     relay = None
     try:
@@ -76,7 +85,7 @@ def test_purged_while_relay_down_is_a_clear_terminal_error(tmp_path: Path) -> No
         w = Workload(con, seed=5, rollback_ratio=0.0)
 
         def held() -> int:
-            return int(httpx.get(f"{url}/containerStats/buffer/max_scn", timeout=10).json())
+            return _held(url)
 
         def write_until_held() -> None:  # the relay may not be streaming yet: write again
             w.transaction()
@@ -132,11 +141,7 @@ def test_restarted_relay_serves_the_schemas_of_what_it_holds(tmp_path: Path) -> 
     output) the windows its buffer holds: their schemas survived the restart."""
     server = MariaDB(tmp_path / "db")
     server.start()
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    args = [*DATABUS, "relay", "--source", server.url, "--tables", r"shop\..*",
-            "--snapshot-mode", "no_data",
-            "--buffer-path", str(tmp_path / "relay.buf"), "--port", str(port)]
+    url, args = _relay(server, tmp_path)
     log = tmp_path / "relay.log"
     relay = None
     try:
@@ -147,7 +152,7 @@ def test_restarted_relay_serves_the_schemas_of_what_it_holds(tmp_path: Path) -> 
         w = Workload(con, seed=6, rollback_ratio=0.0)
 
         def held() -> int:
-            return int(httpx.get(f"{url}/containerStats/buffer/max_scn", timeout=10).json())
+            return _held(url)
 
         def write_until_held() -> bool:
             w.transaction()
@@ -177,11 +182,7 @@ def test_consumer_behind_across_ddl_and_relay_restart(tmp_path: Path) -> None:
     transaction (old table version included) and the DDL notice, in order."""
     server = MariaDB(tmp_path / "db")
     server.start()
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    args = [*DATABUS, "relay", "--source", server.url, "--tables", r"shop\..*",
-            "--snapshot-mode", "no_data",
-            "--buffer-path", str(tmp_path / "relay.buf"), "--port", str(port)]
+    url, args = _relay(server, tmp_path)
     procs = []
     try:
         server.execute(*SCHEMA)
@@ -192,7 +193,7 @@ def test_consumer_behind_across_ddl_and_relay_restart(tmp_path: Path) -> None:
         w = Workload(con, seed=8, rollback_ratio=0.0)
 
         def held() -> int:
-            return int(httpx.get(f"{url}/containerStats/buffer/max_scn", timeout=10).json())
+            return _held(url)
 
         def first_captured() -> bool:  # the relay may not be streaming yet
             w.committed.clear()
