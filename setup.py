@@ -14,6 +14,7 @@ setup(
         Extension(
             "databus.sources.mysql._rowcodec",
             ["src/databus/sources/mysql/_rowcodec.c"],
+            depends=["src/databus/sources/mysql/_snaptext.c"],  # #included: snapshot rows
             optional=True,
             extra_compile_args=["-O2", "-std=c99", "-Wall"],
         ),

@@ -642,6 +642,7 @@ static int make_key(RowCodec *rc, Buf *img, Py_ssize_t *cs, Py_ssize_t *ce, int 
 /* ---------- the event ---------- */
 #define ATTR_KEY_BYTES 0x0008
 #define ATTR_HAS_METADATA 0x0010
+#define ATTR_SNAPSHOT 0x0020
 #define HEADER_LEN 45
 
 static int part(Buf *b, int16_t version, const unsigned char *digest, int dlen,
@@ -656,14 +657,15 @@ static int part(Buf *b, int16_t version, const unsigned char *digest, int dlen,
 }
 
 static int write_event(RowCodec *rc, Buf *out, int op, int64_t scn, int64_t ts, int is_int_key,
-                       int64_t ikey, Buf *kb, Buf *meta, const unsigned char *payload,
-                       size_t plen) {
+                       int64_t ikey, Buf *kb, Buf *meta, int extra_attrs,
+                       const unsigned char *payload, size_t plen) {
     size_t start = out->len;
     unsigned char head[HEADER_LEN];
     memset(head, 0, sizeof head);
     if (buf_put(out, head, HEADER_LEN) < 0) return -1;
     size_t body = out->len;
-    uint16_t attrs = (uint16_t)(op & 7) | ATTR_HAS_METADATA;
+    /* meta NULL: no metadata part (snapshot events) */
+    uint16_t attrs = (uint16_t)((op & 7) | extra_attrs | (meta ? ATTR_HAS_METADATA : 0));
     unsigned char k8[8];
     if (is_int_key) {
         for (int i = 0; i < 8; i++) k8[i] = (unsigned char)((uint64_t)ikey >> (56 - 8 * i));
@@ -673,7 +675,7 @@ static int write_event(RowCodec *rc, Buf *out, int op, int64_t scn, int64_t ts, 
         put_be32_at(k8, (uint32_t)kb->len);
         if (buf_put(out, k8, 4) < 0 || buf_put(out, kb->p, kb->len) < 0) return -1;
     }
-    if (part(out, 0, rc->meta_id, rc->meta_id_len, meta->p, meta->len) < 0) return -1;
+    if (meta && part(out, 0, rc->meta_id, rc->meta_id_len, meta->p, meta->len) < 0) return -1;
     if (part(out, rc->schema_version, rc->schema_id, rc->schema_id_len, payload, plen) < 0)
         return -1;
     size_t total = out->len - start;
@@ -881,10 +883,10 @@ static PyObject *RowCodec_encode(RowCodec *self, PyObject *args) {
                                                       memcmp(kb2.p, kb.p, kb.len) == 0));
             if (!same) {
                 if (put_meta(&meta, NULL, 0, &mid, idx) < 0 ||
-                    write_event(self, &out, 3, scn, ts, b_int, bkey, &kb2, &meta, before.p,
+                    write_event(self, &out, 3, scn, ts, b_int, bkey, &kb2, &meta, 0, before.p,
                                 before.len) < 0 ||
                     put_meta(&meta, NULL, 0, &mid, idx + 1) < 0 ||
-                    write_event(self, &out, 1, scn, ts, is_int, ikey, &kb, &meta, img.p,
+                    write_event(self, &out, 1, scn, ts, is_int, ikey, &kb, &meta, 0, img.p,
                                 img.len) < 0)
                     goto done;
                 rows += 2;
@@ -893,7 +895,7 @@ static PyObject *RowCodec_encode(RowCodec *self, PyObject *args) {
         }
         /* metadata: before (union), the constant middle, row (union long) */
         if (put_meta(&meta, update ? before.p : NULL, before.len, &mid, idx) < 0) goto done;
-        if (write_event(self, &out, op, scn, ts, is_int, ikey, &kb, &meta, img.p, img.len) < 0)
+        if (write_event(self, &out, op, scn, ts, is_int, ikey, &kb, &meta, 0, img.p, img.len) < 0)
             goto done;
         rows++;
     }
@@ -917,6 +919,8 @@ done:
     return result;
 }
 
+#include "_snaptext.c"
+
 static PyObject *py_crc32(PyObject *mod, PyObject *args) {
     Py_buffer data;
     unsigned int start = 0;
@@ -930,6 +934,10 @@ static PyObject *py_crc32(PyObject *mod, PyObject *args) {
 static PyMethodDef RowCodec_methods[] = {
     {"encode", (PyCFunction)RowCodec_encode, METH_VARARGS,
      "encode(body, event_type, scn, timestamp_ns, meta_mid, row_index, table) -> (bytes, rows)"},
+    {"encode_text", (PyCFunction)RowCodec_encode_text, METH_VARARGS,
+     "encode_text(rows, table) -> [(key, payload)] (snapshot result rows, see _snaptext.c)"},
+    {"snapshot_events", (PyCFunction)RowCodec_snapshot_events, METH_VARARGS,
+     "snapshot_events(items, scn, timestamp_ns) -> bytes (READ events, snapshot attribute)"},
     {NULL, NULL, 0, NULL}};
 
 static PyTypeObject RowCodecType = {

@@ -10,9 +10,13 @@ from __future__ import annotations
 import contextlib
 import select
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 import pymysql
+import pymysql.connections
+import pymysql.protocol
+from pymysql.constants import COMMAND
 
 from databus.core.errors import (
     ConfigError,
@@ -228,10 +232,32 @@ class SqlSession:
 
     def query(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
         con = self._connection()
-        try:
+        with self._errors(), con.cursor() as cur:
+            cur.execute(sql, params)
+            return list(cur.fetchall())
+
+    def query_raw(self, sql: str, params: Any = None) -> RawResult:
+        """A ``SELECT`` whose rows stay as the server's text-protocol row packets
+        (for the compiled snapshot reader); :meth:`RawResult.convert` gives a row
+        as :meth:`query` would."""
+        con = self._connection()
+        with self._errors():
             with con.cursor() as cur:
-                cur.execute(sql, params)
-                return list(cur.fetchall())
+                text = cur.mogrify(sql, params)
+            # pymysql's Connection.query, with a result class that keeps the packets
+            con._execute_command(COMMAND.COM_QUERY, text.encode(con.encoding))
+            con._result = None
+            result = _RawRows(con)
+            result.read()
+            con._result = result
+            if result.server_status is not None:
+                con.server_status = result.server_status
+            return RawResult(result, str(con.encoding))
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
         except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
             if exc.args and isinstance(exc.args[0], int) and exc.args[0] < 2000 \
                     and exc.args[0] not in (1040, 1053, 1152, 1158, 1159, 1160, 1161):
@@ -246,3 +272,34 @@ class SqlSession:
             with contextlib.suppress(Exception):
                 self._con.close()
             self._con = None
+
+
+class _RawRows(pymysql.connections.MySQLResult):
+    """A pymysql result whose rows are the row packets' bytes, unconverted."""
+
+    def _read_row_from_packet(self, packet: Any) -> bytes:
+        return bytes(packet.get_all_data())
+
+
+class RawResult:
+    """Rows of a ``SELECT`` as text-protocol packets (see :meth:`SqlSession.query_raw`).
+
+    ``columns``: per column ``(field type, charset number, encoding)``, where the
+    encoding is the one pymysql decodes the column's text with (None: kept as
+    bytes).
+    """
+
+    def __init__(self, result: Any, encoding: str) -> None:
+        self._result = result
+        self.encoding = encoding
+        self.rows: list[bytes] = list(result.rows or ())
+        self.columns: list[tuple[int, int, str | None]] = [
+            (int(f.type_code), int(f.charsetnr), enc)
+            for f, (enc, _conv) in zip(result.fields or [], result.converters or [],
+                                       strict=True)]
+
+    def convert(self, raw: bytes) -> tuple[Any, ...]:
+        """One row packet -> the row :meth:`SqlSession.query` gives."""
+        packet = pymysql.protocol.MysqlPacket(raw, self.encoding)
+        base: Any = pymysql.connections.MySQLResult  # the converting row reader
+        return tuple(base._read_row_from_packet(self._result, packet))

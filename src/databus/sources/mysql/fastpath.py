@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from databus.core.errors import CorruptEventError
 from databus.sources.mysql import rows as br
 
 log = logging.getLogger("databus.sources.mysql")
@@ -127,3 +128,60 @@ def compile_codec(td: br.TableDef, *, src_id: int, schema_id: bytes, schema_vers
     except _Unsupported as exc:
         log.info("%s v%d uses the Python row decoder (%s)", name, schema_version, exc)
         return None
+
+
+# --- snapshot chunks: SELECT result rows (text protocol) -------------------------
+
+# MySQL field types of a result, as the chunk SELECT (chunks.select_list) gives them
+_F_DECIMAL, _F_TINY, _F_SHORT, _F_LONG, _F_FLOAT, _F_DOUBLE = 0, 1, 2, 3, 4, 5
+_F_TIMESTAMP, _F_LONGLONG, _F_INT24, _F_DATE, _F_TIME, _F_DATETIME, _F_YEAR = 7, 8, 9, 10, 11, 12, 13
+_F_VARCHAR, _F_BIT, _F_JSON, _F_NEWDECIMAL = 15, 16, 245, 246
+_F_TEXT = frozenset({_F_VARCHAR, _F_JSON, 249, 250, 251, 252, 253, 254})
+_TEXT_FIELDS: dict[int, frozenset[int]] = {
+    **{op: frozenset({_F_TINY, _F_SHORT, _F_LONG, _F_LONGLONG, _F_INT24})
+       for op in (OP_INT8, OP_UINT8, OP_INT16, OP_UINT16, OP_INT24, OP_UINT24, OP_INT32,
+                  OP_UINT32, OP_INT64, OP_UINT64_DEC)},
+    OP_YEAR: frozenset({_F_YEAR}), OP_FLOAT: frozenset({_F_DOUBLE}),
+    OP_DOUBLE: frozenset({_F_DOUBLE}), OP_DECIMAL: frozenset({_F_DECIMAL, _F_NEWDECIMAL}),
+    OP_DATE: frozenset({_F_DATE}), OP_DATETIME2: frozenset({_F_DATETIME}),
+    OP_TIMESTAMP2: frozenset({_F_TIMESTAMP}), OP_TIME2: frozenset({_F_TIME}),
+    OP_BIT_LONG: frozenset({_F_BIT}), OP_BIT_DEC: frozenset({_F_BIT}),
+    OP_ENUM: _F_TEXT, OP_SET: _F_TEXT, OP_VARSTR: _F_TEXT, OP_CHAR: _F_TEXT,
+    OP_BINARY_PAD: _F_TEXT, OP_BLOB: _F_TEXT | {255},
+}
+
+
+def text_compatible(td: br.TableDef, columns: list[tuple[int, int, str | None]]) -> bool:
+    """Whether a chunk result (``RawResult.columns``) reads as the compiled codec
+    of ``td`` expects: per column the field type its opcode parses, text
+    decoded as UTF-8 exactly where the Python path gets ``str`` and kept as
+    bytes where it gets ``bytes``. Anything else uses the Python path."""
+    if len(columns) != len(td.types):
+        return False
+    for i, (ftype, _charset, encoding) in enumerate(columns):
+        try:
+            op, _a, _b, conv, _values = _op(td, i)
+        except _Unsupported:
+            return False
+        if ftype not in _TEXT_FIELDS.get(op, ()):
+            return False
+        if op in (OP_VARSTR, OP_CHAR, OP_BLOB, OP_ENUM, OP_SET, OP_BINARY_PAD):
+            decoded = op in (OP_ENUM, OP_SET) or (op != OP_BINARY_PAD and conv != CONV_COPY)
+            if (encoding == "utf8") != decoded or (not decoded and encoding is not None):
+                return False
+        elif op in (OP_BIT_LONG, OP_BIT_DEC):
+            if encoding is not None:
+                return False
+        elif encoding != "ascii":
+            return False
+    return True
+
+
+def encode_text(codec: Any, rows: list[bytes], table: str) -> list[tuple[int | bytes, bytes]]:
+    """(event key, Avro payload) of each text-protocol row; a row that does not
+    parse raises :class:`CorruptEventError`."""
+    try:
+        out: list[tuple[int | bytes, bytes]] = codec.encode_text(rows, table)
+    except ValueError as exc:
+        raise CorruptEventError(f"cannot read a snapshot row of {table}: {exc}") from exc
+    return out

@@ -72,7 +72,7 @@ class Chunk:
     open_id: str
     close_id: str
     table: str
-    rows: dict[int | bytes, list[Any]]
+    rows: dict[int | bytes, Any]  # event key -> what the reader gave (an Avro payload)
     last_key: list[Any] | None
     complete: bool  # the table has no rows after this chunk
     shape: Any = None  # the table version that encodes the rows
@@ -91,7 +91,7 @@ class ChunkReader:
 
     def read_chunk(self, table: str, key: Sequence[str], after: Sequence[Any] | None,
                    max_key: Sequence[Any] | None, limit: int, condition: str | None
-                   ) -> tuple[list[tuple[int | bytes, list[Any], list[Any]]], Any]:
+                   ) -> tuple[list[tuple[int | bytes, Any, list[Any]]], Any]:
         """((event key, binlog values, chunk-key values) per row, and the table
         version that encodes them)."""
         raise NotImplementedError

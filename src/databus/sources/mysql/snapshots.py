@@ -12,7 +12,7 @@ from typing import Any
 
 from databus.core.atomic import write_atomic
 from databus.core.errors import SchemaError, StatementError
-from databus.sources.mysql import chunks
+from databus.sources.mysql import chunks, fastpath
 from databus.sources.mysql import rows as br
 from databus.sources.mysql.connection import SqlSession
 from databus.sources.mysql.incremental import ChunkReader
@@ -32,8 +32,16 @@ class SnapshotIO(ChunkReader):
     """Chunks and watermarks through one SQL session.
 
     ``shape_of(td)`` gives the table version that encodes a table's rows (the
-    source's, so that snapshot rows and streamed rows share schema and keys);
-    it returns an object with ``key(values, index)``.
+    source's, so that snapshot rows and streamed rows share schema and keys):
+    a :class:`~.tables.Shape`.
+
+    Table definitions (two information_schema queries) are read once per table
+    and kept until :meth:`forget` names the table: the source calls it for
+    every DDL statement it meets in the binlog, and drops a chunk it read with
+    a definition that a DDL has since changed (see ``MysqlSource._ddl_seen``).
+    Chunk rows are read as text-protocol packets and encoded by the table's
+    compiled codec when it has one (:func:`.fastpath.text_compatible`), else
+    converted by pymysql and encoded by fastavro; both give the same bytes.
     """
 
     def __init__(self, session: SqlSession, signal_table: str, wanted: Callable[[str], bool],
@@ -42,6 +50,14 @@ class SnapshotIO(ChunkReader):
         self.signal_table = signal_table
         self.wanted = wanted
         self.shape_of = shape_of
+        self._tables: dict[str, tuple[br.TableDef, Any]] = {}
+
+    def forget(self, table: str | None = None) -> None:
+        """Drop the kept definition of ``table`` (None: of every table)."""
+        if table is None:
+            self._tables.clear()
+        else:
+            self._tables.pop(table, None)
 
     def ensure_signal_table(self) -> None:
         db, table = split(self.signal_table)
@@ -69,6 +85,9 @@ class SnapshotIO(ChunkReader):
         return [n for n in names if n != self.signal_table and self.wanted(n)]
 
     def _table(self, table: str) -> tuple[br.TableDef, Any]:
+        kept = self._tables.get(table)
+        if kept is not None:
+            return kept
         db, name = split(table)
         cols = self.session.query(chunks.COLUMNS_SQL, (db, name))
         key = [str(r[0]) for r in self.session.query(chunks.KEY_SQL, (db, name))]
@@ -76,7 +95,8 @@ class SnapshotIO(ChunkReader):
         if not td.primary_key:
             raise SchemaError(f"{table} has no primary key: snapshots need one to match"
                               " streamed changes")
-        return td, self.shape_of(td)
+        self._tables[table] = (td, self.shape_of(td))
+        return self._tables[table]
 
     def max_key(self, table: str, key: Sequence[str] | None, condition: str | None
                 ) -> tuple[list[Any] | None, list[str]]:
@@ -92,16 +112,34 @@ class SnapshotIO(ChunkReader):
 
     def read_chunk(self, table: str, key: Sequence[str], after: Sequence[Any] | None,
                    max_key: Sequence[Any] | None, limit: int, condition: str | None
-                   ) -> tuple[list[tuple[int | bytes, list[Any], list[Any]]], Any]:
+                   ) -> tuple[list[tuple[int | bytes, Any, list[Any]]], Any]:
+        """(event key, Avro payload, chunk-key values) per row, and the Shape that
+        encodes them. Only the last row carries its chunk-key values (the
+        coordinator seeks from it); the others have an empty list."""
         td, shape = self._table(table)
         cols = list(key) if key else [td.names[i] for i in td.primary_key]
         sql, params = chunks.chunk_query(td, cols, after, max_key, limit, condition)
         idx = [td.names.index(c) for c in cols]
-        out = []
-        for row in self.session.query(sql, params):
-            values = chunks.to_binlog_values(td, row)
-            out.append((shape.key(values, 0), values, [row[i] for i in idx]))
+        result = self.session.query_raw(sql, params)
+        if not result.rows:
+            return [], shape
+        last = result.convert(result.rows[-1])
+        tail = [last[i] for i in idx]
+        if shape.codec is not None and fastpath.text_compatible(td, result.columns):
+            pairs = fastpath.encode_text(shape.codec, result.rows, shape.name)
+        else:
+            pairs = [self._encode_py(td, shape, result.convert(raw)) for raw in result.rows]
+        out: list[tuple[int | bytes, Any, list[Any]]] = [(k, p, []) for k, p in pairs]
+        out[-1] = (out[-1][0], out[-1][1], tail)
         return out, shape
+
+    @staticmethod
+    def _encode_py(td: br.TableDef, shape: Any, row: Sequence[Any]) -> tuple[int | bytes, bytes]:
+        """The Python path (the reference): pymysql values -> decoder values ->
+        (event key, fastavro payload)."""
+        values = chunks.to_binlog_values(td, row)
+        payload: bytes = shape.version.schema.encode(shape.row(values))
+        return shape.key(values, 0), payload
 
 
 # -- progress records ---------------------------------------------------------------

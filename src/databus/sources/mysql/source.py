@@ -279,6 +279,7 @@ class MysqlSource(Source):
         if filters is not None:
             self._include, self._exclude, self._col_include, self._col_exclude = filters
             self._shapes.clear()  # column filters are part of a shape
+            self._snap_io.forget()  # its kept shapes too
             log.info("table and column filters reloaded")
 
     def stats(self) -> dict[str, float]:
@@ -436,6 +437,7 @@ class MysqlSource(Source):
             if sql.strip().upper() == "ROLLBACK":  # non-transactional tables rolled back
                 self._reset_txn()
             elif not word.startswith(("BEGIN", "SAVEPOIN", "ROLLBACK", "XA ")):
+                self._ddl_seen(db, sql)
                 return self._ddl(h, db, sql)
         elif t == be.EventType.ROTATE:
             self._file = be.parse_rotate(body).file
@@ -490,13 +492,40 @@ class MysqlSource(Source):
         return Window(scn, b"".join(parts), rows, ts_ns)
 
     def _snapshot_events(self, chunk: inc.Chunk, scn: int, ts_ns: int) -> tuple[bytes, int]:
+        """The chunk's rows (event key -> Avro payload) as ``r`` events."""
         shape: Shape = chunk.shape
+        if shape.codec is not None:
+            return shape.codec.snapshot_events(list(chunk.rows.items()), scn, ts_ns), len(chunk.rows)
         s = shape.version.schema
-        out = [ev.encode(scn=scn, src_id=s.src_id, key=key, payload=s.encode(shape.row(values)),
+        out = [ev.encode(scn=scn, src_id=s.src_id, key=key, payload=payload,
                          schema_id=s.id, schema_version=s.version, op=ev.Op.READ,
                          timestamp_ns=ts_ns, extra_attributes=ev.ATTR_SNAPSHOT)
-               for key, values in chunk.rows.items()]
+               for key, payload in chunk.rows.items()]
         return b"".join(out), len(out)
+
+    def _ddl_seen(self, db: str, sql: str) -> None:
+        """A DDL statement in the binlog: forget the snapshot's kept table
+        definitions it may change, and drop a chunk read (with a definition the
+        DDL may have changed) but not sent yet, so it is read again.
+
+        A chunk's SELECT and a DDL on its table exclude each other (metadata
+        lock), and the high watermark is written after the SELECT; so a DDL the
+        chunk's definition missed is in the binlog before the chunk's high
+        watermark, i.e. met here before the chunk is sent."""
+        changes = dd.parse_ddl(db, sql)
+        names = {n for c in changes for n in (c.name, c.new_name) if n}
+        if changes:
+            for n in names:
+                self._snap_io.forget(n)
+        else:  # not a table change as parse_ddl reads it: forget all, to be safe
+            self._snap_io.forget()
+        chunk = self._coord.chunk
+        if chunk is None:
+            return
+        bare = chunk.table.partition(".")[2].lower()
+        if chunk.table in names or (not changes and bare in sql.lower()):
+            log.info("snapshot chunk of %s read again after a DDL", chunk.table)
+            self._coord.chunk = None
 
     def _notice_event(self, notice: dict[str, Any], scn: int, ts_ns: int) -> bytes:
         s = self._notify_version.schema
