@@ -182,6 +182,6 @@ def encode_text(codec: Any, rows: list[bytes], table: str) -> list[tuple[int | b
     parse raises :class:`CorruptEventError`."""
     try:
         out: list[tuple[int | bytes, bytes]] = codec.encode_text(rows, table)
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:  # OverflowError: a FLOAT beyond its range
         raise CorruptEventError(f"cannot read a snapshot row of {table}: {exc}") from exc
     return out
