@@ -954,6 +954,8 @@ static PyTypeObject RowCodecType = {
 
 static PyMethodDef module_methods[] = {
     {"crc32", py_crc32, METH_VARARGS, "CRC-32 as zlib.crc32 (for tests)."},
+    {"scan_rows", py_scan_rows, METH_VARARGS,
+     "scan_rows(data, seq) -> (rows, consumed, seq): complete row packets (_snaptext.c)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_rowcodec",

@@ -246,14 +246,15 @@ static int text_image(RowCodec *rc, In *in, Buf *b, Py_ssize_t *col_start, Py_ss
 }
 
 /*
- * encode_text(rows, table) -> list of (key, payload)
+ * encode_text(rows, table, tail) -> list of (key, payload, tail)
  * rows: a sequence of result row packets (bytes), one per row, columns in the
- * program's order. key: int or bytes as Shape.key; payload: the Avro record.
+ * program's order. key: int or bytes as Shape.key; payload: the Avro record;
+ * tail: the given object, as is (the caller's third item).
  */
 static PyObject *RowCodec_encode_text(RowCodec *self, PyObject *args) {
-    PyObject *rows;
+    PyObject *rows, *tail;
     const char *table;
-    if (!PyArg_ParseTuple(args, "Os", &rows, &table)) return NULL;
+    if (!PyArg_ParseTuple(args, "OsO", &rows, &table, &tail)) return NULL;
     PyObject *seq = PySequence_Fast(rows, "rows must be a sequence of bytes");
     if (!seq) return NULL;
     Py_ssize_t nrows = PySequence_Fast_GET_SIZE(seq);
@@ -281,7 +282,7 @@ static PyObject *RowCodec_encode_text(RowCodec *self, PyObject *args) {
         PyObject *key = is_int ? PyLong_FromLongLong(ikey)
                                : PyBytes_FromStringAndSize((const char *)kb.p, (Py_ssize_t)kb.len);
         PyObject *payload = PyBytes_FromStringAndSize((const char *)img.p, (Py_ssize_t)img.len);
-        PyObject *pair = key && payload ? PyTuple_Pack(2, key, payload) : NULL;
+        PyObject *pair = key && payload ? PyTuple_Pack(3, key, payload, tail) : NULL;
         Py_XDECREF(key);
         Py_XDECREF(payload);
         if (!pair) goto fail;
@@ -344,4 +345,42 @@ done:
     PyMem_Free(out.p);
     PyMem_Free(kb.p);
     return result;
+}
+
+/*
+ * scan_rows(data, seq) -> (rows, consumed, seq)
+ * Splits the complete row packets at the start of data (bytes a result's
+ * socket has buffered) off: each packet is a 3-byte length, a sequence number
+ * that must be seq (then seq + 1, modulo 256) and the row. Stops before an
+ * incomplete packet, a packet of 16 MB or more (split packets), a packet
+ * with a wrong sequence number, and one whose first byte is 0xFE or 0xFF
+ * (EOF, error, or a row pymysql must read): the caller reads that one with
+ * pymysql. consumed: the bytes of the packets returned.
+ */
+static PyObject *py_scan_rows(PyObject *mod, PyObject *args) {
+    Py_buffer data;
+    int seq;
+    (void)mod;
+    if (!PyArg_ParseTuple(args, "y*i", &data, &seq)) return NULL;
+    const unsigned char *p = data.buf;
+    Py_ssize_t pos = 0, end = data.len;
+    PyObject *rows = PyList_New(0);
+    if (!rows) goto done;
+    while (end - pos >= 4) {
+        Py_ssize_t n = (Py_ssize_t)le(p + pos, 3);
+        if (n >= 0xFFFFFF || p[pos + 3] != (seq & 0xFF) || end - pos - 4 < n) break;
+        if (n == 0 || p[pos + 4] == 0xFE || p[pos + 4] == 0xFF) break;
+        PyObject *row = PyBytes_FromStringAndSize((const char *)p + pos + 4, n);
+        if (!row || PyList_Append(rows, row) < 0) {
+            Py_XDECREF(row);
+            Py_CLEAR(rows);
+            goto done;
+        }
+        Py_DECREF(row);
+        pos += 4 + n;
+        seq = (seq + 1) & 0xFF;
+    }
+done:
+    PyBuffer_Release(&data);
+    return rows ? Py_BuildValue("(Nni)", rows, pos, seq) : NULL;
 }

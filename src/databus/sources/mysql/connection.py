@@ -24,6 +24,7 @@ from databus.core.errors import (
     SourceUnavailableError,
     StatementError,
 )
+from databus.sources.mysql import fastpath
 from databus.sources.mysql.checks import MysqlUrl, ServerFacts
 
 _ACCESS_DENIED = 1045
@@ -275,10 +276,44 @@ class SqlSession:
 
 
 class _RawRows(pymysql.connections.MySQLResult):
-    """A pymysql result whose rows are the row packets' bytes, unconverted."""
+    """A pymysql result whose rows are the row packets' bytes, unconverted.
+
+    With the compiled codec, the row packets the socket has buffered are split
+    off in C (``_rowcodec.scan_rows``); pymysql reads the rest (a packet that
+    straddles the buffer, the EOF or error packet, packets of 16 MB or more),
+    so the sequence numbers and errors are checked as pymysql checks them."""
 
     def _read_row_from_packet(self, packet: Any) -> bytes:
         return bytes(packet.get_all_data())
+
+    def _read_rowdata_packet(self) -> None:
+        base: Any = pymysql.connections.MySQLResult  # what the stubs leave out
+        scan = fastpath.scan_rows()
+        if scan is None:
+            base._read_rowdata_packet(self)
+            return
+        con: Any = self.connection
+        rows: list[bytes] = []
+        while True:
+            try:
+                data = con._rfile.peek(1)
+            except OSError as exc:
+                con._force_close()
+                raise pymysql.err.OperationalError(
+                    2013, f"Lost connection to MySQL server during query ({exc})") from exc
+            got, used, seq = scan(data, con._next_seq_id)
+            if used:
+                con._rfile.read(used)
+                con._next_seq_id = seq
+                rows += got
+                continue
+            packet = con._read_packet()  # not a plain buffered row: pymysql's way
+            if base._check_packet_is_eof(self, packet):
+                self.connection = None
+                break
+            rows.append(self._read_row_from_packet(packet))
+        self.affected_rows = len(rows)
+        self.rows = tuple(rows)
 
 
 class RawResult:

@@ -177,11 +177,17 @@ def text_compatible(td: br.TableDef, columns: list[tuple[int, int, str | None]])
     return True
 
 
-def encode_text(codec: Any, rows: list[bytes], table: str) -> list[tuple[int | bytes, bytes]]:
-    """(event key, Avro payload) of each text-protocol row; a row that does not
-    parse raises :class:`CorruptEventError`."""
+def encode_text(codec: Any, rows: list[bytes], table: str, tail: Any = ()
+                ) -> list[tuple[int | bytes, bytes, Any]]:
+    """(event key, Avro payload, ``tail``) of each text-protocol row; a row that
+    does not parse raises :class:`CorruptEventError`."""
     try:
-        out: list[tuple[int | bytes, bytes]] = codec.encode_text(rows, table)
+        out: list[tuple[int | bytes, bytes, Any]] = codec.encode_text(rows, table, tail)
     except (ValueError, OverflowError) as exc:  # OverflowError: a FLOAT beyond its range
         raise CorruptEventError(f"cannot read a snapshot row of {table}: {exc}") from exc
     return out
+
+
+def scan_rows() -> Any | None:
+    """The C splitter of buffered text-protocol row packets, or None (not built)."""
+    return None if _rowcodec is None else _rowcodec.scan_rows

@@ -91,7 +91,7 @@ class ChunkReader:
 
     def read_chunk(self, table: str, key: Sequence[str], after: Sequence[Any] | None,
                    max_key: Sequence[Any] | None, limit: int, condition: str | None
-                   ) -> tuple[list[tuple[int | bytes, Any, list[Any]]], Any]:
+                   ) -> tuple[list[tuple[int | bytes, Any, Any]], Any]:
         """((event key, binlog values, chunk-key values) per row, and the table
         version that encodes them)."""
         raise NotImplementedError

@@ -112,10 +112,10 @@ class SnapshotIO(ChunkReader):
 
     def read_chunk(self, table: str, key: Sequence[str], after: Sequence[Any] | None,
                    max_key: Sequence[Any] | None, limit: int, condition: str | None
-                   ) -> tuple[list[tuple[int | bytes, Any, list[Any]]], Any]:
+                   ) -> tuple[list[tuple[int | bytes, Any, Any]], Any]:
         """(event key, Avro payload, chunk-key values) per row, and the Shape that
         encodes them. Only the last row carries its chunk-key values (the
-        coordinator seeks from it); the others have an empty list."""
+        coordinator seeks from it); the others have an empty tuple."""
         td, shape = self._table(table)
         cols = list(key) if key else [td.names[i] for i in td.primary_key]
         sql, params = chunks.chunk_query(td, cols, after, max_key, limit, condition)
@@ -125,11 +125,12 @@ class SnapshotIO(ChunkReader):
             return [], shape
         last = result.convert(result.rows[-1])
         tail = [last[i] for i in idx]
+        out: list[tuple[int | bytes, Any, Any]]
         if shape.codec is not None and fastpath.text_compatible(td, result.columns):
-            pairs = fastpath.encode_text(shape.codec, result.rows, shape.name)
+            out = fastpath.encode_text(shape.codec, result.rows, shape.name)
         else:
-            pairs = [self._encode_py(td, shape, result.convert(raw)) for raw in result.rows]
-        out: list[tuple[int | bytes, Any, list[Any]]] = [(k, p, []) for k, p in pairs]
+            out = [(*self._encode_py(td, shape, result.convert(raw)), ())
+                   for raw in result.rows]
         out[-1] = (out[-1][0], out[-1][1], tail)
         return out, shape
 

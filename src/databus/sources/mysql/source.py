@@ -522,8 +522,9 @@ class MysqlSource(Source):
         chunk = self._coord.chunk
         if chunk is None:
             return
-        bare = chunk.table.partition(".")[2].lower()
-        if chunk.table in names or (not changes and bare in sql.lower()):
+        bare = re.escape(chunk.table.partition(".")[2])
+        if chunk.table in names or (not changes and re.search(rf"(?<![\w$]){bare}(?![\w$])",
+                                                               sql, re.I)):
             log.info("snapshot chunk of %s read again after a DDL", chunk.table)
             self._coord.chunk = None
 
