@@ -11,7 +11,11 @@ report:
   ``mariadb-dump --single-transaction`` of the same table in the same run (the
   native baseline: one consistent read to a file, no streaming);
 * the longest time one writer statement waited during the snapshot;
-* whether the consumer's copy equals the table at the end (it must).
+* whether the consumer's copy equals the table at the end (it must);
+* the source's chunk path alone (no writers, no consumer): the whole table read
+  by chunk SELECTs and turned into ``r`` events, with the compiled text-row
+  codec and with the Python path (pymysql values + fastavro), which give the
+  same bytes.
 
     .venv/bin/python -m bench.snapshot_incremental [--rows 1000000] [--chunk 4096]
 """
@@ -31,8 +35,10 @@ from tests.support.mariadb import MariaDB
 
 from databus.core import event as ev
 from databus.core.envelope import decode_images
+from databus.sources.mysql import incremental as inc
 from databus.sources.mysql.checks import parse_mysql_url
-from databus.sources.mysql.connection import master_status
+from databus.sources.mysql.connection import SqlSession, master_status
+from databus.sources.mysql.snapshots import SnapshotIO
 from databus.sources.mysql.source import NOTIFICATIONS, MysqlSource
 
 
@@ -90,6 +96,27 @@ def table(m: MariaDB) -> dict[int, tuple[Any, ...]]:
             return {r[0]: tuple(r) for r in cur.fetchall()}
     finally:
         con.close()
+
+
+def chunk_path(m: MariaDB, chunk: int, compiled: bool) -> tuple[int, float]:
+    """(rows, seconds) of reading ``shop.big`` by chunks into ``r`` events."""
+    src = MysqlSource(m.url, [r"shop\.big"], snapshot_mode="no_data", compiled=compiled)
+    io = SnapshotIO(SqlSession(src.url), "databus.signals", lambda _n: True, src._shape_of)
+    rows = 0
+    last = None
+    try:
+        t0 = time.perf_counter()
+        while True:
+            got, shape = io.read_chunk("shop.big", [], last, None, chunk, None)
+            c = inc.Chunk("lo", "hi", "shop.big", {k: p for k, p, _ in got}, None, True, shape)
+            src._snapshot_events(c, 1, 0)
+            rows += len(got)
+            if len(got) < chunk:
+                return rows, time.perf_counter() - t0
+            last = got[-1][2]
+    finally:
+        io.session.close()
+        src.close()
 
 
 def main() -> None:
@@ -160,6 +187,8 @@ def main() -> None:
         got = {k: (v["id"], v["name"], v["amount"], v["at"], v["note"], v["qty"])
                for k, v in replica.items()}
         equal = got == want
+        fast_n, fast_s = chunk_path(m, args.chunk, compiled=True)
+        slow_n, slow_s = chunk_path(m, args.chunk, compiled=False)
     finally:
         m.stop()
     snap_s = done - started
@@ -170,6 +199,10 @@ def main() -> None:
           f" {dump_s:>7.2f} | {args.rows / dump_s:>9,.0f}")
     print(f"{'  of which in the source (capture thread busy)':<52} | {reads:>9} |"
           f" {in_source:>7.2f} | {reads / in_source:>9,.0f}")
+    print(f"{'chunk path alone, compiled text-row codec':<52} | {fast_n:>9} |"
+          f" {fast_s:>7.2f} | {fast_n / fast_s:>9,.0f}")
+    print(f"{'chunk path alone, Python path (the reference)':<52} | {slow_n:>9} |"
+          f" {slow_s:>7.2f} | {slow_n / slow_s:>9,.0f}")
     print(f"snapshot / mariadb-dump: {(reads / snap_s) / (args.rows / dump_s):.3f}x"
           f" (source time only: {(reads / in_source) / (args.rows / dump_s):.3f}x)")
     print(f"concurrent writer statements: {writer.statements}; longest wait"

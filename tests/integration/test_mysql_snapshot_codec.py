@@ -251,3 +251,26 @@ def test_a_ddl_makes_later_chunks_read_the_new_definition(server: MariaDB) -> No
     assert altered and ddl_seen
     assert with_z > 100, "chunks after the ALTER must carry the new column"
     assert without_z_after_ddl == 0
+
+
+def test_buffered_row_packets_split_exactly_and_safely() -> None:
+    scan = fastpath.scan_rows()
+    assert scan is not None
+    rng = random.Random(3)
+    rows = [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 300))) for _ in range(50)]
+    rows = [b"\x01" + r for r in rows]  # a row never starts with 0xFE/0xFF
+    wire = b"".join(len(r).to_bytes(3, "little") + bytes([(9 + i) & 0xFF]) + r
+                    for i, r in enumerate(rows))
+    eof = b"\x05\x00\x00" + bytes([(9 + len(rows)) & 0xFF]) + b"\xfe\x00\x00\x02\x00"
+    got, used, seq = scan(wire + eof, 9)
+    assert got == rows and used == len(wire) and seq == (9 + len(rows)) & 0xFF
+    for cut in range(0, len(wire), 7):  # an incomplete packet is left for pymysql
+        got, used, _ = scan(wire[:cut], 9)
+        assert used == sum(len(g) + 4 for g in got) <= cut
+        assert got == rows[:len(got)] and (cut - used < 4 or len(got) == len(rows)
+                                           or cut - used < 4 + len(rows[len(got)]))
+    assert scan(wire, 10) == ([], 0, 10)  # a wrong sequence number stops at once
+    for _ in range(2000):  # random bytes: never more than was given, never a crash
+        junk = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 64)))
+        got, used, _ = scan(junk, rng.randrange(256))
+        assert used <= len(junk) and sum(len(g) + 4 for g in got) == used
