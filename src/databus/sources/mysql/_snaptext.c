@@ -136,6 +136,7 @@ static int text_decimal(In *in, Buf *b, const unsigned char *s, size_t n, int sc
     if (chunk_len) big_muladd(x, POW10[chunk_len], chunk);
     if (frac < 0) frac = 0;
     if (frac > scale) return text_fail(in, col, "DECIMAL has more digits than its scale");
+    if (digits + scale - frac > 80) return text_fail(in, col, "DECIMAL too long");
     for (int k = frac; k < scale; k++) big_muladd(x, 10, 0);
     return put_big(b, x, negative && nonzero);
 }
