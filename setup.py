@@ -1,5 +1,5 @@
-"""Build of the optional C accelerators (the binlog row codec, the relay buffer's
-event selection, the Spark event decoder).
+"""Build of the optional C accelerators (the binlog row codec, which also reads
+snapshot chunk rows, the relay buffer's event selection, the Spark event decoder).
 
 Everything else is in pyproject.toml. The extensions are optional: where one
 cannot be compiled, databus installs without it and uses its pure-Python path

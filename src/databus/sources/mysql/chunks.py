@@ -9,7 +9,9 @@ the binlog streams. For their rows to be the same events as streamed rows
   snapshotted before the binlog has shown it;
 * selects each column in a form that converts exactly (FLOAT through DOUBLE,
   since its text form has only six digits; the session in UTC for TIMESTAMP)
-  and turns ``SELECT`` values into the decoder's values (:func:`to_binlog_values`);
+  and turns ``SELECT`` values into the decoder's values (:func:`to_binlog_values`,
+  the Python path; the compiled reader parses the same text in C, see
+  :func:`.fastpath.encode_text`);
 * writes the chunk query: seek by key (``WHERE key > last ORDER BY key LIMIT n``;
   a composite key as the lexicographic OR of its columns), never OFFSET, with
   an optional extra condition.

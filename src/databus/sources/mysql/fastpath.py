@@ -6,10 +6,17 @@ opcode per column, fixed once, so that encoding a rows event is a single C
 call that goes from binlog bytes to finished events (header, CRCs, key,
 metadata and Avro payload) without a Python object per value.
 
+The same codec reads snapshot chunks (:func:`encode_text`): the text-protocol
+row packets of a chunk ``SELECT`` (split off the socket's buffer by
+:func:`scan_rows`) become Avro payloads and event keys, and
+``RowCodec.snapshot_events`` makes the ``r`` events, when the result's
+columns are what the program expects (:func:`text_compatible`).
+
 Contract: for every table version it accepts, the codec's output is
 byte-identical to the pure-Python path (:mod:`.rows` decoding, fastavro
 encoding, :func:`databus.core.event.encode`); the tests compare the two on the
-whole type matrix. It returns ``None`` (the caller then uses the Python path)
+whole type matrix (tests/integration/test_mysql_snapshot_codec.py does the
+same for snapshot rows). It returns ``None`` (the caller then uses the Python path)
 when the extension is not built, or the table has a column or key it does not
 compile: pre-5.6 temporal types, MySQL 8 binary JSON, a character set other
 than utf8/utf8mb4/ascii/latin1/binary, or a key column that is not an integer
