@@ -321,7 +321,8 @@ class RawResult:
 
     ``columns``: per column ``(field type, charset number, encoding)``, where the
     encoding is the one pymysql decodes the column's text with (None: kept as
-    bytes).
+    bytes); ``signature``: the result's column descriptions, compared to tell
+    a changed table definition.
     """
 
     def __init__(self, result: Any, encoding: str) -> None:
@@ -332,6 +333,10 @@ class RawResult:
             (int(f.type_code), int(f.charsetnr), enc)
             for f, (enc, _conv) in zip(result.fields or [], result.converters or [],
                                        strict=True)]
+        # what a column-changing DDL changes: type, charset, length, scale, flags
+        self.signature: tuple[tuple[int, ...], ...] = tuple(
+            (int(f.type_code), int(f.charsetnr), int(f.length), int(f.scale), int(f.flags))
+            for f in result.fields or [])
 
     def convert(self, raw: bytes) -> tuple[Any, ...]:
         """One row packet -> the row :meth:`SqlSession.query` gives."""

@@ -39,6 +39,9 @@ class SnapshotIO(ChunkReader):
     and kept until :meth:`forget` names the table: the source calls it for
     every DDL statement it meets in the binlog, and drops a chunk it read with
     a definition that a DDL has since changed (see ``MysqlSource._ddl_seen``).
+    A chunk whose SELECT fails, or whose result columns differ from those seen
+    with the fresh definition, is read again once with a fresh definition, so
+    a DDL the binlog has not shown yet does not abort the snapshot.
     Chunk rows are read as text-protocol packets and encoded by the table's
     compiled codec when it has one (:func:`.fastpath.text_compatible`), else
     converted by pymysql and encoded by fastavro; both give the same bytes.
@@ -51,13 +54,16 @@ class SnapshotIO(ChunkReader):
         self.wanted = wanted
         self.shape_of = shape_of
         self._tables: dict[str, tuple[br.TableDef, Any]] = {}
+        self._signatures: dict[str, tuple[tuple[int, ...], ...]] = {}  # of chunk results
 
     def forget(self, table: str | None = None) -> None:
         """Drop the kept definition of ``table`` (None: of every table)."""
         if table is None:
             self._tables.clear()
+            self._signatures.clear()
         else:
             self._tables.pop(table, None)
+            self._signatures.pop(table, None)
 
     def ensure_signal_table(self) -> None:
         db, table = split(self.signal_table)
@@ -116,11 +122,22 @@ class SnapshotIO(ChunkReader):
         """(event key, Avro payload, chunk-key values) per row, and the Shape that
         encodes them. Only the last row carries its chunk-key values (the
         coordinator seeks from it); the others have an empty tuple."""
+        kept = table in self._tables
         td, shape = self._table(table)
         cols = list(key) if key else [td.names[i] for i in td.primary_key]
         sql, params = chunks.chunk_query(td, cols, after, max_key, limit, condition)
         idx = [td.names.index(c) for c in cols]
-        result = self.session.query_raw(sql, params)
+        try:
+            result = self.session.query_raw(sql, params)
+        except StatementError:
+            if not kept:
+                raise
+            result = None
+        if result is None or self._signatures.setdefault(table, result.signature) \
+                != result.signature:
+            # a DDL the binlog has not shown yet changed the table: read it afresh once
+            self.forget(table)
+            return self.read_chunk(table, key, after, max_key, limit, condition)
         if not result.rows:
             return [], shape
         last = result.convert(result.rows[-1])
