@@ -184,16 +184,27 @@ def test_initial_only_stops_after_the_snapshot(tmp_path: Path) -> None:
         assert src.read(pos, threading.Event(), 0.3) == []
 
 
-def test_empty_tables_give_one_empty_window(tmp_path: Path) -> None:
+def test_empty_tables_send_no_window_and_their_first_change_first(tmp_path: Path) -> None:
     db = _db(tmp_path / "s.db", 0)
     with _source(db) as src:
-        got = src.read(-1, threading.Event(), 0.0)
-        assert len(got) == 1 and got[0].count == 0 and got[0].scn > 0
+        _write(db, ("INSERT INTO a VALUES (1, 1, 'x')", ()), ("DELETE FROM a", ()))  # backlog
+        assert src.read(-1, threading.Event(), 0.2) == []
         assert src.stats()["snapshot_completed_total"] == 1
-        _write(db, ("INSERT INTO a VALUES (1, 1, 'x')", ()))
+        _write(db, ("INSERT INTO a VALUES (2, 2, 'y')", ()))
         replica = Replica(src)
-        _drain(src, replica, got[0].scn, timeout=2.0, limit=1)
-        assert replica.changes == 1 and replica.reads == 0
+        _drain(src, replica, -1, timeout=2.0, limit=1)
+        assert (replica.changes, replica.reads) == (1, 0)
+        assert replica.rows == _table_state(db)
+
+
+def test_when_needed_with_empty_tables_streams_from_the_end(tmp_path: Path) -> None:
+    db = _db(tmp_path / "s.db", 0)
+    with _source(db, snapshot_mode="when_needed") as src:
+        assert src.read(5000, threading.Event(), 0.2) == []
+        _write(db, ("INSERT INTO a VALUES (2, 2, 'y')", ()))
+        replica = Replica(src)
+        _drain(src, replica, 5000, timeout=2.0, limit=1)
+        assert replica.changes == 1 and replica.scns[0] > 5000
 
 
 def test_bad_mode_is_a_config_error(tmp_path: Path) -> None:

@@ -152,6 +152,7 @@ class SqliteSource(Source):
         self._snap: SnapshotState | None = None  # the running snapshot
         self._started = False  # this process started its mode's snapshot
         self._lost: int | None = None  # a lost position when_needed replaced by a snapshot
+        self._floor: int | None = None  # stream from here: a snapshot ended without a window
         self._stats: dict[str, float] = {}
         infos = cat.install(self.path, list(tables))
         self._infos = sorted({i.id: i for i in infos}.values(), key=lambda i: i.id)
@@ -211,6 +212,7 @@ class SqliteSource(Source):
                         window = self._poll(after_scn)
                     if window is not None:
                         self._pos = window.scn
+                        self._floor = None
             except _Retry:
                 continue
             except SourcePositionLostError:
@@ -275,7 +277,7 @@ class SqliteSource(Source):
     def _open(self, after_scn: int) -> None:
         """A (re)start at ``after_scn``: resume or start the mode's snapshot."""
         self._pos = after_scn
-        self._lost = None
+        self._lost = self._floor = None
         self._skip = self._idle = None
         self._snap = None
         if self.snapshot_mode == "no_data":
@@ -302,9 +304,14 @@ class SqliteSource(Source):
     def _count(self, name: str, n: float = 1) -> None:
         self._stats[name] = self._stats.get(name, 0) + n
 
-    def _chunk_window(self, after_scn: int) -> Window:
+    def _chunk_window(self, after_scn: int) -> Window | None:
         """Stream rows above ``after_scn`` and the next chunk, read in ONE read
-        transaction, as one window (see :mod:`databus.sources.txlog.snapshot`)."""
+        transaction, as one window (see :mod:`databus.sources.txlog.snapshot`).
+
+        A window with no event at all can only end the snapshot (a chunk reads
+        on into the next tables); it is not sent, the stream goes on from its
+        SCN instead (a consumer of empty tables sees their first change first).
+        """
         snap = self._snap
         assert snap is not None
         con = self._reader
@@ -340,6 +347,10 @@ class SqliteSource(Source):
             self._count("snapshot_completed_total")
             log.info("snapshot %s of %s: completed at scn %d (%d rows, %d chunk windows)",
                      new.id, self.path, scn, new.rows, new.chunks)
+        if stream.count + len(parts) == 0:
+            assert done
+            self._floor = scn
+            return None
         return Window(scn, stream.events + b"".join(parts), stream.count + len(parts),
                       ts * 1_000_000)
 
@@ -385,12 +396,15 @@ class SqliteSource(Source):
                   ) -> tuple[int, int, list[tuple[Any, ...]]] | None:
         """In the open read transaction: (top scn, its ts, own rows) or None if nothing new."""
         self._check_schema(con)
-        self._check_position(con, after_scn)
+        if self._lost != after_scn:
+            self._check_position(con, after_scn)
         top = con.execute("SELECT scn, ts FROM _databus_txlog ORDER BY scn DESC LIMIT 1"
                           ).fetchone()
         start = after_scn
         if self._skip is not None:
             start = max(start, self._skip[1])
+        if self._floor is not None:
+            start = max(start, self._floor)
         if top is None or top[0] <= start:
             return None
         return int(top[0]), int(top[1]), self._own_rows(con, start, int(top[0]))
