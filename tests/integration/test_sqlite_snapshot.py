@@ -292,6 +292,22 @@ def test_restart_resumes_after_the_last_chunk_it_holds(tmp_path: Path) -> None:
     assert again.changes == 21 + 9
 
 
+def test_restart_far_back_in_a_long_snapshot_resumes_there(tmp_path: Path) -> None:
+    """More chunk windows than a fixed record cap would keep, none acknowledged."""
+    db = _db(tmp_path / "s.db", 800)
+    state = tmp_path / "state"
+    state.mkdir()
+    with _source(db, snapshot_chunk_size=5, state_dir=state) as src:
+        replica = Replica(src)
+        _drain(src, replica, -1, limit=300)
+        kept = replica.scns[3]  # the relay kept only four windows
+        src.acknowledge(kept)
+    with _source(db, snapshot_chunk_size=5, state_dir=state) as src:
+        again = Replica(src)
+        _drain(src, again, kept)
+    assert again.reads == _rows(db) - 4 * 5
+
+
 def test_restart_rebuilds_the_table_exactly(tmp_path: Path) -> None:
     db = _db(tmp_path / "s.db", 3000)
     state = tmp_path / "state"

@@ -58,10 +58,16 @@ def _from_json(v: Any) -> Any:
 
 
 class ProgressRecords:
-    """(SCN, snapshot state) pairs, newest last; in a file when ``path`` is set."""
+    """(SCN, snapshot state) pairs, newest last; in a file when ``path`` is set.
 
-    def __init__(self, path: Path | None) -> None:
+    ``keep``: records kept by :meth:`add` (the relay is expected to restart at
+    one of its recent SCNs). ``None``: :meth:`add` keeps every record and the
+    owner drops those no restart needs with :meth:`forget_before`.
+    """
+
+    def __init__(self, path: Path | None, keep: int | None = _RECORDS) -> None:
         self.path = path
+        self.keep = keep
         self.records: list[tuple[int, dict[str, Any] | None]] = []
         if path is not None and path.exists():
             try:
@@ -71,13 +77,28 @@ class ProgressRecords:
                 raise SchemaError(f"snapshot progress {path} is unreadable: {exc}") from exc
 
     def add(self, scn: int, state: dict[str, Any] | None) -> None:
-        self.records = [r for r in self.records if r[0] < scn][-(_RECORDS - 1):]
+        self.records = [r for r in self.records if r[0] < scn]
+        if self.keep is not None:
+            self.records = self.records[-(self.keep - 1):] if self.keep > 1 else []
         self.records.append((scn, state))
-        if self.path is not None:
-            body = {"records": [[s, _to_json(st)] for s, st in self.records]}
-            write_atomic(self.path, json.dumps(body).encode())
+        self._save()
+
+    def forget_before(self, scn: int, *, keep_last: int = _RECORDS) -> None:
+        """Drop the records older than the newest one at or before ``scn`` (a
+        restart never goes back before ``scn``), keeping at least the
+        ``keep_last`` newest ones."""
+        older = sum(1 for s, _ in self.records if s <= scn) - 1
+        cut = min(older, len(self.records) - keep_last)
+        if cut > 0:
+            self.records = self.records[cut:]
+            self._save()
 
     def at(self, scn: int) -> dict[str, Any] | None:
         """The state as of ``scn``: the newest record at or before it."""
         found = [st for s, st in self.records if s <= scn]
         return found[-1] if found else None
+
+    def _save(self) -> None:
+        if self.path is not None:
+            body = {"records": [[s, _to_json(st)] for s, st in self.records]}
+            write_atomic(self.path, json.dumps(body).encode())

@@ -147,13 +147,16 @@ class SqliteSource(Source):
         self.snapshot_mode = snapshot_mode
         self.chunk_size = snapshot_chunk_size
         self._records = ProgressRecords(
-            Path(state_dir) / f"{relay_name}.sqlite-snapshot.json" if state_dir else None)
+            Path(state_dir) / f"{relay_name}.sqlite-snapshot.json" if state_dir else None,
+            keep=None)  # one record per chunk window: dropped once acknowledged
         self._pos: int | None = None  # the position read() continues from (None: not opened)
         self._snap: SnapshotState | None = None  # the running snapshot
         self._started = False  # this process started its mode's snapshot
         self._lost: int | None = None  # a lost position when_needed replaced by a snapshot
         self._floor: int | None = None  # stream from here: a snapshot ended without a window
-        self._stats: dict[str, float] = {}
+        # every key present from the start: stats() copies it from other threads
+        self._stats = dict.fromkeys(("snapshot_started_total", "snapshot_chunks_total",
+                                     "snapshot_rows_total", "snapshot_completed_total"), 0.0)
         infos = cat.install(self.path, list(tables))
         self._infos = sorted({i.id: i for i in infos}.values(), key=lambda i: i.id)
         self._own = frozenset(i.id for i in self._infos)
@@ -235,6 +238,8 @@ class SqliteSource(Source):
 
     def acknowledge(self, scn: int) -> None:
         """Record ``scn`` for this relay; trim txlog rows every relay has acknowledged."""
+        with self._read_lock:  # the relay restarts at or after scn: older progress can go
+            self._records.forget_before(scn)
         with self._write_lock, translated("acknowledging a position"):
             con = self._writer
             first = True
@@ -302,7 +307,7 @@ class SqliteSource(Source):
                  self.path, len(self._snap.tables), self.chunk_size)
 
     def _count(self, name: str, n: float = 1) -> None:
-        self._stats[name] = self._stats.get(name, 0) + n
+        self._stats[name] += n
 
     def _chunk_window(self, after_scn: int) -> Window | None:
         """Stream rows above ``after_scn`` and the next chunk, read in ONE read
