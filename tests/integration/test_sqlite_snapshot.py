@@ -132,6 +132,11 @@ def _write(path: Path, *stmts: tuple[str, tuple[Any, ...]]) -> None:
         con.execute("COMMIT")
 
 
+def _txlog_max(path: Path) -> int:
+    with closing(sqlite3.connect(path)) as con:
+        return int(con.execute("SELECT max(scn) FROM _databus_txlog").fetchone()[0])
+
+
 def _rows(path: Path) -> int:
     return len(_table_state(path))
 
@@ -192,9 +197,18 @@ def test_empty_tables_send_no_window_and_their_first_change_first(tmp_path: Path
         assert src.stats()["snapshot_completed_total"] == 1
         _write(db, ("INSERT INTO a VALUES (2, 2, 'y')", ()))
         replica = Replica(src)
-        _drain(src, replica, -1, timeout=2.0, limit=1)
+        pos = _drain(src, replica, -1, timeout=2.0, limit=1)
         assert (replica.changes, replica.reads) == (1, 0)
         assert replica.rows == _table_state(db)
+        _write(db, ("DELETE FROM a", ()))
+        pos = _drain(src, replica, pos, timeout=2.0, limit=1)
+        assert replica.rows == {}
+    with _source(db, snapshot_mode="always") as src:  # empty, nothing new: a marker row
+        assert src.read(pos, threading.Event(), 0.2) == []
+        assert _txlog_max(db) > pos
+        # the marker is passed with an empty window, as rows of other tables are
+        late = src.read(pos, threading.Event(), 3.0)
+        assert len(late) == 1 and late[0].count == 0 and late[0].scn == _txlog_max(db)
 
 
 def test_when_needed_with_empty_tables_streams_from_the_end(tmp_path: Path) -> None:

@@ -153,7 +153,6 @@ class SqliteSource(Source):
         self._snap: SnapshotState | None = None  # the running snapshot
         self._started = False  # this process started its mode's snapshot
         self._lost: int | None = None  # a lost position when_needed replaced by a snapshot
-        self._floor: int | None = None  # stream from here: a snapshot ended without a window
         # every key present from the start: stats() copies it from other threads
         self._stats = dict.fromkeys(("snapshot_started_total", "snapshot_chunks_total",
                                      "snapshot_rows_total", "snapshot_completed_total"), 0.0)
@@ -215,7 +214,6 @@ class SqliteSource(Source):
                         window = self._poll(after_scn)
                     if window is not None:
                         self._pos = window.scn
-                        self._floor = None
             except _Retry:
                 continue
             except SourcePositionLostError:
@@ -282,7 +280,7 @@ class SqliteSource(Source):
     def _open(self, after_scn: int) -> None:
         """A (re)start at ``after_scn``: resume or start the mode's snapshot."""
         self._pos = after_scn
-        self._lost = self._floor = None
+        self._lost = None
         self._skip = self._idle = None
         self._snap = None
         if self.snapshot_mode == "no_data":
@@ -314,8 +312,10 @@ class SqliteSource(Source):
         transaction, as one window (see :mod:`databus.sources.txlog.snapshot`).
 
         A window with no event at all can only end the snapshot (a chunk reads
-        on into the next tables); it is not sent, the stream goes on from its
-        SCN instead (a consumer of empty tables sees their first change first).
+        on into the next tables); it is not sent: the stream goes on from its
+        SCN as after rows of other tables (the next window covers it, or an
+        empty one after ``_PROGRESS_AFTER`` seconds), so a consumer of empty
+        tables sees their first change first.
         """
         snap = self._snap
         assert snap is not None
@@ -354,7 +354,7 @@ class SqliteSource(Source):
                      new.id, self.path, scn, new.rows, new.chunks)
         if stream.count + len(parts) == 0:
             assert done
-            self._floor = scn
+            self._skip = (after_scn, scn, ts, time.monotonic())
             return None
         return Window(scn, stream.events + b"".join(parts), stream.count + len(parts),
                       ts * 1_000_000)
@@ -408,8 +408,6 @@ class SqliteSource(Source):
         start = after_scn
         if self._skip is not None:
             start = max(start, self._skip[1])
-        if self._floor is not None:
-            start = max(start, self._floor)
         if top is None or top[0] <= start:
             return None
         return int(top[0]), int(top[1]), self._own_rows(con, start, int(top[0]))
