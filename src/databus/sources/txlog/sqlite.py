@@ -23,10 +23,12 @@ backlog after a restart), never a part of one. For the same reason there is no
 
 **Restart.** ``read(after_scn=S)`` returns exactly the rows with SCN > S.
 ``S < 0`` means "from the oldest row the txlog still has" (a new relay starts
-there, whatever was trimmed for others). ``S >= 0`` below the highest trimmed
+there, whatever was trimmed for others) with ``snapshot_mode="no_data"``; the
+other modes start with a snapshot instead (below). ``S >= 0`` below the highest trimmed
 SCN (``_databus_meta.trimmed_scn``), or above the highest SCN ever assigned (the
 database was replaced or capture re-installed from scratch), raises
-:class:`~databus.core.errors.SourcePositionLostError`.
+:class:`~databus.core.errors.SourcePositionLostError` (``when_needed``: a
+snapshot instead).
 
 **Trimming.** Each source registers its relay name in ``_databus_relays`` when
 it starts (position -1, or kept from before) and :meth:`acknowledge` moves it.
