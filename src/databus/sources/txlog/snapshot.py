@@ -158,14 +158,14 @@ def read_chunks(con: sqlite3.Connection, state: SnapshotState, latest: dict[int,
             s.last_key, s.key_cols = None, keys
         sql, params = chunk_query(tv, s.last_key, budget)
         rows = con.execute(sql, params).fetchall()
-        key_idx = [c.name for c in tv.columns]
+        names = [c.name for c in tv.columns]
         for r in rows:
             image = r[1:]
             parts.append(codec.read_event(image, r[0], scn=scn, timestamp_ns=timestamp_ns)[1])
         if rows:
             last = rows[-1]
             s.last_key = ([last[0]] if not tv.keys
-                          else [last[1 + key_idx.index(k)] for k in tv.keys])
+                          else [last[1 + names.index(k)] for k in tv.keys])
         budget -= len(rows)
         s.rows += len(rows)
         if budget > 0:  # fewer rows than asked: the table has no more
