@@ -19,9 +19,13 @@ def shop_db(tmp_path: Path) -> Path:
     return path
 
 
-def make_relay(db: Path, tmp: Path, **buffer: object) -> Relay:
+def make_relay(db: Path, tmp: Path, *, snapshot_mode: str = "no_data",
+               **buffer: object) -> Relay:
+    """A relay on ``db``; stream-only unless ``snapshot_mode`` says otherwise (the
+    tests using it check the exact delivery of each committed transaction)."""
     cfg = parse_config({
-        "source": {"url": f"sqlite:///{db}", "tables": TABLES, "poll_interval": 0.01},
+        "source": {"url": f"sqlite:///{db}", "tables": TABLES, "poll_interval": 0.01,
+                   "snapshot_mode": snapshot_mode},
         "buffer": {"capacity_bytes": 4 * 1024 * 1024, "flush_interval": 0.2, **buffer},
         "http": {"port": 0},
         "state_dir": str(tmp / "state"),

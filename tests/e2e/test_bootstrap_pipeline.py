@@ -113,7 +113,9 @@ def pipeline(tmp_path: Path) -> Iterator[Pipeline]:
     p = Pipeline(tmp_path, db)
     (tmp_path / "relay.yaml").write_text(yaml.safe_dump({
         "name": "e2e", "source": {"url": f"sqlite:///{db}", "tables": TABLES,
-                                  "poll_interval": 0.01},
+                                  "poll_interval": 0.01,
+                                  # pre-existing rows come from the bootstrap's initial load
+                                  "snapshot_mode": "no_data"},
         "buffer": {"capacity_bytes": 2 * 1024 * 1024, "path": str(tmp_path / "relay.buf"),
                    "flush_interval": 0.2},
         "http": {"port": p.relay_port}}))

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
+
+import httpx
 
 from tests.support.procs import DATABUS, ROOT, free_port, spawn, stop, wait_http
 from tests.support.shop import Writer, create_shop
@@ -15,6 +18,16 @@ def _run(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess[st
                           cwd=ROOT, check=False)
 
 
+def _wait_snapshot_done(url: str, timeout: float = 30.0) -> None:
+    """Until the relay's initial snapshot (the default mode) completed: later
+    writes then arrive as changes, not as snapshot rows."""
+    deadline = time.monotonic() + timeout
+    while 'name="snapshot_completed_total"} 1.0' not in httpx.get(f"{url}/metrics",
+                                                                  timeout=10).text:
+        assert time.monotonic() < deadline, "the initial snapshot did not complete"
+        time.sleep(0.05)
+
+
 def test_relay_from_flags_and_tail_prints_envelopes(tmp_path: Path) -> None:
     db = tmp_path / "shop.db"
     create_shop(db)
@@ -23,6 +36,7 @@ def test_relay_from_flags_and_tail_prints_envelopes(tmp_path: Path) -> None:
                    "customers,orders", "--port", str(port)], tmp_path / "relay.log")
     try:
         wait_http(f"http://127.0.0.1:{port}/admin", relay)
+        _wait_snapshot_done(f"http://127.0.0.1:{port}")
         w = Writer(db, seed=2, rollback_ratio=0.0)
         for _ in range(5):
             w.transaction()

@@ -106,7 +106,8 @@ def pipeline(tmp_path: Path) -> Iterator[Pipeline]:
     p = Pipeline(tmp_path, db, free_port())
     (tmp_path / "relay.yaml").write_text(yaml.safe_dump({
         "name": "e2e",
-        "source": {"url": f"sqlite:///{db}", "tables": TABLES, "poll_interval": 0.01},
+        "source": {"url": f"sqlite:///{db}", "tables": TABLES, "poll_interval": 0.01,
+                   "snapshot_mode": "no_data"},  # exact delivery of each transaction
         "buffer": {"capacity_bytes": 256 * 1024 * 1024, "path": str(tmp_path / "relay.buf"),
                    "flush_interval": 0.2},
         "http": {"port": p.port},

@@ -61,7 +61,7 @@ class SourceConfig(_Model):
         description="MySQL: db.table of signals and snapshot watermarks (created when a"
                     " snapshot mode needs it)")
     snapshot_chunk_size: int = Field(1024, ge=1, le=1_000_000,
-                                     description="MySQL: rows per incremental snapshot chunk")
+                                     description="rows per snapshot chunk (SQLite and MySQL)")
 
     @field_validator("exclude_tables", "include_columns", "exclude_columns")
     @classmethod

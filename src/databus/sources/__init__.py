@@ -17,7 +17,8 @@ def open_source(config: SourceConfig, relay_name: str = "relay",
                 state_dir: Path | None = None) -> Source:
     """The source named by ``config.url`` (``sqlite:///PATH``, ``mysql://...``).
 
-    ``state_dir``: where a source keeps its own state (the MySQL schema history).
+    ``state_dir``: where a source keeps its own state (snapshot progress, the
+    MySQL schema history).
     """
     url = urlparse(config.url)
     if url.scheme == "sqlite":
@@ -30,7 +31,9 @@ def open_source(config: SourceConfig, relay_name: str = "relay",
         from databus.sources.txlog.sqlite import SqliteSource
 
         return SqliteSource(path, config.tables, poll_interval=config.poll_interval,
-                            relay_name=relay_name)
+                            relay_name=relay_name, snapshot_mode=config.snapshot_mode,
+                            snapshot_chunk_size=config.snapshot_chunk_size,
+                            state_dir=state_dir)
     if url.scheme in ("mysql", "mariadb"):
         try:
             from databus.sources.mysql.source import MysqlSource

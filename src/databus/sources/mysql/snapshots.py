@@ -1,24 +1,21 @@
-"""The database side of incremental snapshots: signal table, watermarks, chunks,
-and the progress records kept beside the relay state (see :mod:`.incremental`)."""
+"""The database side of incremental snapshots: signal table, watermarks, chunks
+(see :mod:`.incremental`); progress records are :mod:`databus.sources.progress`."""
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
-import json
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
-from databus.core.atomic import write_atomic
 from databus.core.errors import SchemaError, StatementError
 from databus.sources.mysql import chunks, fastpath
 from databus.sources.mysql import rows as br
 from databus.sources.mysql.connection import SqlSession
 from databus.sources.mysql.incremental import ChunkReader
+from databus.sources.progress import ProgressRecords
+
+__all__ = ["ProgressRecords", "SnapshotIO", "split"]
 
 _SYSTEM = ("mysql", "information_schema", "performance_schema", "sys")
-_RECORDS = 64  # progress records kept: the relay restarts at one of its recent SCNs
 
 
 def split(name: str) -> tuple[str, str]:
@@ -158,65 +155,3 @@ class SnapshotIO(ChunkReader):
         values = chunks.to_binlog_values(td, row)
         payload: bytes = shape.version.schema.encode(shape.row(values))
         return shape.key(values, 0), payload
-
-
-# -- progress records ---------------------------------------------------------------
-
-def _to_json(v: Any) -> Any:
-    if isinstance(v, decimal.Decimal):
-        return {"decimal": str(v)}
-    if isinstance(v, dt.datetime):
-        return {"datetime": v.isoformat()}
-    if isinstance(v, dt.date):
-        return {"date": v.isoformat()}
-    if isinstance(v, dt.timedelta):
-        return {"micros": v // dt.timedelta(microseconds=1)}
-    if isinstance(v, bytes):
-        return {"hex": v.hex()}
-    if isinstance(v, list):
-        return [_to_json(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _to_json(x) for k, x in v.items()}
-    return v
-
-
-def _from_json(v: Any) -> Any:
-    if isinstance(v, list):
-        return [_from_json(x) for x in v]
-    if isinstance(v, dict):
-        if len(v) == 1:
-            (tag, x), = v.items()
-            conv: dict[str, Callable[[Any], Any]] = {
-                "decimal": decimal.Decimal, "datetime": dt.datetime.fromisoformat,
-                "date": dt.date.fromisoformat, "hex": bytes.fromhex,
-                "micros": lambda m: dt.timedelta(microseconds=m)}
-            if tag in conv:
-                return conv[tag](x)
-        return {k: _from_json(x) for k, x in v.items()}
-    return v
-
-
-class ProgressRecords:
-    """(SCN, snapshot state) pairs, newest last; in a file when ``path`` is set."""
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self.records: list[tuple[int, dict[str, Any] | None]] = []
-        if path is not None and path.exists():
-            try:
-                raw = json.loads(path.read_text(encoding="utf-8"))
-                self.records = [(int(s), _from_json(st)) for s, st in raw["records"]]
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise SchemaError(f"snapshot progress {path} is unreadable: {exc}") from exc
-
-    def add(self, scn: int, state: dict[str, Any] | None) -> None:
-        self.records = [r for r in self.records if r[0] < scn][-(_RECORDS - 1):]
-        self.records.append((scn, state))
-        if self.path is not None:
-            body = {"records": [[s, _to_json(st)] for s, st in self.records]}
-            write_atomic(self.path, json.dumps(body).encode())
-
-    def at(self, scn: int) -> dict[str, Any] | None:
-        """The state as of ``scn``: the newest record at or before it."""
-        found = [st for s, st in self.records if s <= scn]
-        return found[-1] if found else None

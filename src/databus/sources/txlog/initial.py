@@ -11,7 +11,8 @@ as of SCN S, and the relay's windows after S carry everything since.
 
 Rows come out as snapshot events (op READ, ATTR_SNAPSHOT, sequence S) encoded
 exactly as the source encodes its change events (same Avro payload, key and
-schema id), in rowid order per table.
+schema id, :meth:`VersionCodec.read_event`), in key order per table (rowid
+order for tables without a primary key).
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from databus.core import event as ev
 from databus.core.errors import TerminalError
 from databus.sources.txlog import catalog as cat
 from databus.sources.txlog._db import connect, rollback_quietly, translated
 from databus.sources.txlog.rows import VersionCodec
+from databus.sources.txlog.snapshot import chunk_query
 from databus.sources.txlog.sqlite import _text
 
 
@@ -74,26 +75,21 @@ class InitialSnapshot:
                 for tv in self._versions)
 
     def events(self) -> Iterator[SnapshotEvent]:
-        """Every row as a snapshot event, table by table (source id order)."""
+        """Every row as a snapshot event, table by table (source id order), in key order."""
         now = time.time_ns()
         for tv in self._versions:
             codec = VersionCodec(tv)
-            names = ", ".join(cat.quote(c.name) for c in tv.columns)
-            rowid = "NULL" if tv.keys else cat._rowid_name(tv.columns)
+            sql, params = chunk_query(tv, None, None)
             with translated(f"reading {tv.table}"):
-                cur = self._con.execute(
-                    f"SELECT {rowid}, {names} FROM {cat.quote(tv.table)} ORDER BY rowid")
+                cur = self._con.execute(sql, params)
                 while True:
                     rows = cur.fetchmany(5000)
                     if not rows:
                         break
                     for r in rows:
-                        image = r[1:]
-                        key = codec.key(image, r[0])
-                        yield SnapshotEvent(tv.src, key, ev.encode(
-                            scn=self.scn, src_id=tv.src, key=key, payload=codec.encode(image),
-                            schema_id=codec.schema.id, schema_version=tv.version,
-                            op=ev.Op.READ, timestamp_ns=now, extra_attributes=ev.ATTR_SNAPSHOT))
+                        key, data = codec.read_event(r[1:], r[0], scn=self.scn,
+                                                     timestamp_ns=now)
+                        yield SnapshotEvent(tv.src, key, data)
 
     def close(self) -> None:
         rollback_quietly(self._con)

@@ -39,6 +39,7 @@ import json
 import struct
 from typing import Any
 
+from databus.core import event as ev
 from databus.core.avrobin import varint, zigzag
 from databus.core.schema import ColumnSpec, MetadataCodec, TableSchema, table_schema
 from databus.sources.txlog.catalog import TableVersion
@@ -152,6 +153,18 @@ class VersionCodec:
                 return v
         return json.dumps([_key_json(values[i]) for i in self._key_idx],
                           separators=(",", ":"), ensure_ascii=False).encode()
+
+
+    def read_event(self, image: tuple[Any, ...] | list[Any], rowid: int | None, *, scn: int,
+                   timestamp_ns: int) -> tuple[int | bytes, bytes]:
+        """(event key, encoded event) of a row as a snapshot read: op ``r``,
+        the snapshot attribute, sequence ``scn``; payload and key exactly as a
+        change event of the same image would have them."""
+        key = self.key(image, rowid)
+        return key, ev.encode(
+            scn=scn, src_id=self.tv.src, key=key, payload=self.encode(image),
+            schema_id=self.schema.id, schema_version=self.tv.version, op=ev.Op.READ,
+            timestamp_ns=timestamp_ns, extra_attributes=ev.ATTR_SNAPSHOT)
 
 
 class WindowMetadata:

@@ -23,10 +23,12 @@ backlog after a restart), never a part of one. For the same reason there is no
 
 **Restart.** ``read(after_scn=S)`` returns exactly the rows with SCN > S.
 ``S < 0`` means "from the oldest row the txlog still has" (a new relay starts
-there, whatever was trimmed for others). ``S >= 0`` below the highest trimmed
+there, whatever was trimmed for others) with ``snapshot_mode="no_data"``; the
+other modes start with a snapshot instead (below). ``S >= 0`` below the highest trimmed
 SCN (``_databus_meta.trimmed_scn``), or above the highest SCN ever assigned (the
 database was replaced or capture re-installed from scratch), raises
-:class:`~databus.core.errors.SourcePositionLostError`.
+:class:`~databus.core.errors.SourcePositionLostError` (``when_needed``: a
+snapshot instead).
 
 **Trimming.** Each source registers its relay name in ``_databus_relays`` when
 it starts (position -1, or kept from before) and :meth:`acknowledge` moves it.
@@ -66,6 +68,22 @@ busy timeout: a reader (never blocks writers in WAL mode) and a writer (trim,
 re-install; short transactions). ``sqlite3`` errors never escape: see
 :mod:`databus.sources.txlog._db`.
 
+**Snapshot modes** (``snapshot_mode``, as for the MySQL source; see
+docs/snapshots.md): ``initial`` (the default) makes a relay without a position
+(``read(after_scn<0)``) first send every existing row of the captured tables
+as ``r`` events, chunk by chunk, while it keeps streaming; it then streams from
+the txlog position the snapshot started at (the backlog before it is not
+sent: the snapshot covers it). ``initial_only`` stops after the snapshot (read
+returns nothing more); ``no_data`` only streams; ``when_needed`` snapshots
+when there is no position, and, instead of raising SourcePositionLostError,
+when the position is gone (the next window is then above the lost position
+and the current txlog end); ``always`` snapshots at every start. How chunks
+stay consistent with the stream, the marker rows that give every chunk window
+a fresh SCN, and what a restart resumes: :mod:`databus.sources.txlog.snapshot`.
+Progress is kept in ``<state_dir>/<relay_name>.sqlite-snapshot.json``
+(in memory without ``state_dir``: a restarted process then resumes nothing and
+follows its mode from the position it is given).
+
 Limits: REPLACE conflict resolution deletes conflicting rows without firing
 delete triggers unless the application connection sets ``PRAGMA
 recursive_triggers=ON``; ``VACUUM`` may renumber rowids of tables without an
@@ -86,9 +104,11 @@ from databus.core import event as ev
 from databus.core.errors import ConfigError, SourcePositionLostError, TerminalError
 from databus.core.schema import MetadataCodec, SchemaRegistry
 from databus.sources.base import Source, SourceInfo, Window
+from databus.sources.progress import ProgressRecords
 from databus.sources.txlog import catalog as cat
 from databus.sources.txlog._db import connect, rollback_quietly, translated
 from databus.sources.txlog.rows import VersionCodec, WindowMetadata
+from databus.sources.txlog.snapshot import MARKER_SRC, SnapshotState, read_chunks
 
 log = logging.getLogger("databus.sources.sqlite")
 
@@ -96,6 +116,7 @@ _OPS = {cat.OP_INSERT: ev.Op.INSERT, cat.OP_UPDATE: ev.Op.UPDATE, cat.OP_DELETE:
 _PROGRESS_AFTER = 1.0  # seconds of rows of other tables only before an empty window
 _TRIM_BATCH = 5000  # txlog rows deleted per write transaction
 _TRIM_PAUSE = 0.002  # seconds between trim batches, so application writers get the lock
+SNAPSHOT_MODES = ("initial", "initial_only", "no_data", "when_needed", "always")
 
 
 class _Retry(Exception):
@@ -110,13 +131,33 @@ class SqliteSource(Source):
     ``relay_name`` for trimming. ``poll_interval`` is the pause between polls
     of an idle txlog (an idle poll costs one ``PRAGMA data_version``);
     ``busy_timeout`` is how long a statement waits for the application's locks.
+    ``snapshot_mode``, ``snapshot_chunk_size`` (rows per chunk window) and
+    ``state_dir`` (where snapshot progress is kept): see the module docstring.
     """
 
     def __init__(self, path: Path | str, tables: list[str], *, poll_interval: float = 0.05,
-                 relay_name: str = "relay", busy_timeout: float = 5.0) -> None:
+                 relay_name: str = "relay", busy_timeout: float = 5.0,
+                 snapshot_mode: str = "initial", snapshot_chunk_size: int = 1024,
+                 state_dir: Path | None = None) -> None:
+        if snapshot_mode not in SNAPSHOT_MODES:
+            raise ConfigError(f"snapshot_mode must be one of {', '.join(SNAPSHOT_MODES)}")
+        if snapshot_chunk_size < 1:
+            raise ConfigError("snapshot_chunk_size must be at least 1")
         self.path = Path(path)
         self.poll_interval = poll_interval
         self.relay_name = relay_name
+        self.snapshot_mode = snapshot_mode
+        self.chunk_size = snapshot_chunk_size
+        self._records = ProgressRecords(
+            Path(state_dir) / f"{relay_name}.sqlite-snapshot.json" if state_dir else None,
+            keep=None)  # one record per chunk window: dropped once acknowledged
+        self._pos: int | None = None  # the position read() continues from (None: not opened)
+        self._snap: SnapshotState | None = None  # the running snapshot
+        self._started = False  # this process started its mode's snapshot
+        self._lost: int | None = None  # a lost position when_needed replaced by a snapshot
+        # every key present from the start: stats() copies it from other threads
+        self._stats = dict.fromkeys(("snapshot_started_total", "snapshot_chunks_total",
+                                     "snapshot_rows_total", "snapshot_completed_total"), 0.0)
         infos = cat.install(self.path, list(tables))
         self._infos = sorted({i.id: i for i in infos}.values(), key=lambda i: i.id)
         self._own = frozenset(i.id for i in self._infos)
@@ -166,8 +207,26 @@ class SqliteSource(Source):
         while not stop.is_set():
             try:
                 with self._read_lock:
-                    window = self._poll(after_scn)
+                    if after_scn != self._pos:
+                        self._open(after_scn)
+                    window = None
+                    if self._snap is not None:
+                        window = self._chunk_window(after_scn)
+                    elif self.snapshot_mode != "initial_only":
+                        window = self._poll(after_scn)
+                    if window is not None:
+                        self._pos = window.scn
             except _Retry:
+                continue
+            except SourcePositionLostError:
+                if self.snapshot_mode != "when_needed" or self._lost == after_scn:
+                    raise
+                with self._read_lock:
+                    log.warning("txlog position %d of %s is gone: snapshotting every table"
+                                " and streaming from the txlog's end (snapshot_mode"
+                                " when_needed)", after_scn, self.path)
+                    self._lost = after_scn
+                    self._begin(fresh=True)
                 continue
             if window is not None:
                 return [window]
@@ -179,6 +238,8 @@ class SqliteSource(Source):
 
     def acknowledge(self, scn: int) -> None:
         """Record ``scn`` for this relay; trim txlog rows every relay has acknowledged."""
+        with self._read_lock:  # the relay restarts at or after scn: older progress can go
+            self._records.forget_before(scn)
         with self._write_lock, translated("acknowledging a position"):
             con = self._writer
             first = True
@@ -201,6 +262,13 @@ class SqliteSource(Source):
                     return
                 time.sleep(_TRIM_PAUSE)
 
+    def stats(self) -> dict[str, float]:
+        """Snapshot counters (chunk windows, rows, snapshots started and completed)
+        and the running snapshot's state."""
+        snap = self._snap
+        return {**self._stats, "snapshot_running": float(snap is not None),
+                "snapshot_tables_left": float(len(snap.tables) if snap else 0)}
+
     def close(self) -> None:
         with self._read_lock, self._write_lock:
             if self._closed:
@@ -208,6 +276,101 @@ class SqliteSource(Source):
             self._closed = True
             self._reader.close()
             self._writer.close()
+
+    # -- snapshots ---------------------------------------------------------------
+
+    def _open(self, after_scn: int) -> None:
+        """A (re)start at ``after_scn``: resume or start the mode's snapshot."""
+        self._pos = after_scn
+        self._lost = None
+        self._skip = self._idle = None
+        self._snap = None
+        if self.snapshot_mode == "no_data":
+            return
+        if after_scn < 0:
+            self._begin(fresh=True)
+            return
+        self._snap = SnapshotState.restore(self._records.at(after_scn))
+        if self._snap is not None:
+            log.info("snapshot %s of %s: resuming after scn %d (%d chunks done)",
+                     self._snap.id, self.path, after_scn, self._snap.chunks)
+        elif self.snapshot_mode == "always" and not self._started:
+            self._begin(fresh=False)
+
+    def _begin(self, *, fresh: bool) -> None:
+        """Start a snapshot of every captured table; ``fresh``: the consumer has
+        nothing, so the txlog backlog before the first chunk is not sent."""
+        self._started = True
+        self._snap = SnapshotState.start([i.id for i in self._infos], fresh=fresh)
+        self._count("snapshot_started_total")
+        log.info("snapshot %s of %s: started (%d tables, %d rows per chunk)", self._snap.id,
+                 self.path, len(self._snap.tables), self.chunk_size)
+
+    def _count(self, name: str, n: float = 1) -> None:
+        self._stats[name] += n
+
+    def _chunk_window(self, after_scn: int) -> Window | None:
+        """Stream rows above ``after_scn`` and the next chunk, read in ONE read
+        transaction, as one window (see :mod:`databus.sources.txlog.snapshot`).
+
+        A window with no event at all can only end the snapshot (a chunk reads
+        on into the next tables); it is not sent: the stream goes on from its
+        SCN as after rows of other tables (the next window covers it, or an
+        empty one after ``_PROGRESS_AFTER`` seconds), so a consumer of empty
+        tables sees their first change first.
+        """
+        snap = self._snap
+        assert snap is not None
+        con = self._reader
+        got = None
+        with translated("reading a snapshot chunk"):
+            con.execute("BEGIN")
+            try:
+                self._check_schema(con)
+                if self._lost != after_scn:
+                    self._check_position(con, after_scn)
+                top = con.execute("SELECT scn, ts FROM _databus_txlog ORDER BY scn DESC"
+                                  " LIMIT 1").fetchone()
+                if top is not None and top[0] > after_scn:
+                    scn, ts = int(top[0]), int(top[1])
+                    rows = [] if snap.fresh else self._own_rows(con, after_scn, scn)
+                    missing = {s for s, t in self._tables.items() if t in self._missing}
+                    new, parts = read_chunks(con, snap, self._latest, missing, self.chunk_size,
+                                             scn=scn, timestamp_ns=ts * 1_000_000)
+                    got = scn, ts, rows, new, parts
+            finally:
+                rollback_quietly(con)
+        if got is None:  # nothing committed since the last window: a marker gives a new SCN
+            self._write_marker(after_scn)
+            raise _Retry
+        scn, ts, rows, new, parts = got
+        stream = self._window(scn, ts, rows)
+        done = not new.tables
+        self._records.add(scn, None if done else new.to_json())
+        self._snap = None if done else new
+        self._count("snapshot_chunks_total")
+        self._count("snapshot_rows_total", new.rows - snap.rows)
+        if done:
+            self._count("snapshot_completed_total")
+            log.info("snapshot %s of %s: completed at scn %d (%d rows, %d chunk windows)",
+                     new.id, self.path, scn, new.rows, new.chunks)
+        if stream.count + len(parts) == 0:
+            assert done
+            self._skip = (after_scn, scn, ts, time.monotonic())
+            return None
+        return Window(scn, stream.events + b"".join(parts), stream.count + len(parts),
+                      ts * 1_000_000)
+
+    def _write_marker(self, floor: int) -> None:
+        """Commit a marker row into the txlog with an SCN above ``floor`` and
+        every SCN assigned so far (a database replaced under a lost position
+        has lower SCNs than the relay's)."""
+        with self._write_lock, translated("writing a snapshot marker"):
+            self._writer.execute(
+                "INSERT INTO _databus_txlog (scn, src, ver, op, ts, rid) VALUES (max(coalesce("
+                "(SELECT seq FROM sqlite_sequence WHERE name = '_databus_txlog'), 0),"
+                " coalesce((SELECT max(scn) FROM _databus_txlog), 0), ?) + 1, ?, 0, 0, ?, NULL)",
+                (floor, MARKER_SRC, int(time.time() * 1000)))
 
     # -- reading ---------------------------------------------------------------
 
@@ -239,6 +402,20 @@ class SqliteSource(Source):
     def _snapshot(self, con: sqlite3.Connection, after_scn: int
                   ) -> tuple[int, int, list[tuple[Any, ...]]] | None:
         """In the open read transaction: (top scn, its ts, own rows) or None if nothing new."""
+        self._check_schema(con)
+        if self._lost != after_scn:
+            self._check_position(con, after_scn)
+        top = con.execute("SELECT scn, ts FROM _databus_txlog ORDER BY scn DESC LIMIT 1"
+                          ).fetchone()
+        start = after_scn
+        if self._skip is not None:
+            start = max(start, self._skip[1])
+        if top is None or top[0] <= start:
+            return None
+        return int(top[0]), int(top[1]), self._own_rows(con, start, int(top[0]))
+
+    def _check_schema(self, con: sqlite3.Connection) -> None:
+        """Re-install capture (and raise _Retry) when a captured table changed."""
         sv = int(con.execute("PRAGMA schema_version").fetchone()[0])
         if sv != self._schema_version:
             self._check_epoch(con)
@@ -253,6 +430,8 @@ class SqliteSource(Source):
             self._schema_version = sv
             self._reinstalls = 0
         self._load_versions(con)
+
+    def _check_position(self, con: sqlite3.Connection, after_scn: int) -> None:
         trimmed = con.execute("SELECT v FROM _databus_meta WHERE k = 'trimmed_scn'").fetchone()
         seq = con.execute("SELECT seq FROM sqlite_sequence WHERE name = '_databus_txlog'"
                           ).fetchone()
@@ -264,20 +443,16 @@ class SqliteSource(Source):
             raise SourcePositionLostError(
                 f"{self.path}: SCN {after_scn} is ahead of every SCN this database's txlog"
                 " ever assigned (the database was replaced or capture re-installed)")
-        top = con.execute("SELECT scn, ts FROM _databus_txlog ORDER BY scn DESC LIMIT 1"
-                          ).fetchone()
-        start = after_scn
-        if self._skip is not None:
-            start = max(start, self._skip[1])
-        if top is None or top[0] <= start:
-            return None
+
+    def _own_rows(self, con: sqlite3.Connection, start: int, top: int) -> list[tuple[Any, ...]]:
+        """Txlog rows of the captured tables with ``start < scn <= top``."""
         slots = "".join(f", v{i}" for i in range(self._width))
         own = ",".join(str(i) for i in sorted(self._own))
         rows = con.execute(
             f"SELECT scn, src, ver, op, ts, rid{slots} FROM _databus_txlog"
             f" WHERE scn > ? AND scn <= ? AND src IN ({own}) ORDER BY scn",
-            (start, top[0])).fetchall()
-        return int(top[0]), int(top[1]), rows
+            (start, top)).fetchall()
+        return rows
 
     def _progress(self) -> Window | None:
         """An empty window over rows of other tables only, once they waited long enough."""
