@@ -211,6 +211,35 @@ def test_restart_resumes_after_the_last_finished_chunk(server: MariaDB, tmp_path
     assert replica.tables["shop.t"] == _project(_rows(server, "shop.t"))
 
 
+def test_restart_far_behind_the_newest_chunk_window(server: MariaDB, tmp_path: Path) -> None:
+    """A relay may have received many more chunk windows than it flushed: a restart
+    at an old SCN still finds that SCN's progress (no fixed cap on the records)."""
+    n = 3000
+    _fill(server, n)
+    kw: dict[str, Any] = {"snapshot_mode": "initial", "chunk_size": 20, "state_dir": tmp_path}
+    src = MysqlSource(server.url, [r"shop\..*"], **kw)
+    replica = Replica(src)
+    try:
+        _drive(src, replica, lambda: replica.kinds().count("CHUNK_DONE") >= 3)
+        durable = Replica(src)  # what the relay had flushed when it died
+        durable.tables = {t: dict(rows) for t, rows in replica.tables.items()}
+        durable.notices, durable.reads = list(replica.notices), replica.reads
+        durable.after = replica.after
+        src.acknowledge(durable.after)  # the relay's last flush
+        _drive(src, replica, lambda: replica.kinds().count("CHUNK_DONE") >= 100)
+    finally:
+        src.close()  # windows after durable.after were never flushed
+    again = MysqlSource(server.url, [r"shop\..*"], **kw)
+    durable.src = again
+    try:
+        _drive(again, durable, lambda: "COMPLETED" in durable.kinds())
+    finally:
+        again.close()
+    assert durable.kinds().count("STARTED") == 1
+    assert durable.reads <= n + 20  # resumed after the third chunk, not from the start
+    assert durable.tables["shop.t"] == _project(_rows(server, "shop.t"))
+
+
 def test_composite_surrogate_and_conditions(server: MariaDB, tmp_path: Path) -> None:
     server.execute(
         "CREATE DATABASE shop",

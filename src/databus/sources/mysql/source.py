@@ -157,8 +157,11 @@ class MysqlSource(Source):
         self._sql = SqlSession(self.url)
         self._snap_io = SnapshotIO(self._sql, signal_table, self._wanted, self._shape_of)
         self._coord = Coordinator(self._snap_io, chunk_size, self._wanted)
+        # one record per chunk window, dropped once the relay acknowledged a later
+        # SCN: a fixed cap would lose the record a restart needs when more chunk
+        # windows than the cap pass between two flushes of the relay's state
         self._records = ProgressRecords(
-            state_dir / f"{name}.mysql-snapshot.json" if state_dir else None)
+            state_dir / f"{name}.mysql-snapshot.json" if state_dir else None, keep=None)
         self._notices: list[dict[str, Any]] = []
         self._snapshotted = False  # a mode's own snapshot was started by this process
         self._stats: dict[str, float] = {}  # counters for stats()
@@ -564,6 +567,10 @@ class MysqlSource(Source):
                                         schema_id=latest.id, schema_version=latest.version,
                                         op=ev.Op.TRUNCATE, timestamp_ns=ts_ns))
         return Window(scn, b"".join(events), len(events), ts_ns)
+
+    def acknowledge(self, scn: int) -> None:
+        """The relay restarts at or after ``scn``: older snapshot progress can go."""
+        self._records.forget_before(scn)
 
     def close(self) -> None:
         if self._stream is not None:
