@@ -130,3 +130,29 @@ def _src(src: MysqlSource, name: str) -> int:
 def test_parse_ddl(sql: str, want: list[tuple[str, str, str, str | None]]) -> None:
     got = [(c.kind, c.db, c.table, c.new_table) for c in parse_ddl("db", sql)]
     assert got == want
+
+
+def test_a_type_change_that_only_avro_logical_attributes_see_is_a_new_version(
+        server: MariaDB, tmp_path: Path) -> None:
+    """DECIMAL(10,2) -> DECIMAL(12,4) has the same Avro Parsing Canonical Form
+    (bytes); the version (and its id) must still change, or rows after the ALTER
+    would be decoded with the old scale."""
+    import decimal
+
+    server.execute("CREATE DATABASE ddl", "CREATE TABLE ddl.d (id INT PRIMARY KEY,"
+                   " v DECIMAL(10,2))")
+    start = _scn(server)
+    server.execute("INSERT INTO ddl.d VALUES (1, 1.25)",
+                   "ALTER TABLE ddl.d MODIFY v DECIMAL(12,4)",
+                   "INSERT INTO ddl.d VALUES (2, 100.1234)")
+    end = _scn(server)
+    src = MysqlSource(server.url, [r"ddl\..*"], state_dir=tmp_path, name="r1")
+    try:
+        rows = [(v, img) for name, _op, v, img in _decoded(src, _read(src, start, end))
+                if name == "ddl.d"]
+        versions = src.registry().versions(_src(src, "ddl.d"))
+    finally:
+        src.close()
+    assert rows == [(1, {"id": 1, "v": decimal.Decimal("1.25")}),
+                    (2, {"id": 2, "v": decimal.Decimal("100.1234")})]
+    assert len({s.id for s in versions}) == 2

@@ -3,7 +3,10 @@
 A source describes a table as a list of :class:`ColumnSpec` (name, Avro type,
 nullability) plus its key columns; :func:`table_schema` turns that into an
 Avro record schema. The schema id is the MD5 digest (16 bytes) of the schema's
-Parsing Canonical Form, so equal schemas have equal ids on every machine.
+canonical JSON text (keys sorted, no spaces), so equal schemas have equal ids on
+every machine. Not Avro's Parsing Canonical Form: it drops ``logicalType``,
+``precision`` and ``scale``, so ``DECIMAL(10,2)`` and ``DECIMAL(12,4)`` would
+share an id and a consumer would decode one with the other's scale.
 
 The metadata part of a data event is Avro of :data:`METADATA_SCHEMA`: the
 before image (Avro of the row schema, as bytes) and where the change came from.
@@ -20,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import fastavro
-from fastavro.schema import to_parsing_canonical_form
 
 from databus.core.errors import SchemaError, UnknownSourceError
 
@@ -50,8 +52,9 @@ SCHEMA_CHANGES = "databus.schema_changes"
 
 
 def schema_digest(avro: dict[str, Any]) -> bytes:
-    """MD5 of the Parsing Canonical Form: the schema id."""
-    return hashlib.md5(to_parsing_canonical_form(avro).encode("utf-8")).digest()
+    """MD5 of the canonical JSON text (every attribute kept): the schema id."""
+    text = json.dumps(avro, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.md5(text.encode("utf-8")).digest()
 
 
 @dataclass(frozen=True, slots=True)
