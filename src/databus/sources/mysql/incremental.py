@@ -269,5 +269,9 @@ def _key_cols(p: Progress) -> list[str] | None:
     return [p.surrogate_key] if p.surrogate_key else None
 
 
+NOTICE_KINDS = ("STARTED", "CHUNK_DONE", "TABLE_DONE", "COMPLETED", "ABORTED", "PAUSED",
+                "RESUMED", "ERROR")
+
+
 def _notice(kind: str, sid: str | None, **fields: Any) -> Notice:
     return {"kind": kind, "snapshot": sid, **fields}

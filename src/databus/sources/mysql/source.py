@@ -164,7 +164,11 @@ class MysqlSource(Source):
             state_dir / f"{name}.mysql-snapshot.json" if state_dir else None, keep=None)
         self._notices: list[dict[str, Any]] = []
         self._snapshotted = False  # a mode's own snapshot was started by this process
-        self._stats: dict[str, float] = {}  # counters for stats()
+        # counters for stats(): every key exists from the start, so the relay's
+        # metrics thread copying the dict never sees it grow
+        self._stats: dict[str, float] = dict.fromkeys(
+            [f"snapshot_{k.lower()}_total" for k in inc.NOTICE_KINDS]
+            + ["snapshot_rows_total"], 0.0)
         self._new_filters: tuple[list[re.Pattern[str]], ...] | None = None  # reconfigure()
         if snapshot_mode != "no_data":
             self._snap_io.ensure_signal_table()
