@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from tests.support.mariadb import MariaDB, binaries_present
-from tests.support.procs import DATABUS, free_port, kill9, spawn, stop, wait_http
+from tests.support.procs import DATABUS, free_port, kill9, snapshot_reads, spawn, stop, wait_http
 
 pytestmark = [pytest.mark.skipif(not binaries_present(),
                                  reason="run scripts/setup.sh to install mariadb-server"),
@@ -68,22 +68,6 @@ def _notices(url: str) -> list[dict[str, Any]]:
     r = httpx.get(f"{url}/stream", params={"sources": str(src), "output": "json",
                                            "size": "50000000", "timeout": "0"}, timeout=30)
     return [json.loads(x)["after"] for x in r.text.splitlines() if '"op"' in x]
-
-
-def _reads(url: str) -> int:
-    """``r`` events in the relay's whole buffer, read page by page."""
-    count, scn = 0, None
-    while True:
-        params = {"output": "json", "size": str(32 << 20), "timeout": "0"}
-        if scn is not None:
-            params["checkPoint"] = json.dumps({"windowScn": scn, "windowOffset": -1,
-                                               "consumption_mode": "ONLINE_CONSUMPTION"})
-        r = httpx.get(f"{url}/stream", params=params, timeout=60)
-        assert r.status_code == 200, r.text
-        if not r.text:
-            return count
-        count += sum(1 for x in r.text.splitlines() if '"op":"r"' in x)
-        scn = int(r.headers["X-Databus-Last-Window-Scn"])
 
 
 def test_kill9_relay_mid_snapshot_resumes_and_replica_equals(tmp_path: Path) -> None:
@@ -138,7 +122,7 @@ def test_kill9_relay_mid_snapshot_resumes_and_replica_equals(tmp_path: Path) -> 
         writer.join()
         kinds = [n["kind"] for n in _notices(url)]
         assert kinds.count("STARTED") == 1, kinds  # resumed, never started over
-        reads = _reads(url)
+        reads = snapshot_reads(url)
         # every chunk is sent once, except chunks in flight at a kill
         assert ROWS * 0.9 <= reads <= ROWS + 500 + kills * CHUNK, (reads, kills)
 

@@ -20,11 +20,10 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
-from tests.support.procs import DATABUS, free_port, kill9, spawn, stop, wait_http
+from tests.support.procs import DATABUS, free_port, kill9, snapshot_reads, spawn, stop, wait_http
 
 pytestmark = pytest.mark.slow
 
@@ -64,22 +63,6 @@ def _progress(state: Path) -> list[tuple[int, dict[str, Any] | None]]:
 def _completed(state: Path) -> bool:
     records = _progress(state)
     return bool(records) and records[-1][1] is None
-
-
-def _reads(url: str) -> int:
-    """``r`` events in the relay's whole buffer, read page by page."""
-    count, scn = 0, None
-    while True:
-        params = {"output": "json", "size": str(32 << 20), "timeout": "0"}
-        if scn is not None:
-            params["checkPoint"] = json.dumps({"windowScn": scn, "windowOffset": -1,
-                                               "consumption_mode": "ONLINE_CONSUMPTION"})
-        r = httpx.get(f"{url}/stream", params=params, timeout=60)
-        assert r.status_code == 200, r.text
-        if not r.text:
-            return count
-        count += sum(1 for x in r.text.splitlines() if '"op":"r"' in x)
-        scn = int(r.headers["X-Databus-Last-Window-Scn"])
 
 
 def _rows(db: Path) -> list[tuple[Any, ...]]:
@@ -138,7 +121,7 @@ def test_kill9_relay_mid_snapshot_resumes_and_replica_equals(tmp_path: Path) -> 
         text = " ".join(log.read_text(errors="replace").split())  # the log wraps lines
         assert text.count(": started (") == 1, "a restart started the snapshot over"
         assert text.count(": resuming after scn") >= kills - 1
-        reads = _reads(url)
+        reads = snapshot_reads(url)
         assert ROWS * 0.9 <= reads < 2 * ROWS, (reads, kills)
 
         want = _rows(db)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -55,3 +56,19 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(20)
         except subprocess.TimeoutExpired:
             kill9(proc)
+
+
+def snapshot_reads(url: str) -> int:
+    """``r`` events in the relay's whole buffer, read page by page."""
+    count, scn = 0, None
+    while True:
+        params = {"output": "json", "size": str(32 << 20), "timeout": "0"}
+        if scn is not None:
+            params["checkPoint"] = json.dumps({"windowScn": scn, "windowOffset": -1,
+                                               "consumption_mode": "ONLINE_CONSUMPTION"})
+        r = httpx.get(f"{url}/stream", params=params, timeout=60)
+        assert r.status_code == 200, r.text
+        if not r.text:
+            return count
+        count += sum(1 for x in r.text.splitlines() if '"op":"r"' in x)
+        scn = int(r.headers["X-Databus-Last-Window-Scn"])
