@@ -299,3 +299,17 @@ def test_flat_refuses_a_table_with_a_column_named_like_its_own() -> None:
     avro = {**V1, "fields": [*V1["fields"], {"name": "_op", "type": ["null", "string"]}]}
     with pytest.raises(SchemaError, match="envelope=full"):
         flat_schema(table(avro, 1))
+
+
+def test_a_flat_table_may_have_columns_named_like_the_envelope() -> None:
+    avro = {**V1, "fields": [*V1["fields"], {"name": "after", "type": ["null", "string"]},
+                             {"name": "op", "type": ["null", "string"]}]}
+    ts = table(avro, 1)
+    data = ev.encode(scn=5, src_id=7, key=1, payload=ts.encode(
+        {**row(random.Random(1), 1, False), "after": "x", "op": "y"}), schema_id=ts.id,
+        op=ev.Op.INSERT) + ev.encode_eop(5)
+    rows = same(data, SchemaRegistry([ts]), ts, 10)[0][0]
+    assert rows[0]["after"]["after"] == "x" and rows[0]["op"] == "c"
+    flat = run(decoders(SchemaRegistry([ts]), ts, flat=True)[True], data, 10, 1 << 62)
+    assert flat[0][0][0]["after"] == "x" and flat[0][0][0]["op"] == "y"
+    assert flat[0][0][0]["_op"] == "c"

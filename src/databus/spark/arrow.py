@@ -114,8 +114,9 @@ def flat_schema(table: TableSchema) -> pa.Schema:
 
 
 def is_flat(schema: pa.Schema) -> bool:
-    """Whether ``schema`` is an ``envelope=flat`` schema (else the full envelope)."""
-    return schema.names[-2:] == list(FLAT_COLUMNS) and "after" not in schema.names
+    """Whether ``schema`` is an ``envelope=flat`` schema (else the full envelope, whose
+    last column is always ``after``; a flat row cannot have ``_op``/``_sequence``)."""
+    return bool(schema.names[-2:] == list(FLAT_COLUMNS))
 
 
 def flatten(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:

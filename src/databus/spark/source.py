@@ -231,7 +231,7 @@ def changes(envelope: DataFrame) -> DataFrame:
     """
     from pyspark.sql import functions as F
 
-    if envelope.columns[-2:] == list(arrow.FLAT_COLUMNS) and "after" not in envelope.columns:
+    if envelope.columns[-2:] == list(arrow.FLAT_COLUMNS):  # a full envelope ends with after
         return envelope
     if dict(envelope.dtypes).get("after", "").startswith("string"):
         raise ConfigError("changes() needs typed before/after (valueFormat=struct)")
