@@ -7,7 +7,10 @@ The same changes are then applied into a fresh SCD1 Parquet table by
 ``apply_changes`` on ``local[2]`` three ways, each one availableNow query
 timed from start to end:
 
-* relay, ``partitions=1``: ``readStream.format("databus")``;
+* relay, ``partitions=1``: ``readStream.format("databus")`` with
+  ``envelope=flat`` (what docs/spark.md recommends for apply_changes: the
+  shape ``changes()`` makes of the full envelope, built without the unused
+  parts; ``--envelope full`` reads the full envelope through ``changes()``);
 * relay, ``partitions=4``;
 * baseline: the same flattened changes, dumped once to Parquet (not timed),
   read with ``readStream.parquet``.
@@ -18,7 +21,7 @@ machine is shared; the best run is the least disturbed one).
 The ratio relay/Parquet shows whether the source is the bottleneck (target
 >= 0.8). Every run's table is checked equal to the SQLite table.
 
-    .venv/bin/python -m bench.spark_apply [--changes 1000000] [--repeat 2]
+    .venv/bin/python -m bench.spark_apply [--changes 1000000] [--repeat 2] [--envelope full]
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -131,6 +135,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--changes", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=2, help="runs per input; the best counts")
+    ap.add_argument("--envelope", choices=["flat", "full", "both"], default="flat",
+                    help="the relay stream's envelope option (full: through changes()); "
+                    "both: each relay input twice, flat and full, in the same rounds")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="databus-bench-"))
     db = tmp / "src.db"
@@ -152,26 +159,34 @@ def main() -> None:
         spark = session()
         want = sorted(sqlite3.connect(db).execute("SELECT * FROM t").fetchall())
 
-        def relay_stream(parts: int) -> DataFrame:
+        def relay_stream(parts: int, envelope: str) -> DataFrame:
             return changes(spark.readStream.format("databus").option("relay", relay.url)
-                           .option("sources", "t").option("partitions", parts).load())
+                           .option("sources", "t").option("partitions", parts)
+                           .option("envelope", envelope).load())
 
-        # the baseline's input: the same flattened changes, once, as Parquet
-        dump = relay_stream(4).writeStream.format("parquet").option("path", str(tmp / "dump"))
+        # the baseline's input: the same flattened changes, once, as Parquet (always
+        # changes() of the full envelope, whatever --envelope says)
+        full = changes(spark.readStream.format("databus").option("relay", relay.url)
+                       .option("sources", "t").option("partitions", 4).load())
+        dump = full.writeStream.format("parquet").option("path", str(tmp / "dump"))
         q = dump.option("checkpointLocation", str(tmp / "dump.ckpt")).trigger(
             availableNow=True).start()
         q.awaitTermination()
         schema = spark.read.parquet(str(tmp / "dump")).schema
         # warm-up (JIT, Python workers), not timed
         run(spark, spark.readStream.schema(schema).parquet(str(tmp / "dump")), tmp, "warm")
+        envelopes = ["flat", "full"] if args.envelope == "both" else [args.envelope]
+        suffix = {"flat": "", "full": "-full"} if args.envelope == "both" else {args.envelope: ""}
         results: dict[str, float] = {}
         times: dict[str, list[float]] = {}
         for round_ in range(args.repeat):  # alternate the inputs; keep each one's best time
-            for name, src in (
-                ("parquet", lambda: spark.readStream.schema(schema).parquet(str(tmp / "dump"))),
-                ("relay-1", lambda: relay_stream(1)),
-                ("relay-4", lambda: relay_stream(4)),
-            ):
+            inputs: list[tuple[str, Callable[[], DataFrame]]] = [
+                ("parquet", lambda: spark.readStream.schema(schema).parquet(str(tmp / "dump")))]
+            for env in envelopes:
+                for parts in (1, 4):
+                    inputs.append((f"relay-{parts}" + suffix[env],
+                                   lambda p=parts, e=env: relay_stream(p, e)))
+            for name, src in inputs:
                 secs = run(spark, src(), tmp, f"{name}-{round_}")
                 print(f"round {round_}: {name} {secs:.2f}s", flush=True)
                 results[name] = min(secs, results.get(name, secs))
@@ -182,13 +197,16 @@ def main() -> None:
     finally:
         relay.stop()
     n = args.changes
+    print(f"relay stream: envelope={args.envelope}")
     print(f"{'input':<34} | {'changes':>9} | {'seconds':>7} | {'changes/s':>10} | all runs (s)")
     labels = {"relay-1": "relay, partitions=1", "relay-4": "relay, partitions=4",
+              "relay-1-full": "relay, partitions=1, envelope=full",
+              "relay-4-full": "relay, partitions=4, envelope=full",
               "parquet": "Parquet file (baseline)"}
     for name, secs in results.items():
         runs = ", ".join(f"{t:.2f}" for t in times[name])
         print(f"{labels[name]:<34} | {n:>9} | {secs:>7.2f} | {n / secs:>10,.0f} | {runs}")
-    for name in ("relay-1", "relay-4"):
+    for name in [r for r in results if r != "parquet"]:
         print(f"{labels[name]} / Parquet: {results['parquet'] / results[name]:.2f}x "
               "(target >= 0.8)")
     spark.stop()

@@ -20,7 +20,7 @@ from databus.core import event as ev
 from databus.core.errors import DatabusError, SchemaError
 from databus.core.schema import MetadataCodec, SchemaRegistry, TableSchema
 from databus.spark import fastread
-from databus.spark.arrow import envelope_schema
+from databus.spark.arrow import envelope_schema, flat_schema
 
 V1 = {"type": "record", "name": "t", "namespace": "db", "fields": [
     {"name": "id", "type": "long"},
@@ -95,8 +95,9 @@ def events(rng: random.Random, schemas: list[TableSchema], windows: int, *,
 
 
 def decoders(registry: SchemaRegistry, query: TableSchema,
-             refresh: SchemaRegistry | None = None) -> dict[bool, fastread.ChunkDecoder]:
-    schema = envelope_schema(query)
+             refresh: SchemaRegistry | None = None, *, flat: bool = False
+             ) -> dict[bool, fastread.ChunkDecoder]:
+    schema = flat_schema(query) if flat else envelope_schema(query)
     return {native: fastread.ChunkDecoder(
         schema, registry, lambda: refresh or registry, native=native)
         for native in (True, False)}
@@ -124,10 +125,27 @@ def run(dec: fastread.ChunkDecoder, data: bytes, max_rows: int, end_scn: int) ->
 
 def same(data: bytes, registry: SchemaRegistry, query: TableSchema, max_rows: int,
          end_scn: int = 1 << 62) -> list[Any]:
+    """Both paths' chunks, full envelope; the flat ones (both paths) must be their flattening."""
     d = decoders(registry, query)
     native, python = run(d[True], data, max_rows, end_scn), run(d[False], data, max_rows, end_scn)
     assert native == python
+    f = decoders(registry, query, flat=True)
+    flat_native, flat_python = (run(f[True], data, max_rows, end_scn),
+                                run(f[False], data, max_rows, end_scn))
+    names = flat_schema(query).names[:-2]
+    assert flat_native == flat_python == [flattened(c, names) for c in native]
     return native
+
+
+def flattened(chunk: Any, names: list[str]) -> Any:
+    """A full chunk as ``envelope=flat`` gives it: what changes() selects per row."""
+    if isinstance(chunk, type):
+        return chunk
+    rows, *rest = chunk
+    if rows is not None:
+        rows = [{**(r["after"] or r["before"] or dict.fromkeys(names)), "_op": r["op"],
+                 "_sequence": r["sequence"]} for r in rows]
+    return (rows, *rest)
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None,
@@ -243,3 +261,55 @@ def test_json_value_format_uses_the_python_path() -> None:
     data = events(random.Random(8), [v1], 2)
     assert isinstance(run(dec, data, 100, 1 << 62)[0][0][0]["after"] or "", str)
     assert pa.types.is_string(dec.schema.field("after").type)
+
+
+def test_the_flat_envelope_is_decoded_by_the_extension() -> None:
+    rng = random.Random(9)
+    v1 = table(V1, 1)
+    data = events(rng, [v1], 10)
+    dec = decoders(SchemaRegistry([v1]), v1, flat=True)[True]
+    assert dec.native and dec.schema.names == [*(f["column"] if "column" in f else f["name"]
+                                                  for f in V1["fields"]), "_op", "_sequence"]
+    res = fastread._fastdecode.decode(data, 0, 1 << 20, 1 << 62, 0, dec._plans, dec._kinds, True)
+    assert res is not None and res[9] == ()  # only the row columns come back
+
+
+def test_a_damaged_before_image_behind_an_after_image_fails_alike_when_flat() -> None:
+    """The flat decode does not keep the before image of an update, but checks it exactly
+    as the full decode does: the same bytes end the same way in every path."""
+    rng = random.Random(10)
+    v1 = table(V1, 1)
+    registry = SchemaRegistry([v1])
+    outcomes = set()
+    for _ in range(300):
+        before = bytearray(v1.encode(row(rng, 1, False)))
+        for _ in range(rng.randrange(1, 3)):
+            before[rng.randrange(len(before))] = rng.randrange(256)
+        meta = META.encode({"before": bytes(before), "txid": None, "file": None, "pos": None,
+                            "gtid": None, "server_id": None, "row": None})
+        data = ev.encode(scn=5, src_id=7, key=1, payload=v1.encode(row(rng, 1, False)),
+                         schema_id=v1.id, op=ev.Op.UPDATE, metadata=meta,
+                         metadata_schema_id=META.id) + ev.encode_eop(5)
+        out = same(data, registry, v1, 10)
+        outcomes.add("error" if isinstance(out[-1], type) else "rows")
+    assert outcomes == {"error", "rows"}
+
+
+def test_flat_refuses_a_table_with_a_column_named_like_its_own() -> None:
+    avro = {**V1, "fields": [*V1["fields"], {"name": "_op", "type": ["null", "string"]}]}
+    with pytest.raises(SchemaError, match="envelope=full"):
+        flat_schema(table(avro, 1))
+
+
+def test_a_flat_table_may_have_columns_named_like_the_envelope() -> None:
+    avro = {**V1, "fields": [*V1["fields"], {"name": "after", "type": ["null", "string"]},
+                             {"name": "op", "type": ["null", "string"]}]}
+    ts = table(avro, 1)
+    data = ev.encode(scn=5, src_id=7, key=1, payload=ts.encode(
+        {**row(random.Random(1), 1, False), "after": "x", "op": "y"}), schema_id=ts.id,
+        op=ev.Op.INSERT) + ev.encode_eop(5)
+    rows = same(data, SchemaRegistry([ts]), ts, 10)[0][0]
+    assert rows[0]["after"]["after"] == "x" and rows[0]["op"] == "c"
+    flat = run(decoders(SchemaRegistry([ts]), ts, flat=True)[True], data, 10, 1 << 62)
+    assert flat[0][0][0]["after"] == "x" and flat[0][0][0]["op"] == "y"
+    assert flat[0][0][0]["_op"] == "c"

@@ -15,6 +15,7 @@ from databus.client.relay import RelayConnection
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
 from databus.relay.relay import Relay
+from databus.spark import changes
 from tests.spark.conftest import start_relay
 from tests.spark.test_pipeline import stream, wait_relay
 from tests.support.shop import TABLES, Writer, create_shop
@@ -122,6 +123,25 @@ def test_json_value_format_carries_every_source(
     assert row is not None and int(row["id"]) > 0
 
 
+def test_flat_envelope_gives_exactly_what_changes_makes_of_the_full_one(
+        spark: SparkSession, tmp_path: Path, shop: tuple[Path, Relay, Writer]) -> None:
+    db, relay, w = shop
+    for _ in range(60):
+        w.transaction()
+    wait_relay(relay, db)
+    full = changes(stream(spark, relay, "customers", partitions=3))
+    flat = stream(spark, relay, "customers", partitions=3, envelope="flat")
+    assert flat.schema == full.schema
+    assert changes(flat) is flat  # already in the shape apply_changes reads
+    run_available_now(full, tmp_path / "full", tmp_path / "full.ckpt")
+    run_available_now(flat, tmp_path / "flat", tmp_path / "flat.ckpt")
+    want = spark.read.parquet(str(tmp_path / "full")).collect()
+    got = spark.read.parquet(str(tmp_path / "flat")).collect()
+    key = lambda r: (r["_sequence"]["scn"], r["_sequence"]["index"])  # noqa: E731
+    assert sorted(got, key=key) == sorted(want, key=key)
+    assert {r["_op"] for r in got} >= {"c", "u", "d"}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -136,6 +156,9 @@ def _free_port() -> int:
     ({"sources": "customers", "startingPosition": "yesterday"}, "startingPosition"),
     ({"sources": "customers,orders"}, "exactly one source"),
     ({"sources": "customers", "colour": "red"}, "unknown option 'colour'"),
+    ({"sources": "customers", "envelope": "thin"}, "envelope"),
+    ({"sources": "customers,orders", "envelope": "flat", "valueFormat": "json"},
+     "envelope=flat needs valueFormat=struct"),
     ({"sources": "customers", "relay": "UNREACHABLE"}, "unreachable"),
 ])
 def test_bad_options_fail_fast_with_a_clear_message(

@@ -176,9 +176,10 @@ typedef struct {
     Field *fields;
 } Plan;
 
-/* one Avro row into the row columns (row i); 0 ok, 1 not handled, -1 error */
+/* one Avro row into the row columns (row i); 0 ok, 1 not handled, -1 error. With
+ * store = 0 the row is only checked (exactly the same checks), nothing is written. */
 static int decode_row(const Plan *pl, const uint8_t *p, const uint8_t *end, Col *cols,
-                      Py_ssize_t i) {
+                      Py_ssize_t i, int store) {
     for (int f = 0; f < pl->nfields; f++) {
         const Field *fd = &pl->fields[f];
         int t = fd->branch[0];
@@ -193,7 +194,7 @@ static int decode_row(const Plan *pl, const uint8_t *p, const uint8_t *end, Col 
         switch (t) {
         case T_BOOL:
             if (p >= end || *p > 1) return 1;
-            if (*p) set_bit(&c->vals, i);
+            if (*p && store) set_bit(&c->vals, i);
             p++;
             break;
         case T_INT: case T_LONG: {
@@ -202,24 +203,27 @@ static int decode_row(const Plan *pl, const uint8_t *p, const uint8_t *end, Col 
             if (t == T_INT) {
                 if (v < INT32_MIN || v > INT32_MAX) return 1;
                 int32_t v32 = (int32_t)v;
-                memcpy(c->vals.p + 4 * i, &v32, 4);
-            } else {
+                if (store) memcpy(c->vals.p + 4 * i, &v32, 4);
+            } else if (store) {
                 memcpy(c->vals.p + 8 * i, &v, 8);
             }
             break;
         }
         case T_FLOAT: /* Avro and Arrow are both little-endian IEEE */
             if (end - p < 4) return 1;
-            memcpy(c->vals.p + 4 * i, p, 4); p += 4;
+            if (store) memcpy(c->vals.p + 4 * i, p, 4);
+            p += 4;
             break;
         case T_DOUBLE:
             if (end - p < 8) return 1;
-            memcpy(c->vals.p + 8 * i, p, 8); p += 8;
+            if (store) memcpy(c->vals.p + 8 * i, p, 8);
+            p += 8;
             break;
         case T_STRING: case T_BYTES: {
             const uint8_t *s; Py_ssize_t n;
             if (rd_span(&p, end, &s, &n)) return 1;
             if (t == T_STRING && !utf8_ok(s, n)) return 1;
+            if (!store) continue;
             int r = col_setvar(c, i, s, n);
             if (r) return r;
             continue; /* col_setvar set the validity bit */
@@ -227,7 +231,7 @@ static int decode_row(const Plan *pl, const uint8_t *p, const uint8_t *end, Col 
         default:
             return 1;
         }
-        set_bit(&c->valid, i);
+        if (store) set_bit(&c->valid, i);
     }
     return 0; /* trailing bytes are ignored, as fastavro does */
 }
@@ -362,15 +366,17 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     PyObject *plan_seq;
     const char *kinds;
     Py_ssize_t nkinds;
-    if (!PyArg_ParseTuple(args, "y*nnLiOy#", &view, &off, &max_rows, &end_scn, &index,
-                          &plan_seq, &kinds, &nkinds))
+    int flat = 0;
+    if (!PyArg_ParseTuple(args, "y*nnLiOy#|p", &view, &off, &max_rows, &end_scn, &index,
+                          &plan_seq, &kinds, &nkinds, &flat))
         return NULL;
     PyObject *result = NULL;
     ncols = (int)nkinds;
     Py_ssize_t nplans = 0;
     Plan *plans = NULL;
     Col fx[NFIXED];
-    Col *rows = NULL; /* before columns then after columns */
+    Col *rows = NULL; /* before columns then after columns (flat: only the first set is
+                       * exported: the after image, else the before image) */
     Buf bvalid = {0}, avalid = {0}; /* struct validity of before, after */
     memset(fx, 0, sizeof fx);
     if (ncols > MAX_COLS || max_rows < 0 || off < 0) {
@@ -388,6 +394,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     rows = PyMem_Calloc((size_t)(2 * ncols + 1), sizeof(Col));
     if (!rows) { PyErr_NoMemory(); goto done; }
     for (int k = 0; k < ncols; k++) rows[k].kind = rows[ncols + k].kind = (uint8_t)kinds[k];
+    int nrowcols = flat ? ncols : 2 * ncols; /* the columns filled */
     PyObject *eops = PyList_New(0);
     if (!eops) goto done;
 
@@ -444,7 +451,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         Py_ssize_t i = nrows;
         int r = 0;
         for (int c = 0; c < NFIXED && !r; c++) r = col_grow(&fx[c], i);
-        for (int c = 0; c < 2 * ncols && !r; c++) r = col_grow(&rows[c], i);
+        for (int c = 0; c < nrowcols && !r; c++) r = col_grow(&rows[c], i);
         if (!r && (i & 7) == 0) r = buf_zero(&bvalid, 1) || buf_zero(&avalid, 1) ? -1 : 0;
         if (r < 0) { Py_DECREF(eops); goto done; }
         int64_t ts_ms = ts / 1000000;
@@ -461,14 +468,21 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         Py_ssize_t bn = 0;
         if (!r && has_meta) r = decode_meta(mdata, mdata + mn, fx, i, &bimg, &bn);
         int is_delete = (attrs & 7) == 3;
-        if (!r && dn > 0) {
-            /* the payload: the before image of a delete, else the after image */
-            r = decode_row(pl, data, data + dn, is_delete ? rows : rows + ncols, i);
-            if (!r) set_bit(is_delete ? &bvalid : &avalid, i);
-        }
-        if (!r && !is_delete && bimg) {
-            r = decode_row(pl, bimg, bimg + bn, rows, i);
-            if (!r) set_bit(&bvalid, i);
+        if (flat) {
+            /* one row: the after image, else the before image (changes()' coalesce); a
+             * before image behind an after image is checked as the full decode checks it */
+            if (!r && dn > 0) r = decode_row(pl, data, data + dn, rows, i, 1);
+            if (!r && !is_delete && bimg) r = decode_row(pl, bimg, bimg + bn, rows, i, dn == 0);
+        } else {
+            if (!r && dn > 0) {
+                /* the payload: the before image of a delete, else the after image */
+                r = decode_row(pl, data, data + dn, is_delete ? rows : rows + ncols, i, 1);
+                if (!r) set_bit(is_delete ? &bvalid : &avalid, i);
+            }
+            if (!r && !is_delete && bimg) {
+                r = decode_row(pl, bimg, bimg + bn, rows, i, 1);
+                if (!r) set_bit(&bvalid, i);
+            }
         }
         if (r < 0) { Py_DECREF(eops); goto done; }
         if (r) { handled = 0; break; }
@@ -480,13 +494,12 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         result = Py_NewRef(Py_None);
         goto done;
     }
-    PyObject *fixed = PyTuple_New(NFIXED), *before = PyTuple_New(ncols), *after = PyTuple_New(ncols);
+    int nafter = flat ? 0 : ncols;
+    PyObject *fixed = PyTuple_New(NFIXED), *before = PyTuple_New(ncols), *after = PyTuple_New(nafter);
     if (fixed && before && after) {
         for (int c = 0; c < NFIXED; c++) PyTuple_SET_ITEM(fixed, c, col_tuple(&fx[c]));
-        for (int c = 0; c < ncols; c++) {
-            PyTuple_SET_ITEM(before, c, col_tuple(&rows[c]));
-            PyTuple_SET_ITEM(after, c, col_tuple(&rows[ncols + c]));
-        }
+        for (int c = 0; c < ncols; c++) PyTuple_SET_ITEM(before, c, col_tuple(&rows[c]));
+        for (int c = 0; c < nafter; c++) PyTuple_SET_ITEM(after, c, col_tuple(&rows[ncols + c]));
         result = Py_BuildValue("(innNLinNNNNN)", finished, off, nrows, eops, tail_scn, index,
                                (Py_ssize_t)tail, fixed, before, after, buf_bytes(&bvalid),
                                buf_bytes(&avalid));
@@ -508,8 +521,9 @@ done:
 
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS,
-     "decode(buf, off, max_rows, end_scn, index, plans, kinds) -> columns, or None when the "
-     "Python path must decode this range."},
+     "decode(buf, off, max_rows, end_scn, index, plans, kinds, flat=False) -> columns, or None "
+     "when the Python path must decode this range. flat: the row columns come back as "
+     "'before' (after image, else before image) and 'after' is empty."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_fastdecode",

@@ -100,6 +100,39 @@ def envelope_schema(table: TableSchema | None) -> pa.Schema:
     ])
 
 
+FLAT_COLUMNS = ("_op", "_sequence")
+"""The columns ``envelope=flat`` adds after the row's (what :func:`databus.spark.changes` adds)."""
+
+
+def flat_schema(table: TableSchema) -> pa.Schema:
+    """The Arrow schema of ``envelope=flat``: the row's columns, ``_op``, ``_sequence``."""
+    row = avro_to_arrow(table.avro)
+    clash = [f.name for f in row if f.name in FLAT_COLUMNS]
+    if clash:
+        raise SchemaError(f"{table.name} has columns {clash}: use envelope=full")
+    return pa.schema([*row, ("_op", pa.string()), ("_sequence", SEQUENCE_TYPE)])
+
+
+def is_flat(schema: pa.Schema) -> bool:
+    """Whether ``schema`` is an ``envelope=flat`` schema (else the full envelope, whose
+    last column is always ``after``; a flat row cannot have ``_op``/``_sequence``)."""
+    return bool(schema.names[-2:] == list(FLAT_COLUMNS))
+
+
+def flatten(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """The full envelope ``batch`` as ``schema`` (``envelope=flat``): per row the after
+    image, else the before image; ``op`` and ``sequence`` renamed. The reference for
+    the compiled flat decode, and exactly what :func:`databus.spark.changes` selects."""
+    import pyarrow.compute as pc
+
+    after, before = batch.column("after"), batch.column("before")
+    has_after = after.is_valid()
+    cols = [pc.if_else(has_after, a, b)
+            for a, b in zip(after.flatten(), before.flatten(), strict=True)]
+    return pa.RecordBatch.from_arrays(
+        [*cols, batch.column("op"), batch.column("sequence")], schema=schema)
+
+
 def key_text(key: int | bytes) -> str:
     if isinstance(key, int):
         return str(key)

@@ -22,6 +22,7 @@ Two implementations with one contract and identical output:
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +36,7 @@ from databus.core.schema import METADATA_SCHEMA, SchemaRegistry, TableSchema
 from databus.spark import arrow
 
 try:
-    from databus.spark import _fastdecode  # type: ignore[attr-defined]
+    _fastdecode: Any = importlib.import_module("databus.spark._fastdecode")
 except ImportError:  # not built: the Python path only
     _fastdecode = None
 
@@ -47,7 +48,6 @@ _ARROW_CODES = {pa.bool_(): 1, pa.int32(): 2, pa.int64(): 3, pa.float32(): 4,
 # the metadata layout the C side reads (the fields in order, each ["null", x])
 _META_LAYOUT = [("before", "bytes"), ("txid", "string"), ("file", "string"), ("pos", "long"),
                 ("gtid", "string"), ("server_id", "long"), ("row", "int")]
-_OPS = pa.array([op.letter for op in sorted(ev.Op)] + [""] * 2, pa.string())
 
 
 def available() -> bool:
@@ -95,6 +95,11 @@ def _field_plan(avro_type: Any, out: int) -> tuple[int, int, bytes] | None:
 class ChunkDecoder:
     """Decodes response chunks for one query's envelope schema (see the module docstring).
 
+    ``schema`` is the full envelope (:func:`~databus.spark.arrow.envelope_schema`)
+    or the flat one (:func:`~databus.spark.arrow.flat_schema`, ``envelope=flat``):
+    then the batches are :func:`~databus.spark.arrow.flatten` of the full ones,
+    which the compiled path builds directly, without the unused columns.
+
     ``refresh`` fetches the relay's schemas; it is called once, the first time
     an event names a schema version the registry lacks (as the reader always
     did). ``native=False`` forces the Python path (tests compare both).
@@ -106,10 +111,20 @@ class ChunkDecoder:
         self.registry = registry
         self._refresh = refresh
         self._refreshed = False
-        self._builder = arrow.EnvelopeBuilder(schema)
-        row = schema.field("after").type
+        self._flat = arrow.is_flat(schema)
+        if self._flat:
+            row: pa.DataType = pa.struct(list(schema)[:-len(arrow.FLAT_COLUMNS)])
+            self._full = pa.schema([*(f for f in arrow.envelope_schema(None) if f.name not in (
+                "before", "after")), ("before", row), ("after", row)])
+        else:
+            row = schema.field("after").type
+            self._full = schema
+        self._builder = arrow.EnvelopeBuilder(self._full)
         self._row_type: pa.StructType | None = row if pa.types.is_struct(row) else None
         self._kinds: bytes | None = None
+        # built on first use: pa.array() makes pyarrow import pandas (a quarter second),
+        # which the driver-side source process never needs
+        self._ops: pa.Array | None = None
         if native and _fastdecode is not None and self._row_type is not None and _metadata_fits():
             codes = [_ARROW_CODES.get(self._row_type.field(i).type)
                      for i in range(self._row_type.num_fields)]
@@ -157,7 +172,7 @@ class ChunkDecoder:
         """The events of ``buf`` from ``off``: at most ``max_rows`` (>= 1) data events."""
         if self._kinds is not None:
             res = _fastdecode.decode(buf, off, max_rows, end_scn, index, self._plans,
-                                     self._kinds)
+                                     self._kinds, self._flat)
             if res is not None:
                 return self._native_chunk(res)
         return self.decode_python(buf, off, max_rows, end_scn, index)
@@ -192,6 +207,8 @@ class ChunkDecoder:
             rows, index, tail, tail_scn = rows + 1, index + 1, tail + 1, e.scn
             off += length
         batch = builder.flush() if rows else None
+        if batch is not None and self._flat:
+            batch = arrow.flatten(batch, self.schema)
         return Chunk(batch, off, eops, index, tail, tail_scn, done)
 
     def _native_chunk(self, res: tuple[Any, ...]) -> Chunk:
@@ -202,6 +219,16 @@ class ChunkDecoder:
 
     def _native_batch(self, n: int, fixed: tuple[Any, ...], before: tuple[Any, ...],
                       after: tuple[Any, ...], bvalid: bytes, avalid: bytes) -> pa.RecordBatch:
+        if self._ops is None:
+            self._ops = pa.array(_OP_LETTERS, pa.string())
+        if self._flat:  # before: the row (after image, else before image); no after
+            scn, index, _, attr = (_column(t, n, c, always_valid=True)
+                                   for t, c in zip(_FIXED_TYPES[:4], fixed[:4], strict=True))
+            assert self._row_type is not None
+            cols = [_column(self._row_type.field(i).type, n, c) for i, c in enumerate(before)]
+            sequence = pa.StructArray.from_arrays([scn, index], fields=list(arrow.SEQUENCE_TYPE))
+            return pa.RecordBatch.from_arrays(
+                [*cols, self._ops.take(pc.bit_wise_and(attr, 7)), sequence], schema=self.schema)
         (scn, index, ts, attr, slot, key, file, pos, gtid, server_id, row) = (
             _column(t, n, c, always_valid=i < 6)
             for i, (t, c) in enumerate(zip(_FIXED_TYPES, fixed, strict=True)))
@@ -213,7 +240,7 @@ class ChunkDecoder:
             fields=list(arrow.SOURCE_TYPE))
         assert self._row_type is not None
         return pa.RecordBatch.from_arrays(
-            [_OPS.take(kind), scn, sequence, ts, source, key,
+            [self._ops.take(kind), scn, sequence, ts, source, key,
              self._struct(n, before, bvalid), self._struct(n, after, avalid)],
             schema=self.schema)
 

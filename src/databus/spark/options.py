@@ -45,12 +45,22 @@ class StreamOptions(BaseModel):
     value_format: Literal["struct", "json"] = Field(
         "struct", alias="valueFormat",
         description="struct: before/after typed from the Avro schema; json: JSON strings.")
+    envelope: Literal["full", "flat"] = Field(
+        "full",
+        description="full: the change envelope (op, scn, sequence, ts_ms, source, key, before, "
+        "after); flat: what changes() makes of it (the row's columns, the after image or for "
+        "a delete the before image, then _op and _sequence), built without the parts "
+        "apply_changes does not read. Needs valueFormat=struct.")
     fetch_bytes: int = Field(
         8 * 1024 * 1024, alias="fetchBytes", ge=4096,
         description="Byte budget of one /stream request made by a partition.")
     rows_per_arrow_batch: int = Field(
         8192, alias="rowsPerArrowBatch", ge=1,
         description="Rows per Arrow record batch yielded by read().")
+    prefetch_batches: int = Field(
+        8, alias="prefetchBatches", ge=0,
+        description="Arrow batches a partition's read fetches and decodes ahead, in a thread, "
+        "while Spark sends the previous ones to the JVM (0: no thread).")
     http_timeout: float = Field(10.0, alias="httpTimeout", gt=0,
                                 description="Seconds before a relay request is abandoned.")
     relay_retry_seconds: float = Field(
@@ -65,8 +75,8 @@ class StreamOptions(BaseModel):
 
 _ALIASES = {name.lower(): name for name in (
     "relay", "sources", "partitions", "maxRowsPerBatch", "maxBytesPerBatch",
-    "startingPosition", "valueFormat", "fetchBytes", "rowsPerArrowBatch", "httpTimeout",
-    "relayRetrySeconds")}
+    "startingPosition", "valueFormat", "envelope", "fetchBytes", "rowsPerArrowBatch",
+    "prefetchBatches", "httpTimeout", "relayRetrySeconds")}
 # "path" is what .load(url) passes; "url" reads naturally too
 _ALIASES["path"] = "relay"
 _ALIASES["url"] = "relay"
@@ -89,6 +99,8 @@ def parse_options(raw: Mapping[str, str]) -> StreamOptions:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'options'}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"databus source: invalid options: {problems}") from exc
+    if opts.envelope == "flat" and opts.value_format != "struct":
+        raise ConfigError("databus source: envelope=flat needs valueFormat=struct")
     pos = opts.starting_position
     if pos not in ("earliest", "latest") and opts.source_scn is None:
         raise ConfigError(

@@ -22,6 +22,7 @@ keep their windows across crashes.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -248,6 +249,63 @@ def read_bucket_batches(opts: StreamOptions, src_ids: list[int], bucket: int,
                 return
         if win_scn != -1:  # the response ended inside a window too large for the budget
             cur.partial(win_scn, win_count)
+
+
+def prefetched(make: Callable[[threading.Event], Iterator[T]], depth: int) -> Iterator[T]:
+    """The items of ``make(stop)``, produced by a worker thread up to ``depth`` ahead.
+
+    For a bucket read: the next relay response is fetched and decoded while
+    Spark's worker sends the current batches to the JVM. The items come in
+    the order ``make`` produces them (a read stays deterministic); an error in
+    the thread is raised here, after the items produced before it. When the
+    consumer stops early (Spark closes the iterator: ``GeneratorExit``), the
+    thread is told to stop (``stop`` is set, ``make``'s generator is closed,
+    so its relay connection too) and joined before this generator returns:
+    no thread outlives the read. ``depth`` 0 reads in the calling thread.
+    """
+    stop = threading.Event()
+    if depth <= 0:
+        yield from make(stop)
+        return
+    items: queue.Queue[tuple[int, Any]] = queue.Queue(maxsize=depth)
+
+    def offer(kind: int, value: Any) -> bool:
+        while not stop.is_set():
+            try:
+                items.put((kind, value), timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        gen = make(stop)
+        try:
+            for item in gen:
+                if not offer(0, item):
+                    return
+            offer(1, None)
+        except BaseException as exc:  # handed to the consumer, raised there
+            offer(2, exc)
+        finally:
+            close = getattr(gen, "close", None)
+            if close is not None:
+                close()
+
+    worker = threading.Thread(target=work, name="databus-spark-prefetch", daemon=True)
+    worker.start()
+    try:
+        while True:
+            kind, value = items.get()
+            if kind == 0:
+                yield value
+            elif kind == 1:
+                return
+            else:
+                raise value
+    finally:
+        stop.set()
+        worker.join()
 
 
 def _cursor(start: dict[str, Any]) -> _Cursor:

@@ -46,6 +46,7 @@ from databus.spark.options import StreamOptions, parse_options
 from databus.spark.reading import (
     offset_of,
     offset_scn,
+    prefetched,
     read_bucket_batches,
     relay_top,
     resolve_sources,
@@ -83,7 +84,14 @@ class _Plan:
                     "databus source: typed before/after structs need exactly one source; give "
                     "one source per stream or set valueFormat=json")
             table = SchemaRegistry.from_json(self.registry_json).latest(self.src_ids[0])
-        self.arrow_schema: pa.Schema = arrow.envelope_schema(table)
+        if self.opts.envelope == "flat":
+            assert table is not None  # parse_options: flat needs valueFormat=struct
+            try:
+                self.arrow_schema: pa.Schema = arrow.flat_schema(table)
+            except DatabusError as exc:
+                raise ConfigError(f"databus source: envelope=flat: {exc}") from exc
+        else:
+            self.arrow_schema = arrow.envelope_schema(table)
 
 
 class DatabusDataSource(DataSource):
@@ -205,8 +213,10 @@ class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         decoder = ChunkDecoder(self.arrow_schema, SchemaRegistry.from_json(self.registry_json),
                                refresh)
-        yield from read_bucket_batches(self.opts, self.src_ids, partition.bucket,
-                                       partition.start, partition.end_scn, decoder)
+        yield from prefetched(
+            lambda stop: read_bucket_batches(self.opts, self.src_ids, partition.bucket,
+                                             partition.start, partition.end_scn, decoder, stop),
+            self.opts.prefetch_batches)
 
 
 def changes(envelope: DataFrame) -> DataFrame:
@@ -216,10 +226,13 @@ def changes(envelope: DataFrame) -> DataFrame:
     delete) plus ``_op`` (c/u/d/r/t) and ``_sequence`` (struct of scn, index):
     use ``sequence_by="_sequence"``, ``apply_as_deletes="_op = 'd'"``,
     ``apply_as_truncates="_op = 't'"`` and ``except_column_list=["_op", "_sequence"]``.
-    Needs ``valueFormat=struct``.
+    Needs ``valueFormat=struct``. A stream read with ``envelope=flat`` already
+    has this shape and is returned as it is.
     """
     from pyspark.sql import functions as F
 
+    if envelope.columns[-2:] == list(arrow.FLAT_COLUMNS):  # a full envelope ends with after
+        return envelope
     if dict(envelope.dtypes).get("after", "").startswith("string"):
         raise ConfigError("changes() needs typed before/after (valueFormat=struct)")
     return envelope.select(
