@@ -52,3 +52,22 @@ def test_json_values_are_exact() -> None:
     assert json_value(dt.datetime(2020, 1, 2, 3, 4, 5, 6, tzinfo=dt.UTC)) == \
         "2020-01-02T03:04:05.000006Z"
     assert json_value(dt.timedelta(hours=-1, microseconds=5)) == "-PT3599.999995S"
+
+
+def test_field_names_are_valid_avro_and_never_collide() -> None:
+    cols = [ColumnSpec("id", "long", nullable=False), ColumnSpec("prénom", "string"),
+            ColumnSpec("a-b", "string"), ColumnSpec("a_b", "string"),
+            ColumnSpec("日付", "string"), ColumnSpec("名前", "string")]
+    s = TableSchema(1, "app.t", 1, table_schema("app", "t", cols), ("id",))
+    names = [f["name"] for f in s.avro["fields"]]
+    assert len(set(names)) == len(names)
+    assert all(n.isascii() and (n[0].isalpha() or n[0] == "_")
+               and all(c.isalnum() or c == "_" for c in n) for n in names)
+    assert s.column_names == ["id", "prénom", "a-b", "a_b", "日付", "名前"]
+    row = dict(zip(names, [1, "é", "x", "y", "d", "n"], strict=True))
+    data = ev.encode(scn=1, src_id=1, key=1, payload=s.encode(row), schema_id=s.id,
+                     op=ev.Op.INSERT, timestamp_ns=0)
+    env = envelope(ev.decode(data), SchemaRegistry([s]), total_order=1,
+                   data_collection_order=1)
+    assert env["after"] == {"id": 1, "prénom": "é", "a-b": "x", "a_b": "y", "日付": "d",
+                            "名前": "n"}

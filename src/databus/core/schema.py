@@ -68,23 +68,33 @@ class ColumnSpec:
 
 
 def _avro_name(text: str) -> str:
-    out = "".join(c if c.isalnum() or c == "_" else "_" for c in text)
+    """A valid Avro name ([A-Za-z_][A-Za-z0-9_]*): other characters become ``_``
+    (non-ASCII letters too: Java and Spark readers reject them)."""
+    out = "".join(c if (c.isascii() and c.isalnum()) or c == "_" else "_" for c in text)
     return out if out and not out[0].isdigit() else f"_{out}"
 
 
 def table_schema(namespace: str, table: str, columns: Iterable[ColumnSpec]) -> dict[str, Any]:
     """The Avro record schema of a table version."""
     fields: list[dict[str, Any]] = []
+    used: set[str] = set()
     for col in columns:
+        name = _avro_name(col.name)
+        if name in used:  # "a-b" beside "a_b", or two non-ASCII names: keep both
+            n = 2
+            while f"{name}_{n}" in used:
+                n += 1
+            name = f"{name}_{n}"
+        used.add(name)
         ftype: AvroType = col.avro_type
         if col.nullable:
             ftype = ["null", *col.avro_type] if isinstance(col.avro_type, list) else ["null", col.avro_type]
-        entry: dict[str, Any] = {"name": _avro_name(col.name), "type": ftype}
+        entry: dict[str, Any] = {"name": name, "type": ftype}
         if col.nullable:
             entry["default"] = None
         if col.sql_type:
             entry["sql_type"] = col.sql_type
-        if _avro_name(col.name) != col.name:
+        if name != col.name:
             entry["column"] = col.name
         fields.append(entry)
     return {
