@@ -108,6 +108,27 @@ class RelayProcess:
         self.proc.wait(30)
 
 
+def captured_changes(tmp: Path, n: int) -> tuple[Path, RelayProcess]:
+    """A SQLite table ``t`` in ``tmp`` with ``n`` changes committed, all of them
+    captured by a relay process (the caller stops it)."""
+    db = tmp / "src.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, a INTEGER, b REAL, c TEXT)")
+    con.close()
+    relay = RelayProcess(db, tmp)
+    try:
+        write_changes(db, n)
+        con = sqlite3.connect(db)
+        top = con.execute("SELECT max(scn) FROM _databus_txlog").fetchone()[0]
+        con.close()
+        while relay.max_scn() < top:
+            time.sleep(0.1)
+    except BaseException:
+        relay.stop()
+        raise
+    return db, relay
+
+
 def session() -> SparkSession:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     spark = (SparkSession.builder.master("local[2]").appName("databus-bench")
@@ -140,19 +161,9 @@ def main() -> None:
                     "both: each relay input twice, flat and full, in the same rounds")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="databus-bench-"))
-    db = tmp / "src.db"
-    con = sqlite3.connect(db)
-    con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, a INTEGER, b REAL, c TEXT)")
-    con.close()
-    relay = RelayProcess(db, tmp)
+    t0 = time.perf_counter()
+    db, relay = captured_changes(tmp, args.changes)
     try:
-        t0 = time.perf_counter()
-        write_changes(db, args.changes)
-        con = sqlite3.connect(db)
-        top = con.execute("SELECT max(scn) FROM _databus_txlog").fetchone()[0]
-        con.close()
-        while relay.max_scn() < top:
-            time.sleep(0.1)
         windows = httpx.get(f"{relay.url}/containerStats/buffer/windows", timeout=10).json()
         print(f"setup: {args.changes} changes committed and captured in "
               f"{time.perf_counter() - t0:.1f}s, {windows} relay windows", flush=True)

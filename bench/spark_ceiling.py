@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sqlite3
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,7 +34,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from bench.spark_apply import RelayProcess, run, session, write_changes
+from bench.spark_apply import captured_changes, run, session
 from databus.spark import changes
 from databus.spark.source import _Plan
 
@@ -95,18 +93,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="databus-ceiling-"))
-    db = tmp / "src.db"
-    con = sqlite3.connect(db)
-    con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, a INTEGER, b REAL, c TEXT)")
-    con.close()
-    relay = RelayProcess(db, tmp)
+    _db, relay = captured_changes(tmp, args.changes)
     try:
-        write_changes(db, args.changes)
-        con = sqlite3.connect(db)
-        top = con.execute("SELECT max(scn) FROM _databus_txlog").fetchone()[0]
-        con.close()
-        while relay.max_scn() < top:
-            time.sleep(0.1)
         spark = session()
         spark.dataSource.register(FilesSource)
 

@@ -49,10 +49,15 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
         session.stop()
 
 
-def start_relay(db: Path, tmp: Path, tables: list[str], **buffer: Any) -> Relay:
-    """An in-process relay over ``db`` on a free port (memory buffer unless ``path``)."""
+def start_relay(db: Path, tmp: Path, tables: list[str], snapshot_mode: str = "no_data",
+                **buffer: Any) -> Relay:
+    """An in-process relay over ``db`` on a free port (memory buffer unless ``path``).
+
+    Stream-only by default: with ``initial``, changes a writer commits before the
+    relay's first read arrive as snapshot ``r`` rows, and these tests count ops."""
     cfg = parse_config({
-        "source": {"url": f"sqlite:///{db}", "tables": tables, "poll_interval": 0.01},
+        "source": {"url": f"sqlite:///{db}", "tables": tables, "poll_interval": 0.01,
+                   "snapshot_mode": snapshot_mode},
         "buffer": {"capacity_bytes": 32 * 1024 * 1024, "flush_interval": 0.2, **buffer},
         "http": {"port": 0},
         "state_dir": str(tmp / "relay-state"),
