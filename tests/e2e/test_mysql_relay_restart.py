@@ -84,21 +84,18 @@ def test_purged_while_relay_down_is_a_clear_terminal_error(tmp_path: Path) -> No
         con = connect_writer(server.port)
         w = Workload(con, seed=5, rollback_ratio=0.0)
 
-        def held() -> int:
-            return _held(url)
-
-        def write_until_held() -> None:  # the relay may not be streaming yet: write again
+        def write_until_held() -> bool:  # the relay may not be streaming yet: write again
             w.transaction()
             time.sleep(0.3)
-            return held() > 0  # type: ignore[return-value]
+            return _held(url) > 0
 
         _until(write_until_held, 30, "the relay to capture a transaction")
         for _ in range(20):
             w.transaction()
-        _until(lambda: held() >> 32 == int(_binlogs(server)[-1].rsplit(".", 1)[1])
-               and held() & 0xFFFFFFFF > 0, 30, "the relay to hold the last transaction")
+        _until(lambda: _held(url) >> 32 == int(_binlogs(server)[-1].rsplit(".", 1)[1])
+               and _held(url) & 0xFFFFFFFF > 0, 30, "the relay to hold the last transaction")
         time.sleep(1.5)  # one flush interval: the buffer file holds it
-        top = held()
+        top = _held(url)
         kill9(relay)
 
         # while the relay is down: more commits, then every binlog it needs is purged
@@ -126,7 +123,7 @@ def test_purged_while_relay_down_is_a_clear_terminal_error(tmp_path: Path) -> No
         text = " ".join(log.read_text().split())  # the console log wraps long lines
         assert "capture stopped: binlog position is gone" in text, text[-2000:]
         # the relay keeps what it held before the gap, and stays up
-        assert held() == top
+        assert _held(url) == top
         got = httpx.get(f"{url}/stream", params={"timeout": 0}, timeout=10)
         assert got.status_code == 200 and got.content
         assert relay.poll() is None
@@ -151,13 +148,10 @@ def test_restarted_relay_serves_the_schemas_of_what_it_holds(tmp_path: Path) -> 
         con = connect_writer(server.port)
         w = Workload(con, seed=6, rollback_ratio=0.0)
 
-        def held() -> int:
-            return _held(url)
-
         def write_until_held() -> bool:
             w.transaction()
             time.sleep(0.3)
-            return held() > 0
+            return _held(url) > 0
 
         _until(write_until_held, 30, "the relay to capture a transaction")
         time.sleep(1.5)  # one flush interval: the buffer file holds it
@@ -192,14 +186,11 @@ def test_consumer_behind_across_ddl_and_relay_restart(tmp_path: Path) -> None:
         con = connect_writer(server.port)
         w = Workload(con, seed=8, rollback_ratio=0.0)
 
-        def held() -> int:
-            return _held(url)
-
         def first_captured() -> bool:  # the relay may not be streaming yet
             w.committed.clear()
             w.transaction()
             time.sleep(0.3)
-            return held() > 0
+            return _held(url) > 0
 
         _until(first_captured, 30, "the relay to capture a transaction")
         for _ in range(30):
@@ -207,7 +198,7 @@ def test_consumer_behind_across_ddl_and_relay_restart(tmp_path: Path) -> None:
         w.maybe_ddl(0.3)  # ALTER TABLE shop.accounts ADD COLUMN tier
         for _ in range(30):
             w.transaction()
-        _until(lambda: held() == _master_scn(server), 30, "the relay to hold every commit")
+        _until(lambda: _held(url) == _master_scn(server), 30, "the relay to hold every commit")
         time.sleep(1.5)  # one flush interval: the buffer file holds everything
         kill9(relay)
         relay = spawn(args, tmp_path / "relay.log")
@@ -221,7 +212,7 @@ def test_consumer_behind_across_ddl_and_relay_restart(tmp_path: Path) -> None:
                          tmp_path / "recorder.log")
         procs.append(recorder)
         _until(lambda: recorder.poll() is not None or (
-            bool(read_windows(record)) and read_windows(record)[-1][0] == held()), 60,
+            bool(read_windows(record)) and read_windows(record)[-1][0] == _held(url)), 60,
             "the recorder to catch up or stop")
         assert recorder.poll() is None, (tmp_path / "recorder.log").read_text()[-600:]
         check_delivery(read_windows(record), w.committed, w.rolled_back)

@@ -27,8 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from databus.bootstrap.store import BootstrapStore
@@ -44,6 +43,7 @@ from databus.core.errors import (
 from databus.core.schema import SchemaRegistry, TableSchema
 from databus.spark import arrow
 from databus.spark.options import MAX_PARTITIONS
+from databus.spark.planned import PlannedDataSource
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -196,23 +196,14 @@ class _Plan:
         return want
 
 
-class SnapshotDataSource(DataSource):
+class SnapshotDataSource(PlannedDataSource):
     """The ``databus-snapshot`` format (batch reads only)."""
+
+    plan_type = _Plan
 
     @classmethod
     def name(cls) -> str:
         return FORMAT
-
-    def _plan(self) -> _Plan:
-        plan: _Plan | None = getattr(self, "_cached_plan", None)
-        if plan is None:
-            plan = _Plan(dict(self.options))
-            self._cached_plan = plan
-        return plan
-
-    def schema(self) -> StructType:
-        result: StructType = from_arrow_schema(self._plan().arrow_schema)
-        return result
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return SnapshotReader(self._plan())

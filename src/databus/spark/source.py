@@ -25,8 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -43,6 +42,7 @@ from databus.core.schema import SchemaRegistry, TableSchema
 from databus.spark import arrow
 from databus.spark.fastread import ChunkDecoder
 from databus.spark.options import StreamOptions, parse_options
+from databus.spark.planned import PlannedDataSource
 from databus.spark.reading import (
     offset_of,
     offset_scn,
@@ -94,23 +94,14 @@ class _Plan:
             self.arrow_schema = arrow.envelope_schema(table)
 
 
-class DatabusDataSource(DataSource):
+class DatabusDataSource(PlannedDataSource):
     """The ``databus`` format (streaming reads only)."""
+
+    plan_type = _Plan
 
     @classmethod
     def name(cls) -> str:
         return FORMAT
-
-    def _plan(self) -> _Plan:
-        plan: _Plan | None = getattr(self, "_cached_plan", None)
-        if plan is None:
-            plan = _Plan(dict(self.options))
-            self._cached_plan = plan
-        return plan
-
-    def schema(self) -> StructType:
-        result: StructType = from_arrow_schema(self._plan().arrow_schema)
-        return result
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return DatabusStreamReader(self._plan())
