@@ -24,7 +24,7 @@ from databus.core.event import Op
 from tests.conftest import make_relay
 from tests.integration.test_bootstrap_sqlite import make_bootstrap, preload
 from tests.support.bulk import BulkWriter
-from tests.support.shop import TABLES, table_rows
+from tests.support.shop import TABLES, table_rows, txlog_max
 
 
 def source_state(db: Path) -> dict[tuple[str, Any], tuple[Any, ...]]:
@@ -139,6 +139,11 @@ def setup(shop_db: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
     bs.start()
     w = BulkWriter(shop_db, seed=41, per_tx=50)
     w.run_until(12_000, threading.Event(), 0.001)
+    top = txlog_max(shop_db)
+    deadline = time.monotonic() + 30
+    while relay.buffer.max_scn < top:  # under load the relay may still be reading
+        assert time.monotonic() < deadline, "the relay did not catch up with the writer"
+        time.sleep(0.05)
     assert relay.buffer.min_scn > 2000
     try:
         yield relay, bs, w
