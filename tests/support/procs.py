@@ -25,7 +25,10 @@ def free_port() -> int:
 
 def spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     """Start a process whose output goes to ``log`` (appended, kept for post-mortems)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # this checkout's src/ first, so a second checkout (a git worktree) runs its own code
+    # and not the editable install's
+    path = [str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p))
     with log.open("ab") as fh:
         return subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
 
