@@ -42,6 +42,14 @@ if ! command -v java >/dev/null && command -v dpkg >/dev/null; then
   # the Spark tests (tests/spark, the `spark` extra) run PySpark, which needs Java 17
   apt_install openjdk-17-jre-headless
 fi
+if [ "${DATABUS_SETUP_SERVERS:-0}" = "1" ]; then
+  # pinned Java bundles (ZooKeeper, ...): fetched once into .cache/java, checked
+  # against scripts/java/*.sha256; a second run fetches nothing
+  if ! command -v mvn >/dev/null && command -v dpkg >/dev/null; then
+    apt_install maven
+  fi
+  bash scripts/java/fetch.sh
+fi
 
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv

@@ -1,4 +1,13 @@
-"""Fixtures shared by the suite: SQLite shop databases and in-process relays."""
+"""The suite's one fixture module: private servers, SQL targets, SQLite shop databases
+and in-process relays.
+
+Servers that tests use as plain targets (a fresh database per test) start once per
+session, privately (free port, temp dir), and stop at the end: ``postgres``,
+``mariadb`` and ``zookeeper``. Tests that need their own server settings (binlog options, restarts,
+kills) build a ``tests.support.mariadb.MariaDB`` themselves. Every test that runs
+against several SQL databases takes its list from ``SQL_KINDS`` through the
+``sql_url`` fixture, so what runs where is decided here.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +18,50 @@ import pytest
 
 from databus.relay.config import parse_config
 from databus.relay.relay import Relay
+from tests.support.mariadb import MariaDB
+from tests.support.postgres import PostgreSQL
 from tests.support.shop import TABLES, create_shop
+from tests.support.zookeeper import ZooKeeper
+
+SQL_KINDS = ("sqlite", "postgresql", "mariadb")
+"""The SQL databases a store or sink is tested on (the ``sql_url`` fixture)."""
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgreSQL]:
+    """A private PostgreSQL (wal_level=logical) shared by the session."""
+    with PostgreSQL() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDB]:
+    """A private MariaDB (binlog on, default settings) shared by the session; tests
+    that change settings, restart or kill a server make their own."""
+    with MariaDB(tmp_path_factory.mktemp("mariadb") / "db") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def zookeeper() -> Iterator[ZooKeeper]:
+    """A private standalone ZooKeeper shared by the session (pinned Java bundle);
+    tests that stop or pause it make their own."""
+    with ZooKeeper() as server:
+        yield server
+
+
+@pytest.fixture(params=SQL_KINDS)
+def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The SQLAlchemy URL of a fresh, empty database of each kind in ``SQL_KINDS``
+    (a new SQLite file, or a new database on the session's server, dropped after)."""
+    kind = request.param
+    if kind == "sqlite":
+        yield f"sqlite:///{tmp_path / 'target.db'}"
+        return
+    server: PostgreSQL | MariaDB = request.getfixturevalue(
+        "postgres" if kind == "postgresql" else "mariadb")
+    with server.fresh_database() as url:
+        yield url
 
 
 @pytest.fixture

@@ -23,19 +23,16 @@ from pathlib import Path
 import pytest
 
 from tests.support.bootmysql import Pipeline, Writer, mariadb_keys, snapshot_keys
-from tests.support.mariadb import BINLOG_SETTINGS, MariaDB, binaries_present
+from tests.support.mariadb import BINLOG_SETTINGS, MariaDB
 from tests.support.mysql_workload import SCHEMA
-from tests.support.pgdb import fresh_database
-
-pytestmark = pytest.mark.skipif(not binaries_present(),
-                                reason="run scripts/setup.sh to install mariadb-server")
+from tests.support.postgres import PostgreSQL
 
 PG_FAST = "?options=-c%20synchronous_commit%3Doff"
 Make = Callable[[str, str], tuple[Pipeline, Writer]]
 
 
 @pytest.fixture
-def make(tmp_path: Path) -> Iterator[Make]:
+def make(tmp_path: Path, postgres: PostgreSQL) -> Iterator[Make]:
     """make(store, target) with store/target in {"sqlite", "pg"}: a MariaDB with
     pre-existing rows, a Pipeline (nothing started) and a Writer (not started)."""
     server = MariaDB(tmp_path / "db", settings={**BINLOG_SETTINGS,
@@ -46,7 +43,7 @@ def make(tmp_path: Path) -> Iterator[Make]:
 
         def url(kind: str, name: str) -> str:
             if kind == "pg":
-                return stack.enter_context(fresh_database(f"databus_bsm_{name}")) + PG_FAST
+                return stack.enter_context(postgres.fresh_database(f"databus_bsm_{name}")) + PG_FAST
             return f"sqlite:///{tmp_path / (name + '.db')}"
 
         def build(store: str, target: str) -> tuple[Pipeline, Writer]:

@@ -16,15 +16,11 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
 
-from tests.support.mariadb import MariaDB, binaries_present
+from tests.support.mariadb import MariaDB
 from tests.support.mysql_workload import SCHEMA, Workload, connect_writer
 from tests.support.procs import DATABUS, free_port, kill9, spawn, stop, wait_http
 from tests.support.verify import check_delivery, read_windows
-
-pytestmark = pytest.mark.skipif(not binaries_present(),
-                                reason="run scripts/setup.sh to install mariadb-server")
 
 
 def _binlogs(m: MariaDB) -> list[str]:

@@ -27,12 +27,10 @@ import httpx
 import pytest
 import yaml
 
-from tests.support.mariadb import MariaDB, binaries_present
+from tests.support.mariadb import MariaDB
 from tests.support.procs import DATABUS, free_port, kill9, snapshot_reads, spawn, stop, wait_http
 
-pytestmark = [pytest.mark.skipif(not binaries_present(),
-                                 reason="run scripts/setup.sh to install mariadb-server"),
-              pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 ROWS, CHUNK = 40_000, 100
 

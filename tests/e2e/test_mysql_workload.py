@@ -28,7 +28,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from tests.support.mariadb import BINLOG_SETTINGS, MariaDB, binaries_present
+from tests.support.mariadb import BINLOG_SETTINGS, MariaDB
 from tests.support.mysql_workload import (
     SCHEMA,
     TABLES,
@@ -38,12 +38,9 @@ from tests.support.mysql_workload import (
     sql_checksums,
     table_diff,
 )
-from tests.support.pgdb import fresh_database
+from tests.support.postgres import PostgreSQL
 from tests.support.procs import DATABUS, free_port, kill9, spawn, stop, wait_http
 from tests.support.verify import check_delivery, read_windows
-
-pytestmark = pytest.mark.skipif(not binaries_present(),
-                                reason="run scripts/setup.sh to install mariadb-server")
 
 
 @dataclass
@@ -133,7 +130,7 @@ class Pipeline:
 
 
 @pytest.fixture
-def pipeline(tmp_path: Path) -> Iterator[Pipeline]:
+def pipeline(tmp_path: Path, postgres: PostgreSQL) -> Iterator[Pipeline]:
     # the writer's commits need not reach the disk, only the OS: the server
     # process may be killed, never the machine
     server = MariaDB(tmp_path / "db", settings={**BINLOG_SETTINGS,
@@ -141,7 +138,7 @@ def pipeline(tmp_path: Path) -> Iterator[Pipeline]:
     server.start()
     try:
         server.execute(*SCHEMA)
-        with fresh_database("databus_mysql_e2e") as target:
+        with postgres.fresh_database("databus_mysql_e2e") as target:
             # the sink's commits need not wait for PostgreSQL's disk (a session
             # setting; this test never crashes PostgreSQL)
             p = Pipeline(tmp_path, server, target + "?options=-c%20synchronous_commit%3Doff")

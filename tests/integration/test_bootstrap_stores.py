@@ -1,19 +1,15 @@
 """The bootstrap store contract on SQLite, PostgreSQL and MariaDB.
 
-PostgreSQL (127.0.0.1:5432, user postgres) and MariaDB (127.0.0.1:3306, root)
-are the machine's services, used only as plain targets: a fresh database per
-test, dropped afterwards.
+PostgreSQL and MariaDB are the session's private servers (tests/conftest.py),
+used as plain targets: a fresh database per test, dropped afterwards.
 """
 
 from __future__ import annotations
 
 import threading
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from databus.bootstrap.applier import Applier
 from databus.bootstrap.store import BootstrapStore, key_bytes
@@ -29,32 +25,10 @@ from tests.integration.test_bootstrap_sqlite import (
 )
 from tests.support.bulk import BulkWriter
 
-SERVERS = {
-    "postgresql": ("postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
-                   "postgresql+psycopg://postgres@127.0.0.1:5432/{db}"),
-    "mariadb": ("mysql+pymysql://root@127.0.0.1:3306/",
-                "mysql+pymysql://root@127.0.0.1:3306/{db}?charset=utf8mb4"),
-}
 
-
-@pytest.fixture(params=["sqlite", "postgresql", "mariadb"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    kind = request.param
-    if kind == "sqlite":
-        yield f"sqlite:///{tmp_path / 'bs.db'}"
-        return
-    admin_url, url = SERVERS[kind]
-    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    name = f"databus_bs_{uuid.uuid4().hex[:12]}"
-    try:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f"CREATE DATABASE {name}"))
-        yield url.format(db=name)
-        with admin.connect() as conn:
-            drop = f"DROP DATABASE {name}" + (" WITH (FORCE)" if kind == "postgresql" else "")
-            conn.execute(sa.text(drop))
-    finally:
-        admin.dispose()
+@pytest.fixture
+def store_url(sql_url: str) -> str:
+    return sql_url
 
 
 def window(scn: int, *changes: tuple[int, int | bytes, ev.Op, bytes]) -> tuple[int, bytes]:

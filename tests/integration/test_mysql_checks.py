@@ -10,11 +10,8 @@ import pytest
 from databus.core.errors import ConfigError, SourceUnavailableError
 from databus.sources.mysql import check_server, parse_mysql_url
 from databus.sources.mysql.connection import server_facts
-from tests.support.mariadb import BINLOG_SETTINGS, MariaDB, binaries_present
+from tests.support.mariadb import BINLOG_SETTINGS, MariaDB
 from tests.support.procs import free_port
-
-pytestmark = pytest.mark.skipif(not binaries_present(),
-                                reason="run scripts/setup.sh to install mariadb-server")
 
 
 def _server(tmp: Path, **changes: str | None) -> Iterator[MariaDB]:

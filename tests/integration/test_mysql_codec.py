@@ -25,10 +25,7 @@ from databus.sources.mysql.checks import parse_mysql_url
 from databus.sources.mysql.connection import master_status
 from databus.sources.mysql.source import MysqlSource
 from tests.integration.test_mysql_rows import COLUMNS, ROWS
-from tests.support.mariadb import MariaDB, binaries_present
-
-pytestmark = pytest.mark.skipif(not binaries_present(),
-                                reason="run scripts/setup.sh to install mariadb-server")
+from tests.support.mariadb import MariaDB
 
 EXTRA = [  # zero dates, GEOMETRY, generated columns, a composite key with text
     ("k1", "INT NOT NULL"), ("k2", "VARCHAR(20) CHARACTER SET utf8mb4 NOT NULL"),

@@ -15,10 +15,7 @@ from databus.sources.mysql.checks import parse_mysql_url
 from databus.sources.mysql.connection import master_status
 from databus.sources.mysql.ddl import parse_ddl
 from databus.sources.mysql.source import SCHEMA_CHANGES, MysqlSource
-from tests.support.mariadb import MariaDB, binaries_present
-
-pytestmark = pytest.mark.skipif(not binaries_present(),
-                                reason="run scripts/setup.sh to install mariadb-server")
+from tests.support.mariadb import MariaDB
 
 
 def _scn(m: MariaDB) -> int:

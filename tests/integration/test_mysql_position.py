@@ -6,18 +6,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from databus.core import event as ev
 from databus.core.envelope import decode_images
 from databus.sources.base import Window
 from databus.sources.mysql.checks import parse_mysql_url
 from databus.sources.mysql.connection import master_status
 from databus.sources.mysql.source import MysqlSource
-from tests.support.mariadb import BINLOG_SETTINGS, MariaDB, binaries_present
-
-pytestmark = pytest.mark.skipif(not binaries_present(),
-                                reason="run scripts/setup.sh to install mariadb-server")
+from tests.support.mariadb import BINLOG_SETTINGS, MariaDB
 
 
 def _scn(m: MariaDB) -> int:

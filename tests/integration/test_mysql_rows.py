@@ -6,16 +6,11 @@ import datetime as dt
 import struct
 from typing import Any
 
-import pytest
-
 from databus.sources.mysql import events as be
 from databus.sources.mysql import parse_mysql_url
 from databus.sources.mysql.connection import BinlogStream, binary_logs
 from databus.sources.mysql.rows import T_FLOAT, TableDef, decode_rows, parse_table_def
-from tests.support.mariadb import MariaDB, binaries_present
-
-pytestmark = pytest.mark.skipif(not binaries_present(),
-                                reason="run scripts/setup.sh to install mariadb-server")
+from tests.support.mariadb import MariaDB
 
 COLUMNS = [
     ("id", "INT NOT NULL PRIMARY KEY"),

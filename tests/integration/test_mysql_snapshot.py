@@ -23,10 +23,7 @@ from databus.sources.base import Window
 from databus.sources.mysql.checks import parse_mysql_url
 from databus.sources.mysql.connection import master_status
 from databus.sources.mysql.source import NOTIFICATIONS, MysqlSource
-from tests.support.mariadb import MariaDB, binaries_present
-
-pytestmark = pytest.mark.skipif(not binaries_present(),
-                                reason="run scripts/setup.sh to install mariadb-server")
+from tests.support.mariadb import MariaDB
 
 SIGNALS = "databus.signals"
 

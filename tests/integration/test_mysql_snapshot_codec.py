@@ -29,11 +29,9 @@ from databus.sources.mysql.snapshots import SnapshotIO
 from databus.sources.mysql.source import NOTIFICATIONS, MysqlSource
 from tests.integration.test_mysql_codec import EXTRA
 from tests.integration.test_mysql_rows import COLUMNS, ROWS
-from tests.support.mariadb import MariaDB, binaries_present
+from tests.support.mariadb import MariaDB
 
 pytestmark = [
-    pytest.mark.skipif(not binaries_present(),
-                       reason="run scripts/setup.sh to install mariadb-server"),
     pytest.mark.skipif(not fastpath.available(), reason="the C extension is not built"),
 ]
 

@@ -9,20 +9,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from databus.client import ClientConfig, Consumer, DatabusClient, DataEvent
 from databus.client.sinks import ReplicateSink
 from databus.relay.config import parse_config
 from databus.relay.relay import Relay
 from databus.sources.mysql import parse_mysql_url
 from databus.sources.mysql.connection import binary_logs
-from tests.support.mariadb import MariaDB, binaries_present
+from tests.support.mariadb import MariaDB
 from tests.support.procs import free_port
-
-pytestmark = pytest.mark.skipif(not binaries_present(),
-                                reason="run scripts/setup.sh to install mariadb-server")
-
 
 
 class Windows(Consumer):

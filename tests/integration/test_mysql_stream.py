@@ -10,11 +10,7 @@ from databus.core.errors import SourcePositionLostError
 from databus.sources.mysql import events as be
 from databus.sources.mysql import parse_mysql_url
 from databus.sources.mysql.connection import BinlogStream, binary_logs
-from tests.support.mariadb import MariaDB, binaries_present
-
-pytestmark = pytest.mark.skipif(not binaries_present(),
-                                reason="run scripts/setup.sh to install mariadb-server")
-
+from tests.support.mariadb import MariaDB
 
 
 def _events(m: MariaDB, file: str, pos: int, until_xids: int) -> list[tuple[be.EventHeader, memoryview]]:

@@ -1,8 +1,7 @@
 """ReplicateSink into SQLite, PostgreSQL and MariaDB: state, exactly-once, types.
 
-PostgreSQL (127.0.0.1:5432, user postgres) and MariaDB (127.0.0.1:3306, root)
-get a fresh database per test, dropped afterwards; those cases are skipped
-only when the server cannot be reached.
+PostgreSQL and MariaDB are the session's private servers (tests/conftest.py):
+a fresh database per test, dropped afterwards.
 """
 
 from __future__ import annotations
@@ -11,13 +10,11 @@ import datetime as dt
 import decimal
 import random
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy import exc as sa_exc
 
 from databus.client import (
     ClientConfig,
@@ -38,35 +35,9 @@ from tests.integration.test_client_memrelay import (
 
 __all__ = ["memrelay"]
 
-SERVERS = {
-    "postgresql": ("postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
-                   "postgresql+psycopg://postgres@127.0.0.1:5432/{db}"),
-    "mariadb": ("mysql+pymysql://root@127.0.0.1:3306/",
-                "mysql+pymysql://root@127.0.0.1:3306/{db}?charset=utf8mb4"),
-}
-
-
-@pytest.fixture(params=["sqlite", "postgresql", "mariadb"])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    kind = request.param
-    if kind == "sqlite":
-        yield f"sqlite:///{tmp_path / 'replica.db'}"
-        return
-    admin_url, url = SERVERS[kind]
-    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    name = f"databus_test_{uuid.uuid4().hex[:12]}"
-    try:
-        try:
-            with admin.connect() as conn:
-                conn.execute(sa.text(f"CREATE DATABASE {name}"))
-        except sa_exc.OperationalError as exc:
-            pytest.skip(f"{kind} not reachable: {str(exc).splitlines()[0]}")
-        yield url.format(db=name)
-        with admin.connect() as conn:
-            drop = f"DROP DATABASE {name}" + (" WITH (FORCE)" if kind == "postgresql" else "")
-            conn.execute(sa.text(drop))
-    finally:
-        admin.dispose()
+@pytest.fixture
+def target(sql_url: str) -> str:
+    return sql_url
 
 
 def _rows(url: str, table: str, order: str) -> list[tuple[Any, ...]]:

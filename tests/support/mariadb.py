@@ -11,13 +11,16 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pymysql
 
 from tests.support.procs import free_port
+from tests.support.wait import wait_until
 
 BINLOG_SETTINGS = {
     "log-bin": "binlog",
@@ -28,9 +31,13 @@ BINLOG_SETTINGS = {
 }
 
 
-def binaries_present() -> bool:
-    return all(shutil.which(b) or Path(f"/usr/sbin/{b}").exists()
-               for b in ("mariadbd", "mariadb-install-db"))
+def _binary(name: str) -> str:
+    found = shutil.which(name) or (f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").exists()
+                                   else None)
+    if found is None:
+        raise RuntimeError(f"{name} is not installed: run `bash scripts/setup.sh` "
+                           "(it installs Debian's mariadb-server)")
+    return found
 
 
 @dataclass
@@ -53,7 +60,7 @@ class MariaDB:
     def install(self) -> None:
         self.datadir.mkdir(parents=True, exist_ok=True)
         subprocess.run(
-            ["mariadb-install-db", "--no-defaults", f"--datadir={self.datadir}",
+            [_binary("mariadb-install-db"), "--no-defaults", f"--datadir={self.datadir}",
              "--auth-root-authentication-method=normal", "--skip-test-db",
              *(["--user=root"] if os.geteuid() == 0 else [])],
             check=True, capture_output=True, timeout=120)
@@ -62,7 +69,7 @@ class MariaDB:
         if not (self.datadir / "mysql").exists():
             self.install()
         opts = [f"--{k}={v}" if v is not None else f"--{k}" for k, v in self.settings.items()]
-        args = [shutil.which("mariadbd") or "/usr/sbin/mariadbd", "--no-defaults",
+        args = [_binary("mariadbd"), "--no-defaults",
                 f"--datadir={self.datadir}", f"--port={self.port}", f"--socket={self.socket}",
                 "--bind-address=127.0.0.1", f"--pid-file={self.datadir / 'mariadbd.pid'}",
                 "--skip-name-resolve", "--innodb-buffer-pool-size=64M",
@@ -71,16 +78,40 @@ class MariaDB:
         log = (self.datadir / "server.log").open("ab")
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
+        proc = self.proc
+
+        def ready() -> bool:
+            if proc.poll() is not None:
                 raise RuntimeError(f"mariadbd exited: see {self.datadir / 'server.log'}")
             try:
                 self.connect().close()
-                return
+                return True
             except pymysql.err.OperationalError:
-                time.sleep(0.1)
-        raise RuntimeError("mariadbd did not accept connections in time")
+                return False
+
+        wait_until(ready, timeout, f"mariadbd on port {self.port} accepting connections",
+                   interval=0.1)
+
+    def url_of(self, db: str) -> str:
+        """The SQLAlchemy URL of database ``db`` on this server."""
+        return f"mysql+pymysql://root@127.0.0.1:{self.port}/{db}?charset=utf8mb4"
+
+    @contextmanager
+    def fresh_database(self, prefix: str = "databus_test") -> Iterator[str]:
+        """Yields the SQLAlchemy URL of a new database; drops it at exit."""
+        name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+        self.execute(f"CREATE DATABASE {name} CHARACTER SET utf8mb4")
+        try:
+            yield self.url_of(name)
+        finally:
+            self.execute(f"DROP DATABASE IF EXISTS {name}")
+
+    def __enter__(self) -> MariaDB:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def connect(self, db: str | None = None) -> pymysql.connections.Connection:  # type: ignore[type-arg]
         return pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="",

@@ -1,0 +1,141 @@
+"""A private PostgreSQL server for tests: own data directory, free port, trust auth.
+
+Started from Debian's binaries (``initdb`` + ``postgres`` of the newest
+``/usr/lib/postgresql/N``; the set-up installs ``postgresql`` when missing),
+never the system service. PostgreSQL refuses to run as root: when the suite
+runs as root, the server runs as the ``postgres`` user in a directory that
+user owns. ``wal_level=logical`` so later source tests can use the same
+server. ``fsync=off``: a test server's durability is not under test.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from tests.support.procs import free_port
+from tests.support.wait import wait_until
+
+
+def bindir() -> Path:
+    """The newest installed PostgreSQL's ``bin`` directory."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"),
+                   key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else 0)
+    if found:
+        return found[-1].parent
+    initdb = shutil.which("initdb")
+    if initdb:
+        return Path(initdb).resolve().parent
+    raise RuntimeError("PostgreSQL is not installed: run `bash scripts/setup.sh` "
+                       "(it installs Debian's postgresql)")
+
+
+def _as_postgres() -> dict[str, Any]:
+    """Popen arguments that run a command as ``postgres`` when we are root."""
+    if os.geteuid() != 0:
+        return {}
+    return {"user": "postgres", "group": "postgres", "extra_groups": []}
+
+
+@dataclass
+class PostgreSQL:
+    """One private server. ``settings`` are ``postgres -c`` options."""
+
+    settings: dict[str, str] = field(default_factory=lambda: {
+        "wal_level": "logical", "max_wal_senders": "10", "max_replication_slots": "10",
+        "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
+        "shared_buffers": "64MB", "max_connections": "200"})
+    port: int = field(default_factory=free_port)
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="databus-pg-")))
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def datadir(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "server.log"
+
+    @property
+    def admin_url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def url(self, db: str) -> str:
+        """The SQLAlchemy URL of database ``db`` on this server."""
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{db}"
+
+    def start(self, timeout: float = 60.0) -> None:
+        if os.geteuid() == 0:
+            pw = pwd.getpwnam("postgres")
+            os.chown(self.root, pw.pw_uid, pw.pw_gid)
+        if not self.datadir.exists():
+            subprocess.run([str(bindir() / "initdb"), "-D", str(self.datadir), "-U", "postgres",
+                            "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8", "--no-sync"],
+                           check=True, capture_output=True, timeout=120, **_as_postgres())
+        opts = [a for k, v in self.settings.items() for a in ("-c", f"{k}={v}")]
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [str(bindir() / "postgres"), "-D", str(self.datadir), "-p", str(self.port),
+                 "-h", "127.0.0.1", "-k", str(self.root), *opts],
+                stdout=log, stderr=subprocess.STDOUT, **_as_postgres())
+        proc = self.proc
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"postgres exited with {proc.returncode}: see {self.log}")
+            try:
+                self.execute("SELECT 1")
+                return True
+            except sa.exc.OperationalError:
+                return False
+
+        wait_until(ready, timeout, f"PostgreSQL on port {self.port} accepting connections",
+                   interval=0.1)
+
+    def execute(self, *sql: str, db: str = "postgres") -> None:
+        engine = sa.create_engine(self.url(db), isolation_level="AUTOCOMMIT")
+        try:
+            with engine.connect() as conn:
+                for stmt in sql:
+                    conn.execute(sa.text(stmt))
+        finally:
+            engine.dispose()
+
+    @contextmanager
+    def fresh_database(self, prefix: str = "databus_test") -> Iterator[str]:
+        """Yields the URL of a new database; drops it (forcibly) at exit."""
+        name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+        self.execute(f"CREATE DATABASE {name}")
+        try:
+            yield self.url(name)
+        finally:
+            self.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()  # SIGTERM: smart shutdown
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(30)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> PostgreSQL:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
