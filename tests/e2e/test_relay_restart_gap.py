@@ -140,7 +140,7 @@ def test_relay_with_recorded_position_resumes_and_delivers_the_gap(
     with _Relay(args, url, tmp_path / "relay2.log") as relay:
         def the_gap() -> list[dict[str, object]]:
             r = _stream(relay.url, s)
-            if r.status_code == 503 and r.json()["error"] == "ScnAhead":
+            if r.status_code == 409 and r.json()["error"] == "ScnAhead":
                 return []  # still re-reading up to S: a transient answer, never a jump
             assert r.status_code == 200, r.text  # the relay proves continuity from S
             events = [e for e in map(json.loads, r.text.splitlines()) if "op" in e]

@@ -246,3 +246,15 @@ def test_a_checkpoint_ahead_of_the_buffer_names_both_positions() -> None:
     assert (info.value.checkpoint_scn, info.value.relay_scn) == (99, 10)
     assert info.value.retryable
     assert buf.read(Checkpoint.after(10), 1 << 20).data == b""  # at the head: wait
+
+
+def test_a_declared_origin_makes_older_checkpoints_servable() -> None:
+    """A source that re-reads its whole history (SQLite no_data, nothing trimmed) declares
+    it: checkpoints from before the first window are then provably complete."""
+    buf = EventBuffer(64 * 1024)
+    buf.declare_origin(-1)
+    buf.append_window(window(10, 2))
+    assert buf.floor_scn == -1 and buf.origin_known
+    assert eops(drain(buf, Checkpoint.after(0), 1 << 20)) == [10]
+    with pytest.raises(ValueError):
+        buf.declare_origin(3)  # only before the first window

@@ -10,7 +10,8 @@ Contract:
   :class:`ScnNotFoundError`. A buffer started without a known position
   (``prev_scn`` -1) cannot prove anything before its first window, so its
   ``floor_scn`` is that window's SCN: a consumer's checkpoint from before it is
-  refused, never answered across a gap. A checkpoint above the newest window
+  refused, never answered across a gap, unless the source declared where its
+  history is complete (:meth:`EventBuffer.declare_origin`). A checkpoint above the newest window
   raises :class:`ScnAheadError` (naming both positions).
 * Events are kept as bytes only (no Python object per event). Each window is
   contiguous: a window that does not fit before the end of the region starts
@@ -102,6 +103,8 @@ class EventBuffer:
         self._head = self._tail = self._limit = 0
         self._wrapped = False
         self._prev_scn = start_scn
+        # where continuity is known to begin when prev_scn is -1 (declare_origin)
+        self._origin: int | None = start_scn if start_scn >= 0 else None
         self._min_scn = self._max_scn = -1
         self._windows = self._events = 0
         self._evicted = self._appended = 0
@@ -134,7 +137,21 @@ class EventBuffer:
         buffer without a known position holds nothing."""
         if self._prev_scn >= 0 or not self._windows:
             return self._prev_scn
-        return self._min_scn
+        return self._origin if self._origin is not None else self._min_scn
+
+    @property
+    def origin_known(self) -> bool:
+        """Whether the buffer knows where its continuity begins (see ``floor_scn``)."""
+        return self._prev_scn >= 0 or self._origin is not None
+
+    def declare_origin(self, scn: int) -> None:
+        """The source delivers every change after ``scn`` into this buffer (-1: its
+        whole history): checkpoints at or after it are servable. Only before the
+        first window of a buffer without a known position."""
+        with self._lock:
+            if self._windows or self._prev_scn >= 0:
+                raise ValueError("declare_origin after windows were stored")
+            self._origin = scn
 
     @property
     def min_scn(self) -> int:

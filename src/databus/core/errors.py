@@ -122,6 +122,7 @@ class ScnAheadError(TransientError):
     """
 
     code = "ScnAhead"
+    http_status = 409  # the request's position conflicts with the relay's, not a server fault
 
     def __init__(self, message: str, *, checkpoint_scn: int = -1, relay_scn: int = -1) -> None:
         super().__init__(message)

@@ -45,6 +45,8 @@ class RelayState:
     # the oldest checkpoint the buffer could serve (EventBuffer.floor_scn): a restart
     # with an empty buffer resumes after it when nothing was trimmed yet
     floor_scn: int = -1
+    # floor -1 because the source declared its whole history complete (not unknown)
+    complete_from_start: bool = False
 
     @property
     def resume_scn(self) -> int:
@@ -53,7 +55,9 @@ class RelayState:
         after windows were held: a source's fresh start would jump over the gap)."""
         if self.trim_scn >= 0:
             return self.trim_scn
-        return self.floor_scn if self.floor_scn >= 0 else self.max_scn
+        if self.floor_scn >= 0:
+            return self.floor_scn
+        return -1 if self.complete_from_start else self.max_scn
 
     @classmethod
     def load(cls, path: Path | None) -> RelayState | None:
@@ -62,13 +66,15 @@ class RelayState:
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
             return cls(max_scn=int(raw["max_scn"]), trim_scn=int(raw["trim_scn"]),
-                       floor_scn=int(raw.get("floor_scn", -1)))
+                       floor_scn=int(raw.get("floor_scn", -1)),
+                       complete_from_start=bool(raw.get("complete_from_start", False)))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise BufferCorruptError(f"relay state file {path} is unreadable: {exc}") from exc
 
     def save(self, path: Path) -> None:
         data = json.dumps({"max_scn": self.max_scn, "trim_scn": self.trim_scn,
-                           "floor_scn": self.floor_scn}).encode()
+                           "floor_scn": self.floor_scn,
+                           "complete_from_start": self.complete_from_start}).encode()
         write_atomic(path, data)
 
 
@@ -122,6 +128,11 @@ class Fetcher:
         self._set(state="running")
         while not self._stop.is_set():
             try:
+                if not self._buffer.origin_known and self._buffer.max_scn < 0:
+                    # a fresh start: ask the source where its history is complete
+                    origin = self._source.complete_after(-1)
+                    if origin is not None:
+                        self._buffer.declare_origin(origin)
                 windows = self._source.read(self._buffer.max_scn, self._stop, 0.5)
                 for w in windows:
                     self._buffer.append_window(w)
@@ -159,7 +170,8 @@ class Fetcher:
         """Flush the buffer, persist the state, let the source trim."""
         buf = self._buffer
         buf.flush()
-        state = RelayState(max_scn=buf.max_scn, trim_scn=buf.prev_scn, floor_scn=buf.floor_scn)
+        state = RelayState(max_scn=buf.max_scn, trim_scn=buf.prev_scn, floor_scn=buf.floor_scn,
+                           complete_from_start=buf.origin_known and buf.floor_scn < 0)
         if self._state_path is not None:
             state.save(self._state_path)
         s = buf.stats()

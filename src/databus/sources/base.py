@@ -95,6 +95,15 @@ class Source(ABC):
         called from other threads, so it returns a fresh dict."""
         return {}
 
+    def complete_after(self, after_scn: int) -> int | None:
+        """The SCN after which ``read(after_scn, ...)`` delivers every committed change,
+        or None when the source cannot say (then the relay proves continuity only from
+        the first window it stores). ``after_scn >= 0``: that position itself; -1 (a
+        fresh start): -1 only when the source re-reads its whole history from the
+        beginning (no snapshot, nothing trimmed), the trim point when it re-reads what
+        is left, None when it starts at its end or with a snapshot."""
+        return after_scn if after_scn >= 0 else None
+
     def acknowledge(self, scn: int) -> None:  # noqa: B027 - optional hook
         """Everything up to ``scn`` is durable in the relay; the source may trim it."""
 

@@ -236,6 +236,19 @@ class SqliteSource(Source):
             stop.wait(min(self.poll_interval, remaining))
         return []
 
+    def complete_after(self, after_scn: int) -> int | None:
+        """With ``no_data`` a fresh start reads the txlog from its oldest row: complete
+        after the highest trimmed SCN (-1 when nothing was ever trimmed); other modes
+        start with a snapshot, which summarises (and cannot prove) what came before."""
+        if after_scn >= 0:
+            return after_scn
+        if self.snapshot_mode != "no_data":
+            return None
+        with self._read_lock, translated("reading the trim position"):
+            row = self._reader.execute(
+                "SELECT v FROM _databus_meta WHERE k = 'trimmed_scn'").fetchone()
+        return int(row[0]) if row is not None else -1
+
     def acknowledge(self, scn: int) -> None:
         """Record ``scn`` for this relay; trim txlog rows every relay has acknowledged."""
         with self._read_lock:  # the relay restarts at or after scn: older progress can go
