@@ -14,7 +14,7 @@ from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import BufferCorruptError, BufferFullError, ScnNotFoundError
 from databus.core.filters import ServerFilter
-from databus.sources.base import Window
+from databus.core.window import Window
 
 
 def window(scn: int, n: int, rng: random.Random | None = None, src: int = 1) -> Window:

@@ -28,13 +28,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from databus.buffer.persist import HEADER_SIZE, BufferFile
+from databus.buffer.persist import HEADER_SIZE, BufferFile, scan_windows
 from databus.buffer.select import Span, compile_selection
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import BufferFullError, ScnNotFoundError
 from databus.core.filters import ServerFilter
-from databus.sources.base import Window
+from databus.core.window import Window
 
 _EOP = ev.SRC_EOP
 # total length (offset 17) and source id (offset 31) of an event header
@@ -398,8 +398,6 @@ class EventBuffer:
 
     def _recover(self) -> None:
         """Rebuild counters and the index from the file, keeping the valid prefix."""
-        from databus.buffer.persist import scan_windows
-
         found = scan_windows(self._mem, self._head, self._tail, self._limit, self._wrapped,
                              self._prev_scn)
         self.recovered_from_corruption = found.corrupt

@@ -54,7 +54,7 @@ from databus.client.consumer import Consumer
 from databus.client.dispatcher import Dispatcher, SchemaViews, call
 from databus.client.relay import RelayConnection
 from databus.client.retry import Backoff
-from databus.client.window import Window, WindowAssembler
+from databus.client.window import DecodedWindow, WindowAssembler
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint, ConsumptionMode
 from databus.core.errors import (
@@ -331,7 +331,7 @@ class _Loop:
     def _enough(self) -> bool:
         return self.max_windows is not None and self.done >= self.max_windows
 
-    def _fetch(self) -> list[Window] | None:
+    def _fetch(self) -> list[DecodedWindow] | None:
         """The next whole windows; None after an idle poll or a handled failure."""
         client, cfg = self.client, self.cfg
         position = self.asm.position
@@ -404,7 +404,7 @@ class _Loop:
         if self.relay_backoff.wait(self.stop):
             raise _Stopped
 
-    def _consume(self, windows: list[Window]) -> None:
+    def _consume(self, windows: list[DecodedWindow]) -> None:
         try:
             self._ensure_schemas(windows)
         except TransientError as exc:
@@ -432,7 +432,7 @@ class _Loop:
             stats.last_scn = w.scn
             self.done += 1
 
-    def _ensure_schemas(self, windows: list[Window]) -> None:
+    def _ensure_schemas(self, windows: list[DecodedWindow]) -> None:
         views = self.views
         if all(views.known(e) for w in windows for e in w.events):
             return
