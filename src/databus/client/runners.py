@@ -53,7 +53,7 @@ def replicate(relay_url: str, target_url: str, *, sources: Sequence[str | int] |
     ``name``), committed with each window. With ``bootstrap_url`` a new replica
     starts from the snapshot, and one the relay no longer holds catches up from
     it. A target that stays unreachable is retried ``max_retries`` times per
-    window with backoff up to 30 s (about 50 minutes by default). Short long
+    window with backoff up to 30 s (about 35 minutes by default). Short long
     polls (``poll_timeout``) let a stop request end the run within seconds.
     """
     cfg = ClientConfig(relay_url=relay_url, sources=list(sources or []), from_start=True,
