@@ -10,6 +10,7 @@ its part only when it runs, so a command does not load the others' dependencies
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import sys
@@ -112,9 +113,7 @@ def signal_cmd(
     data: Annotated[str | None, typer.Option(help="the signal's data as JSON")] = None,
 ) -> None:
     """Send a signal to a relay's source (incremental snapshots; see docs/snapshots.md)."""
-    import json  # imported when run (see top)
-
-    import httpx
+    import httpx  # imported when run (see top)
 
     payload: dict[str, object] = {}
     if data:
