@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from databus.buffer.persist import HEADER_SIZE
 from databus.core import event as ev
+from databus.core.errors import BufferCorruptError
 from tests.conftest import make_relay
 from tests.integration.test_relay_api import _drain
 from tests.support.shop import Writer, txlog_max
 
 
-def _run_and_stop(db: Path, tmp: Path, n: int) -> Writer:
+def _run_and_stop(db: Path, tmp: Path, n: int) -> tuple[Writer, int]:
     relay = make_relay(db, tmp, path=str(tmp / "relay.buf"))
     relay.start()
     w = Writer(db, seed=4)
@@ -26,12 +30,13 @@ def _run_and_stop(db: Path, tmp: Path, n: int) -> Writer:
     deadline = time.monotonic() + 10
     while relay.buffer.max_scn < txlog_max(db) and time.monotonic() < deadline:
         time.sleep(0.05)
+    used = relay.buffer.stats()["used_bytes"]
     relay.stop()
-    return w
+    return w, used
 
 
 def _served(db: Path, tmp: Path) -> tuple[list[ev.Event], dict[str, object]]:
-    relay = make_relay(db, tmp, path=str(tmp / "relay.buf"))
+    relay = make_relay(db, tmp, path=str(tmp / "relay.buf"), recover=True)
     relay.start()
     try:
         top = txlog_max(db)
@@ -44,12 +49,34 @@ def _served(db: Path, tmp: Path) -> tuple[list[ev.Event], dict[str, object]]:
         relay.stop()
 
 
-def test_corrupt_window_is_dropped_and_fetched_again(shop_db: Path, tmp_path: Path) -> None:
-    w = _run_and_stop(shop_db, tmp_path, 60)
-    expected = sum(len(t) for t in w.committed)
+def test_a_damaged_buffer_file_is_refused_and_left_unchanged(shop_db: Path,
+                                                               tmp_path: Path) -> None:
+    _run_and_stop(shop_db, tmp_path, 30)
     buf = tmp_path / "relay.buf"
     with buf.open("r+b") as fh:  # a byte in the middle of the data
         fh.seek(HEADER_SIZE + 3000)
+        b = fh.read(1)
+        fh.seek(-1, 1)
+        fh.write(bytes([b[0] ^ 0x55]))
+    damaged = buf.read_bytes()
+    with pytest.raises(BufferCorruptError, match=r"relay\.buf is damaged.*buffer\.recover"):
+        make_relay(shop_db, tmp_path, path=str(buf))
+    with buf.open("r+b") as fh:  # both header slots
+        fh.write(b"\x00" * HEADER_SIZE)
+    damaged = buf.read_bytes()
+    with pytest.raises(BufferCorruptError, match="no valid header"):
+        make_relay(shop_db, tmp_path, path=str(buf))
+    assert buf.read_bytes() == damaged and not list(tmp_path.glob("relay.buf.corrupt-*"))
+
+
+def test_with_recover_a_corrupt_window_is_dropped_and_fetched_again(shop_db: Path,
+                                                                    tmp_path: Path) -> None:
+    w, used = _run_and_stop(shop_db, tmp_path, 60)
+    expected = sum(len(t) for t in w.committed)
+    buf = tmp_path / "relay.buf"
+    with buf.open("r+b") as fh:  # a byte in the second half of the data (after the first
+        # window: what a relay started without a position can prove begins there)
+        fh.seek(HEADER_SIZE + used * 3 // 4)
         b = fh.read(1)
         fh.seek(-1, 1)
         fh.write(bytes([b[0] ^ 0x55]))
@@ -58,11 +85,29 @@ def test_corrupt_window_is_dropped_and_fetched_again(shop_db: Path, tmp_path: Pa
     assert len(data) == expected  # prefix kept, the rest re-read from the txlog once
 
 
-def test_unreadable_buffer_file_is_moved_aside(shop_db: Path, tmp_path: Path) -> None:
-    w = _run_and_stop(shop_db, tmp_path, 30)
+def test_with_recover_an_unreadable_buffer_file_is_moved_aside(shop_db: Path,
+                                                               tmp_path: Path) -> None:
+    w, _ = _run_and_stop(shop_db, tmp_path, 30)
     buf = tmp_path / "relay.buf"
     with buf.open("r+b") as fh:
         fh.write(b"\x00" * HEADER_SIZE)
-    events, _ = _served(shop_db, tmp_path)
+    events, stats = _served(shop_db, tmp_path)
     assert list(tmp_path.glob("relay.buf.corrupt-*")), "the damaged file is kept aside"
-    assert len([e for e in events if not e.is_control]) == sum(len(t) for t in w.committed)
+    # the file held no proof of where capture began: the relay state's floor (its first
+    # window) is where continuity starts again; everything after it is served, once
+    state = json.loads((tmp_path / "state" / "relay.state.json").read_text())
+    floor = state["floor_scn"]
+    assert floor > 0
+    served = [e for e in events if not e.is_control]
+    assert all(e.scn > floor for e in served)
+    assert len(served) == _txlog_rows_after(shop_db, floor) > 0
+    assert len(served) < sum(len(t) for t in w.committed)
+
+
+def _txlog_rows_after(db: Path, scn: int) -> int:
+    con = sqlite3.connect(db)
+    try:
+        return int(con.execute("SELECT count(*) FROM _databus_txlog WHERE scn > ?",
+                               (scn,)).fetchone()[0])
+    finally:
+        con.close()

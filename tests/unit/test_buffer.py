@@ -12,7 +12,12 @@ from databus.buffer import EventBuffer
 from databus.buffer.persist import HEADER_SIZE
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
-from databus.core.errors import BufferCorruptError, BufferFullError, ScnNotFoundError
+from databus.core.errors import (
+    BufferCorruptError,
+    BufferFullError,
+    ScnAheadError,
+    ScnNotFoundError,
+)
 from databus.core.filters import ServerFilter
 from databus.core.window import Window
 
@@ -151,7 +156,7 @@ def _filled(path: Path) -> list[int]:
     return list(range(1, 40))
 
 
-def test_corrupt_byte_drops_from_that_window_on(tmp_path: Path) -> None:
+def test_corrupt_byte_is_refused_or_with_recover_drops_from_that_window_on(tmp_path: Path) -> None:
     path = tmp_path / "b.buf"
     _filled(path)
     clean = EventBuffer(64 * 1024, path=path)
@@ -170,7 +175,11 @@ def test_corrupt_byte_drops_from_that_window_on(tmp_path: Path) -> None:
         b = fh.read(1)
         fh.seek(-1, 1)
         fh.write(bytes([b[0] ^ 0xFF]))
-    buf = EventBuffer(64 * 1024, path=path)
+    damaged = path.read_bytes()
+    with pytest.raises(BufferCorruptError, match=r"b\.buf is damaged.*refusing"):
+        EventBuffer(64 * 1024, path=path)  # the default: refuse, file left as it is
+    assert path.read_bytes() == damaged
+    buf = EventBuffer(64 * 1024, path=path, recover=True)
     try:
         assert buf.recovered_from_corruption and "dropped" in buf.recovery_report
         served = drain(buf, Checkpoint.flexible(), 1 << 20)
@@ -208,3 +217,32 @@ def test_torn_header_slot_falls_back_to_the_other(tmp_path: Path) -> None:
         assert got == held[: len(got)] and len(got) >= len(held) - 1
     finally:
         buf.close()
+
+
+def test_a_buffer_without_a_known_position_serves_nothing_older_than_its_first_window() -> None:
+    """Started fresh (prev_scn -1), the buffer cannot prove what came before its first
+    window: an older checkpoint is ScnNotFound, not an answer across a gap."""
+    buf = EventBuffer(64 * 1024)
+    assert buf.read(Checkpoint.after(5), 1 << 20).data == b""  # nothing yet: wait
+    buf.append_window(window(10, 2))
+    buf.append_window(window(11, 2))
+    assert buf.floor_scn == 10
+    with pytest.raises(ScnNotFoundError, match="older than the relay's buffer"):
+        buf.read(Checkpoint.after(5), 1 << 20)
+    assert eops(drain(buf, Checkpoint.flexible(), 1 << 20)) == [10, 11]
+    assert eops(drain(buf, Checkpoint.after(10), 1 << 20)) == [11]
+    known = EventBuffer(64 * 1024, start_scn=7)  # resumes after a recorded position
+    known.append_window(window(10, 2))
+    assert eops(drain(known, Checkpoint.after(7), 1 << 20)) == [10]
+    with pytest.raises(ScnNotFoundError):
+        known.read(Checkpoint.after(6), 1 << 20)
+
+
+def test_a_checkpoint_ahead_of_the_buffer_names_both_positions() -> None:
+    buf = EventBuffer(64 * 1024)
+    buf.append_window(window(10, 2))
+    with pytest.raises(ScnAheadError, match=r"checkpoint scn 99 is ahead.*scn 10") as info:
+        buf.read(Checkpoint.after(99), 1 << 20)
+    assert (info.value.checkpoint_scn, info.value.relay_scn) == (99, 10)
+    assert info.value.retryable
+    assert buf.read(Checkpoint.after(10), 1 << 20).data == b""  # at the head: wait

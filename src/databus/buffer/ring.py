@@ -4,8 +4,14 @@ Contract:
 
 * Holds whole windows (data events + their EOP), oldest first. Appending a
   window evicts whole windows from the head until it fits; ``prev_scn`` is then
-  the SCN of the last evicted window. A checkpoint is servable when its SCN is
-  at least ``prev_scn``; older ones raise :class:`ScnNotFoundError`.
+  the SCN of the last evicted window.
+* Continuity: the buffer holds every window after ``prev_scn``, so a checkpoint
+  is servable when its SCN is at least ``prev_scn``; older ones raise
+  :class:`ScnNotFoundError`. A buffer started without a known position
+  (``prev_scn`` -1) cannot prove anything before its first window, so its
+  ``floor_scn`` is that window's SCN: a consumer's checkpoint from before it is
+  refused, never answered across a gap. A checkpoint above the newest window
+  raises :class:`ScnAheadError` (naming both positions).
 * Events are kept as bytes only (no Python object per event). Each window is
   contiguous: a window that does not fit before the end of the region starts
   again at offset 0 and ``limit`` marks where the valid data ended.
@@ -32,7 +38,12 @@ from databus.buffer.persist import HEADER_SIZE, BufferFile, scan_windows
 from databus.buffer.select import Span, compile_selection
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
-from databus.core.errors import BufferFullError, ScnNotFoundError
+from databus.core.errors import (
+    BufferCorruptError,
+    BufferFullError,
+    ScnAheadError,
+    ScnNotFoundError,
+)
 from databus.core.filters import ServerFilter
 from databus.core.window import Window
 
@@ -66,7 +77,15 @@ class EventBuffer:
     """A fixed-size buffer of windows. See the module docstring."""
 
     def __init__(self, capacity: int, *, path: Path | None = None, index_block: int = 16 * 1024,
-                 start_scn: int = -1) -> None:
+                 start_scn: int = -1, recover: bool = False) -> None:
+        """``start_scn``: the position the source resumes after (every window after it
+        will be appended), or -1 when unknown (see the module docstring).
+
+        ``recover``: a persisted file whose windows fail validation is cut to its
+        valid prefix (the rest must be read again from the source); without it the
+        buffer refuses such a file with :class:`BufferCorruptError` and leaves it
+        unchanged.
+        """
         if capacity < 1024:
             raise ValueError("capacity must be at least 1024 bytes")
         self.capacity = capacity
@@ -94,13 +113,28 @@ class EventBuffer:
             st = self._file.state
             self._head, self._tail, self._limit = st.head, st.tail, st.limit
             self._wrapped, self._prev_scn = st.wrapped, st.prev_scn
-            self._recover()
+            try:
+                self._recover(recover)
+            except BaseException:
+                self._file.close()
+                raise
+            if not self._windows and start_scn > self._prev_scn:
+                # nothing recovered: the caller's recorded position is the better floor
+                self._prev_scn = start_scn
 
     # -- properties ----------------------------------------------------------
 
     @property
     def prev_scn(self) -> int:
         return self._prev_scn
+
+    @property
+    def floor_scn(self) -> int:
+        """The oldest servable checkpoint SCN (see the module docstring); -1 while a
+        buffer without a known position holds nothing."""
+        if self._prev_scn >= 0 or not self._windows:
+            return self._prev_scn
+        return self._min_scn
 
     @property
     def min_scn(self) -> int:
@@ -243,20 +277,24 @@ class EventBuffer:
              filter: ServerFilter | None = None) -> ReadResult:
         """Windows after ``checkpoint`` within ``max_bytes`` (see :class:`ReadResult`)."""
         with self._lock:
-            if not self._windows:
-                if checkpoint.window_scn != -1 and checkpoint.window_scn < self._prev_scn:
+            if not checkpoint.is_flexible:
+                if checkpoint.window_scn < self.floor_scn:
                     raise self._not_found(checkpoint)
+                newest = self._max_scn if self._windows else self._prev_scn
+                if checkpoint.window_scn > newest and (self._windows or newest >= 0):
+                    raise ScnAheadError(
+                        f"checkpoint scn {checkpoint.window_scn} is ahead of this relay"
+                        f" (newest window: scn {newest}); the relay may still be catching up"
+                        " with its source, or the checkpoint belongs to another source",
+                        checkpoint_scn=checkpoint.window_scn, relay_scn=newest)
+            if not self._windows:
                 return ReadResult(b"", 0, 0, 0, -1)
             skip = 0
             if checkpoint.is_flexible:
                 start = self._head
-            elif checkpoint.window_scn < self._prev_scn:
-                raise self._not_found(checkpoint)
             elif checkpoint.in_window:
                 start = self._find(checkpoint.window_scn)
                 if start < 0 or ev.peek_scn(self._mem, start) != checkpoint.window_scn:
-                    if checkpoint.window_scn > self._max_scn:
-                        return ReadResult(b"", 0, 0, 0, -1)
                     raise ScnNotFoundError(
                         f"window {checkpoint.window_scn} of the checkpoint is not in the buffer")
                 skip = checkpoint.window_offset
@@ -269,7 +307,7 @@ class EventBuffer:
     def _not_found(self, cp: Checkpoint) -> ScnNotFoundError:
         return ScnNotFoundError(
             f"checkpoint scn {cp.window_scn} is older than the relay's buffer (oldest servable:"
-            f" after scn {self._prev_scn}); the consumer must bootstrap")
+            f" scn {self.floor_scn}); the consumer must bootstrap")
 
     def _collect(self, off: int, skip: int, max_bytes: int, sources: frozenset[int] | None,
                  filt: ServerFilter | None) -> ReadResult:
@@ -396,10 +434,19 @@ class EventBuffer:
 
     # -- recovery ------------------------------------------------------------
 
-    def _recover(self) -> None:
-        """Rebuild counters and the index from the file, keeping the valid prefix."""
+    def _recover(self, allowed: bool) -> None:
+        """Rebuild counters and the index from the file; a damaged window is refused
+        (file unchanged) unless ``allowed``, which keeps the valid prefix."""
         found = scan_windows(self._mem, self._head, self._tail, self._limit, self._wrapped,
                              self._prev_scn)
+        if found.corrupt and not allowed:
+            assert self._file is not None
+            raise BufferCorruptError(
+                f"buffer file {self._file.path} is damaged ({found.report}); refusing to"
+                " start. Start the relay with buffer.recover: true in its config to keep"
+                " the valid windows and read the rest again from the source, or move the file"
+                " aside to start empty (consumers behind the source position then get"
+                " ScnNotFound and bootstrap)")
         self.recovered_from_corruption = found.corrupt
         self.recovery_report = found.report
         if not found.windows:

@@ -113,6 +113,22 @@ class CorruptEventError(TerminalError):
     code = "CorruptEvent"
 
 
+class ScnAheadError(TransientError):
+    """The checkpoint is newer than anything the relay holds.
+
+    Transient: a relay that restarted may still be catching up with its source;
+    a checkpoint of another source never stops being ahead, and the client's
+    retries end with it named. Carries both positions.
+    """
+
+    code = "ScnAhead"
+
+    def __init__(self, message: str, *, checkpoint_scn: int = -1, relay_scn: int = -1) -> None:
+        super().__init__(message)
+        self.checkpoint_scn = checkpoint_scn
+        self.relay_scn = relay_scn
+
+
 class BufferCorruptError(TerminalError):
     """A persisted event buffer failed validation on recovery."""
 

@@ -192,7 +192,8 @@ def build_app(relay: ServedRelay) -> Starlette:
         healthy = status["state"] in ("running", "starting", "retrying")
         return JSONResponse(
             {"status": "ok" if healthy else "degraded", "name": relay.config.name,
-             "fetcher": status, "buffer": relay.buffer.stats()},
+             "fetcher": status, "buffer": relay.buffer.stats(),
+             "continuity": relay.stats()["continuity"]},
             status_code=200 if healthy else 503,
         )
 

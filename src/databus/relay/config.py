@@ -94,6 +94,9 @@ class BufferConfig(_Model):
     flush_interval: float = Field(
         1.0, gt=0, le=3600, description="seconds between buffer flushes and state writes"
     )
+    recover: bool = Field(
+        False, description="a persistent buffer whose windows fail validation keeps its valid"
+        " prefix and reads the rest again from the source; false = refuse to start")
 
 
 class RelayHttpConfig(_Model):

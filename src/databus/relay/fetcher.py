@@ -11,9 +11,10 @@ capture, is reported by ``/admin`` and the metrics, and the relay keeps
 serving what it holds.
 
 Durability: every ``flush_interval`` seconds the buffer is flushed and the
-relay state (max SCN, trim SCN) written atomically; then the source is told it
-may drop what has fallen off the buffer (``Source.acknowledge(prev_scn)``), so
-the source keeps everything the relay might need to rebuild its buffer.
+relay state (max SCN, trim SCN, floor SCN) written atomically; then the source
+is told it may drop what has fallen off the buffer
+(``Source.acknowledge(prev_scn)``), so the source keeps everything the relay
+might need to rebuild its buffer.
 """
 
 from __future__ import annotations
@@ -41,6 +42,18 @@ class RelayState:
 
     max_scn: int = -1
     trim_scn: int = -1
+    # the oldest checkpoint the buffer could serve (EventBuffer.floor_scn): a restart
+    # with an empty buffer resumes after it when nothing was trimmed yet
+    floor_scn: int = -1
+
+    @property
+    def resume_scn(self) -> int:
+        """Where a relay restarting with an empty buffer resumes its source: after the
+        trim point, or, when nothing was trimmed, after the floor it proved (never -1
+        after windows were held: a source's fresh start would jump over the gap)."""
+        if self.trim_scn >= 0:
+            return self.trim_scn
+        return self.floor_scn if self.floor_scn >= 0 else self.max_scn
 
     @classmethod
     def load(cls, path: Path | None) -> RelayState | None:
@@ -48,12 +61,14 @@ class RelayState:
             return None
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
-            return cls(max_scn=int(raw["max_scn"]), trim_scn=int(raw["trim_scn"]))
+            return cls(max_scn=int(raw["max_scn"]), trim_scn=int(raw["trim_scn"]),
+                       floor_scn=int(raw.get("floor_scn", -1)))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise BufferCorruptError(f"relay state file {path} is unreadable: {exc}") from exc
 
     def save(self, path: Path) -> None:
-        data = json.dumps({"max_scn": self.max_scn, "trim_scn": self.trim_scn}).encode()
+        data = json.dumps({"max_scn": self.max_scn, "trim_scn": self.trim_scn,
+                           "floor_scn": self.floor_scn}).encode()
         write_atomic(path, data)
 
 
@@ -144,7 +159,7 @@ class Fetcher:
         """Flush the buffer, persist the state, let the source trim."""
         buf = self._buffer
         buf.flush()
-        state = RelayState(max_scn=buf.max_scn, trim_scn=buf.prev_scn)
+        state = RelayState(max_scn=buf.max_scn, trim_scn=buf.prev_scn, floor_scn=buf.floor_scn)
         if self._state_path is not None:
             state.save(self._state_path)
         s = buf.stats()

@@ -4,14 +4,20 @@ Start-up decides where capture resumes:
 
 * a persistent buffer that recovers with windows resumes after its newest
   window (``buffer.max_scn``);
-* otherwise the buffer starts empty at the relay state's ``trim_scn`` (what the
-  source was last allowed to drop), or from the source's beginning (``-1``)
-  when there is no state. Consumers whose checkpoint is older than that get
-  ``ScnNotFound``.
+* otherwise the buffer starts empty at the relay state's ``resume_scn`` (its
+  trim SCN, what the source was last allowed to drop, or, when nothing was
+  trimmed, the floor the buffer had proved); the source re-reads everything
+  after it. Consumers whose checkpoint is older than that get ``ScnNotFound``;
+* with no state at all the source starts where it starts (its end, a snapshot,
+  a configured GTID) and the buffer proves continuity only from its first window
+  on (:mod:`databus.buffer.ring`): an older checkpoint gets ``ScnNotFound``,
+  never a jump over what changed while the relay was down. The log and
+  ``/admin`` (``continuity``) say which range cannot be served.
 
-A buffer file whose header is unreadable is moved aside (``*.corrupt-<ts>``)
-and never served; corrupt windows inside a readable file are dropped by the
-buffer's recovery and fetched again from the source.
+A buffer file whose header is unreadable, or whose windows fail validation, is
+refused (the relay does not start; the file is left as it is) unless
+``buffer.recover`` is set, which keeps the valid windows and reads the rest
+again from the source.
 """
 
 from __future__ import annotations
@@ -52,8 +58,9 @@ class Relay(HttpService):
                        else open_source(config.source, config.name, state_dir))
         self.state_path = state_dir / f"{config.name}.state.json" if state_dir else None
         state = RelayState.load(self.state_path)
-        start_scn = state.trim_scn if state else -1
+        start_scn = state.resume_scn if state is not None else -1
         self.buffer = self._open_buffer(start_scn)
+        self.continuity = self._continuity(start_scn)
         self.metrics.capacity.set(config.buffer.capacity_bytes)
         self.fetcher = Fetcher(
             self.source, self.buffer, self.metrics,
@@ -71,17 +78,32 @@ class Relay(HttpService):
         cfg = self.config.buffer
         try:
             buf = EventBuffer(cfg.capacity_bytes, path=cfg.path, index_block=cfg.index_block,
-                              start_scn=start_scn)
+                              start_scn=start_scn, recover=cfg.recover)
         except BufferCorruptError as exc:
-            assert cfg.path is not None
+            if not cfg.recover or cfg.path is None:
+                raise
             aside = cfg.path.with_name(f"{cfg.path.name}.corrupt-{int(time.time())}")
             os.replace(cfg.path, aside)
-            log.error("buffer file unusable (%s); moved to %s, starting empty", exc, aside)
+            log.error("buffer file unusable (%s); buffer.recover is set: moved it to %s,"
+                      " starting empty", exc, aside)
             buf = EventBuffer(cfg.capacity_bytes, path=cfg.path, index_block=cfg.index_block,
                               start_scn=start_scn)
-        if getattr(buf, "recovered_from_corruption", False):
-            log.error("buffer recovery dropped corrupt data: %s", getattr(buf, "recovery_report", ""))
+        if buf.recovered_from_corruption:
+            log.error("buffer recovery dropped corrupt data (buffer.recover is set): %s",
+                      buf.recovery_report)
         return buf
+
+    def _continuity(self, start_scn: int) -> str:
+        """What this relay can prove about its history, logged once and shown in
+        ``/admin``."""
+        if self.buffer.max_scn >= 0 or start_scn >= 0:
+            text = (f"continuous from scn {self.buffer.floor_scn}: checkpoints older than"
+                    " that get ScnNotFound")
+        else:
+            text = ("started without a recorded position: checkpoints older than the first"
+                    " window it captures get ScnNotFound (consumers bootstrap)")
+        log.info("relay %s: %s", self.config.name, text)
+        return text
 
     # -- asyncio bridge ------------------------------------------------------
 
@@ -118,6 +140,9 @@ class Relay(HttpService):
             "sources": [{"id": s.id, "name": s.name} for s in self.source.sources()],
             "buffer": self.buffer.stats(),
             "fetcher": self.fetcher.status,
+            # checkpoints below servable_from_scn get ScnNotFound (-1 before the first
+            # window of a relay that started without a recorded position)
+            "continuity": {"servable_from_scn": self.buffer.floor_scn, "note": self.continuity},
         }
 
     # -- serving (HttpService) ------------------------------------------------
