@@ -34,7 +34,7 @@ from pathlib import Path
 import httpx
 import uvicorn
 
-from databus.bootstrap.server import BootstrapService, build_app
+from databus.bootstrap.server import BootstrapServer, build_app
 from databus.bootstrap.store import BootstrapStore, key_bytes
 from databus.client import ClientConfig, Consumer, DatabusClient, DataEvent, MemoryCheckpointStore
 from databus.core import event as ev
@@ -82,7 +82,7 @@ def serve_forever(url: str, port: int) -> None:
     """The server process: a bootstrap server over the store at ``url``."""
     store = BootstrapStore(url)
     sock = socket.create_server(("127.0.0.1", port))
-    server = uvicorn.Server(uvicorn.Config(build_app(BootstrapService(store)),
+    server = uvicorn.Server(uvicorn.Config(build_app(BootstrapServer(store)),
                                            log_level="warning", lifespan="off"))
     asyncio.run(server.serve(sockets=[sock]))
 

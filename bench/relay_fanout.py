@@ -26,9 +26,10 @@ import httpx
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
 from databus.core.schema import ColumnSpec, SchemaRegistry, TableSchema, table_schema
+from databus.core.window import Window
 from databus.relay.config import parse_config
 from databus.relay.relay import Relay
-from databus.sources.base import Source, SourceInfo, Window
+from databus.sources.base import Source, SourceInfo
 
 FETCH = 1024 * 1024
 

@@ -2,14 +2,19 @@
 
 Every command turns a :class:`~databus.core.errors.DatabusError` into a one-line
 message on stderr and exit status 2 (terminal) or 3 (transient), never a
-traceback.
+traceback. Commands parse options and call the part they run (the relay, the
+runners of :mod:`databus.client.runners`, the bootstrap service); each imports
+its part only when it runs, so a command does not load the others' dependencies
+(the relay's sources and their drivers, SQLAlchemy, uvicorn).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Annotated
 
@@ -25,7 +30,7 @@ app = typer.Typer(
 
 
 def _setup_logging(verbose: bool) -> None:
-    from rich.console import Console
+    from rich.console import Console  # imported when run: --help stays quick
     from rich.logging import RichHandler
 
     # logs go to stderr: stdout carries data (tail's JSON lines)
@@ -47,6 +52,15 @@ def _csv(value: str | None) -> list[str]:
     return [p.strip() for p in value.split(",") if p.strip()] if value else []
 
 
+def _stop_on_sigterm() -> threading.Event:
+    """An event SIGTERM sets. From a helper thread: a signal handler must not wait for
+    a lock the thread it interrupted may hold (the event's own)."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM,
+                  lambda *_: threading.Thread(target=stop.set, daemon=True).start())
+    return stop
+
+
 @app.command()
 def relay(
     config: Annotated[Path | None, typer.Option(help="relay YAML config file")] = None,
@@ -60,7 +74,7 @@ def relay(
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run a relay: capture a source and serve its changes over HTTP."""
-    from databus.relay.config import load_config
+    from databus.relay.config import load_config  # imported when run (see top)
     from databus.relay.relay import Relay, config_from_args
 
     _setup_logging(verbose)
@@ -99,9 +113,7 @@ def signal_cmd(
     data: Annotated[str | None, typer.Option(help="the signal's data as JSON")] = None,
 ) -> None:
     """Send a signal to a relay's source (incremental snapshots; see docs/snapshots.md)."""
-    import json
-
-    import httpx
+    import httpx  # imported when run (see top)
 
     payload: dict[str, object] = {}
     if data:
@@ -140,17 +152,14 @@ def tail(
     Without --from-start (and without a stored checkpoint) it starts at the
     newest window: only changes committed from now on are printed.
     """
-    from databus.client import ClientConfig, DatabusClient
-    from databus.client.checkpoints import FileCheckpointStore, MemoryCheckpointStore
-    from databus.client.sinks import JsonLinesSink
+    from databus.client.runners import tail as run_tail  # imported when run (see top)
 
     _setup_logging(verbose)
     try:
         # an interactive command: give up on an unreachable relay after a few tries
-        cfg = ClientConfig(relay_url=relay, sources=_csv(sources), from_start=from_start,
-                           relay_max_retries=5, bootstrap_url=bootstrap)
-        store = FileCheckpointStore(checkpoint) if checkpoint else MemoryCheckpointStore()
-        DatabusClient(cfg, JsonLinesSink(sys.stdout), store).run(max_windows=max_windows)
+        run_tail(relay, sys.stdout, sources=_csv(sources), checkpoint=checkpoint,
+                 from_start=from_start, bootstrap_url=bootstrap, relay_max_retries=5,
+                 max_windows=max_windows, stop=_stop_on_sigterm())
     except DatabusError as exc:
         _fail(exc)
 
@@ -173,19 +182,12 @@ def replicate(
     checkpoint (table databus_checkpoint), so a crash never applies a window
     twice or half.
     """
-    from databus.client import ClientConfig, DatabusClient
-    from databus.client.sinks import ReplicateSink
+    from databus.client.runners import replicate as run_replicate  # imported when run
 
     _setup_logging(verbose)
     try:
-        sink = ReplicateSink(target)
-        # short long-polls so that SIGTERM is honoured within about two seconds
-        cfg = ClientConfig(relay_url=relay, sources=_csv(sources), from_start=True,
-                           poll_timeout=2.0, bootstrap_url=bootstrap,
-                           bootstrap_batch_size=bootstrap_batch)
-        client = DatabusClient(cfg, sink, sink.checkpoint_store)
-        signal.signal(signal.SIGTERM, lambda *_: client.stop())
-        client.run()
+        run_replicate(relay, target, sources=_csv(sources), bootstrap_url=bootstrap,
+                      bootstrap_batch_size=bootstrap_batch, stop=_stop_on_sigterm())
     except DatabusError as exc:
         _fail(exc)
 
@@ -196,18 +198,18 @@ def bootstrap_cmd(
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run a bootstrap service: producer, applier and server (docs/bootstrap.md)."""
-    from databus.bootstrap.config import load_config
-    from databus.bootstrap.service import BootstrapServer
+    from databus.bootstrap.config import load_config  # imported when run (see top)
+    from databus.bootstrap.service import BootstrapService
 
     _setup_logging(verbose)
     try:
         cfg = load_config(config)
-        server = BootstrapServer(cfg)
-        signal.signal(signal.SIGTERM, server.request_exit)
+        service = BootstrapService(cfg)
+        signal.signal(signal.SIGTERM, service.request_exit)
         logging.getLogger("databus").info(
             "bootstrap %s: relay %s, store %s, serving on http://%s:%d", cfg.name,
             cfg.relay_url, cfg.store.url, cfg.http.host, cfg.http.port)
-        server.run()
+        service.run()
     except DatabusError as exc:
         _fail(exc)
 
@@ -219,7 +221,7 @@ def demo(
     quiet: Annotated[bool, typer.Option(help="do not print each change")] = False,
 ) -> None:
     """Run the SQLite -> relay -> consumers demo and check the replica."""
-    from rich.console import Console
+    from rich.console import Console  # imported when run (see top)
 
     from databus.demo import run_demo
 

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from databus.bootstrap.service import BootstrapServer
+from databus.bootstrap.service import BootstrapService
 from databus.client.bootstrap import parse_batch
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint, ConsumptionMode
@@ -26,7 +26,7 @@ from tests.support.bulk import BulkWriter
 
 
 @pytest.fixture
-def served(shop_db: Path, tmp_path: Path, relay: Relay) -> Iterator[tuple[BootstrapServer, int]]:
+def served(shop_db: Path, tmp_path: Path, relay: Relay) -> Iterator[tuple[BootstrapService, int]]:
     preload(shop_db, 400)
     bs = make_bootstrap(shop_db, tmp_path, relay)
     bs.start()
@@ -47,17 +47,17 @@ def served(shop_db: Path, tmp_path: Path, relay: Relay) -> Iterator[tuple[Bootst
         bs.stop()
 
 
-def get(bs: BootstrapServer, path: str, **params: Any) -> httpx.Response:
+def get(bs: BootstrapService, path: str, **params: Any) -> httpx.Response:
     return httpx.get(f"{bs.url}{path}", params=params, timeout=10)
 
 
-def start_cp(bs: BootstrapServer, **params: Any) -> Checkpoint:
+def start_cp(bs: BootstrapService, **params: Any) -> Checkpoint:
     r = get(bs, "/startSCN", **params)
     assert r.status_code == 200, r.text
     return Checkpoint.from_dict(r.json()["checkpoint"])
 
 
-def drain(bs: BootstrapServer, cp: Checkpoint, **params: Any
+def drain(bs: BootstrapService, cp: Checkpoint, **params: Any
           ) -> tuple[list[ev.Event], list[ev.Event], Checkpoint, int]:
     """Run a whole bootstrap over HTTP: (snapshot rows, catch-up events, final cp, requests)."""
     snap: list[ev.Event] = []
@@ -76,7 +76,7 @@ def drain(bs: BootstrapServer, cp: Checkpoint, **params: Any
     return snap, catch, cp, n
 
 
-def test_snapshot_then_catchup_in_batches(served: tuple[BootstrapServer, int]) -> None:
+def test_snapshot_then_catchup_in_batches(served: tuple[BootstrapService, int]) -> None:
     bs, top = served
     cp = start_cp(bs)
     assert cp.consumption_mode == ConsumptionMode.BOOTSTRAP_SNAPSHOT
@@ -90,7 +90,7 @@ def test_snapshot_then_catchup_in_batches(served: tuple[BootstrapServer, int]) -
     assert final.window_scn == top  # nothing was written after the fixture: target = top
 
 
-def test_catchup_only_for_a_checkpoint_in_the_log(served: tuple[BootstrapServer, int]) -> None:
+def test_catchup_only_for_a_checkpoint_in_the_log(served: tuple[BootstrapService, int]) -> None:
     bs, top = served
     log_start = get(bs, "/admin").json()["log_start_scn"]
     assert log_start < top - 100
@@ -103,7 +103,7 @@ def test_catchup_only_for_a_checkpoint_in_the_log(served: tuple[BootstrapServer,
     assert final == Checkpoint.after(top).model_copy(update={"ts_nsecs": final.ts_nsecs})
 
 
-def test_mod_filter_splits_the_snapshot(served: tuple[BootstrapServer, int]) -> None:
+def test_mod_filter_splits_the_snapshot(served: tuple[BootstrapService, int]) -> None:
     bs, _ = served
     whole, _, _, _ = drain(bs, start_cp(bs, sources="1"), sources="1")
     parts: list[ev.Event] = []
@@ -144,7 +144,7 @@ BAD = [
 
 
 def test_bad_requests_get_typed_4xx_and_the_server_keeps_serving(
-        served: tuple[BootstrapServer, int]) -> None:
+        served: tuple[BootstrapService, int]) -> None:
     bs, _ = served
     for path, params, status, code in BAD:
         r = get(bs, path, **params)
@@ -163,7 +163,7 @@ def test_a_store_without_the_relay_yet_answers_too_old(tmp_path: Path) -> None:
     from databus.bootstrap.config import parse_config
     from tests.support.procs import free_port
 
-    bs = BootstrapServer(parse_config({
+    bs = BootstrapService(parse_config({
         "relay_url": f"http://127.0.0.1:{free_port()}",  # nobody listens there
         "store": {"url": f"sqlite:///{tmp_path / 'bs.db'}"}, "http": {"port": 0}}))
     bs.start()

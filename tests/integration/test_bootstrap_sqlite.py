@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from databus.bootstrap.config import parse_config
-from databus.bootstrap.service import BootstrapServer
+from databus.bootstrap.service import BootstrapService
 from databus.client import ClientConfig, DatabusClient
 from databus.client.sinks import ReplicateSink
 from databus.core.checkpoint import ConsumptionMode
@@ -45,20 +45,20 @@ def replica_equal(db: Path, replica: Path) -> bool:
 
 
 def make_bootstrap(db: Path, tmp: Path, relay: Relay, initial: bool = True,
-                   store_url: str | None = None) -> BootstrapServer:
+                   store_url: str | None = None) -> BootstrapService:
     raw: dict[str, object] = {
         "relay_url": relay.url, "store": {"url": store_url or f"sqlite:///{tmp / 'bs.db'}"},
         "http": {"port": 0}, "poll_timeout": 0.5, "apply_interval": 0.05,
         "progress_interval": 0.5}
     if initial:
         raw["initial_load"] = {"url": f"sqlite:///{db}", "tables": TABLES}
-    return BootstrapServer(parse_config(raw))
+    return BootstrapService(parse_config(raw))
 
 
 class Consumer:
     """A replicate sink on its own thread."""
 
-    def __init__(self, relay: Relay, bs: BootstrapServer | None, replica: Path,
+    def __init__(self, relay: Relay, bs: BootstrapService | None, replica: Path,
                  batch: int = 1000) -> None:
         self.sink = ReplicateSink(f"sqlite:///{replica}")
         cfg = ClientConfig(relay_url=relay.url, poll_timeout=0.3, backoff_initial=0.05,
@@ -291,7 +291,7 @@ def test_log_retention_trims_and_far_behind_consumers_get_a_snapshot(
 
     relay = make_relay(shop_db, tmp_path, capacity_bytes=1024 * 1024)
     relay.start()
-    bs = BootstrapServer(parse_config({
+    bs = BootstrapService(parse_config({
         "relay_url": relay.url, "store": {"url": f"sqlite:///{tmp_path / 'bs.db'}"},
         "initial_load": {"url": f"sqlite:///{shop_db}", "tables": TABLES},
         "http": {"port": 0}, "poll_timeout": 0.5, "apply_interval": 0.05,

@@ -23,9 +23,10 @@ from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import ScnNotFoundError
 from databus.core.schema import SchemaRegistry
+from databus.core.window import Window
 from databus.relay.config import parse_config
 from databus.relay.relay import Relay
-from databus.sources.base import Source, SourceInfo, Window
+from databus.sources.base import Source, SourceInfo
 from tests.integration.test_client_memrelay import CUSTOMERS, ITEMS, customer, item
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from databus.core import event as ev
 from databus.core.envelope import decode_images
-from databus.sources.base import Window
+from databus.core.window import Window
 from databus.sources.mysql.checks import parse_mysql_url
 from databus.sources.mysql.connection import master_status
 from databus.sources.mysql.ddl import parse_ddl

@@ -183,3 +183,52 @@ def test_health_metrics_and_stats(relay: Relay, shop_db: Path) -> None:
         assert stats["buffer"]["max_scn"] == relay.buffer.max_scn
         assert c.get("/containerStats/buffer/max_scn").json() == relay.buffer.max_scn
         assert c.get("/containerStats/nope").status_code == 400
+
+
+def test_requests_are_counted_per_endpoint_and_status(relay: Relay) -> None:
+    with httpx.Client(base_url=relay.url, timeout=10) as c:
+        assert c.get("/sources").status_code == 200
+        assert c.get("/stream", params={"size": "-1"}).status_code == 400
+        assert c.get("/containerStats/nope").status_code == 400
+        assert c.get("/nope").status_code == 404  # matched no route: not counted
+        text = c.get("/metrics").text
+    assert 'databus_relay_requests_total{endpoint="sources",status="200"} 1.0' in text
+    assert 'databus_relay_requests_total{endpoint="stream",status="400"} 1.0' in text
+    assert 'databus_relay_requests_total{endpoint="containerStats",status="400"} 1.0' in text
+    assert 'status="404"' not in text
+
+
+def test_json_encoding_does_not_hold_up_other_requests(shop_db: Path, tmp_path: Path) -> None:
+    """/stream?output=json encodes in the thread pool: /admin answers meanwhile. On the
+    event loop, one /admin request would wait about as long as the whole encoding."""
+    relay = make_relay(shop_db, tmp_path, capacity_bytes=32 * 1024 * 1024)
+    relay.start()
+    try:
+        _write(shop_db, 2000)
+        _wait_scn(relay)
+        latencies: list[float] = []
+        done = threading.Event()
+
+        def ask_admin() -> None:
+            with httpx.Client(base_url=relay.url, timeout=30) as c:
+                while not done.is_set():
+                    t0 = time.monotonic()
+                    assert c.get("/admin").status_code == 200
+                    latencies.append(time.monotonic() - t0)
+
+        asker = threading.Thread(target=ask_admin)
+        asker.start()
+        try:
+            with httpx.Client(base_url=relay.url, timeout=60) as c:
+                t0 = time.monotonic()
+                r = c.get("/stream", params={"output": "json", "timeout": "0",
+                                             "size": str(32 * 1024 * 1024)})
+                took = time.monotonic() - t0
+        finally:
+            done.set()
+            asker.join(30)
+        assert r.status_code == 200 and r.content.count(b"\n") > 10_000
+        assert took > 0.2, f"the encoding ({took:.2f} s) is too short to tell"
+        assert len(latencies) > 3 and max(latencies) < took / 2, (max(latencies), took)
+    finally:
+        relay.stop()

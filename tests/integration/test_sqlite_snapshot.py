@@ -20,7 +20,7 @@ import pytest
 
 from databus.core import event as ev
 from databus.core.errors import ConfigError, SourcePositionLostError
-from databus.sources.base import Window
+from databus.core.window import Window
 from databus.sources.txlog import SqliteSource
 
 Key = tuple[str, Any]

@@ -27,7 +27,7 @@ from databus.core.errors import (
     SourceUnavailableError,
     TerminalError,
 )
-from databus.sources.base import Window
+from databus.core.window import Window
 from databus.sources.txlog import SqliteSource, forget_relay, install, uninstall
 from databus.sources.txlog import sqlite as sqlite_mod
 

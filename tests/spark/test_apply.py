@@ -15,7 +15,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from databus.core.errors import ConfigError
-from databus.spark.apply import ApplySpec, ChangeApplier, read_table
+from databus.spark.apply import ChangeApplier, read_table
+from databus.spark.spec import ApplySpec
 
 Change = tuple[int, int, str, str | None, int | None]  # id, seq, op, a, b
 COLS = ["id", "seq", "op", "a", "b"]

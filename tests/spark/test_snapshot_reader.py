@@ -22,10 +22,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from databus.bootstrap.config import parse_config
-from databus.bootstrap.service import BootstrapServer
+from databus.bootstrap.service import BootstrapService
 from databus.relay.relay import Relay
 from databus.spark import changes, read_table, register_snapshot, snapshot_scn
-from databus.spark.apply import ApplySpec, ChangeApplier
+from databus.spark.apply import ChangeApplier
+from databus.spark.spec import ApplySpec
 from tests.spark.conftest import start_relay
 from tests.spark.test_pipeline import wait_relay
 from tests.support.shop import TABLES, Writer, create_shop, table_rows, txlog_max
@@ -36,7 +37,7 @@ KEYS = {"customers": ["id"], "items": ["order_id", "line"]}
 
 
 class Pipeline:
-    def __init__(self, db: Path, relay: Relay, bs: BootstrapServer, store: str,
+    def __init__(self, db: Path, relay: Relay, bs: BootstrapService, store: str,
                  writer: Writer) -> None:
         self.db, self.relay, self.bs, self.store, self.writer = db, relay, bs, store, writer
 
@@ -63,7 +64,7 @@ def pipe(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Itera
         writer.transaction()
     relay = start_relay(db, tmp, TABLES)
     store = f"sqlite:///{tmp / 'bs.db'}"
-    bs = BootstrapServer(parse_config({
+    bs = BootstrapService(parse_config({
         "relay_url": relay.url, "store": {"url": store}, "http": {"port": 0},
         "poll_timeout": 0.5, "apply_interval": 0.05, "apply_batch_windows": 7,
         "initial_load": {"url": f"sqlite:///{db}", "tables": TABLES}}))

@@ -19,7 +19,7 @@ from databus.core.errors import (
     ScnNotFoundError,
 )
 from databus.core.filters import ServerFilter
-from databus.sources.base import Window
+from databus.core.window import Window
 
 
 def window(scn: int, n: int, rng: random.Random | None = None, src: int = 1) -> Window:

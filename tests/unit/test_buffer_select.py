@@ -12,7 +12,7 @@ from databus.buffer import EventBuffer, ring, select
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
 from databus.core.filters import ServerFilter
-from databus.sources.base import Window
+from databus.core.window import Window
 
 EDGE_KEYS = [0, 1, -1, -(2**63), 2**63 - 1, b"", b"abc", b'["k",1]', b"\xff" * 40]
 

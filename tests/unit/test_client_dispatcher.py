@@ -8,7 +8,7 @@ import pytest
 
 from databus.client import Consumer, ConsumerResult, DataEvent
 from databus.client.dispatcher import Dispatcher, SchemaViews
-from databus.client.window import Window
+from databus.client.window import DecodedWindow
 from databus.core import event as ev
 from databus.core.errors import ConsumerCallbackError, ConsumerFatalError
 from databus.core.schema import ColumnSpec, SchemaRegistry, TableSchema, table_schema
@@ -23,8 +23,8 @@ from tests.integration.test_client_memrelay import (
 REG = SchemaRegistry([CUSTOMERS, ITEMS])
 
 
-def _window(scn: int, events: list[bytes]) -> Window:
-    return Window(scn, [ev.decode(e) for e in events])
+def _window(scn: int, events: list[bytes]) -> DecodedWindow:
+    return DecodedWindow(scn, [ev.decode(e) for e in events])
 
 
 class Calls(Consumer):

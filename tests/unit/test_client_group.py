@@ -11,7 +11,7 @@ import pytest
 
 from databus.client import Consumer, ConsumerGroup, ConsumerResult, DataEvent
 from databus.client.dispatcher import Dispatcher, SchemaViews
-from databus.client.window import Window
+from databus.client.window import DecodedWindow
 from databus.core import event as ev
 from databus.core.errors import ConsumerCallbackError, ConsumerFatalError
 from databus.core.schema import SchemaRegistry
@@ -55,8 +55,8 @@ class Worker(Consumer):
         assert self.shared["done"] == self.shared["expected_by_scn"][scn]
 
 
-def _windows() -> tuple[list[Window], dict[int, int]]:
-    windows: list[Window] = []
+def _windows() -> tuple[list[DecodedWindow], dict[int, int]]:
+    windows: list[DecodedWindow] = []
     expected: dict[int, int] = {}
     total = 0
     rng = random.Random(3)
@@ -67,7 +67,7 @@ def _windows() -> tuple[list[Window], dict[int, int]]:
                 raw.append(customer(scn, rng.randrange(50), name=f"{scn}-{i}"))
             else:
                 raw.append(item(scn, rng.randrange(20), rng.randrange(3), qty=scn * 1000 + i))
-        windows.append(Window(scn, [ev.decode(e) for e in raw]))
+        windows.append(DecodedWindow(scn, [ev.decode(e) for e in raw]))
         total += len(raw)
         expected[scn] = total
     return windows, expected
@@ -135,7 +135,7 @@ def test_shared_consumer_and_sizes() -> None:
     assert group.size == 3
     d = Dispatcher(group, SchemaViews(REG))
     try:
-        d.dispatch(Window(5, [ev.decode(customer(5, k)) for k in range(30)]))
+        d.dispatch(DecodedWindow(5, [ev.decode(customer(5, k)) for k in range(30)]))
     finally:
         group.close()
     assert shared["done"] == 30 and len(one.threads) == 3

@@ -4,8 +4,10 @@
   PostgreSQL, MariaDB);
 * :mod:`.producer` - relay client appending windows to the log;
 * :mod:`.applier` - folds the log into the snapshot;
-* :mod:`.server` - the HTTP API (``/startSCN``, ``/targetSCN``, ``/bootstrap``);
-* :mod:`.service` - all of them in one process, with the initial load;
+* :mod:`.server` - :class:`~.server.BootstrapServer`, the HTTP API (``/startSCN``,
+  ``/targetSCN``, ``/bootstrap``);
+* :mod:`.service` - :class:`~.service.BootstrapService`, all of them in one process,
+  with the initial load;
 * :mod:`.config` - the configuration file.
 
 The client side is :mod:`databus.client.bootstrap`.

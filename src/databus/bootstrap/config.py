@@ -46,7 +46,7 @@ class InitialLoadConfig(_Model):
         return Path(self.url[len("sqlite:///"):])
 
 
-class HttpConfig(_Model):
+class BootstrapHttpConfig(_Model):
     host: str = "127.0.0.1"
     port: int = Field(11116, ge=0, le=65535, description="0 picks a free port")
 
@@ -58,7 +58,7 @@ class BootstrapConfig(_Model):
     relay_url: str = Field(description="the relay the producer pulls from")
     store: StoreConfig
     initial_load: InitialLoadConfig | None = None
-    http: HttpConfig = HttpConfig()
+    http: BootstrapHttpConfig = BootstrapHttpConfig()
     fetch_size: int = Field(8 << 20, ge=1024, description="producer bytes per /stream request")
     poll_timeout: float = Field(2.0, ge=0, le=60, description="producer long-poll seconds")
     apply_batch_windows: int = Field(500, ge=1, description="windows folded per transaction")

@@ -1,7 +1,10 @@
 """The bootstrap server's HTTP API (Starlette), DESIGN.md section 6.
 
 Endpoints (errors are JSON ``{"error": <code>, "message": ...}`` with a 4xx
-for a client's mistake; nothing a client sends can stop the server):
+for a client's mistake, answered by the handlers of :mod:`databus.serving`;
+nothing a client sends can stop the server). Every endpoint is a plain
+function: Starlette runs it in its thread pool, so store reads and event
+filtering never block the event loop.
 
 * ``GET /sources``, ``GET /register?sources=..``: copies of the relay's.
 * ``GET /startSCN?sources=..&checkPoint=<online checkpoint>``: where a
@@ -44,12 +47,10 @@ leave every key as of T.
 from __future__ import annotations
 
 import json
-import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -60,21 +61,18 @@ from databus.core.checkpoint import Checkpoint, ConsumptionMode
 from databus.core.errors import (
     BootstrapTooOldError,
     BootstrapTooYoungError,
-    DatabusError,
     InvalidCheckpointError,
-    InvalidRequestError,
     UnknownSourceError,
 )
 from databus.core.filters import ServerFilter
 from databus.core.schema import SchemaRegistry
-from databus.relay.app import int_param
+from databus.serving import EXCEPTION_HANDLERS, int_param, source_ids_param
 
-log = logging.getLogger("databus.bootstrap.server")
 MAX_BATCH = 1_000_000
 _CATCHUP_WINDOWS = 2000  # windows read from the store per catch-up query
 
 
-class BootstrapService:
+class BootstrapServer:
     """What the HTTP handlers run (blocking calls; the app runs them in a thread pool)."""
 
     def __init__(self, store: BootstrapStore, default_batch: int = 10_000,
@@ -103,22 +101,8 @@ class BootstrapService:
 
     def requested(self, request: Request) -> list[tuple[int, str]]:
         served = self.sources()
-        text = request.query_params.get("sources")
-        if text is None or not text.strip():
-            return served
-        names = dict(served)
-        out: list[tuple[int, str]] = []
-        for part in text.split(","):
-            try:
-                sid = int(part.strip())
-            except ValueError:
-                raise InvalidRequestError(
-                    f"sources must be comma-separated ids, got {part.strip()[:50]!r}") from None
-            if sid not in names:
-                raise UnknownSourceError(f"unknown source id {sid}; known: {sorted(names)}")
-            if (sid, names[sid]) not in out:
-                out.append((sid, names[sid]))
-        return sorted(out)
+        ids = source_ids_param(request, {sid for sid, _ in served})
+        return served if ids is None else [(sid, name) for sid, name in served if sid in ids]
 
     @staticmethod
     def _filter(request: Request, srcs: list[tuple[int, str]]) -> ServerFilter | None:
@@ -290,53 +274,32 @@ def _with_checkpoint(parts: list[bytes], cp: Checkpoint, scn: int) -> bytes:
     return b"".join(parts)
 
 
-def build_app(service: BootstrapService) -> Starlette:
+def build_app(server: BootstrapServer) -> Starlette:
     """The ASGI app of a bootstrap server."""
 
-    def guarded(fn: Callable[[Request], Response]) -> Callable[[Request], Awaitable[Response]]:
-        async def handler(request: Request) -> Response:
-            try:
-                return await run_in_threadpool(fn, request)
-            except DatabusError as exc:
-                return JSONResponse({"error": exc.code, "message": str(exc)},
-                                    status_code=exc.http_status)
-            except Exception as exc:  # one bad request never takes the server down
-                log.exception("unexpected error serving %s", request.url.path)
-                return JSONResponse({"error": "InternalError",
-                                     "message": f"{type(exc).__name__}: {exc}"}, status_code=500)
-        return handler
-
     def sources(_: Request) -> Response:
-        return JSONResponse([{"id": i, "name": n} for i, n in service.sources()])
+        return JSONResponse([{"id": i, "name": n} for i, n in server.sources()])
 
     def register(request: Request) -> Response:
-        ids = [s for s, _ in service.requested(request)]
-        return Response(service.registry().to_json(ids), media_type="application/json")
+        ids = [s for s, _ in server.requested(request)]
+        return Response(server.registry().to_json(ids), media_type="application/json")
 
     def start_scn(request: Request) -> Response:
-        return JSONResponse(service.start_scn(request))
+        return JSONResponse(server.start_scn(request))
 
     def target_scn(_: Request) -> Response:
-        return JSONResponse(service.target_scn())
+        return JSONResponse(server.target_scn())
 
     def bootstrap(request: Request) -> Response:
-        return Response(service.bootstrap(request), media_type="application/octet-stream")
+        return Response(server.bootstrap(request), media_type="application/octet-stream")
 
     def admin(_: Request) -> Response:
-        st = service.store.state()
+        st = server.store.state()
         return JSONResponse({"status": "ok", "log_start_scn": st.log_start_scn,
                              "log_max_scn": st.log_max_scn, "applied_scn": st.applied_scn,
-                             **service.status()})
+                             **server.status()})
 
-    async def not_found(request: Request, _exc: Exception) -> Response:
-        return JSONResponse({"error": "NotFound", "message": f"no endpoint {request.url.path}"},
-                            status_code=404)
-
-    async def not_allowed(request: Request, _exc: Exception) -> Response:
-        return JSONResponse({"error": "MethodNotAllowed",
-                             "message": f"{request.method} not allowed"}, status_code=405)
-
-    routes = [Route("/sources", guarded(sources)), Route("/register", guarded(register)),
-              Route("/startSCN", guarded(start_scn)), Route("/targetSCN", guarded(target_scn)),
-              Route("/bootstrap", guarded(bootstrap)), Route("/admin", guarded(admin))]
-    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
+    routes = [Route("/sources", sources), Route("/register", register),
+              Route("/startSCN", start_scn), Route("/targetSCN", target_scn),
+              Route("/bootstrap", bootstrap), Route("/admin", admin)]
+    return Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS)

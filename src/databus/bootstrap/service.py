@@ -24,25 +24,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 import threading
 import time
 from typing import Any
 
-import uvicorn
+from starlette.applications import Starlette
 
 from databus.bootstrap.applier import Applier
 from databus.bootstrap.config import BootstrapConfig
 from databus.bootstrap.producer import Producer
-from databus.bootstrap.server import BootstrapService, build_app
+from databus.bootstrap.server import BootstrapServer, build_app
 from databus.bootstrap.store import BootstrapStore, key_bytes
 from databus.core.errors import DatabusError, ScnNotFoundError
+from databus.serving import HttpService
+from databus.sources.txlog.initial import InitialSnapshot
 
 log = logging.getLogger("databus.bootstrap")
 
 
-class Progress:
-    """Logs ``done/total rows, rate, ETA`` at most every ``interval`` seconds."""
+class LoadProgress:
+    """Logs the initial load's ``done/total rows, rate, ETA`` at most every ``interval``
+    seconds."""
 
     def __init__(self, what: str, total: int, interval: float) -> None:
         self.what, self.total, self.interval = what, total, interval
@@ -68,11 +70,9 @@ def initial_load(cfg: BootstrapConfig, store: BootstrapStore, force: bool = Fals
     il = cfg.initial_load
     if il is None or (not force and store.get("initial_scn") is not None):
         return None
-    from databus.sources.txlog.initial import InitialSnapshot
-
     store.start_initial_load()
     with InitialSnapshot(il.path, il.tables) as snap:
-        progress = Progress(f"initial load of {il.path}", snap.count(), cfg.progress_interval)
+        progress = LoadProgress(f"initial load of {il.path}", snap.count(), cfg.progress_interval)
         batch: list[dict[str, Any]] = []
         for e in snap.events():
             batch.append({"src": e.src_id, "k": key_bytes(e.key), "scn": snap.scn, "ev": e.data})
@@ -88,10 +88,12 @@ def initial_load(cfg: BootstrapConfig, store: BootstrapStore, force: bool = Fals
         return snap.scn
 
 
-class BootstrapServer:
-    """Runs a whole bootstrap service; ``run()`` blocks, ``start()``/``stop()`` use a thread."""
+class BootstrapService(HttpService):
+    """Runs a whole bootstrap service; ``run()`` blocks, ``start()``/``stop()`` use a thread
+    (see :class:`databus.serving.HttpService`)."""
 
     def __init__(self, config: BootstrapConfig) -> None:
+        super().__init__(config.http.host, config.http.port, "bootstrap")
         self.config = config
         self.store = BootstrapStore(config.store.url)
         self.producer = Producer(self.store, config.relay_url, fetch_size=config.fetch_size,
@@ -100,13 +102,9 @@ class BootstrapServer:
                                poll_interval=config.apply_interval,
                                retention=config.log_retention,
                                trim_interval=config.trim_interval)
-        self.service = BootstrapService(self.store, config.default_batch, self.status)
+        self.server = BootstrapServer(self.store, config.default_batch, self.status)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._port: int | None = None
         self.load_error: str | None = None
         self.rebuilds = 0  # store rebuilds after the producer fell off the relay
 
@@ -156,52 +154,23 @@ class BootstrapServer:
         with contextlib.suppress(DatabusError):  # recorded in applier.error
             self.applier.run(self._stop)
 
-    async def serve(self) -> None:
-        app = build_app(self.service)
-        cfg = uvicorn.Config(app, host=self.config.http.host, port=self.config.http.port,
-                             log_level="warning", lifespan="off", access_log=False,
-                             timeout_graceful_shutdown=2)
-        self._server = uvicorn.Server(cfg)
-        sock = socket.create_server((self.config.http.host, self.config.http.port), backlog=256)
-        self._port = int(sock.getsockname()[1])
+    # -- serving (HttpService) ------------------------------------------------
+
+    def build_app(self) -> Starlette:
+        return build_app(self.server)
+
+    def on_listening(self) -> None:
         for name, fn in (("producer", self._produce), ("applier", self._apply)):
             t = threading.Thread(target=fn, name=f"databus-bootstrap-{name}", daemon=True)
             t.start()
             self._threads.append(t)
-        self._ready.set()
-        try:
-            await self._server.serve(sockets=[sock])
-        finally:
-            self._stop.set()
-            for t in self._threads:
-                await asyncio.get_running_loop().run_in_executor(None, t.join, 30.0)
-            self.store.close()
 
-    def run(self) -> None:
-        asyncio.run(self.serve())
-
-    @property
-    def port(self) -> int:
-        if self._port is None:
-            raise RuntimeError("bootstrap server is not serving")
-        return self._port
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.config.http.host}:{self.port}"
-
-    def start(self, timeout: float = 20.0) -> None:
-        self._thread = threading.Thread(target=self.run, name="databus-bootstrap", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(timeout):
-            raise TimeoutError("bootstrap server did not start in time")
+    async def on_shutdown(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            await asyncio.get_running_loop().run_in_executor(None, t.join, 30.0)
+        self.store.close()
 
     def request_exit(self, *_: Any) -> None:
-        self._stop.set()
-        if self._server is not None:
-            self._server.should_exit = True
-
-    def stop(self, timeout: float = 30.0) -> None:
-        self.request_exit()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._stop.set()  # the producer and the applier stop while the server drains
+        super().request_exit()

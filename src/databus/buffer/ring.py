@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from databus.buffer.persist import HEADER_SIZE, BufferFile
+from databus.buffer.persist import HEADER_SIZE, BufferFile, scan_windows
 from databus.buffer.select import Span, compile_selection
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
@@ -46,7 +46,7 @@ from databus.core.errors import (
     ScnNotFoundError,
 )
 from databus.core.filters import ServerFilter
-from databus.sources.base import Window
+from databus.core.window import Window
 
 _EOP = ev.SRC_EOP
 # total length (offset 17) and source id (offset 31) of an event header
@@ -454,8 +454,6 @@ class EventBuffer:
     def _recover(self, allowed: bool) -> None:
         """Rebuild counters and the index from the file; a damaged window is refused
         (file unchanged) unless ``allowed``, which keeps the valid prefix."""
-        from databus.buffer.persist import scan_windows
-
         found = scan_windows(self._mem, self._head, self._tail, self._limit, self._wrapped,
                              self._prev_scn)
         if found.corrupt and not allowed:

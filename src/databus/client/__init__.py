@@ -33,12 +33,13 @@ if TYPE_CHECKING:
         MemoryCheckpointStore,
         SqlCheckpointStore,
     )
-    from databus.client.client import ClientStats, DatabusClient
+    from databus.client.client import DatabusClient
     from databus.client.config import ClientConfig
     from databus.client.consumer import Consumer, ConsumerResult, DataEvent
     from databus.client.group import ConsumerGroup
     from databus.client.relay import RelayConnection
     from databus.client.sinks import JsonLinesSink, ReplicateSink
+    from databus.client.stats import ClientStats
     from databus.core.errors import CheckpointStoreError, RelayProtocolError, SinkUnavailableError
 
 _WHERE = {
@@ -46,7 +47,7 @@ _WHERE = {
     "FileCheckpointStore": "databus.client.checkpoints",
     "MemoryCheckpointStore": "databus.client.checkpoints",
     "SqlCheckpointStore": "databus.client.checkpoints",
-    "ClientStats": "databus.client.client",
+    "ClientStats": "databus.client.stats",
     "DatabusClient": "databus.client.client",
     "ClientConfig": "databus.client.config",
     "Consumer": "databus.client.consumer",

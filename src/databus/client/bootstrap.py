@@ -43,12 +43,18 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TypeVar
 
+from databus.client.checkpoints import CheckpointStore
+from databus.client.config import ClientConfig
+from databus.client.consumer import Consumer, DataEvent
 from databus.client.dispatcher import SchemaViews, call, check_result
 from databus.client.relay import RelayConnection
+from databus.client.retry import Backoff, Stopped, retry_transient
+from databus.client.stats import ClientStats
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint, ConsumptionMode
 from databus.core.errors import (
@@ -64,10 +70,8 @@ from databus.core.errors import (
 )
 from databus.core.schema import SchemaRegistry
 
-if TYPE_CHECKING:
-    from databus.client.client import DatabusClient
-
 log = logging.getLogger("databus.client.bootstrap")
+T = TypeVar("T")
 _ONLINE = ConsumptionMode.ONLINE_CONSUMPTION
 
 
@@ -141,7 +145,7 @@ def parse_batch(body: bytes, current: Checkpoint, verify: bool = True) -> Batch:
     return out
 
 
-class Progress:
+class BootstrapProgress:
     """Logs the bootstrap's progress (rows, rate, ETA) every ``interval`` seconds."""
 
     def __init__(self, interval: float) -> None:
@@ -175,12 +179,24 @@ class Progress:
 
 
 class BootstrapRunner:
-    """Runs one bootstrap for ``client`` (on its thread); see the module docstring."""
+    """Runs one bootstrap for a client, on the client's thread; see the module docstring.
 
-    def __init__(self, client: DatabusClient, stop: threading.Event) -> None:
-        self.client = client
-        self.cfg = client.config
+    It delivers to ``consumer``, persists in ``store``, counts into ``stats`` and asks
+    for ``source_ids`` (None: every source). ``on_saved`` sees every checkpoint
+    persisted, so the client's own position follows the bootstrap as it goes.
+    """
+
+    def __init__(self, config: ClientConfig, consumer: Consumer, store: CheckpointStore,
+                 stats: ClientStats, source_ids: list[int] | None, stop: threading.Event,
+                 *, on_saved: Callable[[Checkpoint], None]) -> None:
+        self.cfg = config
+        self.consumer = consumer
+        self.store = store
+        self.stats = stats
+        self.source_ids = source_ids
         self.stop = stop
+        self.on_saved = on_saved
+        self.persisted = Checkpoint.flexible()  # the position persisted last (set by run)
         assert self.cfg.bootstrap_url is not None
         self.conn = BootstrapConnection(self.cfg.bootstrap_url,
                                         http_timeout=self.cfg.http_timeout)
@@ -189,18 +205,25 @@ class BootstrapRunner:
                                                  http_timeout=self.cfg.http_timeout)
         self.pool = ThreadPoolExecutor(max_workers=1,
                                        thread_name_prefix="databus-bootstrap-prefetch")
-        self.backoff = client._backoff()
+        self.backoff = Backoff(self.cfg.backoff_initial, self.cfg.backoff_max)
         self.registry = SchemaRegistry()
         self.views = SchemaViews(self.registry)
-        self.progress = Progress(self.cfg.bootstrap_progress_interval)
+        self.progress = BootstrapProgress(self.cfg.bootstrap_progress_interval)
 
     def _ids(self) -> list[int] | None:
-        return self.client._request_ids
+        return self.source_ids
+
+    def _retry(self, fn: Callable[[], T], what: str) -> T:
+        """``fn`` through transient errors, as the client retries the relay."""
+        return retry_transient(fn, what, self.stop, self.backoff,
+                               limit=self.cfg.relay_max_retries, on_failure=self._count_error)
+
+    def _count_error(self, _: Exception) -> None:
+        self.stats.relay_errors += 1
 
     def _load_registry(self) -> None:
-        self.registry = self.client._retry(lambda: self.conn.register(self._ids()),
-                                           "loading schemas from the bootstrap server",
-                                           self.stop, self.backoff)
+        self.registry = self._retry(lambda: self.conn.register(self._ids()),
+                                    "loading schemas from the bootstrap server")
         self.views = SchemaViews(self.registry)
 
     def run(self, position: Checkpoint) -> Checkpoint:
@@ -214,23 +237,22 @@ class BootstrapRunner:
             self.prefetch_conn.close()
 
     def _run(self, position: Checkpoint) -> Checkpoint:
-        client = self.client
+        consumer = self.consumer
+        self.persisted = position
         self._load_registry()
         if position.consumption_mode == _ONLINE:
-            call("on_start_bootstrap", client.consumer.on_start_bootstrap)
+            call("on_start_bootstrap", consumer.on_start_bootstrap)
             # asking, resetting and persisting the start is retried as one step
-            client._retry(lambda: self._begin(position), "starting the bootstrap", self.stop,
-                          self.backoff)
+            self._retry(lambda: self._begin(position), "starting the bootstrap")
         else:
             log.info("resuming the bootstrap at %s", position.to_json())
-            call("on_start_bootstrap", client.consumer.on_start_bootstrap)
+            call("on_start_bootstrap", consumer.on_start_bootstrap)
         failures = restarts = 0
         ahead: tuple[Checkpoint, Future[Batch]] | None = None
-        while client.persisted.consumption_mode != _ONLINE:
+        while self.persisted.consumption_mode != _ONLINE:
             if self.stop.is_set():
-                from databus.client.client import _Stopped
-                raise _Stopped
-            cp = client.persisted
+                raise Stopped
+            cp = self.persisted
             batch = None
             if ahead is not None and ahead[0] == cp:
                 try:
@@ -240,8 +262,8 @@ class BootstrapRunner:
             ahead = None
             if batch is None:
                 try:
-                    batch = client._retry(lambda cp=cp: self._fetch(self.conn, cp),  # type: ignore[misc]
-                                          "fetching a bootstrap batch", self.stop, self.backoff)
+                    batch = self._retry(lambda cp=cp: self._fetch(self.conn, cp),  # type: ignore[misc]
+                                        "fetching a bootstrap batch")
                 except BootstrapTooYoungError as exc:
                     restarts += 1
                     self._restart(cp, exc, restarts)
@@ -258,11 +280,11 @@ class BootstrapRunner:
             except (ConsumerCallbackError, TransientError) as exc:
                 ahead = None
                 failures += 1
-                client.stats.rollbacks += 1
+                self.stats.rollbacks += 1
                 log.warning("bootstrap batch failed (%s); rolling back (failure %d of %d)",
                             exc, failures, self.cfg.max_retries + 1)
                 try:
-                    call("on_bootstrap_rollback", client.consumer.on_bootstrap_rollback,
+                    call("on_bootstrap_rollback", consumer.on_bootstrap_rollback,
                          cp.bootstrap_start_scn)
                 except ConsumerCallbackError as rb_exc:
                     log.warning("on_bootstrap_rollback failed too: %s", rb_exc)
@@ -270,12 +292,11 @@ class BootstrapRunner:
                     raise RetriesExhaustedError(
                         f"a bootstrap batch failed {failures} times; last error: {exc}") from exc
                 if self.backoff.wait(self.stop):
-                    from databus.client.client import _Stopped
-                    raise _Stopped from None
-        call("on_end_bootstrap", client.consumer.on_end_bootstrap)
+                    raise Stopped from None
+        call("on_end_bootstrap", consumer.on_end_bootstrap)
         log.info("bootstrap done; continuing on the relay after SCN %d",
-                 client.persisted.window_scn)
-        return client.persisted
+                 self.persisted.window_scn)
+        return self.persisted
 
     def _restart(self, cp: Checkpoint, exc: BootstrapTooYoungError, restarts: int) -> None:
         """The store no longer has this bootstrap's log (trimmed or rebuilt): start a
@@ -288,31 +309,29 @@ class BootstrapRunner:
         position = Checkpoint.after(since) if since >= 0 else Checkpoint.flexible()
         log.warning("%s; starting the bootstrap again from %s (restart %d)", exc,
                     "scratch" if since < 0 else f"SCN {since}", restarts)
-        self.client.stats.rollbacks += 1
+        self.stats.rollbacks += 1
         try:
-            call("on_bootstrap_rollback", self.client.consumer.on_bootstrap_rollback,
+            call("on_bootstrap_rollback", self.consumer.on_bootstrap_rollback,
                  cp.bootstrap_start_scn)
         except ConsumerCallbackError as rb_exc:
             log.warning("on_bootstrap_rollback failed too: %s", rb_exc)
-        self.client._retry(lambda: self._begin(position), "starting the bootstrap again",
-                           self.stop, self.backoff)
+        self._retry(lambda: self._begin(position), "starting the bootstrap again")
 
     def _begin(self, position: Checkpoint) -> None:
         """``/startSCN``, the snapshot reset, and the first bootstrap checkpoint persisted."""
-        client = self.client
+        consumer = self.consumer
         cp, total = self.conn.start_scn(position, self._ids())
         self.progress.total = total
         log.info("bootstrapping from %s: %s", self.cfg.bootstrap_url, cp.to_json())
         if cp.consumption_mode == ConsumptionMode.BOOTSTRAP_SNAPSHOT:
             known = self.registry.source_ids()
             schemas = [self.registry.latest(i) for i in (self._ids() or known) if i in known]
-            call("on_bootstrap_snapshot_start", client.consumer.on_bootstrap_snapshot_start,
-                 schemas)
+            call("on_bootstrap_snapshot_start", consumer.on_bootstrap_snapshot_start, schemas)
         try:
             self._save(cp)
         except TransientError:
             try:
-                call("on_bootstrap_rollback", client.consumer.on_bootstrap_rollback,
+                call("on_bootstrap_rollback", consumer.on_bootstrap_rollback,
                      cp.bootstrap_start_scn)
             except ConsumerCallbackError as exc:
                 log.warning("on_bootstrap_rollback failed too: %s", exc)
@@ -333,10 +352,8 @@ class BootstrapRunner:
                                           f"{e.schema_id.hex()} that its /register lacks")
 
     def _deliver(self, batch: Batch, cp: Checkpoint) -> None:
-        from databus.client.consumer import DataEvent
-
-        c = self.client.consumer
-        stats = self.client.stats
+        c = self.consumer
+        stats = self.stats
         last = cp.bootstrap_start_scn
         on_event = c.on_bootstrap_event
         view_of = self.views.view
@@ -362,13 +379,13 @@ class BootstrapRunner:
         self._save(batch.checkpoint)
 
     def _save(self, cp: Checkpoint) -> None:
-        client = self.client
         try:
-            client.store.save(cp)
+            self.store.save(cp)
         except DatabusError:
             raise
         except Exception as exc:
             raise CheckpointStoreError(
                 f"saving the bootstrap checkpoint failed: {type(exc).__name__}: {exc}") from exc
-        client.persisted = cp
-        client.stats.checkpoints += 1
+        self.persisted = cp
+        self.on_saved(cp)
+        self.stats.checkpoints += 1

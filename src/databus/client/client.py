@@ -41,9 +41,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TypeVar
 
+from databus.client.bootstrap import BootstrapRunner
 from databus.client.checkpoints import (
     CheckpointStore,
     FileCheckpointStore,
@@ -53,8 +53,9 @@ from databus.client.config import ClientConfig
 from databus.client.consumer import Consumer
 from databus.client.dispatcher import Dispatcher, SchemaViews, call
 from databus.client.relay import RelayConnection
-from databus.client.retry import Backoff
-from databus.client.window import Window, WindowAssembler
+from databus.client.retry import Backoff, Stopped, retry_transient
+from databus.client.stats import ClientStats
+from databus.client.window import DecodedWindow, WindowAssembler
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint, ConsumptionMode
 from databus.core.errors import (
@@ -73,22 +74,6 @@ from databus.core.schema import SchemaRegistry
 
 log = logging.getLogger("databus.client")
 T = TypeVar("T")
-
-
-@dataclass
-class ClientStats:
-    """Counters of one client (read them from any thread; updated by the run thread)."""
-
-    windows: int = 0  # windows dispatched successfully (replays included)
-    events: int = 0  # data events dispatched successfully
-    rollbacks: int = 0
-    relay_errors: int = 0  # transient relay errors (and store errors while starting)
-    checkpoints: int = 0  # checkpoints persisted
-    last_scn: int = -1  # SCN of the last window dispatched successfully
-
-
-class _Stopped(Exception):
-    """Internal: the stop event was set while waiting."""
 
 
 class DatabusClient:
@@ -160,7 +145,7 @@ class DatabusClient:
                     self.bootstrap(stop)
                     fresh = False
                 _Loop(self, conn, stop, max_windows, fresh).run()
-            except _Stopped:
+            except Stopped:
                 pass
             except DatabusError as exc:
                 self._notify_error(exc)
@@ -218,25 +203,11 @@ class DatabusClient:
 
     def _retry(self, fn: Callable[[], T], what: str, stop: threading.Event,
                backoff: Backoff) -> T:
-        failures = 0
-        while True:
-            if stop.is_set():
-                raise _Stopped
-            try:
-                result = fn()
-            except TransientError as exc:
-                failures += 1
-                self.stats.relay_errors += 1
-                limit = self.config.relay_max_retries
-                if limit is not None and failures > limit:
-                    raise RetriesExhaustedError(
-                        f"{what} failed {failures} times; last error: {exc}") from exc
-                log.warning("%s failed (%s); retrying", what, exc)
-                if backoff.wait(stop):
-                    raise _Stopped from None
-                continue
-            backoff.reset()
-            return result
+        return retry_transient(fn, what, stop, backoff, limit=self.config.relay_max_retries,
+                               on_failure=self._count_relay_error)
+
+    def _count_relay_error(self, _: Exception) -> None:
+        self.stats.relay_errors += 1
 
     def refresh_schemas(self, conn: RelayConnection) -> None:
         """Fetch ``/register`` again (after a schema change at the source)."""
@@ -259,9 +230,12 @@ class DatabusClient:
     def bootstrap(self, stop: threading.Event) -> None:
         """Bootstrap from the persisted checkpoint (see :mod:`databus.client.bootstrap`);
         afterwards ``persisted`` is the online checkpoint to continue on the relay."""
-        from databus.client.bootstrap import BootstrapRunner
+        runner = BootstrapRunner(self.config, self.consumer, self.store, self.stats,
+                                 self._request_ids, stop, on_saved=self._saved)
+        self.persisted = runner.run(self.persisted)
 
-        self.persisted = BootstrapRunner(self, stop).run(self.persisted)
+    def _saved(self, checkpoint: Checkpoint) -> None:
+        self.persisted = checkpoint
 
     # -- errors ------------------------------------------------------------------
 
@@ -324,14 +298,14 @@ class _Loop:
                 windows = self._fetch()
                 if windows is not None:
                     self._consume(windows)
-        except _Stopped:
+        except Stopped:
             pass
         self._final_checkpoint()
 
     def _enough(self) -> bool:
         return self.max_windows is not None and self.done >= self.max_windows
 
-    def _fetch(self) -> list[Window] | None:
+    def _fetch(self) -> list[DecodedWindow] | None:
         """The next whole windows; None after an idle poll or a handled failure."""
         client, cfg = self.client, self.cfg
         position = self.asm.position
@@ -402,9 +376,9 @@ class _Loop:
         log.warning("relay problem (%s: %s), attempt %d; retrying", exc.code, exc,
                     self.relay_failures)
         if self.relay_backoff.wait(self.stop):
-            raise _Stopped
+            raise Stopped
 
-    def _consume(self, windows: list[Window]) -> None:
+    def _consume(self, windows: list[DecodedWindow]) -> None:
         try:
             self._ensure_schemas(windows)
         except TransientError as exc:
@@ -432,7 +406,7 @@ class _Loop:
             stats.last_scn = w.scn
             self.done += 1
 
-    def _ensure_schemas(self, windows: list[Window]) -> None:
+    def _ensure_schemas(self, windows: list[DecodedWindow]) -> None:
         views = self.views
         if all(views.known(e) for w in windows for e in w.events):
             return
@@ -493,7 +467,7 @@ class _Loop:
                 f"window {scn} failed {self.failures} times (max_retries="
                 f"{self.cfg.max_retries}); last error: {exc}") from exc
         if self.consumer_backoff.wait(self.stop):
-            raise _Stopped
+            raise Stopped
 
     def _final_checkpoint(self) -> None:
         """At exit: persist the position reached if it was not yet (a window end)."""

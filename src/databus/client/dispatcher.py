@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from databus.client.consumer import Consumer, ConsumerResult, DataEvent, SchemaView
-from databus.client.window import Window
+from databus.client.window import DecodedWindow
 from databus.core.errors import ConsumerCallbackError, ConsumerFatalError, SchemaError
 from databus.core.event import Event
 from databus.core.schema import SchemaRegistry
@@ -102,7 +102,7 @@ class Dispatcher:
         self.consumer = consumer
         self.views = views
 
-    def dispatch(self, window: Window) -> Dispatched:
+    def dispatch(self, window: DecodedWindow) -> Dispatched:
         """Call the sequence, source and data callbacks of ``window``, in order."""
         c = self.consumer
         scn = window.scn

@@ -1,4 +1,4 @@
-"""Exponential backoff with jitter and interruptible waits.
+"""Exponential backoff with jitter, interruptible waits, and retrying transient errors.
 
 Waits use :meth:`threading.Event.wait`, so a stop request ends them at once;
 nothing in the client sleeps with :func:`time.sleep`.
@@ -6,8 +6,16 @@ nothing in the client sleeps with :func:`time.sleep`.
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from databus.core.errors import RetriesExhaustedError, TransientError
+
+log = logging.getLogger("databus.client")
+T = TypeVar("T")
 
 
 class Backoff:
@@ -39,3 +47,36 @@ class Backoff:
     def wait(self, stop: threading.Event) -> bool:
         """Wait the next delay; True when ``stop`` was set (the caller should quit)."""
         return stop.wait(self.next_delay())
+
+
+class Stopped(Exception):
+    """The stop event was set while waiting: the client unwinds and returns."""
+
+
+def retry_transient(fn: Callable[[], T], what: str, stop: threading.Event, backoff: Backoff,
+                    *, limit: int | None, on_failure: Callable[[TransientError], None]) -> T:
+    """``fn()``, called again after each :class:`TransientError` with ``backoff``.
+
+    ``on_failure`` sees each such error (to count it). Raises :class:`Stopped` when
+    ``stop`` is set before a call or during a wait, and
+    :class:`~databus.core.errors.RetriesExhaustedError` after more than ``limit``
+    failures (None: no limit). Other errors pass through at once.
+    """
+    failures = 0
+    while True:
+        if stop.is_set():
+            raise Stopped
+        try:
+            result = fn()
+        except TransientError as exc:
+            failures += 1
+            on_failure(exc)
+            if limit is not None and failures > limit:
+                raise RetriesExhaustedError(
+                    f"{what} failed {failures} times; last error: {exc}") from exc
+            log.warning("%s failed (%s); retrying", what, exc)
+            if backoff.wait(stop):
+                raise Stopped from None
+            continue
+        backoff.reset()
+        return result

@@ -1,12 +1,15 @@
-"""Ready-to-run consumers behind ``databus tail`` and ``databus replicate``.
+"""The ready-to-run consumers behind ``databus tail`` and ``databus replicate``.
 
-Both block until ``stop`` is set (e.g. from a signal handler) or a terminal
-error is raised; the CLI only parses options and maps errors to exit codes.
+The CLI only parses options, calls these and maps errors to exit codes; programs
+and tests call them the same way. Both block until ``stop`` is set (the CLI sets
+it on SIGTERM), ``max_windows`` windows were delivered, or a terminal error is
+raised, and return the client (its ``stats`` and ``persisted`` position).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -16,35 +19,47 @@ from databus.client.config import ClientConfig
 from databus.client.sinks import JsonLinesSink, ReplicateSink
 
 
-def tail(relay_url: str, out: TextIO, *, sources: list[str | int] | None = None,
-         checkpoint: Path | None = None, from_start: bool = True, poll_timeout: float = 5.0,
-         max_windows: int | None = None, stop: threading.Event | None = None) -> DatabusClient:
+def tail(relay_url: str, out: TextIO, *, sources: Sequence[str | int] | None = None,
+         checkpoint: Path | None = None, from_start: bool = True,
+         bootstrap_url: str | None = None, poll_timeout: float = 5.0,
+         relay_max_retries: int | None = None, max_windows: int | None = None,
+         stop: threading.Event | None = None) -> DatabusClient:
     """Print every data event as a JSON envelope line to ``out``.
 
-    Without ``checkpoint`` the position lives in memory: each run starts at
-    the relay's oldest window (``from_start``) or at its newest.
+    Without ``checkpoint`` the position lives in memory: each run starts at the
+    relay's oldest window (``from_start``) or at its newest. With ``bootstrap_url``
+    a new consumer prints the snapshot first (rows with ``op`` ``r``).
+    ``relay_max_retries``: give up on an unreachable relay after that many tries
+    (None: never).
     """
     cfg = ClientConfig(relay_url=relay_url, sources=list(sources or []),
-                       from_start=from_start, poll_timeout=poll_timeout)
+                       from_start=from_start, poll_timeout=poll_timeout,
+                       relay_max_retries=relay_max_retries, bootstrap_url=bootstrap_url)
     store = FileCheckpointStore(checkpoint) if checkpoint else MemoryCheckpointStore()
     client = DatabusClient(cfg, JsonLinesSink(out), store)
     client.run(stop=stop, max_windows=max_windows)
     return client
 
 
-def replicate(relay_url: str, target_url: str, *, sources: list[str] | None = None,
-              name: str = "replicate", poll_timeout: float = 5.0, max_retries: int = 100,
-              max_windows: int | None = None,
+def replicate(relay_url: str, target_url: str, *, sources: Sequence[str | int] | None = None,
+              name: str = "replicate", bootstrap_url: str | None = None,
+              bootstrap_batch_size: int = 10_000, poll_timeout: float = 2.0,
+              max_retries: int = 100, max_windows: int | None = None,
               stop: threading.Event | None = None) -> DatabusClient:
-    """Apply the relay's stream to ``target_url`` (see :mod:`databus.client.sinks.replicate`).
+    """Apply the relay's stream to same-named tables of ``target_url`` (see
+    :mod:`databus.client.sinks.replicate`), from the relay's oldest window.
 
     The position is kept in the target's ``databus_checkpoint`` table (row
-    ``name``). A target that stays unreachable is retried ``max_retries``
-    times per window with backoff up to 30 s (about 50 minutes by default).
+    ``name``), committed with each window. With ``bootstrap_url`` a new replica
+    starts from the snapshot, and one the relay no longer holds catches up from
+    it. A target that stays unreachable is retried ``max_retries`` times per
+    window with backoff up to 30 s (about 35 minutes by default). Short long
+    polls (``poll_timeout``) let a stop request end the run within seconds.
     """
-    cfg = ClientConfig(relay_url=relay_url, sources=list(sources or []),
-                       poll_timeout=poll_timeout, max_retries=max_retries, backoff_max=30.0)
-    with ReplicateSink(target_url, sources, name=name) as sink:
-        client = DatabusClient(cfg, sink)
+    cfg = ClientConfig(relay_url=relay_url, sources=list(sources or []), from_start=True,
+                       poll_timeout=poll_timeout, max_retries=max_retries, backoff_max=30.0,
+                       bootstrap_url=bootstrap_url, bootstrap_batch_size=bootstrap_batch_size)
+    with ReplicateSink(target_url, name=name) as sink:
+        client = DatabusClient(cfg, sink, sink.checkpoint_store)
         client.run(stop=stop, max_windows=max_windows)
     return client

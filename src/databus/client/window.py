@@ -20,8 +20,10 @@ from databus.core.errors import DatabusError, RelayProtocolError, error_from_cod
 
 
 @dataclass(slots=True)
-class Window:
-    """A whole window: its data events in commit order, without the EOP.
+class DecodedWindow:
+    """A whole window as the client received it: its data events decoded, in commit
+    order, without the EOP (the encoded form sources produce is
+    :class:`databus.core.window.Window`).
 
     ``first_offset`` is the number of the window's events consumed before
     (non-zero only when consumption resumed from a checkpoint inside a window).
@@ -61,7 +63,7 @@ class WindowAssembler:
         """Events of an unfinished window held in memory."""
         return len(self._pending)
 
-    def feed(self, data: bytes) -> list[Window]:
+    def feed(self, data: bytes) -> list[DecodedWindow]:
         """The windows that ``data`` completes, in order.
 
         All-or-nothing: when the body is corrupt
@@ -73,7 +75,7 @@ class WindowAssembler:
         pending = list(self._pending)
         pending_scn = self._pending_scn
         offset = self._offset
-        out: list[Window] = []
+        out: list[DecodedWindow] = []
         last_done = -1 if position.is_flexible or position.in_window else position.window_scn
         for e in ev.iter_events(data, verify=self.verify):
             if e.src_id == ev.SRC_EOP:
@@ -82,7 +84,7 @@ class WindowAssembler:
                         f"window {pending_scn} was not finished when the EOP of {e.scn} arrived")
                 if e.scn <= last_done:
                     raise RelayProtocolError(f"window {e.scn} arrived after window {last_done}")
-                out.append(Window(e.scn, pending, e.timestamp_ns, offset))
+                out.append(DecodedWindow(e.scn, pending, e.timestamp_ns, offset))
                 position = position.window_done(e.scn)
                 last_done = e.scn
                 pending, pending_scn, offset = [], -1, 0

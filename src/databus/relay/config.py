@@ -99,7 +99,7 @@ class BufferConfig(_Model):
         " prefix and reads the rest again from the source; false = refuse to start")
 
 
-class HttpConfig(_Model):
+class RelayHttpConfig(_Model):
     host: str = "127.0.0.1"
     port: int = Field(11115, ge=0, le=65535, description="0 picks a free port")
 
@@ -119,7 +119,7 @@ class RelayConfig(_Model):
     name: str = Field("relay", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$")
     source: SourceConfig
     buffer: BufferConfig = BufferConfig()
-    http: HttpConfig = HttpConfig()
+    http: RelayHttpConfig = RelayHttpConfig()
     stream: StreamConfig = StreamConfig()
     state_dir: Path | None = Field(
         None, description="where relay state (MaxSCN) is kept; default: beside the buffer file"

@@ -26,31 +26,31 @@ import asyncio
 import contextlib
 import logging
 import os
-import socket
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import uvicorn
+from starlette.applications import Starlette
 
 from databus.buffer import EventBuffer
 from databus.core.errors import BufferCorruptError, DatabusError
-from databus.relay.app import build_app
-from databus.relay.config import RelayConfig
+from databus.relay.app import build_app as relay_app
+from databus.relay.config import RelayConfig, load_config, parse_config
 from databus.relay.fetcher import Fetcher, RelayState
 from databus.relay.metrics import RelayMetrics
+from databus.serving import HttpService
 from databus.sources import open_source
 from databus.sources.base import Source
 
 log = logging.getLogger("databus.relay")
 
 
-class Relay:
+class Relay(HttpService):
     """One relay. ``run()`` serves until interrupted; ``start()``/``stop()`` run it
-    on a background thread (tests, embedding)."""
+    on a background thread (tests, embedding); see :class:`databus.serving.HttpService`."""
 
     def __init__(self, config: RelayConfig, source: Source | None = None) -> None:
+        super().__init__(config.http.host, config.http.port, "relay")
         self.config = config
         self.metrics = RelayMetrics()
         state_dir = config.state_dir or (config.buffer.path.parent if config.buffer.path else None)
@@ -72,10 +72,6 @@ class Relay:
         self.stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changed = asyncio.Event()
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._port: int | None = None
         self.buffer.add_listener(self._on_append)
 
     def _open_buffer(self, start_scn: int) -> EventBuffer:
@@ -149,76 +145,27 @@ class Relay:
             "continuity": {"servable_from_scn": self.buffer.floor_scn, "note": self.continuity},
         }
 
-    # -- running -------------------------------------------------------------
+    # -- serving (HttpService) ------------------------------------------------
 
-    def _make_server(self) -> uvicorn.Server:
-        app = build_app(self)
-        cfg = uvicorn.Config(app, host=self.config.http.host, port=self.config.http.port,
-                             log_level="warning", lifespan="on", access_log=False,
-                             # long polls are cut short at shutdown; clients retry elsewhere
-                             timeout_graceful_shutdown=2)
-        server = uvicorn.Server(cfg)
-        self._server = server
-        return server
+    def build_app(self) -> Starlette:
+        return relay_app(self)
 
-    async def serve(self) -> None:
-        """Capture and serve until the server is told to exit."""
+    def on_listening(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._changed = asyncio.Event()
-        server = self._make_server()
-        # bind and listen before anything else, so the port is known (port 0)
-        # and connections queue from the moment start() returns
-        sock = socket.create_server((self.config.http.host, self.config.http.port), backlog=512)
-        # accepted connections inherit TCP_NODELAY (Linux). asyncio sets it itself only
-        # on sockets whose proto is IPPROTO_TCP, which create_server's (proto 0) is not;
-        # without it a response written in two parts (headers, body) waits for the
-        # client's delayed ACK: +40 ms on every keep-alive request
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._port = int(sock.getsockname()[1])
         self.fetcher.start()
-        self._ready.set()
-        try:
-            await server.serve(sockets=[sock])
-        finally:
-            self.stopping = True
-            self._notify()
-            await asyncio.get_running_loop().run_in_executor(None, self.fetcher.stop)
-            self.buffer.close()
-            self.source.close()
 
-    def run(self) -> None:
-        asyncio.run(self.serve())
-
-    @property
-    def port(self) -> int:
-        """The bound port (useful with port 0)."""
-        if self._port is None:
-            raise RuntimeError("relay is not serving")
-        return self._port
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.config.http.host}:{self.port}"
-
-    def start(self, timeout: float = 20.0) -> None:
-        """Serve on a background thread; returns once the port is bound."""
-        self._thread = threading.Thread(target=self.run, name="databus-relay", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(timeout):
-            raise TimeoutError("relay did not start in time")
-
-    def stop(self, timeout: float = 20.0) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout)
+    async def on_shutdown(self) -> None:
+        self.stopping = True
+        self._notify()
+        await asyncio.get_running_loop().run_in_executor(None, self.fetcher.stop)
+        self.buffer.close()
+        self.source.close()
 
     def reload(self, path: Path) -> None:
         """Re-read the config file and hand the source its new ``source`` section
         (tables added or removed while running). Other sections need a restart.
         A bad file or a source that cannot change is logged; the relay goes on."""
-        from databus.relay.config import load_config
-
         try:
             new = load_config(path)
             if new.source != self.config.source:
@@ -228,18 +175,12 @@ class Relay:
         except DatabusError as exc:
             log.error("relay %s: config not reloaded: %s", self.config.name, exc)
 
-    def request_exit(self, *_: Any) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-
 
 def config_from_args(
     source_url: str, tables: list[str], port: int, buffer_path: Path | None,
     capacity: int | None, snapshot_mode: str | None = None,
 ) -> RelayConfig:
     """A config for ``databus relay --source URL --tables ...`` (no file)."""
-    from databus.relay.config import parse_config
-
     src: dict[str, Any] = {"url": source_url, "tables": tables}
     if snapshot_mode is not None:
         src["snapshot_mode"] = snapshot_mode

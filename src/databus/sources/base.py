@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from databus.core.errors import ConfigError, InvalidRequestError
 from databus.core.schema import SchemaRegistry
+from databus.core.window import Window
 
 if TYPE_CHECKING:
     from databus.relay.config import SourceConfig
@@ -42,21 +43,6 @@ class SourceInfo:
 
     id: int
     name: str  # "db.table"
-
-
-@dataclass(frozen=True, slots=True)
-class Window:
-    """A consistency window ready for the buffer (EOP not included).
-
-    ``events`` is the concatenation of ``count`` encoded data events, all with
-    sequence ``scn``. ``timestamp_ns`` is the commit time where the source
-    knows it.
-    """
-
-    scn: int
-    events: bytes
-    count: int
-    timestamp_ns: int
 
 
 class Source(ABC):

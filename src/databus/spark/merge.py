@@ -15,16 +15,12 @@ live rows with ``spark.table(name).where("NOT __deleted")``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from databus.core.errors import ConfigError
-
-if TYPE_CHECKING:
-    from databus.spark.apply import ApplySpec
+from databus.spark.spec import ApplySpec
 
 
 def _q(name: str) -> str:

@@ -62,7 +62,8 @@ from databus.core.schema import (
     TableSchema,
     table_schema,
 )
-from databus.sources.base import Source, SourceInfo, Window
+from databus.core.window import Window
+from databus.sources.base import Source, SourceInfo
 from databus.sources.mysql import ddl as dd
 from databus.sources.mysql import events as be
 from databus.sources.mysql import fastpath

@@ -103,7 +103,8 @@ from typing import Any
 from databus.core import event as ev
 from databus.core.errors import ConfigError, SourcePositionLostError, TerminalError
 from databus.core.schema import MetadataCodec, SchemaRegistry
-from databus.sources.base import Source, SourceInfo, Window
+from databus.core.window import Window
+from databus.sources.base import Source, SourceInfo
 from databus.sources.progress import ProgressRecords
 from databus.sources.txlog import catalog as cat
 from databus.sources.txlog._db import connect, rollback_quietly, translated
