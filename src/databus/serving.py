@@ -154,8 +154,9 @@ class HttpService(ABC):
     Subclasses give the app (:meth:`build_app`), start their workers once the
     socket listens (:meth:`on_listening`) and stop them and close what they hold
     after serving ended (:meth:`on_shutdown`, which also runs when binding failed).
-    Shutdown lets requests in progress finish for at most 2 seconds: long polls
-    are cut short, their clients retry.
+    Shutdown first tells the subclass (:meth:`on_exit_requested`, where long polls
+    end at once with what they have), then lets requests in progress finish for at
+    most 2 seconds; their clients retry elsewhere or later.
     """
 
     def __init__(self, host: str, port: int, name: str) -> None:
@@ -176,8 +177,19 @@ class HttpService(ABC):
     def on_listening(self) -> None:  # noqa: B027 - optional hook
         """Runs in the event loop once the socket listens, before the first request."""
 
+    async def on_exit_requested(self) -> None:  # noqa: B027 - optional hook
+        """Runs in the event loop as soon as an exit was asked for (a signal,
+        :meth:`request_exit`), before requests in progress are waited for: end long
+        polls here, so shutdown never has to cancel them."""
+
     async def on_shutdown(self) -> None:  # noqa: B027 - optional hook
         """Runs in the event loop after serving ended (or failed to start)."""
+
+    async def _watch_exit(self, server: uvicorn.Server) -> None:
+        # uvicorn sets should_exit from its own signal handlers too: polling sees both
+        while not server.should_exit:
+            await asyncio.sleep(0.05)
+        await self.on_exit_requested()
 
     async def serve(self) -> None:
         """Serve until :meth:`request_exit`; then :meth:`on_shutdown`."""
@@ -198,7 +210,11 @@ class HttpService(ABC):
             self.on_listening()
             self._listening = True
             self._ready.set()
-            await server.serve(sockets=[sock])
+            watcher = asyncio.create_task(self._watch_exit(server))
+            try:
+                await server.serve(sockets=[sock])
+            finally:
+                watcher.cancel()
         except BaseException as exc:
             if not self._listening:
                 self._failed = exc  # start() raises it

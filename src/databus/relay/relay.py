@@ -155,6 +155,12 @@ class Relay(HttpService):
         self._changed = asyncio.Event()
         self.fetcher.start()
 
+    async def on_exit_requested(self) -> None:
+        # long polls wake and answer what they have: no request is left for uvicorn
+        # to cancel (which logged an ASGI traceback and answered 500)
+        self.stopping = True
+        self._notify()
+
     async def on_shutdown(self) -> None:
         self.stopping = True
         self._notify()
