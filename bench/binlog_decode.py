@@ -25,12 +25,12 @@ import time
 from pathlib import Path
 
 from tests.support.mariadb import MariaDB
+from tests.support.sources import mysql_source
 
 from databus.buffer import EventBuffer
 from databus.core.checkpoint import Checkpoint
 from databus.core.event import iter_events
 from databus.sources.mysql.connection import master_status
-from databus.sources.mysql.source import MysqlSource
 
 
 def workload(m: MariaDB, rows: int) -> None:
@@ -59,7 +59,7 @@ def workload(m: MariaDB, rows: int) -> None:
 
 def run_databus(m: MariaDB, start_scn: int, end_scn: int, *, compiled: bool = True
                 ) -> tuple[int, float]:
-    src = MysqlSource(m.url, [r"bench\.t"], compiled=compiled)
+    src = mysql_source(m.url, [r"bench\.t"], compiled=compiled)
     buf = EventBuffer(1 << 30)  # allocated before the clock starts
     events = 0
     stop = threading.Event()

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.mariadb import MariaDB
+from tests.support.sources import mysql_source
 
 from databus.core import event as ev
 from databus.core.envelope import decode_images
@@ -39,7 +40,7 @@ from databus.sources.mysql import incremental as inc
 from databus.sources.mysql.checks import parse_mysql_url
 from databus.sources.mysql.connection import SqlSession, master_status
 from databus.sources.mysql.snapshots import SnapshotIO
-from databus.sources.mysql.source import NOTIFICATIONS, MysqlSource
+from databus.sources.mysql.source import NOTIFICATIONS
 
 
 def fill(m: MariaDB, rows: int) -> None:
@@ -100,7 +101,7 @@ def table(m: MariaDB) -> dict[int, tuple[Any, ...]]:
 
 def chunk_path(m: MariaDB, chunk: int, compiled: bool) -> tuple[int, float]:
     """(rows, seconds) of reading ``shop.big`` by chunks into ``r`` events."""
-    src = MysqlSource(m.url, [r"shop\.big"], snapshot_mode="no_data", compiled=compiled)
+    src = mysql_source(m.url, [r"shop\.big"], snapshot_mode="no_data", compiled=compiled)
     io = SnapshotIO(SqlSession(src.url), "databus.signals", lambda _n: True, src._shape_of)
     rows = 0
     last = None
@@ -140,8 +141,8 @@ def main() -> None:
                            check=True)
         dump_s = time.perf_counter() - t0
 
-        src = MysqlSource(m.url, [r"shop\.big"], snapshot_mode="initial",
-                          chunk_size=args.chunk, state_dir=tmp)
+        src = mysql_source(m.url, [r"shop\.big"], snapshot_mode="initial",
+                          snapshot_chunk_size=args.chunk, state_dir=tmp)
         replica: dict[Any, dict[str, Any]] = {}
         reads = 0
         kinds: list[str] = []

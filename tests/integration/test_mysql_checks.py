@@ -12,6 +12,7 @@ from databus.sources.mysql import check_server, parse_mysql_url
 from databus.sources.mysql.connection import server_facts
 from tests.support.mariadb import BINLOG_SETTINGS, MariaDB
 from tests.support.procs import free_port
+from tests.support.sources import mysql_source
 
 
 def _server(tmp: Path, **changes: str | None) -> Iterator[MariaDB]:
@@ -76,16 +77,15 @@ def test_default_initial_snapshot_names_the_signal_table_grant(good: MariaDB) ->
     """The default mode (initial) needs the signal table; a replication-only user is
     told how to fix it, and streams fine with snapshot_mode no_data."""
     from databus.core.errors import StatementError
-    from databus.sources.mysql.source import MysqlSource
 
     good.execute("CREATE USER 'repl'@'127.0.0.1' IDENTIFIED BY 'pw'",
                  "GRANT SELECT, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO 'repl'@'127.0.0.1'",
                  "CREATE DATABASE IF NOT EXISTS app")
     url = f"mysql://repl:pw@127.0.0.1:{good.port}"
     with pytest.raises(StatementError) as err:
-        MysqlSource(url, [r"app\..*"])
+        mysql_source(url, [r"app\..*"])
     assert "databus.signals" in str(err.value) and "snapshot_mode: no_data" in str(err.value)
-    MysqlSource(url, [r"app\..*"], snapshot_mode="no_data").close()
+    mysql_source(url, [r"app\..*"], snapshot_mode="no_data").close()
     good.execute("CREATE DATABASE databus", "GRANT CREATE, INSERT ON databus.* TO"
                  " 'repl'@'127.0.0.1'")
-    MysqlSource(url, [r"app\..*"]).close()
+    mysql_source(url, [r"app\..*"]).close()

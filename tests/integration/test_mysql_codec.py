@@ -26,6 +26,7 @@ from databus.sources.mysql.connection import master_status
 from databus.sources.mysql.source import MysqlSource
 from tests.integration.test_mysql_rows import COLUMNS, ROWS
 from tests.support.mariadb import MariaDB
+from tests.support.sources import mysql_source
 
 EXTRA = [  # zero dates, GEOMETRY, generated columns, a composite key with text
     ("k1", "INT NOT NULL"), ("k2", "VARCHAR(20) CHARACTER SET utf8mb4 NOT NULL"),
@@ -40,7 +41,7 @@ def _scn(url: Any) -> int:
 
 
 def _capture(m: MariaDB, start: int, end: int, **kw: Any) -> tuple[MysqlSource, list[Window]]:
-    src = MysqlSource(m.url, [r"types\..*"], **kw)
+    src = mysql_source(m.url, [r"types\..*"], **kw)
     out: list[Window] = []
     after = start
     stop = threading.Event()

@@ -16,6 +16,7 @@ from databus.sources.mysql.connection import master_status
 from databus.sources.mysql.ddl import parse_ddl
 from databus.sources.mysql.source import SCHEMA_CHANGES, MysqlSource
 from tests.support.mariadb import MariaDB
+from tests.support.sources import mysql_source
 
 
 def _scn(m: MariaDB) -> int:
@@ -63,7 +64,7 @@ def test_ddl_gives_schema_changes_versions_and_truncate(server: MariaDB, tmp_pat
         "INSERT INTO ddl.t2 VALUES (5, 5)",
         "DROP TABLE ddl.t2")
     end = _scn(server)
-    src = MysqlSource(server.url, [r"ddl\..*"], state_dir=tmp_path, name="r1")
+    src = mysql_source(server.url, [r"ddl\..*"], state_dir=tmp_path, name="r1")
     try:
         windows = _read(src, start, end)
     finally:
@@ -93,7 +94,7 @@ def test_ddl_gives_schema_changes_versions_and_truncate(server: MariaDB, tmp_pat
 
     # a restarted source knows the same versions (same ids and numbers) before
     # reading anything, and reading again gives the very same events
-    again = MysqlSource(server.url, [r"ddl\..*"], state_dir=tmp_path, name="r1")
+    again = mysql_source(server.url, [r"ddl\..*"], state_dir=tmp_path, name="r1")
     try:
         versions = again.registry().versions(_src(src, "ddl.t"))
         assert [(s.version, s.id) for s in versions] == [
@@ -143,7 +144,7 @@ def test_a_type_change_that_only_avro_logical_attributes_see_is_a_new_version(
                    "ALTER TABLE ddl.d MODIFY v DECIMAL(12,4)",
                    "INSERT INTO ddl.d VALUES (2, 100.1234)")
     end = _scn(server)
-    src = MysqlSource(server.url, [r"ddl\..*"], state_dir=tmp_path, name="r1")
+    src = mysql_source(server.url, [r"ddl\..*"], state_dir=tmp_path, name="r1")
     try:
         rows = [(v, img) for name, _op, v, img in _decoded(src, _read(src, start, end))
                 if name == "ddl.d"]

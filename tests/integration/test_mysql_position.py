@@ -13,6 +13,7 @@ from databus.sources.mysql.checks import parse_mysql_url
 from databus.sources.mysql.connection import master_status
 from databus.sources.mysql.source import MysqlSource
 from tests.support.mariadb import BINLOG_SETTINGS, MariaDB
+from tests.support.sources import mysql_source
 
 
 def _scn(m: MariaDB) -> int:
@@ -49,7 +50,7 @@ def test_rotation_and_restart_at_an_scn_in_a_later_file(server: MariaDB) -> None
     server.execute("INSERT INTO p.t VALUES (1, 'a')", "FLUSH BINARY LOGS",
                    "INSERT INTO p.t VALUES (2, 'b')", "FLUSH BINARY LOGS",
                    "INSERT INTO p.t VALUES (3, 'c')", "INSERT INTO p.t VALUES (4, 'd')")
-    src = MysqlSource(server.url, [r"p\.t"])
+    src = mysql_source(server.url, [r"p\.t"])
     try:
         windows = _read(src, start, 4)
     finally:
@@ -59,7 +60,7 @@ def test_rotation_and_restart_at_an_scn_in_a_later_file(server: MariaDB) -> None
     assert [s >> 32 for s in scns] == [start >> 32, (start >> 32) + 1, (start >> 32) + 2,
                                        (start >> 32) + 2]
     assert _ids(src, windows) == [1, 2, 3, 4]
-    again = MysqlSource(server.url, [r"p\.t"])
+    again = mysql_source(server.url, [r"p\.t"])
     try:  # restart after the window in the second file: exactly the rest, same bytes
         rest = _read(again, windows[1].scn, 2)
     finally:
@@ -72,7 +73,7 @@ def test_a_new_relay_can_start_at_a_gtid(server: MariaDB) -> None:
     server.execute("INSERT INTO p.t VALUES (1, 'a')")
     gtid = server.gtid_pos()
     server.execute("INSERT INTO p.t VALUES (2, 'b')", "INSERT INTO p.t VALUES (3, 'c')")
-    src = MysqlSource(server.url, [r"p\.t"], start_gtid=gtid)
+    src = mysql_source(server.url, [r"p\.t"], start_gtid=gtid)
     try:
         windows = _read(src, -1, 2)
         assert _ids(src, windows) == [2, 3]
@@ -92,7 +93,7 @@ def test_a_server_without_binlog_checksums(tmp_path: Path) -> None:
         _setup(m)
         start = _scn(m)
         m.execute("INSERT INTO p.t VALUES (1, 'a'), (2, 'b')", "UPDATE p.t SET v = 'c'")
-        src = MysqlSource(m.url, [r"p\.t"])
+        src = mysql_source(m.url, [r"p\.t"])
         try:
             windows = _read(src, start, 2)
             assert src._stream is not None and not src._stream.checksum

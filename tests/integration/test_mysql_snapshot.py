@@ -24,6 +24,7 @@ from databus.sources.mysql.checks import parse_mysql_url
 from databus.sources.mysql.connection import master_status
 from databus.sources.mysql.source import NOTIFICATIONS, MysqlSource
 from tests.support.mariadb import MariaDB
+from tests.support.sources import mysql_source
 
 SIGNALS = "databus.signals"
 
@@ -158,7 +159,7 @@ def test_snapshot_while_writers_change_the_same_keys(server: MariaDB, tmp_path: 
     _fill(server, n)
     writer = Writer(server, n)
     # initial mode on a new relay: the snapshot starts by itself, streaming goes on
-    src = MysqlSource(server.url, [r"shop\..*"], snapshot_mode="initial", chunk_size=250,
+    src = mysql_source(server.url, [r"shop\..*"], snapshot_mode="initial", snapshot_chunk_size=250,
                       state_dir=tmp_path)
     replica = Replica(src)
     try:
@@ -185,8 +186,8 @@ def test_restart_resumes_after_the_last_finished_chunk(server: MariaDB, tmp_path
     n = 6000
     _fill(server, n)
     server.execute("UPDATE shop.t SET v = -v WHERE id % 7 = 0")
-    kw: dict[str, Any] = {"snapshot_mode": "initial", "chunk_size": 500, "state_dir": tmp_path}
-    src = MysqlSource(server.url, [r"shop\..*"], **kw)
+    kw: dict[str, Any] = {"snapshot_mode": "initial", "snapshot_chunk_size": 500, "state_dir": tmp_path}
+    src = mysql_source(server.url, [r"shop\..*"], **kw)
     replica = Replica(src)
     try:
         _drive(src, replica, lambda: replica.kinds().count("CHUNK_DONE") >= 4)
@@ -195,7 +196,7 @@ def test_restart_resumes_after_the_last_finished_chunk(server: MariaDB, tmp_path
     reads_before = replica.reads
     server.execute("DELETE FROM shop.t WHERE id < 100", "UPDATE shop.t SET s = 'late'"
                    " WHERE id >= 5900")
-    again = MysqlSource(server.url, [r"shop\..*"], **kw)
+    again = mysql_source(server.url, [r"shop\..*"], **kw)
     replica.src = again
     try:
         _drive(again, replica, lambda: "COMPLETED" in replica.kinds())
@@ -213,8 +214,8 @@ def test_restart_far_behind_the_newest_chunk_window(server: MariaDB, tmp_path: P
     at an old SCN still finds that SCN's progress (no fixed cap on the records)."""
     n = 3000
     _fill(server, n)
-    kw: dict[str, Any] = {"snapshot_mode": "initial", "chunk_size": 20, "state_dir": tmp_path}
-    src = MysqlSource(server.url, [r"shop\..*"], **kw)
+    kw: dict[str, Any] = {"snapshot_mode": "initial", "snapshot_chunk_size": 20, "state_dir": tmp_path}
+    src = mysql_source(server.url, [r"shop\..*"], **kw)
     replica = Replica(src)
     try:
         _drive(src, replica, lambda: replica.kinds().count("CHUNK_DONE") >= 3)
@@ -226,7 +227,7 @@ def test_restart_far_behind_the_newest_chunk_window(server: MariaDB, tmp_path: P
         _drive(src, replica, lambda: replica.kinds().count("CHUNK_DONE") >= 100)
     finally:
         src.close()  # windows after durable.after were never flushed
-    again = MysqlSource(server.url, [r"shop\..*"], **kw)
+    again = mysql_source(server.url, [r"shop\..*"], **kw)
     durable.src = again
     try:
         _drive(again, durable, lambda: "COMPLETED" in durable.kinds())
@@ -252,7 +253,7 @@ def test_composite_surrogate_and_conditions(server: MariaDB, tmp_path: Path) -> 
                             [(i, i % 13) for i in range(400)])
     finally:
         con.close()
-    src = MysqlSource(server.url, [r"shop\..*"], snapshot_mode="no_data", chunk_size=16,
+    src = mysql_source(server.url, [r"shop\..*"], snapshot_mode="no_data", snapshot_chunk_size=16,
                       state_dir=tmp_path)
     server.execute(f"CREATE DATABASE IF NOT EXISTS {SIGNALS.split('.')[0]}",
                    f"CREATE TABLE IF NOT EXISTS {SIGNALS} (id VARCHAR(64) PRIMARY KEY,"
@@ -298,7 +299,7 @@ def _rows_all(m: MariaDB, sql: str) -> list[dict[str, Any]]:
 
 def test_bad_signals_pause_resume_stop(server: MariaDB, tmp_path: Path) -> None:
     _fill(server, 3000)
-    src = MysqlSource(server.url, [r"shop\..*"], snapshot_mode="no_data", chunk_size=100,
+    src = mysql_source(server.url, [r"shop\..*"], snapshot_mode="no_data", snapshot_chunk_size=100,
                       state_dir=tmp_path)
     server.execute("CREATE DATABASE IF NOT EXISTS databus",
                    f"CREATE TABLE IF NOT EXISTS {SIGNALS} (id VARCHAR(64) PRIMARY KEY,"
@@ -397,7 +398,7 @@ def test_when_needed_always_and_initial_only(server: MariaDB, tmp_path: Path) ->
     start = _scn(server)
     server.execute("UPDATE shop.t SET v = 0 WHERE id = 1")
     # a relay that read up to here, then its position was purged while it was down
-    src = MysqlSource(server.url, [r"shop\..*"], snapshot_mode="no_data")
+    src = mysql_source(server.url, [r"shop\..*"], snapshot_mode="no_data")
     replica = Replica(src)
     try:
         replica.apply(src.read(start, threading.Event(), 2.0))
@@ -413,14 +414,14 @@ def test_when_needed_always_and_initial_only(server: MariaDB, tmp_path: Path) ->
             cur.execute(f"PURGE BINARY LOGS TO '{cur.fetchone()[0]}'")
     finally:
         con.close()
-    kw: dict[str, Any] = {"chunk_size": 100, "state_dir": tmp_path}
-    lost = MysqlSource(server.url, [r"shop\..*"], snapshot_mode="no_data", **kw)
+    kw: dict[str, Any] = {"snapshot_chunk_size": 100, "state_dir": tmp_path}
+    lost = mysql_source(server.url, [r"shop\..*"], snapshot_mode="no_data", **kw)
     try:
         with pytest.raises(SourcePositionLostError):
             lost.read(held, threading.Event(), 2.0)
     finally:
         lost.close()
-    needed = MysqlSource(server.url, [r"shop\..*"], snapshot_mode="when_needed", **kw)
+    needed = mysql_source(server.url, [r"shop\..*"], snapshot_mode="when_needed", **kw)
     replica.src = needed
     try:  # instead of failing: stream from the end and snapshot every table
         _drive(needed, replica, lambda: "COMPLETED" in replica.kinds())
@@ -429,7 +430,7 @@ def test_when_needed_always_and_initial_only(server: MariaDB, tmp_path: Path) ->
     assert replica.tables["shop.t"] == _project(_rows(server, "shop.t"))
 
     # always: every start snapshots again, even a restart at a held position
-    again = MysqlSource(server.url, [r"shop\..*"], snapshot_mode="always", **kw)
+    again = mysql_source(server.url, [r"shop\..*"], snapshot_mode="always", **kw)
     replica.src = again
     try:
         _drive(again, replica, lambda: replica.kinds().count("COMPLETED") == 2)
@@ -438,7 +439,7 @@ def test_when_needed_always_and_initial_only(server: MariaDB, tmp_path: Path) ->
     assert replica.kinds().count("STARTED") == 2
 
     # initial_only: a new relay sends the existing rows, then nothing more
-    only = MysqlSource(server.url, [r"shop\..*"], snapshot_mode="initial_only", **kw)
+    only = mysql_source(server.url, [r"shop\..*"], snapshot_mode="initial_only", **kw)
     fresh = Replica(only)
     try:
         _drive(only, fresh, lambda: "COMPLETED" in fresh.kinds())

@@ -30,6 +30,7 @@ from databus.sources.mysql.source import NOTIFICATIONS, MysqlSource
 from tests.integration.test_mysql_codec import EXTRA
 from tests.integration.test_mysql_rows import COLUMNS, ROWS
 from tests.support.mariadb import MariaDB
+from tests.support.sources import mysql_source
 
 pytestmark = [
     pytest.mark.skipif(not fastpath.available(), reason="the C extension is not built"),
@@ -130,8 +131,8 @@ def _chunks(src: MysqlSource, table: str, key: list[str], size: int
 def test_compiled_and_python_snapshot_rows_are_identical(
         tables: MariaDB, table: str, key: list[str], filters: tuple[str, ...]) -> None:
     kw: dict[str, Any] = {"snapshot_mode": "no_data", "exclude_columns": filters}
-    fast = MysqlSource(tables.url, [r"types\..*"], compiled=True, **kw)
-    slow = MysqlSource(tables.url, [r"types\..*"], compiled=False, **kw)
+    fast = mysql_source(tables.url, [r"types\..*"], compiled=True, **kw)
+    slow = mysql_source(tables.url, [r"types\..*"], compiled=False, **kw)
     try:
         fast_rows, fast_shape = _chunks(fast, table, key, 3)
         slow_rows, slow_shape = _chunks(slow, table, key, 3)
@@ -160,7 +161,7 @@ def test_compiled_and_python_snapshot_rows_are_identical(
 
 
 def test_matrix_nulls_and_zero_dates_decode_as_expected(tables: MariaDB) -> None:
-    src = MysqlSource(tables.url, [r"types\..*"], snapshot_mode="no_data")
+    src = mysql_source(tables.url, [r"types\..*"], snapshot_mode="no_data")
     try:
         rows, shape = _chunks(src, "types.t", [], 100)
         reg = src.registry()
@@ -179,7 +180,7 @@ def test_matrix_nulls_and_zero_dates_decode_as_expected(tables: MariaDB) -> None
 
 
 def test_damaged_result_rows_raise_a_typed_error(tables: MariaDB) -> None:
-    src = MysqlSource(tables.url, [r"types\..*"], snapshot_mode="no_data")
+    src = mysql_source(tables.url, [r"types\..*"], snapshot_mode="no_data")
     io = SnapshotIO(SqlSession(src.url), "databus.signals", lambda _n: True, src._shape_of)
     try:
         td, shape = io._table("types.t")
@@ -227,7 +228,7 @@ def test_a_ddl_makes_later_chunks_read_the_new_definition(server: MariaDB, ddl: 
     server.execute("CREATE DATABASE shop",
                    "CREATE TABLE shop.t (id INT PRIMARY KEY, v DECIMAL(10,2))",
                    "INSERT INTO shop.t SELECT seq, seq / 4 FROM shop.seq_1_to_400")
-    src = MysqlSource(server.url, [r"shop\..*"], snapshot_mode="initial", chunk_size=10)
+    src = mysql_source(server.url, [r"shop\..*"], snapshot_mode="initial", snapshot_chunk_size=10)
     stop = threading.Event()
     after, altered, notices = -1, False, []
     fitting = unfit = 0

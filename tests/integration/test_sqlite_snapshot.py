@@ -22,6 +22,7 @@ from databus.core import event as ev
 from databus.core.errors import ConfigError, SourcePositionLostError
 from databus.core.window import Window
 from databus.sources.txlog import SqliteSource
+from tests.support.sources import sqlite_source
 
 Key = tuple[str, Any]
 DDL = (
@@ -103,7 +104,7 @@ class Replica:
 
 @contextmanager
 def _source(path: Path, **kw: Any) -> Iterator[SqliteSource]:
-    src = SqliteSource(path, ["a", "c", "n", "w"], poll_interval=0.01, **kw)
+    src = sqlite_source(path, ["a", "c", "n", "w"], poll_interval=0.01, **kw)
     try:
         yield src
     finally:
@@ -224,7 +225,7 @@ def test_when_needed_with_empty_tables_streams_from_the_end(tmp_path: Path) -> N
 def test_bad_mode_is_a_config_error(tmp_path: Path) -> None:
     db = _db(tmp_path / "s.db", 0)
     with pytest.raises(ConfigError):
-        SqliteSource(db, ["a"], snapshot_mode="sometimes")
+        sqlite_source(db, ["a"], snapshot_mode="sometimes")
 
 
 # -- consistency under writers ------------------------------------------------------------
@@ -289,7 +290,7 @@ def test_restart_resumes_after_the_last_chunk_it_holds(tmp_path: Path) -> None:
     db = _db(tmp_path / "s.db", 2000)
     state = tmp_path / "state"
     state.mkdir()
-    with _source(db, snapshot_chunk_size=100, state_dir=state, relay_name="r") as src:
+    with _source(db, snapshot_chunk_size=100, state_dir=state, name="r") as src:
         replica = Replica(src)
         _drain(src, replica, -1, limit=12)
         assert replica.reads == 12 * 100
@@ -297,7 +298,7 @@ def test_restart_resumes_after_the_last_chunk_it_holds(tmp_path: Path) -> None:
         _write(db, ("UPDATE a SET v = 0 WHERE id BETWEEN 100 AND 120", ()),
                ("DELETE FROM n WHERE rowid < 10", ()))
     total = _rows(db)
-    with _source(db, snapshot_chunk_size=100, state_dir=state, relay_name="r") as src:
+    with _source(db, snapshot_chunk_size=100, state_dir=state, name="r") as src:
         again = Replica(src)
         pos = _drain(src, again, kept)
         assert pos > kept
@@ -362,7 +363,7 @@ def test_finished_snapshot_is_not_replayed_but_always_is(tmp_path: Path) -> None
 def _trimmed(tmp_path: Path) -> tuple[Path, int]:
     """A database whose txlog was trimmed above position 1; returns (db, a lost position)."""
     db = _db(tmp_path / "s.db", 200)
-    with _source(db, snapshot_mode="no_data", relay_name="only") as src:
+    with _source(db, snapshot_mode="no_data", name="only") as src:
         for i in range(5):
             _write(db, ("UPDATE a SET v = ? WHERE id = 1", (i,)))
         got = src.read(-1, threading.Event(), 1.0)
@@ -372,10 +373,10 @@ def _trimmed(tmp_path: Path) -> tuple[Path, int]:
 
 def test_when_needed_snapshots_a_trimmed_position(tmp_path: Path) -> None:
     db, lost = _trimmed(tmp_path)
-    with _source(db, snapshot_mode="initial", relay_name="only") as src, \
+    with _source(db, snapshot_mode="initial", name="only") as src, \
             pytest.raises(SourcePositionLostError):
         src.read(lost, threading.Event(), 0.1)
-    with _source(db, snapshot_mode="when_needed", relay_name="only",
+    with _source(db, snapshot_mode="when_needed", name="only",
                  snapshot_chunk_size=64) as src:
         replica = Replica(src)
         _write(db, ("DELETE FROM a WHERE id = 2", ()))

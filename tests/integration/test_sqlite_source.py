@@ -30,6 +30,7 @@ from databus.core.errors import (
 from databus.core.window import Window
 from databus.sources.txlog import SqliteSource, forget_relay, install, uninstall
 from databus.sources.txlog import sqlite as sqlite_mod
+from tests.support.sources import sqlite_source
 
 Row = dict[str, Any]
 
@@ -76,7 +77,7 @@ def _text(v: Any) -> Any:
 @contextmanager
 def _source(path: Path, tables: list[str], **kw: Any) -> Iterator[SqliteSource]:
     kw.setdefault("snapshot_mode", "no_data")  # these tests are about the stream
-    src = SqliteSource(path, tables, **kw)
+    src = sqlite_source(path, tables, **kw)
     try:
         yield src
     finally:
@@ -341,7 +342,7 @@ def test_restart_from_any_window_replays_exactly_what_follows(tmp_path: Path) ->
 
 def test_acknowledge_trims_and_lost_positions_are_reported(tmp_path: Path) -> None:
     db = _db(tmp_path / "a.db", "CREATE TABLE t (id INTEGER PRIMARY KEY)")
-    with _source(db, ["t"], relay_name="a") as a, _source(db, ["t"], relay_name="b") as b:
+    with _source(db, ["t"], name="a") as a, _source(db, ["t"], name="b") as b:
         with closing(sqlite3.connect(db, isolation_level=None)) as con:
             con.execute("BEGIN")
             con.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(1, 12001)])
@@ -364,7 +365,7 @@ def test_acknowledge_trims_and_lost_positions_are_reported(tmp_path: Path) -> No
         assert [e.key for w in _read_all(b, after=-1) for e in ev.iter_events(w.events)] == [12001]
         assert _read_all(a, after=scn) == []
     # a relay that stopped for good holds trimming back until it is forgotten
-    with _source(db, ["t"], relay_name="a") as a:
+    with _source(db, ["t"], name="a") as a:
         a.acknowledge(scn)
         assert _txlog_scns(db) == [scn]
         forget_relay(db, "b")
@@ -384,10 +385,10 @@ def _txlog_scns(db: Path) -> list[int]:
 
 def test_new_relay_does_not_lose_rows_to_anothers_trim(tmp_path: Path) -> None:
     db = _db(tmp_path / "n.db", "CREATE TABLE t (id INTEGER PRIMARY KEY)")
-    with _source(db, ["t"], relay_name="a") as a:
+    with _source(db, ["t"], name="a") as a:
         _exec(db, "INSERT INTO t VALUES (1)")
         w = _read_all(a)
-        with _source(db, ["t"], relay_name="b") as b:  # registered, acked -1
+        with _source(db, ["t"], name="b") as b:  # registered, acked -1
             a.acknowledge(w[-1].scn)
             assert [e.key for x in _read_all(b) for e in ev.iter_events(x.events)] == [1]
 
@@ -466,13 +467,13 @@ def test_install_refuses_what_it_cannot_capture(tmp_path: Path) -> None:
     db = _db(tmp_path / "e.db", "CREATE TABLE t (id INTEGER PRIMARY KEY)",
              "CREATE VIEW w AS SELECT * FROM t")
     with pytest.raises(ConfigError, match="does not exist"):
-        SqliteSource(db, ["missing"])
+        sqlite_source(db, ["missing"])
     with pytest.raises(ConfigError, match="view"):
         install(db, ["w"])
     with pytest.raises(ConfigError, match="own tables"):
         install(db, ["_databus_txlog"])
     with pytest.raises(ConfigError, match="does not exist"):
-        SqliteSource(tmp_path / "nope.db", ["t"])
+        sqlite_source(tmp_path / "nope.db", ["t"])
     assert not (tmp_path / "nope.db").exists()
     old = _db(tmp_path / "old.db", "CREATE TABLE t (id INTEGER PRIMARY KEY)",
               "CREATE TABLE _databus_txlog (scn INTEGER PRIMARY KEY AUTOINCREMENT, src, ver,"
@@ -486,7 +487,7 @@ def test_other_tables_rows_are_skipped_but_positions_move(tmp_path: Path,
     monkeypatch.setattr(sqlite_mod, "_PROGRESS_AFTER", 0.2)
     db = _db(tmp_path / "o.db", "CREATE TABLE a (id INTEGER PRIMARY KEY)",
              "CREATE TABLE b (id INTEGER PRIMARY KEY)")
-    with _source(db, ["a"], relay_name="ra") as ra, _source(db, ["b"], relay_name="rb") as rb:
+    with _source(db, ["a"], name="ra") as ra, _source(db, ["b"], name="rb") as rb:
         _exec(db, "INSERT INTO a VALUES (1)", "INSERT INTO b VALUES (1)")
         _exec(db, "INSERT INTO b VALUES (2)")
         wa, wb = _read_all(ra), _read_all(rb)

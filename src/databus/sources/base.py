@@ -18,6 +18,13 @@ Guarantees a :class:`Source` gives:
   :class:`~databus.core.errors.SourceUnavailableError` (transient: the relay
   retries with backoff); everything else is a terminal :class:`DatabusError`.
 
+Life cycle (describe cheaply, run separately): a source is built from its
+validated config model (:mod:`databus.sources.config`) and its constructor does
+no I/O; :meth:`open` connects, installs what capture needs and loads saved state,
+and must be called (once; it is idempotent) before :meth:`sources`, :meth:`read`
+and the rest; :meth:`close` releases what :meth:`open` took. Used as a context
+manager, a source is opened on entry and closed on exit.
+
 Threading: a source is driven by one capture thread. :meth:`read` blocks at
 most ``timeout`` seconds and returns early when ``stop`` is set.
 """
@@ -34,7 +41,7 @@ from databus.core.schema import SchemaRegistry
 from databus.core.window import Window
 
 if TYPE_CHECKING:
-    from databus.relay.config import SourceConfig
+    from databus.sources.config import SourceConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +54,16 @@ class SourceInfo:
 
 class Source(ABC):
     """A change source. See the module docstring for the guarantees."""
+
+    def open(self) -> None:  # noqa: B027 - optional hook: sources without I/O need none
+        """Connect and install what capture needs (see the module docstring)."""
+
+    def __enter__(self) -> Source:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @abstractmethod
     def sources(self) -> list[SourceInfo]:

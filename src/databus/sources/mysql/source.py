@@ -64,6 +64,7 @@ from databus.core.schema import (
 )
 from databus.core.window import Window
 from databus.sources.base import Source, SourceInfo
+from databus.sources.config import SourceConfig
 from databus.sources.mysql import ddl as dd
 from databus.sources.mysql import events as be
 from databus.sources.mysql import fastpath
@@ -91,7 +92,6 @@ NOTIFICATION_AVRO = table_schema("databus", "notifications", [
     ColumnSpec("kind", "string", nullable=False), ColumnSpec("snapshot", "string"),
     ColumnSpec("table", "string"), ColumnSpec("data", "string", nullable=False)])
 
-SNAPSHOT_MODES = ("initial", "initial_only", "no_data", "when_needed", "always")
 
 SCHEMA_CHANGE_AVRO = table_schema("databus", "schema_changes", [
     ColumnSpec("db", "string", nullable=False), ColumnSpec("table", "string", nullable=False),
@@ -119,28 +119,32 @@ class _Pending:
 class MysqlSource(Source):
     """Captures tables matching ``tables`` (regexes on ``db.table``); see the module doc."""
 
-    def __init__(self, url: str, tables: Sequence[str], *,
-                 exclude_tables: Sequence[str] = (), include_columns: Sequence[str] = (),
-                 exclude_columns: Sequence[str] = (), server_id: int = 1_000_001,
-                 heartbeat: float = 1.0, state_dir: Path | None = None,
-                 name: str = "relay", compiled: bool = True,
-                 start_gtid: str | None = None, snapshot_mode: str = "initial",
-                 signal_table: str = "databus.signals", chunk_size: int = 1024) -> None:
-        self.url = parse_mysql_url(url)
-        facts = server_facts(self.url)
-        check_server(facts)
-        self.mariadb = facts.is_mariadb
-        self._include = _regexes(tables or [".*"])
-        self._exclude = _regexes(exclude_tables)
-        self._col_include = _regexes(include_columns)
-        self._col_exclude = _regexes(exclude_columns)
-        self.server_id = server_id
+    def __init__(self, config: SourceConfig, *, name: str = "relay",
+                 state_dir: Path | None = None, compiled: bool = True,
+                 heartbeat: float = 1.0) -> None:
+        """Describes the capture and does no I/O: :meth:`open` connects, checks the
+        server, loads the schema history and creates the signal table.
+
+        ``name``: the relay's name (its state files); ``state_dir``: where the schema
+        history and snapshot progress are kept; ``compiled``: use the C row codec
+        when built; ``heartbeat``: seconds between the server's heartbeats.
+        """
+        self.config = config
+        self.url = parse_mysql_url(config.url)
+        self._include = _regexes(config.tables or [".*"])
+        self._exclude = _regexes(config.exclude_tables)
+        self._col_include = _regexes(config.include_columns)
+        self._col_exclude = _regexes(config.exclude_columns)
+        self.server_id = config.server_id
         self.heartbeat = heartbeat
-        self.start_gtid = start_gtid
+        self.start_gtid = config.start_gtid
+        self.snapshot_mode = config.snapshot_mode
+        self.signal_table = config.signal_table
         self.compiled = compiled and fastpath.available()
         if compiled and not self.compiled:
             log.warning("the compiled row codec is not built; using the slower Python decoder")
-        self._collations = collations(self.url)
+        self.mariadb = True  # known after open()
+        self._collations: dict[int, str] = {}
         self._registry = SchemaRegistry()
         self._history = state_dir / f"{name}.mysql-schemas.json" if state_dir else None
         self._versions: dict[bytes, Version] = {}  # by schema id
@@ -150,19 +154,7 @@ class MysqlSource(Source):
                                                   ("db", "table"))
         self._notify_version = self._internal_schema(NOTIFICATIONS, NOTIFICATION_AVRO,
                                                      ("snapshot",))
-        self._load_history()
-        if snapshot_mode not in SNAPSHOT_MODES:
-            raise ConfigError(f"snapshot_mode must be one of {', '.join(SNAPSHOT_MODES)}")
-        self.snapshot_mode = snapshot_mode
-        self.signal_table = signal_table
-        self._sql = SqlSession(self.url)
-        self._snap_io = SnapshotIO(self._sql, signal_table, self._wanted, self._shape_of)
-        self._coord = Coordinator(self._snap_io, chunk_size, self._wanted)
-        # one record per chunk window, dropped once the relay acknowledged a later
-        # SCN: a fixed cap would lose the record a restart needs when more chunk
-        # windows than the cap pass between two flushes of the relay's state
-        self._records = ProgressRecords(
-            state_dir / f"{name}.mysql-snapshot.json" if state_dir else None, keep=None)
+        self._records_path = state_dir / f"{name}.mysql-snapshot.json" if state_dir else None
         self._notices: list[dict[str, Any]] = []
         self._snapshotted = False  # a mode's own snapshot was started by this process
         # counters for stats(): every key exists from the start, so the relay's
@@ -171,13 +163,34 @@ class MysqlSource(Source):
             [f"snapshot_{k.lower()}_total" for k in inc.NOTICE_KINDS]
             + ["snapshot_rows_total"], 0.0)
         self._new_filters: tuple[list[re.Pattern[str]], ...] | None = None  # reconfigure()
-        if snapshot_mode != "no_data":
-            self._snap_io.ensure_signal_table()
+        self._opened = False
         self._stream: BinlogStream | None = None
         self._stream_scn = -2
         self._file = ""
         self._base = ""
         self._reset_txn()
+
+    def open(self) -> None:
+        """Connects: checks the server's settings, reads its collations, loads the schema
+        history and snapshot progress, creates the signal table when a snapshot mode
+        needs it. Idempotent."""
+        if self._opened:
+            return
+        facts = server_facts(self.url)
+        check_server(facts)
+        self.mariadb = facts.is_mariadb
+        self._collations = collations(self.url)
+        self._load_history()
+        self._sql = SqlSession(self.url)
+        self._snap_io = SnapshotIO(self._sql, self.signal_table, self._wanted, self._shape_of)
+        self._coord = Coordinator(self._snap_io, self.config.snapshot_chunk_size, self._wanted)
+        # one record per chunk window, dropped once the relay acknowledged a later
+        # SCN: a fixed cap would lose the record a restart needs when more chunk
+        # windows than the cap pass between two flushes of the relay's state
+        self._records = ProgressRecords(self._records_path, keep=None)
+        if self.snapshot_mode != "no_data":
+            self._snap_io.ensure_signal_table()
+        self._opened = True
 
     # -- schemas -----------------------------------------------------------------
 
@@ -293,7 +306,7 @@ class MysqlSource(Source):
     def stats(self) -> dict[str, float]:
         """Snapshot progress: counters of notifications by kind and of rows sent,
         and the running snapshot's state."""
-        p = self._coord.progress
+        p = self._coord.progress if self._opened else None
         return {**self._stats, "snapshot_running": float(p is not None),
                 "snapshot_paused": float(bool(p and p.paused)),
                 "snapshot_tables_left": float(len(p.tables) if p else 0)}
@@ -575,13 +588,15 @@ class MysqlSource(Source):
 
     def acknowledge(self, scn: int) -> None:
         """The relay restarts at or after ``scn``: older snapshot progress can go."""
-        self._records.forget_before(scn)
+        if self._opened:
+            self._records.forget_before(scn)
 
     def close(self) -> None:
         if self._stream is not None:
             self._stream.close()
             self._stream = None
-        self._sql.close()
+        if self._opened:
+            self._sql.close()
 
 
 def _keys(parts: list[bytes], table: str) -> list[int | bytes]:

@@ -105,6 +105,7 @@ from databus.core.errors import ConfigError, SourcePositionLostError, TerminalEr
 from databus.core.schema import MetadataCodec, SchemaRegistry
 from databus.core.window import Window
 from databus.sources.base import Source, SourceInfo
+from databus.sources.config import SourceConfig
 from databus.sources.progress import ProgressRecords
 from databus.sources.txlog import catalog as cat
 from databus.sources.txlog._db import connect, rollback_quietly, translated
@@ -117,7 +118,6 @@ _OPS = {cat.OP_INSERT: ev.Op.INSERT, cat.OP_UPDATE: ev.Op.UPDATE, cat.OP_DELETE:
 _PROGRESS_AFTER = 1.0  # seconds of rows of other tables only before an empty window
 _TRIM_BATCH = 5000  # txlog rows deleted per write transaction
 _TRIM_PAUSE = 0.002  # seconds between trim batches, so application writers get the lock
-SNAPSHOT_MODES = ("initial", "initial_only", "no_data", "when_needed", "always")
 
 
 class _Retry(Exception):
@@ -125,33 +125,34 @@ class _Retry(Exception):
 
 
 class SqliteSource(Source):
-    """Captures ``tables`` of the SQLite database at ``path`` (see the module docstring).
+    """Captures the tables of ``config`` in the SQLite database of its URL (see the
+    module docstring).
 
-    Construction installs (or updates) capture: it switches the database to
-    WAL, creates the ``_databus_*`` tables and triggers, and registers
-    ``relay_name`` for trimming. ``poll_interval`` is the pause between polls
-    of an idle txlog (an idle poll costs one ``PRAGMA data_version``);
-    ``busy_timeout`` is how long a statement waits for the application's locks.
-    ``snapshot_mode``, ``snapshot_chunk_size`` (rows per chunk window) and
-    ``state_dir`` (where snapshot progress is kept): see the module docstring.
+    The constructor only describes the capture. :meth:`open` installs (or updates) it:
+    it switches the database to WAL, creates the ``_databus_*`` tables and triggers,
+    and registers ``name`` (the relay's) for trimming. ``poll_interval`` (config) is
+    the pause between polls of an idle txlog (an idle poll costs one
+    ``PRAGMA data_version``); ``busy_timeout`` is how long a statement waits for the
+    application's locks; ``state_dir`` is where snapshot progress is kept.
     """
 
-    def __init__(self, path: Path | str, tables: list[str], *, poll_interval: float = 0.05,
-                 relay_name: str = "relay", busy_timeout: float = 5.0,
-                 snapshot_mode: str = "initial", snapshot_chunk_size: int = 1024,
-                 state_dir: Path | None = None) -> None:
-        if snapshot_mode not in SNAPSHOT_MODES:
-            raise ConfigError(f"snapshot_mode must be one of {', '.join(SNAPSHOT_MODES)}")
-        if snapshot_chunk_size < 1:
-            raise ConfigError("snapshot_chunk_size must be at least 1")
+    def __init__(self, config: SourceConfig, *, name: str = "relay",
+                 busy_timeout: float = 5.0, state_dir: Path | None = None) -> None:
+        path = config.url[len("sqlite:///"):] if config.url.startswith("sqlite:///") else ""
+        if not path:
+            raise ConfigError("sqlite source needs a path: sqlite:///PATH.db")
+        if not config.tables:
+            raise ConfigError("sqlite source needs --tables (the tables to capture)")
+        self.config = config
         self.path = Path(path)
-        self.poll_interval = poll_interval
-        self.relay_name = relay_name
-        self.snapshot_mode = snapshot_mode
-        self.chunk_size = snapshot_chunk_size
-        self._records = ProgressRecords(
-            Path(state_dir) / f"{relay_name}.sqlite-snapshot.json" if state_dir else None,
-            keep=None)  # one record per chunk window: dropped once acknowledged
+        self.tables = list(config.tables)
+        self.poll_interval = config.poll_interval
+        self.relay_name = name
+        self.snapshot_mode = config.snapshot_mode
+        self.chunk_size = config.snapshot_chunk_size
+        self.busy_timeout = busy_timeout
+        self._records_path = (Path(state_dir) / f"{name}.sqlite-snapshot.json"
+                              if state_dir else None)
         self._pos: int | None = None  # the position read() continues from (None: not opened)
         self._snap: SnapshotState | None = None  # the running snapshot
         self._started = False  # this process started its mode's snapshot
@@ -159,10 +160,9 @@ class SqliteSource(Source):
         # every key present from the start: stats() copies it from other threads
         self._stats = dict.fromkeys(("snapshot_started_total", "snapshot_chunks_total",
                                      "snapshot_rows_total", "snapshot_completed_total"), 0.0)
-        infos = cat.install(self.path, list(tables))
-        self._infos = sorted({i.id: i for i in infos}.values(), key=lambda i: i.id)
-        self._own = frozenset(i.id for i in self._infos)
-        self._tables = {i.id: i.name.split(".", 1)[1] for i in self._infos}
+        self._infos: list[SourceInfo] = []
+        self._own: frozenset[int] = frozenset()
+        self._tables: dict[int, str] = {}
         self._meta = MetadataCodec()
         self._registry = SchemaRegistry()
         self._codecs: dict[tuple[int, int], VersionCodec] = {}
@@ -174,17 +174,30 @@ class SqliteSource(Source):
         self._skip: tuple[int, int, int, float] | None = None  # after, top, top ts, since
         self._missing: set[str] = set()
         self._reinstalls = 0  # consecutive re-installs that did not make capture current
+        self._opened = False
         self._closed = False
         self._epoch: int | None = None
         self._read_lock = threading.Lock()
         self._write_lock = threading.Lock()
-        self._reader = connect(self.path, busy_timeout=busy_timeout)
+
+    def open(self) -> None:
+        """Installs capture, connects and loads the table versions; snapshot progress
+        is read from ``state_dir``. Idempotent."""
+        if self._opened:
+            return
+        self._records = ProgressRecords(self._records_path, keep=None)  # one per chunk window
+        infos = cat.install(self.path, self.tables)
+        self._infos = sorted({i.id: i for i in infos}.values(), key=lambda i: i.id)
+        self._own = frozenset(i.id for i in self._infos)
+        self._tables = {i.id: i.name.split(".", 1)[1] for i in self._infos}
+        self._reader = connect(self.path, busy_timeout=self.busy_timeout)
         try:
             self._reader.text_factory = _text
-            self._writer = connect(self.path, busy_timeout=busy_timeout)
+            self._writer = connect(self.path, busy_timeout=self.busy_timeout)
         except BaseException:
             self._reader.close()
             raise
+        self._opened = True
         try:
             self._register_relay()
             with translated("loading table versions"):
@@ -285,7 +298,7 @@ class SqliteSource(Source):
 
     def close(self) -> None:
         with self._read_lock, self._write_lock:
-            if self._closed:
+            if self._closed or not self._opened:
                 return
             self._closed = True
             self._reader.close()

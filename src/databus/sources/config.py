@@ -1,0 +1,76 @@
+"""The configuration of a source: one validated model, one docstring per field.
+
+Sources are built from it (``databus.sources.open_source``); the relay's config
+(``databus.relay.config``) holds it as its ``source`` section. ``snapshot_mode`` is
+validated here once, as a literal type, for every source.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from databus.core.config import FrozenModel
+
+SnapshotMode = Literal["initial", "initial_only", "no_data", "when_needed", "always"]
+"""What a source snapshots (docs/snapshots.md)."""
+
+SNAPSHOT_MODES: tuple[SnapshotMode, ...] = (
+    "initial", "initial_only", "no_data", "when_needed", "always")
+
+
+class SourceConfig(FrozenModel):
+    """Where changes come from."""
+
+    url: str = Field(description="sqlite:///PATH.db, or mysql://USER:PASS@HOST:PORT")
+    tables: list[str] = Field(
+        default_factory=list,
+        description="tables to capture (names for SQLite; regexes 'db\\.table' for MySQL)",
+    )
+    poll_interval: float = Field(0.05, gt=0, le=60, description="seconds between idle polls")
+    exclude_tables: list[str] = Field(
+        default_factory=list, description="MySQL: regexes on 'db.table' left out after --tables")
+    include_columns: list[str] = Field(
+        default_factory=list,
+        description="MySQL: regexes on 'db.table.column' to keep (empty = all); keys always kept")
+    exclude_columns: list[str] = Field(
+        default_factory=list, description="MySQL: regexes on 'db.table.column' to leave out")
+    server_id: int = Field(
+        1_000_001, ge=1, le=2**32 - 1,
+        description="MySQL: the replica server id this relay uses (unique per server)")
+
+    start_gtid: str | None = Field(
+        None, pattern=r"^(\d+-\d+-\d+(,\d+-\d+-\d+)*|[0-9a-fA-F-]{36}(:\d+(-\d+)?)+"
+                      r"(,[0-9a-fA-F-]{36}(:\d+(-\d+)?)+)*)$",
+        description="MySQL: a new relay starts right after this GTID state instead of at the"
+                    " binlog's end: MariaDB '0-1-1234', MySQL 'uuid:1-1234'")
+    snapshot_mode: SnapshotMode = Field(
+        "initial",
+        description="initial (existing rows as a snapshot, then stream; the default),"
+                    " initial_only, no_data (stream only), when_needed (snapshot when the"
+                    " position is gone), always (snapshot at every start)")
+    signal_table: str = Field(
+        "databus.signals", pattern=r"^[^.\s]+\.[^.\s]+$",
+        description="MySQL: db.table of signals and snapshot watermarks (created when a"
+                    " snapshot mode needs it)")
+    snapshot_chunk_size: int = Field(1024, ge=1, le=1_000_000,
+                                     description="rows per snapshot chunk (SQLite and MySQL)")
+
+    @field_validator("exclude_tables", "include_columns", "exclude_columns")
+    @classmethod
+    def _regexes(cls, v: list[str]) -> list[str]:
+        for p in v:
+            try:
+                re.compile(p)
+            except re.error as exc:
+                raise ValueError(f"bad regex {p!r}: {exc}") from exc
+        return v
+
+    @field_validator("url")
+    @classmethod
+    def _scheme(cls, v: str) -> str:
+        if "://" not in v:
+            raise ValueError("source url needs a scheme, e.g. sqlite:///path.db")
+        return v
