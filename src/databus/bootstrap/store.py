@@ -25,8 +25,10 @@ transaction; :meth:`fold` writes snapshot changes and ``applied_scn`` in one
 transaction. So a crash at any point leaves the store consistent and each
 component resumes where its last transaction ended.
 
-Errors: a database that cannot be reached (or a lock that timed out) raises
-:class:`~databus.core.errors.StoreUnavailableError` (transient).
+Errors (classified once, in ``databus.client._sql``): a database that cannot be
+reached, a lock or deadlock raises :class:`~databus.core.errors.StoreUnavailableError`
+(transient); a statement the database refuses raises
+:class:`~databus.core.errors.SqlStatementError` (terminal, with its context).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from sqlalchemy import event as sa_event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
+from databus.client._sql import translate_db_errors
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import ConfigError, StoreUnavailableError
 
@@ -125,14 +128,8 @@ class BootstrapStore:
     @contextmanager
     def _tx(self, what: str, *, read: bool = False) -> Iterator[sa.Connection]:
         engine = self._r if read else self._w
-        try:
-            with engine.begin() as conn:
-                yield conn
-        except sa_exc.SQLAlchemyError as exc:
-            first = str(exc).splitlines()[0] if str(exc) else ""
-            raise StoreUnavailableError(
-                f"{what} failed on {engine.url.render_as_string(hide_password=True)}: "
-                f"{type(exc).__name__}: {first}") from exc
+        with translate_db_errors(what, engine, StoreUnavailableError), engine.begin() as conn:
+            yield conn
 
     def _make_upsert(self) -> Any:
         t = self.snap

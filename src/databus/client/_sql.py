@@ -1,4 +1,15 @@
-"""SQLAlchemy helpers shared by the SQL checkpoint store and the replicate sink."""
+"""SQLAlchemy at the boundary: engines, and the ONE classifier of SQLAlchemy/DBAPI errors
+used by every SQL target (the replicate sink, the SQL checkpoint store, the bootstrap
+store), for SQLite, PostgreSQL (psycopg) and MariaDB/MySQL (pymysql).
+
+An error that may pass (a lost connection, a lock or deadlock, a serialization
+failure, too many connections, a server shutting down) becomes the caller's transient
+type (``SinkUnavailableError``, ``StoreUnavailableError``): the caller retries. Every
+other error (syntax, a constraint, a missing table or column, access denied, a value
+that does not fit) becomes a terminal :class:`SqlStatementError` that keeps the
+operation, the target (URL without password), the driver's error code and SQLSTATE
+as fields. Nothing else in the package catches SQLAlchemy errors.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +19,35 @@ from contextlib import contextmanager
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
-from databus.core.errors import SinkUnavailableError
+from databus.core.errors import SinkUnavailableError, SqlStatementError, TransientError
+
+# SQLSTATE classes and codes that may pass (PostgreSQL, and MySQL where it sets them)
+_TRANSIENT_SQLSTATE_CLASSES = ("08",)  # connection exceptions
+_TRANSIENT_SQLSTATES = frozenset({
+    "40001",  # serialization_failure
+    "40P01",  # deadlock_detected
+    "53300",  # too_many_connections
+    "55P03",  # lock_not_available
+    "57P01", "57P02", "57P03",  # admin/crash shutdown, cannot connect now
+})
+# MySQL/MariaDB error numbers that may pass
+ER_CON_COUNT_ERROR = 1040  # too many connections
+ER_SERVER_SHUTDOWN = 1053
+ER_LOCK_WAIT_TIMEOUT = 1205
+ER_LOCK_DEADLOCK = 1213
+CR_CONNECTION_ERROR = 2002
+CR_CONN_HOST_ERROR = 2003
+CR_SERVER_GONE_ERROR = 2006
+CR_SERVER_LOST = 2013
+_TRANSIENT_MYSQL = frozenset({ER_CON_COUNT_ERROR, ER_SERVER_SHUTDOWN, ER_LOCK_WAIT_TIMEOUT,
+                              ER_LOCK_DEADLOCK, CR_CONNECTION_ERROR, CR_CONN_HOST_ERROR,
+                              CR_SERVER_GONE_ERROR, CR_SERVER_LOST})
+# SQLite result codes that may pass
+SQLITE_BUSY = 5
+SQLITE_LOCKED = 6
+SQLITE_IOERR = 10
+SQLITE_CANTOPEN = 14  # the file's directory or volume is not there (yet)
+_TRANSIENT_SQLITE = frozenset({SQLITE_BUSY, SQLITE_LOCKED, SQLITE_IOERR, SQLITE_CANTOPEN})
 
 
 def make_engine(url: str) -> sa.Engine:
@@ -21,27 +60,62 @@ def redacted(engine: sa.Engine) -> str:
     return engine.url.render_as_string(hide_password=True)
 
 
+def driver_codes(exc: BaseException) -> tuple[int | None, str | None]:
+    """(driver error number, SQLSTATE) of a SQLAlchemy error's DBAPI exception."""
+    orig = getattr(exc, "orig", None)
+    if orig is None:
+        return None, None
+    sqlstate = getattr(orig, "sqlstate", None)  # psycopg
+    number = getattr(orig, "sqlite_errorcode", None)  # sqlite3
+    if number is None and orig.args and isinstance(orig.args[0], int):  # pymysql
+        number = orig.args[0]
+    if isinstance(number, int) and number > 0xFF and getattr(orig, "sqlite_errorcode", None):
+        number &= 0xFF  # SQLite extended codes carry the primary code in the low byte
+    return number, sqlstate if isinstance(sqlstate, str) else None
+
+
 def is_transient(exc: BaseException) -> bool:
-    """True for database errors that may pass: lost connections, locks, timeouts."""
+    """True for database errors that may pass (see the module docstring)."""
     if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
         return True
-    return isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError,
-                            sa_exc.DisconnectionError, sa_exc.TimeoutError))
+    if isinstance(exc, (sa_exc.DisconnectionError, sa_exc.TimeoutError)):
+        return True
+    if not isinstance(exc, sa_exc.DBAPIError):
+        return False
+    number, sqlstate = driver_codes(exc)
+    if sqlstate is not None and (sqlstate in _TRANSIENT_SQLSTATES
+                                 or sqlstate.startswith(_TRANSIENT_SQLSTATE_CLASSES)):
+        return True
+    orig = exc.orig
+    module = type(orig).__module__
+    if module.startswith("pymysql") and number in _TRANSIENT_MYSQL:
+        return True
+    if module.startswith("sqlite3") and number in _TRANSIENT_SQLITE:
+        return True
+    # psycopg's connection-level failures without a SQLSTATE (the server went away)
+    return module.startswith("psycopg") and sqlstate is None and isinstance(
+        exc, (sa_exc.OperationalError, sa_exc.InterfaceError))
+
+
+def classify(exc: sa_exc.SQLAlchemyError, what: str, target: str,
+             transient: type[TransientError]) -> TransientError | SqlStatementError:
+    """The project's error for a SQLAlchemy error raised while doing ``what``."""
+    number, sqlstate = driver_codes(exc)
+    first = str(getattr(exc, "orig", None) or exc).splitlines()
+    detail = first[0] if first else type(exc).__name__
+    if is_transient(exc):
+        return transient(f"{what} failed on {target}: {type(exc).__name__}: {detail}")
+    return SqlStatementError(what=what, target=target, driver_code=number, sqlstate=sqlstate,
+                             detail=f"{type(exc).__name__}: {detail}")
 
 
 @contextmanager
-def translate_db_errors(what: str, engine: sa.Engine) -> Iterator[None]:
-    """Turn transient SQLAlchemy errors into :class:`SinkUnavailableError`.
-
-    Other errors (a value that does not fit a column, a missing privilege)
-    propagate unchanged.
-    """
+def translate_db_errors(what: str, engine: sa.Engine,
+                        transient: type[TransientError] = SinkUnavailableError
+                        ) -> Iterator[None]:
+    """Translate SQLAlchemy errors raised inside into the project's tree (see
+    :func:`classify`)."""
     try:
         yield
     except sa_exc.SQLAlchemyError as exc:
-        if is_transient(exc):
-            raise SinkUnavailableError(
-                f"{what} failed on {redacted(engine)}: {type(exc).__name__}: "
-                f"{str(exc).splitlines()[0] if str(exc) else ''}"
-            ) from exc
-        raise
+        raise classify(exc, what, redacted(engine), transient) from exc

@@ -6,12 +6,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from databus.core.config import ConfigModel
 from databus.core.filters import ServerFilter
 
 
-class ClientConfig(BaseModel):
+class ClientConfig(ConfigModel):
     """Everything a :class:`~databus.client.DatabusClient` needs.
 
     Only ``relay_url`` is required. Retry settings:
@@ -23,8 +24,6 @@ class ClientConfig(BaseModel):
     * relay unavailable (connection refused, timeouts, 5xx): retried with the
       same backoff, ``relay_max_retries`` times in a row or forever when None.
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     relay_url: str = Field(description="base URL of the relay, e.g. http://127.0.0.1:11115")
     sources: list[str | int] = Field(

@@ -13,10 +13,31 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from databus.core.errors import ConfigError
 
 
+def config_error(exc: ValidationError, what: str) -> ConfigError:
+    """One ConfigError naming each bad field of a pydantic ValidationError."""
+    problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}"
+                         for e in exc.errors())
+    return ConfigError(f"invalid {what} config: {problems}")
+
+
 class FrozenModel(BaseModel):
-    """Base of config sections: unknown fields refused, values immutable."""
+    """Base of config sections: unknown fields refused, values immutable. Built by
+    :func:`validate` (a ConfigError naming each bad field, nested ones included)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ConfigModel(FrozenModel):
+    """Base of a top-level config that users build with its constructor (the client's):
+    a validation problem is a :class:`ConfigError` there too, never pydantic's
+    ``ValidationError``. Not for sections nested in another model (the error would
+    lose its place in the parent)."""
+
+    def __init__(self, /, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise config_error(exc, type(self).__name__) from exc
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -29,9 +50,7 @@ def validate(model: type[M], raw: Any, what: str) -> M:
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}"
-                             for e in exc.errors())
-        raise ConfigError(f"invalid {what} config: {problems}") from exc
+        raise config_error(exc, what) from exc
 
 
 def load_file(path: Path, parse: Callable[[Any], M]) -> M:

@@ -244,3 +244,22 @@ def error_from_code(code: str, message: str) -> DatabusError:
     if cls is None:
         return TerminalError(f"{code}: {message}")
     return cls(message)
+
+
+class SqlStatementError(TerminalError):
+    """A SQL target refused a statement for a reason retrying cannot fix (syntax, a
+    constraint, a missing table, access denied). Keeps its context as fields."""
+
+    code = "SqlStatementError"
+
+    def __init__(self, message: str = "", *, what: str = "", target: str = "",
+                 driver_code: int | None = None, sqlstate: str | None = None,
+                 detail: str = "") -> None:
+        self.what, self.target = what, target
+        self.driver_code, self.sqlstate, self.detail = driver_code, sqlstate, detail
+        if not message:
+            codes = ", ".join(x for x in (f"error {driver_code}" if driver_code else "",
+                                          f"SQLSTATE {sqlstate}" if sqlstate else "") if x)
+            message = f"{what} failed on {target}" + (f" ({codes})" if codes else "") + \
+                f": {detail}"
+        super().__init__(message)
