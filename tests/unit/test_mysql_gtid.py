@@ -51,9 +51,44 @@ def test_dump_gtid_request_layout() -> None:
                                           (f"{UUID}:1-100", True), (f"{UUID}:1:3-4", True),
                                           ("1-2", False), ("x", False)])
 def test_config_accepts_both_flavours(gtid: str, ok: bool) -> None:
-    raw = {"source": {"url": "mysql://root@127.0.0.1:3306", "start_gtid": gtid}}
+    raw = {"source": {"url": "mysql://root@db.example", "start_gtid": gtid}}
     if ok:
         assert parse_config(raw).source.start_gtid == gtid
     else:
         with pytest.raises(ConfigError):
             parse_config(raw)
+
+
+def test_pymysql_errors_are_classified_by_named_numbers() -> None:
+    """One classifier at the driver boundary: named error numbers decide the type."""
+    import pymysql
+
+    from databus.core.errors import (
+        ConfigError,
+        SourcePositionLostError,
+        SourceUnavailableError,
+        StatementError,
+    )
+    from databus.sources.mysql.checks import parse_mysql_url
+    from databus.sources.mysql.connection import (
+        CR_SERVER_LOST,
+        ER_ACCESS_DENIED_ERROR,
+        ER_MASTER_FATAL_ERROR_READING_BINLOG,
+        ER_SERVER_SHUTDOWN,
+        classify,
+    )
+
+    url = parse_mysql_url("mysql://u:secret@db.example:3307")
+    err = classify(pymysql.err.OperationalError(ER_ACCESS_DENIED_ERROR, "denied"), "x", url)
+    assert isinstance(err, ConfigError) and "secret" not in str(err)
+    assert isinstance(classify(pymysql.err.OperationalError(
+        ER_MASTER_FATAL_ERROR_READING_BINLOG, "purged"), "reading"), SourcePositionLostError)
+    lost = classify(pymysql.err.OperationalError(CR_SERVER_LOST, "Lost connection"), "q", url)
+    assert isinstance(lost, SourceUnavailableError) and "db.example:3307" in str(lost)
+    refused = classify(pymysql.err.ProgrammingError(1146, "Table 'x.y' doesn't exist"),
+                       "reading a chunk")
+    assert isinstance(refused, StatementError) and "error 1146" in str(refused)
+    assert "reading a chunk" in str(refused)
+    assert isinstance(classify(OSError("reset"), "reading"), SourceUnavailableError)
+    assert isinstance(classify(pymysql.err.OperationalError(ER_SERVER_SHUTDOWN, "bye"), "q"),
+                      SourceUnavailableError)

@@ -1,8 +1,11 @@
 """The driver boundary of the MySQL source: the only module importing pymysql.
 
-Driver errors are translated here: a server that cannot be reached is a
-:class:`SourceUnavailableError` (transient), wrong credentials a
-:class:`ConfigError`.
+Driver errors are translated here, by ONE classifier (:func:`translated` /
+:func:`classify`) on named error numbers: a server that cannot be reached, a lost
+connection or a server shutting down is a :class:`SourceUnavailableError`
+(transient); wrong credentials a :class:`ConfigError`; a purged binlog position
+:class:`SourcePositionLostError`; any other statement the server refuses a
+:class:`StatementError` (terminal) naming what was being done.
 """
 
 from __future__ import annotations
@@ -27,28 +30,68 @@ from databus.core.errors import (
 from databus.sources.mysql import fastpath
 from databus.sources.mysql.checks import MysqlUrl, ServerFacts
 
-_ACCESS_DENIED = 1045
-_BINLOG_PURGED = 1236  # ER_MASTER_FATAL_ERROR_READING_BINLOG
+# server error numbers this module decides on (MariaDB's mysqld_error.h)
+ER_CON_COUNT_ERROR = 1040  # too many connections
+ER_ACCESS_DENIED_ERROR = 1045
+ER_SERVER_SHUTDOWN = 1053
+ER_ABORTING_CONNECTION = 1152
+ER_NET_READ_ERROR = 1158
+ER_NET_READ_INTERRUPTED = 1159
+ER_NET_ERROR_ON_WRITE = 1160
+ER_NET_WRITE_INTERRUPTED = 1161
+ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236  # the position was purged (or is invalid)
+CR_MIN_CLIENT_ERROR = 2000  # 2000 and up: the client library's (connection) errors
+CR_SERVER_LOST = 2013
+_TRANSIENT_SERVER_ERRORS = frozenset({
+    ER_CON_COUNT_ERROR, ER_SERVER_SHUTDOWN, ER_ABORTING_CONNECTION, ER_NET_READ_ERROR,
+    ER_NET_READ_INTERRUPTED, ER_NET_ERROR_ON_WRITE, ER_NET_WRITE_INTERRUPTED})
+
+
+def error_number(exc: BaseException) -> int | None:
+    """The MySQL error number of a pymysql error (None when it has none)."""
+    args = getattr(exc, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def classify(exc: BaseException, what: str, url: MysqlUrl | None = None
+             ) -> ConfigError | SourcePositionLostError | SourceUnavailableError | StatementError:
+    """The project's error for a pymysql error (or OSError) raised while doing ``what``."""
+    number = error_number(exc)
+    where = f" at {url.host}:{url.port}" if url is not None else ""
+    text = str(exc.args[1]) if number is not None and len(exc.args) > 1 else str(exc)
+    if number == ER_ACCESS_DENIED_ERROR and url is not None:
+        return ConfigError(f"access denied for {url.user}@{url.host}:{url.port}")
+    if number == ER_MASTER_FATAL_ERROR_READING_BINLOG:
+        return SourcePositionLostError(
+            f"{what}: binlog position is gone (purged?): {text}; consumers must bootstrap")
+    if (isinstance(exc, OSError) or number is None or number >= CR_MIN_CLIENT_ERROR
+            or number in _TRANSIENT_SERVER_ERRORS):
+        return SourceUnavailableError(f"{what} failed{where}: {text}")
+    return StatementError(f"{what} failed{where} (error {number}): {text}")
+
+
+@contextlib.contextmanager
+def translated(what: str, url: MysqlUrl | None = None) -> Iterator[None]:
+    """Translate pymysql errors (and socket errors) raised inside (see :func:`classify`)."""
+    try:
+        yield
+    except (pymysql.err.Error, OSError) as exc:
+        raise classify(exc, what, url) from exc
 
 
 def connect(url: MysqlUrl, timeout: float = 10.0) -> Any:
     """A pymysql connection (autocommit)."""
-    try:
+    with translated("connecting to MySQL/MariaDB", url):
         return pymysql.connect(host=url.host, port=url.port, user=url.user,
                                password=url.password, autocommit=True,
                                connect_timeout=int(max(1, timeout)))
-    except pymysql.err.OperationalError as exc:
-        if exc.args and exc.args[0] == _ACCESS_DENIED:
-            raise ConfigError(f"access denied for {url.user}@{url.host}:{url.port}") from exc
-        raise SourceUnavailableError(
-            f"cannot reach MySQL/MariaDB at {url.host}:{url.port}: {exc}") from exc
 
 
 def server_facts(url: MysqlUrl) -> ServerFacts:
     """Version, binlog-related global variables and the user's grants."""
     con = connect(url)
     try:
-        with con.cursor() as cur:
+        with translated("reading server settings", url), con.cursor() as cur:
             cur.execute("SELECT VERSION()")
             version = str(cur.fetchone()[0])
             cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin',"
@@ -57,8 +100,6 @@ def server_facts(url: MysqlUrl) -> ServerFacts:
             variables = {str(k): str(v) for k, v in cur.fetchall()}
             cur.execute("SHOW GRANTS")
             grants = [str(r[0]) for r in cur.fetchall()]
-    except pymysql.err.Error as exc:
-        raise SourceUnavailableError(f"reading server settings failed: {exc}") from exc
     finally:
         con.close()
     return ServerFacts(version, variables, grants)
@@ -124,19 +165,13 @@ class BinlogStream:
             self._con._sock.settimeout(read_timeout)
         except pymysql.err.Error as exc:
             self._con.close()
-            raise SourceUnavailableError(f"starting the binlog dump failed: {exc}") from exc
+            raise classify(exc, "starting the binlog dump") from exc
 
     def read(self) -> bytes | None:
         try:
             packet = self._con._read_packet()
-        except pymysql.err.MySQLError as exc:
-            if exc.args and exc.args[0] == _BINLOG_PURGED:
-                raise SourcePositionLostError(
-                    f"binlog position is gone (purged?): {exc}; consumers must bootstrap"
-                ) from exc
-            raise SourceUnavailableError(f"binlog stream broken: {exc}") from exc
-        except OSError as exc:
-            raise SourceUnavailableError(f"binlog stream broken: {exc}") from exc
+        except (pymysql.err.MySQLError, OSError) as exc:
+            raise classify(exc, "reading the binlog stream") from exc
         data: bytes = packet.get_all_data()
         if packet.is_eof_packet():
             return None
@@ -160,7 +195,7 @@ def collations(url: MysqlUrl) -> dict[int, str]:
     """Collation id -> character set name, from the server's own table."""
     con = connect(url)
     try:
-        with con.cursor() as cur:
+        with translated("reading the server's collations", url), con.cursor() as cur:
             cur.execute("SELECT ID, CHARACTER_SET_NAME FROM information_schema.COLLATIONS"
                         " WHERE ID IS NOT NULL")
             out = {int(r[0]): str(r[1]) for r in cur.fetchall()}
@@ -172,8 +207,6 @@ def collations(url: MysqlUrl) -> dict[int, str]:
             except pymysql.err.Error:
                 pass  # MySQL: the table has no ID column
             return out
-    except pymysql.err.Error as exc:
-        raise SourceUnavailableError(f"reading the server's collations failed: {exc}") from exc
     finally:
         con.close()
 
@@ -182,11 +215,9 @@ def binary_logs(url: MysqlUrl) -> list[tuple[str, int]]:
     """``SHOW BINARY LOGS``: (file, size) oldest first."""
     con = connect(url)
     try:
-        with con.cursor() as cur:
+        with translated("SHOW BINARY LOGS", url), con.cursor() as cur:
             cur.execute("SHOW BINARY LOGS")
             return [(str(r[0]), int(r[1])) for r in cur.fetchall()]
-    except pymysql.err.Error as exc:
-        raise SourceUnavailableError(f"SHOW BINARY LOGS failed: {exc}") from exc
     finally:
         con.close()
 
@@ -195,11 +226,9 @@ def master_status(url: MysqlUrl) -> tuple[str, int]:
     """The server's current binlog file and position (where new changes will go)."""
     con = connect(url)
     try:
-        with con.cursor() as cur:
+        with translated("SHOW MASTER STATUS", url), con.cursor() as cur:
             cur.execute("SHOW MASTER STATUS")
             row = cur.fetchone()
-    except pymysql.err.Error as exc:
-        raise SourceUnavailableError(f"SHOW MASTER STATUS failed: {exc}") from exc
     finally:
         con.close()
     if row is None:
@@ -227,7 +256,7 @@ class SqlSession:
                     cur.execute("SET time_zone = '+00:00'")
             except pymysql.err.Error as exc:
                 con.close()
-                raise SourceUnavailableError(f"setting up a SQL session failed: {exc}") from exc
+                raise classify(exc, "setting up a SQL session", self.url) from exc
             self._con = con
         return self._con
 
@@ -259,14 +288,11 @@ class SqlSession:
     def _errors(self) -> Iterator[None]:
         try:
             yield
-        except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
-            if exc.args and isinstance(exc.args[0], int) and exc.args[0] < 2000 \
-                    and exc.args[0] not in (1040, 1053, 1152, 1158, 1159, 1160, 1161):
-                raise StatementError(f"{exc.args[1] if len(exc.args) > 1 else exc}") from exc
-            self.close()
-            raise SourceUnavailableError(f"SQL connection lost: {exc}") from exc
         except pymysql.err.Error as exc:
-            raise StatementError(f"{exc.args[1] if len(exc.args) > 1 else exc}") from exc
+            err = classify(exc, "a SQL statement")
+            if isinstance(err, SourceUnavailableError):
+                self.close()  # the connection is gone: the next statement reconnects
+            raise err from exc
 
     def close(self) -> None:
         if self._con is not None:
@@ -300,7 +326,7 @@ class _RawRows(pymysql.connections.MySQLResult):
             except OSError as exc:
                 con._force_close()
                 raise pymysql.err.OperationalError(
-                    2013, f"Lost connection to MySQL server during query ({exc})") from exc
+                    CR_SERVER_LOST, f"Lost connection to MySQL server during query ({exc})") from exc
             got, used, seq = scan(data, con._next_seq_id)
             if used:
                 con._rfile.read(used)
