@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from databus.relay.config import parse_config
 from databus.relay.relay import Relay
 from tests.support.mariadb import MariaDB
+from tests.support.memrelay import MemoryRelay
 from tests.support.postgres import PostgreSQL
-from tests.support.shop import TABLES, create_shop
+from tests.support.relays import make_relay
+from tests.support.shop import create_shop
 from tests.support.zookeeper import ZooKeeper
 
 SQL_KINDS = ("sqlite", "postgresql", "mariadb")
@@ -71,25 +72,19 @@ def shop_db(tmp_path: Path) -> Path:
     return path
 
 
-def make_relay(db: Path, tmp: Path, *, snapshot_mode: str = "no_data",
-               **buffer: object) -> Relay:
-    """A relay on ``db``; stream-only unless ``snapshot_mode`` says otherwise (the
-    tests using it check the exact delivery of each committed transaction)."""
-    cfg = parse_config({
-        "source": {"url": f"sqlite:///{db}", "tables": TABLES, "poll_interval": 0.01,
-                   "snapshot_mode": snapshot_mode},
-        "buffer": {"capacity_bytes": 4 * 1024 * 1024, "flush_interval": 0.2, **buffer},
-        "http": {"port": 0},
-        "state_dir": str(tmp / "state"),
-        "stream": {"default_timeout": 0.5},
-    })
-    return Relay(cfg)
-
-
 @pytest.fixture
 def relay(shop_db: Path, tmp_path: Path) -> Iterator[Relay]:
     r = make_relay(shop_db, tmp_path)
     r.start()
+    try:
+        yield r
+    finally:
+        r.stop()
+
+
+@pytest.fixture
+def memrelay() -> Iterator[MemoryRelay]:
+    r = MemoryRelay().start()
     try:
         yield r
     finally:

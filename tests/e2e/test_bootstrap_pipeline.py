@@ -21,7 +21,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.integration.test_bootstrap_sqlite import preload, replica_equal
+from tests.support.bootstrap import preload, replica_equal
 from tests.support.bulk import BulkWriter
 from tests.support.procs import DATABUS, free_port, kill9, spawn, stop, wait_http
 from tests.support.shop import TABLES, create_shop

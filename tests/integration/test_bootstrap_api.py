@@ -21,7 +21,7 @@ from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint, ConsumptionMode
 from databus.core.filters import ServerFilter
 from databus.relay.relay import Relay
-from tests.integration.test_bootstrap_sqlite import make_bootstrap, preload
+from tests.support.bootstrap import make_bootstrap, preload
 from tests.support.bulk import BulkWriter
 
 

@@ -21,9 +21,9 @@ from databus.client.consumer import ConsumerResult, Result
 from databus.core.checkpoint import Checkpoint, ConsumptionMode
 from databus.core.errors import ConfigError
 from databus.core.event import Op
-from tests.conftest import make_relay
-from tests.integration.test_bootstrap_sqlite import make_bootstrap, preload
+from tests.support.bootstrap import make_bootstrap, preload
 from tests.support.bulk import BulkWriter
+from tests.support.relays import make_relay
 from tests.support.shop import TABLES, table_rows, txlog_max
 
 

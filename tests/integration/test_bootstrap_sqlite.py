@@ -23,63 +23,10 @@ from databus.client.sinks import ReplicateSink
 from databus.core.checkpoint import ConsumptionMode
 from databus.core.errors import ScnNotFoundError
 from databus.relay.relay import Relay
-from tests.conftest import make_relay
+from tests.support.bootstrap import Consumer, make_bootstrap, preload, rows, wait_equal
 from tests.support.bulk import BulkWriter
-from tests.support.shop import TABLES, table_rows
-
-
-def rows(path: Path, table: str) -> list[tuple[object, ...]]:
-    """A table's rows; a table the replica never needed (no rows yet) counts as empty."""
-    try:
-        return table_rows(path, table)
-    except sqlite3.OperationalError as exc:
-        if "no such table" in str(exc):
-            return []
-        raise
-
-
-def replica_equal(db: Path, replica: Path) -> bool:
-    if not replica.exists():
-        return False
-    return all(rows(db, t) == rows(replica, t) for t in TABLES)
-
-
-def make_bootstrap(db: Path, tmp: Path, relay: Relay, initial: bool = True,
-                   store_url: str | None = None) -> BootstrapService:
-    raw: dict[str, object] = {
-        "relay_url": relay.url, "store": {"url": store_url or f"sqlite:///{tmp / 'bs.db'}"},
-        "http": {"port": 0}, "poll_timeout": 0.5, "apply_interval": 0.05,
-        "progress_interval": 0.5}
-    if initial:
-        raw["initial_load"] = {"url": f"sqlite:///{db}", "tables": TABLES}
-    return BootstrapService(parse_config(raw))
-
-
-class Consumer:
-    """A replicate sink on its own thread."""
-
-    def __init__(self, relay: Relay, bs: BootstrapService | None, replica: Path,
-                 batch: int = 1000) -> None:
-        self.sink = ReplicateSink(f"sqlite:///{replica}")
-        cfg = ClientConfig(relay_url=relay.url, poll_timeout=0.3, backoff_initial=0.05,
-                           backoff_max=0.5, bootstrap_batch_size=batch,
-                           bootstrap_url=bs.url if bs is not None else None)
-        self.client = DatabusClient(cfg, self.sink, self.sink)
-        self.error: BaseException | None = None
-        # a daemon: a failed test must not keep the interpreter alive
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.client.run()
-        except BaseException as exc:
-            self.error = exc
-
-    def stop(self) -> None:
-        self.client.stop()
-        self.thread.join(30)
-        self.sink.close()
+from tests.support.relays import make_relay
+from tests.support.shop import TABLES
 
 
 @pytest.fixture
@@ -90,31 +37,6 @@ def relay_small(shop_db: Path, tmp_path: Path) -> Iterator[Relay]:
         yield r
     finally:
         r.stop()
-
-
-def wait_equal(db: Path, replica: Path, consumers: list[Consumer], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for c in consumers:
-            assert c.error is None, f"consumer failed: {c.error!r}"
-        # equal first, then online (a new consumer's flexible checkpoint is online too,
-        # before its bootstrap starts)
-        if replica_equal(db, replica) and all(
-                c.client.persisted.consumption_mode == ConsumptionMode.ONLINE_CONSUMPTION
-                and not c.client.persisted.is_flexible for c in consumers):
-            return
-        time.sleep(0.2)
-    raise AssertionError("replica did not become equal to the source")
-
-
-def preload(db: Path, n: int) -> None:
-    con = sqlite3.connect(db)
-    con.executemany("INSERT INTO customers VALUES (?,?,?,?)",
-                    [(i, f"old-{i}", i * 0.5, 0) for i in range(1, n + 1)])
-    con.executemany("INSERT INTO items VALUES (?,?,?,?,?)",
-                    [(i, 1, f"old-sku-{i}", i % 7, 0) for i in range(1, n // 2)])
-    con.commit()
-    con.close()
 
 
 def test_new_consumer_bootstraps_while_writes_continue(shop_db: Path, tmp_path: Path) -> None:

@@ -16,14 +16,14 @@ from databus.bootstrap.store import BootstrapStore, key_bytes
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
 from databus.relay.relay import Relay
-from tests.conftest import make_relay
-from tests.integration.test_bootstrap_sqlite import (
+from tests.support.bootstrap import (
     Consumer,
     make_bootstrap,
     preload,
     wait_equal,
 )
 from tests.support.bulk import BulkWriter
+from tests.support.relays import make_relay
 
 
 @pytest.fixture

@@ -27,17 +27,13 @@ from databus.core.errors import (
 )
 from databus.core.event import Op
 from databus.core.schema import ColumnSpec, TableSchema, table_schema
-from tests.integration.test_client_memrelay import (
+from tests.support.memrelay import (
     CUSTOMERS,
     MemoryRelay,
     customer,
     data_event,
     item,
-    memrelay,
 )
-
-__all__ = ["memrelay"]  # the fixture
-
 
 _FAILED = (ConsumerResult.ERROR, ConsumerResult.ERROR_FATAL)
 

@@ -27,7 +27,7 @@ from databus.core.window import Window
 from databus.relay.config import parse_config
 from databus.relay.relay import Relay
 from databus.sources.base import Source, SourceInfo
-from tests.integration.test_client_memrelay import CUSTOMERS, ITEMS, customer, item
+from tests.support.memrelay import CUSTOMERS, ITEMS, customer, item
 
 
 class ListSource(Source):

@@ -15,9 +15,7 @@ from databus.core.errors import (
     TerminalError,
     UnknownSourceError,
 )
-from tests.integration.test_client_memrelay import CUSTOMERS, MemoryRelay, customer, memrelay
-
-__all__ = ["memrelay"]
+from tests.support.memrelay import CUSTOMERS, MemoryRelay, customer
 
 
 def _body(code: str, message: str) -> bytes:

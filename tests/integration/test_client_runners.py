@@ -9,9 +9,7 @@ from pathlib import Path
 
 from databus.client.runners import replicate, tail
 from databus.core.event import Op
-from tests.integration.test_client_memrelay import MemoryRelay, customer, item, memrelay
-
-__all__ = ["memrelay"]
+from tests.support.memrelay import MemoryRelay, customer, item
 
 
 def test_tail_prints_envelopes(memrelay: MemoryRelay, tmp_path: Path) -> None:

@@ -24,15 +24,9 @@ from databus.sources.mysql import fastpath
 from databus.sources.mysql.checks import parse_mysql_url
 from databus.sources.mysql.connection import master_status
 from databus.sources.mysql.source import MysqlSource
-from tests.integration.test_mysql_rows import COLUMNS, ROWS
 from tests.support.mariadb import MariaDB
 from tests.support.sources import mysql_source
-
-EXTRA = [  # zero dates, GEOMETRY, generated columns, a composite key with text
-    ("k1", "INT NOT NULL"), ("k2", "VARCHAR(20) CHARACTER SET utf8mb4 NOT NULL"),
-    ("dz", "DATE"), ("dtz", "DATETIME(3)"), ("g", "GEOMETRY"), ("n", "INT"),
-    ("gv", "INT AS (n * 2) VIRTUAL"), ("gs", "INT AS (n + 1) STORED"),
-]
+from tests.support.typematrix import COLUMNS, EXTRA, ROWS
 
 
 def _scn(url: Any) -> int:

@@ -27,10 +27,9 @@ from databus.sources.mysql import incremental as inc
 from databus.sources.mysql.connection import SqlSession
 from databus.sources.mysql.snapshots import SnapshotIO
 from databus.sources.mysql.source import NOTIFICATIONS, MysqlSource
-from tests.integration.test_mysql_codec import EXTRA
-from tests.integration.test_mysql_rows import COLUMNS, ROWS
 from tests.support.mariadb import MariaDB
 from tests.support.sources import mysql_source
+from tests.support.typematrix import COLUMNS, EXTRA, ROWS
 
 pytestmark = [
     pytest.mark.skipif(not fastpath.available(), reason="the C extension is not built"),

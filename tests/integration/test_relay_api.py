@@ -15,29 +15,8 @@ from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
 from databus.core.filters import ServerFilter
 from databus.relay.relay import Relay
-from tests.conftest import make_relay
+from tests.support.relays import drain, make_relay
 from tests.support.shop import Writer
-
-
-def _drain(client: httpx.Client, params: dict[str, str], until_scn: int) -> list[ev.Event]:
-    """Pull every event up to ``until_scn`` with checkpoints advanced like a client."""
-    cp = Checkpoint.flexible()
-    events: list[ev.Event] = []
-    while cp.window_scn < until_scn:
-        r = client.get("/stream", params={**params, "checkPoint": cp.to_json(), "timeout": "1"})
-        assert r.status_code == 200, r.text
-        batch = list(ev.iter_events(r.content))
-        assert batch, "relay returned nothing although windows are pending"
-        in_window = cp.window_offset if cp.in_window else 0
-        for e in batch:
-            events.append(e)
-            if e.is_eop:
-                cp = cp.window_done(e.scn)
-                in_window = 0
-            else:
-                in_window += 1
-                cp = cp.within(e.scn, in_window)
-    return events
 
 
 def _write(db: Path, n: int, seed: int = 1) -> Writer:
@@ -69,7 +48,7 @@ def test_sources_register_and_stream(relay: Relay, shop_db: Path) -> None:
         assert sorted(s["name"] for s in sources) == ["main.customers", "main.items", "main.orders"]
         reg = c.get("/register", params={"sources": ",".join(str(s["id"]) for s in sources)})
         assert reg.status_code == 200 and len(reg.json()) == 3
-        events = _drain(c, {}, top)
+        events = drain(c, {}, top)
     data = [e for e in events if not e.is_control]
     assert len(data) == sum(len(t) for t in w.committed)
     scns = [e.scn for e in events if e.is_eop]
@@ -155,7 +134,7 @@ def test_filtered_consumers_together_get_every_event_once(relay: Relay, shop_db:
         def ident(e: ev.Event) -> tuple[object, ...]:
             return (e.scn, e.src_id, e.key, e.attributes, e.payload, e.metadata)
 
-        everything = Counter(ident(e) for e in _drain(c, {}, top) if not e.is_control)
+        everything = Counter(ident(e) for e in drain(c, {}, top) if not e.is_control)
         parts: list[Counter[tuple[object, ...]]] = []
         n = 4
         for i in range(n):
@@ -165,7 +144,7 @@ def test_filtered_consumers_together_get_every_event_once(relay: Relay, shop_db:
                 bounds = [-(1 << 62), 300, 1 << 20, 1 << 31, 1 << 62]
                 filt = ServerFilter.parse(json.dumps({str(s): {"partitionType": "RANGE", "filters": [
                     {"keyRange": {"start": bounds[i], "end": bounds[i + 1]}}]} for s in ids}))
-            got = [e for e in _drain(c, {"filters": filt.to_json()}, top) if not e.is_control]
+            got = [e for e in drain(c, {"filters": filt.to_json()}, top) if not e.is_control]
             for e in got:
                 assert filt.matches(e.src_id, e.key)
             parts.append(Counter(ident(e) for e in got))

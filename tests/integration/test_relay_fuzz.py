@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from databus.relay.relay import Relay
-from tests.conftest import make_relay
+from tests.support.relays import make_relay
 from tests.support.shop import Writer, create_shop
 
 json_scalars = st.one_of(

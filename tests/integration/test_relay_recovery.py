@@ -12,8 +12,7 @@ import pytest
 from databus.buffer.persist import HEADER_SIZE
 from databus.core import event as ev
 from databus.core.errors import BufferCorruptError
-from tests.conftest import make_relay
-from tests.integration.test_relay_api import _drain
+from tests.support.relays import drain, make_relay
 from tests.support.shop import Writer, txlog_max
 
 
@@ -43,7 +42,7 @@ def _served(db: Path, tmp: Path) -> tuple[list[ev.Event], dict[str, object]]:
         while relay.buffer.max_scn < top and time.monotonic() < deadline:
             time.sleep(0.05)
         with httpx.Client(base_url=relay.url, timeout=10) as c:
-            return _drain(c, {}, top), relay.buffer.stats()
+            return drain(c, {}, top), relay.buffer.stats()
     finally:
         relay.stop()
 
@@ -80,7 +79,7 @@ def test_with_recover_a_corrupt_window_is_dropped_and_fetched_again(shop_db: Pat
         fh.seek(-1, 1)
         fh.write(bytes([b[0] ^ 0x55]))
     events, _ = _served(shop_db, tmp_path)
-    data = [e for e in events if not e.is_control]  # _drain decoded with CRC checks
+    data = [e for e in events if not e.is_control]  # drain decoded with CRC checks
     assert len(data) == expected  # prefix kept, the rest re-read from the txlog once
 
 

@@ -1,7 +1,7 @@
 """ReplicateSink follows the source's table versions: added and dropped columns.
 
 Runs against SQLite, PostgreSQL and MariaDB (fresh database per test, see
-test_replicate_sink.py's ``target`` fixture).
+the suite's ``sql_url`` fixture).
 """
 
 from __future__ import annotations
@@ -13,10 +13,7 @@ import sqlalchemy as sa
 from databus.client import ClientConfig, DatabusClient, MemoryCheckpointStore, ReplicateSink
 from databus.core import event as ev
 from databus.core.schema import ColumnSpec, TableSchema, table_schema
-from tests.integration.test_client_memrelay import MemoryRelay, data_event
-from tests.integration.test_replicate_sink import target
-
-__all__ = ["target"]
+from tests.support.memrelay import MemoryRelay, data_event
 
 
 def _version(version: int, *columns: ColumnSpec) -> TableSchema:
@@ -47,7 +44,8 @@ def _run(relay: MemoryRelay, sink: ReplicateSink, windows: int, store: Any = Non
     DatabusClient(cfg, sink, store or sink.checkpoint_store).run(max_windows=windows)
 
 
-def test_dropped_and_added_columns_follow_the_source(target: str) -> None:
+def test_dropped_and_added_columns_follow_the_source(sql_url: str) -> None:
+    target = sql_url
     relay = MemoryRelay(schemas=[V1, V2, V3], sources=[(7, "app.acct")]).start()
     try:
         relay.add_window(1, [data_event(V1, 1, ev.Op.INSERT, {"id": 1, "name": "a", "doc": "{}"}),
@@ -77,7 +75,8 @@ def test_dropped_and_added_columns_follow_the_source(target: str) -> None:
         relay.stop()
 
 
-def test_drop_columns_false_keeps_them(target: str) -> None:
+def test_drop_columns_false_keeps_them(sql_url: str) -> None:
+    target = sql_url
     relay = MemoryRelay(schemas=[V1, V2], sources=[(7, "app.acct")]).start()
     try:
         relay.add_window(1, [data_event(V1, 1, ev.Op.INSERT, {"id": 1, "name": "a", "doc": "{}"})])

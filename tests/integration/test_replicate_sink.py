@@ -25,15 +25,13 @@ from databus.client import (
 from databus.core import event as ev
 from databus.core.errors import RetriesExhaustedError
 from databus.core.schema import ColumnSpec, TableSchema, table_schema
-from tests.integration.test_client_memrelay import (
+from tests.support.memrelay import (
     CUSTOMERS,
     ITEMS,
     MemoryRelay,
     data_event,
-    memrelay,
 )
 
-__all__ = ["memrelay"]
 
 @pytest.fixture
 def target(sql_url: str) -> str:

@@ -111,7 +111,7 @@ def _source(path: Path, **kw: Any) -> Iterator[SqliteSource]:
         src.close()
 
 
-def _drain(src: SqliteSource, replica: Replica, after: int, *, timeout: float = 0.0,
+def drain(src: SqliteSource, replica: Replica, after: int, *, timeout: float = 0.0,
            limit: int | None = None) -> int:
     """Read and apply windows until none comes (or ``limit`` windows); the last SCN."""
     n = 0
@@ -151,14 +151,14 @@ def test_initial_sends_every_row_then_streams(tmp_path: Path) -> None:
     with _source(db, snapshot_chunk_size=37) as src:
         _write(db, ("UPDATE a SET v = -2 WHERE id < 10", ()))  # a backlog: covered by the snapshot
         replica = Replica(src)
-        pos = _drain(src, replica, -1)
+        pos = drain(src, replica, -1)
         assert replica.reads == _rows(db) and replica.changes == 0
         assert replica.rows == _table_state(db)
         assert len(replica.scns) >= _rows(db) // 37
         _write(db, ("INSERT INTO a VALUES (10000, 1, 'new')", ()),
                ("DELETE FROM w WHERE k = 'w00003'", ()))
         before = replica.reads
-        pos = _drain(src, replica, pos, timeout=2.0, limit=1)
+        pos = drain(src, replica, pos, timeout=2.0, limit=1)
         assert replica.reads == before and replica.changes == 2
         assert replica.rows == _table_state(db)
         assert src.stats()["snapshot_completed_total"] == 1
@@ -171,7 +171,7 @@ def test_no_data_streams_only(tmp_path: Path) -> None:
         replica = Replica(src)
         assert src.read(-1, threading.Event(), 0.2) == []
         _write(db, ("UPDATE a SET v = 7 WHERE id = 3", ()))
-        _drain(src, replica, -1, timeout=2.0, limit=1)
+        drain(src, replica, -1, timeout=2.0, limit=1)
     assert replica.reads == 0 and replica.changes == 1
 
 
@@ -182,7 +182,7 @@ def test_initial_only_stops_after_the_snapshot(tmp_path: Path) -> None:
     with _source(db, snapshot_mode="initial_only", snapshot_chunk_size=40,
                  state_dir=state) as src:
         replica = Replica(src)
-        pos = _drain(src, replica, -1)
+        pos = drain(src, replica, -1)
         assert replica.reads == _rows(db)
         _write(db, ("UPDATE a SET v = 7 WHERE id = 3", ()))
         assert src.read(pos, threading.Event(), 0.3) == []
@@ -198,11 +198,11 @@ def test_empty_tables_send_no_window_and_their_first_change_first(tmp_path: Path
         assert src.stats()["snapshot_completed_total"] == 1
         _write(db, ("INSERT INTO a VALUES (2, 2, 'y')", ()))
         replica = Replica(src)
-        pos = _drain(src, replica, -1, timeout=2.0, limit=1)
+        pos = drain(src, replica, -1, timeout=2.0, limit=1)
         assert (replica.changes, replica.reads) == (1, 0)
         assert replica.rows == _table_state(db)
         _write(db, ("DELETE FROM a", ()))
-        pos = _drain(src, replica, pos, timeout=2.0, limit=1)
+        pos = drain(src, replica, pos, timeout=2.0, limit=1)
         assert replica.rows == {}
     with _source(db, snapshot_mode="always") as src:  # empty, nothing new: a marker row
         assert src.read(pos, threading.Event(), 0.2) == []
@@ -218,7 +218,7 @@ def test_when_needed_with_empty_tables_streams_from_the_end(tmp_path: Path) -> N
         assert src.read(5000, threading.Event(), 0.2) == []
         _write(db, ("INSERT INTO a VALUES (2, 2, 'y')", ()))
         replica = Replica(src)
-        _drain(src, replica, 5000, timeout=2.0, limit=1)
+        drain(src, replica, 5000, timeout=2.0, limit=1)
         assert replica.changes == 1 and replica.scns[0] > 5000
 
 
@@ -272,12 +272,12 @@ def test_snapshot_while_writers_change_the_same_keys(tmp_path: Path) -> None:
         try:
             pos = -1
             while src.stats().get("snapshot_completed_total", 0) < 1:
-                pos = _drain(src, replica, pos, limit=1, timeout=1.0)
+                pos = drain(src, replica, pos, limit=1, timeout=1.0)
         finally:
             stop.set()
             for t in writers:
                 t.join()
-        pos = _drain(src, replica, pos, timeout=0.3)
+        pos = drain(src, replica, pos, timeout=0.3)
         assert replica.changes > 100, "the writers ran during the snapshot"
         assert replica.reads >= rows  # every pre-existing row of a, at least
         assert replica.rows == _table_state(db)
@@ -292,7 +292,7 @@ def test_restart_resumes_after_the_last_chunk_it_holds(tmp_path: Path) -> None:
     state.mkdir()
     with _source(db, snapshot_chunk_size=100, state_dir=state, name="r") as src:
         replica = Replica(src)
-        _drain(src, replica, -1, limit=12)
+        drain(src, replica, -1, limit=12)
         assert replica.reads == 12 * 100
         kept = replica.scns[-3]  # the relay lost its last two windows
         _write(db, ("UPDATE a SET v = 0 WHERE id BETWEEN 100 AND 120", ()),
@@ -300,7 +300,7 @@ def test_restart_resumes_after_the_last_chunk_it_holds(tmp_path: Path) -> None:
     total = _rows(db)
     with _source(db, snapshot_chunk_size=100, state_dir=state, name="r") as src:
         again = Replica(src)
-        pos = _drain(src, again, kept)
+        pos = drain(src, again, kept)
         assert pos > kept
     # the ten chunk windows up to `kept` were held: the restart sent only the rest
     assert again.reads == total - 10 * 100
@@ -314,12 +314,12 @@ def test_restart_far_back_in_a_long_snapshot_resumes_there(tmp_path: Path) -> No
     state.mkdir()
     with _source(db, snapshot_chunk_size=5, state_dir=state) as src:
         replica = Replica(src)
-        _drain(src, replica, -1, limit=300)
+        drain(src, replica, -1, limit=300)
         kept = replica.scns[3]  # the relay kept only four windows
         src.acknowledge(kept)
     with _source(db, snapshot_chunk_size=5, state_dir=state) as src:
         again = Replica(src)
-        _drain(src, again, kept)
+        drain(src, again, kept)
     assert again.reads == _rows(db) - 4 * 5
 
 
@@ -329,12 +329,12 @@ def test_restart_rebuilds_the_table_exactly(tmp_path: Path) -> None:
     state.mkdir()
     with _source(db, snapshot_chunk_size=200, state_dir=state) as src:
         replica = Replica(src)
-        pos = _drain(src, replica, -1, limit=5)
+        pos = drain(src, replica, -1, limit=5)
         _write(db, ("UPDATE a SET v = 0 WHERE id < 3000", ()), ("DELETE FROM w", ()))
     with _source(db, snapshot_chunk_size=200, state_dir=state) as src:
         replica.src = src
         _write(db, ("INSERT INTO c VALUES ('z', 99999, 1)", ()))
-        _drain(src, replica, pos)
+        drain(src, replica, pos)
     assert replica.rows == _table_state(db)
 
 
@@ -344,16 +344,16 @@ def test_finished_snapshot_is_not_replayed_but_always_is(tmp_path: Path) -> None
     state.mkdir()
     with _source(db, snapshot_chunk_size=1000, state_dir=state) as src:
         replica = Replica(src)
-        pos = _drain(src, replica, -1)
+        pos = drain(src, replica, -1)
         assert replica.reads == _rows(db)
     with _source(db, state_dir=state) as src:  # initial, restarted with a position
         replica = Replica(src)
         _write(db, ("UPDATE a SET v = 1 WHERE id = 1", ()))
-        pos = _drain(src, replica, pos, timeout=1.0, limit=1)
+        pos = drain(src, replica, pos, timeout=1.0, limit=1)
         assert replica.reads == 0 and replica.changes == 1
     with _source(db, snapshot_mode="always", state_dir=state) as src:
         replica = Replica(src)
-        _drain(src, replica, pos)
+        drain(src, replica, pos)
         assert replica.reads == _rows(db)
 
 
@@ -380,11 +380,11 @@ def test_when_needed_snapshots_a_trimmed_position(tmp_path: Path) -> None:
                  snapshot_chunk_size=64) as src:
         replica = Replica(src)
         _write(db, ("DELETE FROM a WHERE id = 2", ()))
-        pos = _drain(src, replica, lost)
+        pos = drain(src, replica, lost)
         assert replica.scns[0] > lost
         assert replica.reads == _rows(db) and replica.rows == _table_state(db)
         _write(db, ("UPDATE a SET v = 5 WHERE id = 3", ()))
-        _drain(src, replica, pos, timeout=1.0, limit=1)
+        drain(src, replica, pos, timeout=1.0, limit=1)
         assert replica.changes == 1 and replica.rows == _table_state(db)
 
 
@@ -393,11 +393,11 @@ def test_when_needed_snapshots_a_position_ahead_of_the_database(tmp_path: Path) 
     ahead = 1_000_000
     with _source(db, snapshot_mode="when_needed") as src:
         replica = Replica(src)
-        pos = _drain(src, replica, ahead)
+        pos = drain(src, replica, ahead)
         assert replica.scns[0] > ahead  # the txlog's SCNs moved above the lost position
         assert replica.rows == _table_state(db)
         _write(db, ("INSERT INTO a VALUES (777, 1, 'x')", ()))
-        _drain(src, replica, pos, timeout=1.0, limit=1)
+        drain(src, replica, pos, timeout=1.0, limit=1)
         assert replica.changes == 1 and replica.rows == _table_state(db)
 
 
@@ -408,10 +408,10 @@ def test_alter_table_mid_snapshot_sends_the_current_version(tmp_path: Path) -> N
     db = _db(tmp_path / "s.db", 1000)
     with _source(db, snapshot_chunk_size=100) as src:
         replica = Replica(src)
-        pos = _drain(src, replica, -1, limit=3)
+        pos = drain(src, replica, -1, limit=3)
         _write(db, ("ALTER TABLE a ADD COLUMN extra TEXT DEFAULT 'd'", ()))
         _write(db, ("UPDATE a SET extra = 'set' WHERE id = 950", ()))
-        _drain(src, replica, pos)
+        drain(src, replica, pos)
     got = {k[1]: v for k, v in replica.rows.items() if k[0] == "a"}
     assert "extra" not in got[5]  # sent before the ALTER: the old version
     assert got[999]["extra"] == "d" and got[950]["extra"] == "set"
@@ -422,13 +422,13 @@ def test_table_recreated_mid_snapshot(tmp_path: Path) -> None:
     db = _db(tmp_path / "s.db", 1000)
     with _source(db, snapshot_chunk_size=100) as src:
         replica = Replica(src)
-        pos = _drain(src, replica, -1, limit=2)
+        pos = drain(src, replica, -1, limit=2)
         _write(db, ("DROP TABLE a", ()),
                ("CREATE TABLE a (id INTEGER PRIMARY KEY, v INTEGER, s TEXT, t TEXT)", ()),
                ("INSERT INTO a (id, v, s, t) SELECT value, value, 'again', 'x'"
                 " FROM (WITH RECURSIVE s(value) AS (SELECT 500 UNION ALL SELECT value + 1 FROM s"
                 " WHERE value < 520) SELECT value FROM s)", ()))
-        _drain(src, replica, pos)
+        drain(src, replica, pos)
     rows = {k[1]: v for k, v in replica.rows.items() if k[0] == "a"}
     for i in range(500, 521):
         assert rows[i] == {"id": i, "v": i, "s": "again", "t": "x"}

@@ -7,18 +7,12 @@ worker (``PYSPARK_PYTHON``), so executors import this checkout's databus.
 from __future__ import annotations
 
 import os
-import sqlite3
 import sys
 from collections.abc import Iterator
-from contextlib import closing
-from pathlib import Path
-from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
-from databus.relay.config import parse_config
-from databus.relay.relay import Relay
 from databus.spark import register
 
 
@@ -49,25 +43,3 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
         session.stop()
 
 
-def start_relay(db: Path, tmp: Path, tables: list[str], snapshot_mode: str = "no_data",
-                **buffer: Any) -> Relay:
-    """An in-process relay over ``db`` on a free port (memory buffer unless ``path``).
-
-    Stream-only by default: with ``initial``, changes a writer commits before the
-    relay's first read arrive as snapshot ``r`` rows, and these tests count ops."""
-    cfg = parse_config({
-        "source": {"url": f"sqlite:///{db}", "tables": tables, "poll_interval": 0.01,
-                   "snapshot_mode": snapshot_mode},
-        "buffer": {"capacity_bytes": 32 * 1024 * 1024, "flush_interval": 0.2, **buffer},
-        "http": {"port": 0},
-        "state_dir": str(tmp / "relay-state"),
-        "stream": {"default_timeout": 0.5},
-    })
-    relay = Relay(cfg)
-    relay.start()
-    return relay
-
-
-def rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
-    with closing(sqlite3.connect(db)) as con:
-        return [tuple(r) for r in con.execute(sql)]

@@ -12,26 +12,9 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from databus.relay.relay import Relay
 from databus.spark import apply_changes, changes, read_table
-from tests.spark.conftest import start_relay
-from tests.support.shop import TABLES, Writer, create_shop, table_rows, txlog_max
-
-
-def wait_relay(relay: Relay, db: Path, timeout: float = 30.0) -> None:
-    want = txlog_max(db)
-    deadline = time.monotonic() + timeout
-    while relay.buffer.max_scn < want:
-        assert time.monotonic() < deadline, f"relay stuck at {relay.buffer.max_scn} < {want}"
-        time.sleep(0.05)
-
-
-def stream(spark: SparkSession, relay: Relay, source: str, **opts: object) -> DataFrame:
-    reader = (spark.readStream.format("databus").option("relay", relay.url)
-              .option("sources", source))
-    for k, v in opts.items():
-        reader = reader.option(k, str(v))
-    return reader.load()
+from tests.support.shop import TABLES, Writer, create_shop, table_rows
+from tests.support.sparkrelay import start_relay, stream, wait_relay
 
 
 def sorted_rows(df: DataFrame, columns: list[str], order: list[str]) -> list[tuple[object, ...]]:
@@ -163,6 +146,6 @@ def test_scd2_history_matches_the_sequence_of_updates(spark: SparkSession,
 
 
 def rows_of(db: Path) -> list[tuple[object, ...]]:
-    from tests.spark.conftest import rows
+    from tests.support.sparkrelay import rows
 
     return rows(db, "SELECT id, v, note FROM accounts ORDER BY id")

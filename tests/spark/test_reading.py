@@ -24,10 +24,9 @@ from databus.spark.reading import (
     scan_limit,
 )
 from databus.spark.source import _Plan
-from tests.spark.conftest import start_relay
-from tests.spark.test_pipeline import wait_relay
 from tests.support.procs import free_port
 from tests.support.shop import TABLES, Writer, create_shop
+from tests.support.sparkrelay import start_relay, wait_relay
 
 
 @pytest.fixture

@@ -28,9 +28,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from databus.spark import apply_changes, changes, read_table
-from tests.spark.test_source import relay_events
 from tests.support.procs import DATABUS, free_port, kill9, spawn, stop, wait_http
 from tests.support.shop import TABLES, Writer, create_shop, table_rows, txlog_max
+from tests.support.sparkrelay import relay_events
 
 
 class _RelayProc:

@@ -27,9 +27,8 @@ from databus.relay.relay import Relay
 from databus.spark import changes, read_table, register_snapshot, snapshot_scn
 from databus.spark.apply import ChangeApplier
 from databus.spark.spec import ApplySpec
-from tests.spark.conftest import start_relay
-from tests.spark.test_pipeline import wait_relay
 from tests.support.shop import TABLES, Writer, create_shop, table_rows, txlog_max
+from tests.support.sparkrelay import start_relay, wait_relay
 
 COLUMNS = {"customers": ["id", "name", "balance", "tx"],
            "items": ["order_id", "line", "sku", "qty", "tx"]}

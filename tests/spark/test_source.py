@@ -11,33 +11,10 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from databus.client.relay import RelayConnection
-from databus.core import event as ev
-from databus.core.checkpoint import Checkpoint
 from databus.relay.relay import Relay
 from databus.spark import changes
-from tests.spark.conftest import start_relay
-from tests.spark.test_pipeline import stream, wait_relay
 from tests.support.shop import TABLES, Writer, create_shop
-
-Seen = tuple[int, str, str]  # (scn, key, op)
-
-
-def relay_events(url: str, source_name: str) -> list[Seen]:
-    """Every data event of one source the relay at ``url`` holds, read directly over HTTP."""
-    out: list[Seen] = []
-    with RelayConnection(url) as conn:
-        src = [i for i, n in conn.sources() if n.endswith("." + source_name)]
-        cp = Checkpoint.flexible()
-        while True:
-            data = conn.stream(cp, src, size=1 << 20, timeout=0).data
-            if not data:
-                return out
-            for e in ev.iter_events(data):
-                if e.is_eop:
-                    cp = Checkpoint.after(e.scn)
-                elif not e.is_control:
-                    out.append((e.scn, str(e.key), e.op.letter))
+from tests.support.sparkrelay import relay_events, start_relay, stream, wait_relay
 
 
 def run_available_now(df: DataFrame, out: Path, ckpt: Path) -> list[int]:

@@ -12,7 +12,7 @@ from databus.client.window import DecodedWindow
 from databus.core import event as ev
 from databus.core.errors import ConsumerCallbackError, ConsumerFatalError
 from databus.core.schema import ColumnSpec, SchemaRegistry, TableSchema, table_schema
-from tests.integration.test_client_memrelay import (
+from tests.support.memrelay import (
     CUSTOMERS,
     ITEMS,
     customer,

@@ -15,7 +15,7 @@ from databus.client.window import DecodedWindow
 from databus.core import event as ev
 from databus.core.errors import ConsumerCallbackError, ConsumerFatalError
 from databus.core.schema import SchemaRegistry
-from tests.integration.test_client_memrelay import CUSTOMERS, ITEMS, customer, item
+from tests.support.memrelay import CUSTOMERS, ITEMS, customer, item
 
 REG = SchemaRegistry([CUSTOMERS, ITEMS])
 

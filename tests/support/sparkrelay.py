@@ -1,0 +1,81 @@
+"""Relays and readers for the Spark tests: an in-process relay on a SQLite shop, waiting
+for it, streaming it into Spark, reading its events.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from databus.client.relay import RelayConnection
+from databus.core import event as ev
+from databus.core.checkpoint import Checkpoint
+from databus.relay.config import parse_config
+from databus.relay.relay import Relay
+from tests.support.shop import txlog_max
+
+Seen = tuple[int, str, str]  # (scn, key, op)
+
+
+def start_relay(db: Path, tmp: Path, tables: list[str], snapshot_mode: str = "no_data",
+                **buffer: Any) -> Relay:
+    """An in-process relay over ``db`` on a free port (memory buffer unless ``path``).
+
+    Stream-only by default: with ``initial``, changes a writer commits before the
+    relay's first read arrive as snapshot ``r`` rows, and these tests count ops."""
+    cfg = parse_config({
+        "source": {"url": f"sqlite:///{db}", "tables": tables, "poll_interval": 0.01,
+                   "snapshot_mode": snapshot_mode},
+        "buffer": {"capacity_bytes": 32 * 1024 * 1024, "flush_interval": 0.2, **buffer},
+        "http": {"port": 0},
+        "state_dir": str(tmp / "relay-state"),
+        "stream": {"default_timeout": 0.5},
+    })
+    relay = Relay(cfg)
+    relay.start()
+    return relay
+
+
+def rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
+    with closing(sqlite3.connect(db)) as con:
+        return [tuple(r) for r in con.execute(sql)]
+
+
+def wait_relay(relay: Relay, db: Path, timeout: float = 30.0) -> None:
+    want = txlog_max(db)
+    deadline = time.monotonic() + timeout
+    while relay.buffer.max_scn < want:
+        assert time.monotonic() < deadline, f"relay stuck at {relay.buffer.max_scn} < {want}"
+        time.sleep(0.05)
+
+
+def stream(spark: SparkSession, relay: Relay, source: str, **opts: object) -> DataFrame:
+    reader = (spark.readStream.format("databus").option("relay", relay.url)
+              .option("sources", source))
+    for k, v in opts.items():
+        reader = reader.option(k, str(v))
+    return reader.load()
+
+
+def relay_events(url: str, source_name: str) -> list[Seen]:
+    """Every data event of one source the relay at ``url`` holds, read directly over HTTP."""
+    out: list[Seen] = []
+    with RelayConnection(url) as conn:
+        src = [i for i, n in conn.sources() if n.endswith("." + source_name)]
+        cp = Checkpoint.flexible()
+        while True:
+            data = conn.stream(cp, src, size=1 << 20, timeout=0).data
+            if not data:
+                return out
+            for e in ev.iter_events(data):
+                if e.is_eop:
+                    cp = Checkpoint.after(e.scn)
+                elif not e.is_control:
+                    out.append((e.scn, str(e.key), e.op.letter))
+
+
