@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from tests.support.procs import DATABUS, free_port, kill9, snapshot_reads, spawn, stop, wait_http
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -112,10 +113,8 @@ def test_kill9_relay_mid_snapshot_resumes_and_replica_equals(tmp_path: Path) -> 
             relay = procs[0] = spawn(relay_args, log)
             wait_http(f"{url}/admin", relay)
         assert kills >= 2, "the snapshot ended before the relay could be killed twice"
-        deadline = time.monotonic() + 240
-        while not _completed(state):
-            assert time.monotonic() < deadline, "snapshot did not complete"
-            time.sleep(0.3)
+        wait_until(lambda: _completed(state), 240, "the snapshot to complete",
+                   interval=0.3)
         writer.stop.set()
         writer.join()
         text = " ".join(log.read_text(errors="replace").split())  # the log wraps lines

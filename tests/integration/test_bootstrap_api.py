@@ -7,7 +7,6 @@ plain HTTP. After every bad request the server must still answer good ones.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from databus.core.filters import ServerFilter
 from databus.relay.relay import Relay
 from tests.support.bootstrap import make_bootstrap, preload
 from tests.support.bulk import BulkWriter
+from tests.support.wait import wait_until
 
 
 @pytest.fixture
@@ -30,18 +30,15 @@ def served(shop_db: Path, tmp_path: Path, relay: Relay) -> Iterator[tuple[Bootst
     preload(shop_db, 400)
     bs = make_bootstrap(shop_db, tmp_path, relay)
     bs.start()
-    deadline = time.monotonic() + 30
-    while httpx.get(f"{bs.url}/admin").json()["log_start_scn"] < 0:  # initial load done
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: httpx.get(f"{bs.url}/admin").json()["log_start_scn"] >= 0, 30, "the initial load",
+               interval=0.05)
     w = BulkWriter(shop_db, seed=9, per_tx=20)
     w.run_until(1500)
     w.close()
     try:
-        deadline = time.monotonic() + 30
-        while httpx.get(f"{bs.url}/admin").json()["applied_scn"] < w.changes:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(lambda: httpx.get(f"{bs.url}/admin").json()["applied_scn"] >= w.changes, 30,
+                   "the bootstrap applier to fold every change",
+                   interval=0.05)
         yield bs, w.changes
     finally:
         bs.stop()
@@ -171,10 +168,9 @@ def test_a_store_without_the_relay_yet_answers_too_old(tmp_path: Path) -> None:
         for path in ("/startSCN", "/sources", "/targetSCN"):
             r = get(bs, path)
             assert r.status_code == 409 and r.json()["error"] == "BootstrapTooOld", r.text
-        deadline = time.monotonic() + 10
-        while not get(bs, "/admin").json()["producer"]["error"]:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(lambda: get(bs, "/admin").json()["producer"]["error"], 10,
+                   "the producer to report its error",
+                   interval=0.05)
         assert "unreachable" in get(bs, "/admin").json()["producer"]["error"]
     finally:
         bs.stop()

@@ -25,6 +25,7 @@ from tests.support.bootstrap import make_bootstrap, preload
 from tests.support.bulk import BulkWriter
 from tests.support.relays import make_relay
 from tests.support.shop import TABLES, table_rows, txlog_max
+from tests.support.wait import wait_until
 
 
 def source_state(db: Path) -> dict[tuple[str, Any], tuple[Any, ...]]:
@@ -140,10 +141,8 @@ def setup(shop_db: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
     w = BulkWriter(shop_db, seed=41, per_tx=50)
     w.run_until(12_000, threading.Event(), 0.001)
     top = txlog_max(shop_db)
-    deadline = time.monotonic() + 30
-    while relay.buffer.max_scn < top:  # under load the relay may still be reading
-        assert time.monotonic() < deadline, "the relay did not catch up with the writer"
-        time.sleep(0.05)
+    wait_until(lambda: relay.buffer.max_scn >= top, 30, "the relay to catch up with the writer",
+               interval=0.05)
     assert relay.buffer.min_scn > 2000
     try:
         yield relay, bs, w
@@ -198,10 +197,9 @@ def test_restart_mid_snapshot_resumes_it(setup: Any, shop_db: Path, tmp_path: Pa
     assert cp.snapshot_offset > 0
     # the store moves on meanwhile: a fresh bootstrap would start at a newer SCN
     w.run_until(13_000, threading.Event(), 0.001)
-    deadline = time.monotonic() + 30
-    while bs.store.state().applied_scn < w.changes:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: bs.store.state().applied_scn >= w.changes, 30,
+               "the bootstrap applier to fold every change",
+               interval=0.05)
     # a new process: same checkpoint file, the state the consumer had committed
     stop2 = threading.Event()
     c2 = StateConsumer(stop2)

@@ -27,6 +27,7 @@ from tests.support.bootstrap import Consumer, make_bootstrap, preload, rows, wai
 from tests.support.bulk import BulkWriter
 from tests.support.relays import make_relay
 from tests.support.shop import TABLES
+from tests.support.wait import wait_until
 
 
 @pytest.fixture
@@ -170,10 +171,9 @@ def test_producer_that_fell_off_the_relay(shop_db: Path, tmp_path: Path, initial
         bs = make_bootstrap(shop_db, tmp_path, relay, initial=initial)
         bs.start()
         w.run_until(1000, threading.Event(), 0.001)
-        deadline = time.monotonic() + 30
-        while bs.store.state().applied_scn < w.changes:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(lambda: bs.store.state().applied_scn >= w.changes, 30,
+               "the bootstrap applier to fold every change",
+                   interval=0.05)
         bs.stop()
         w.run_until(20_000, threading.Event(), 0.001)  # the relay drops the producer's position
         assert relay.buffer.min_scn > 2000
@@ -229,10 +229,9 @@ def test_log_retention_trims_and_far_behind_consumers_get_a_snapshot(
         old = ReplicateSink(f"sqlite:///{replica}").load()
         assert old is not None
         w.run_until(20_000, threading.Event(), 0.001)
-        deadline = time.monotonic() + 30
-        while bs.store.state().log_start_scn <= old.window_scn + 1000:
-            assert time.monotonic() < deadline, "the log was not trimmed"
-            time.sleep(0.1)
+        wait_until(lambda: bs.store.state().log_start_scn > old.window_scn + 1000, 30,
+                   "the bootstrap log to be trimmed",
+                   interval=0.1)
         # the consumer's position is gone from the relay and from the log: a snapshot
         r = httpx.get(f"{bs.url}/startSCN", params={"checkPoint": old.to_json()}, timeout=5)
         assert r.status_code == 200, r.text

@@ -34,6 +34,7 @@ from tests.support.memrelay import (
     data_event,
     item,
 )
+from tests.support.wait import wait_until
 
 _FAILED = (ConsumerResult.ERROR, ConsumerResult.ERROR_FATAL)
 
@@ -297,9 +298,8 @@ def test_schema_change_fetches_register_again(memrelay: MemoryRelay) -> None:
     t = threading.Thread(target=client.run, kwargs={"stop": stop, "max_windows": 2})
     t.start()
     try:
-        deadline = time.monotonic() + 10
-        while rec.completed != [10] and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: rec.completed == [10], 10, "window 10 to complete",
+                   interval=0.01)
         memrelay.registry.add(v2)  # DDL at the source: a new version appears
         row = {"id": 5, "name": "x", "balance": None, "full_name": "Ada L"}
         memrelay.add_window(20, [data_event(v2, 20, Op.INSERT, row)])
@@ -354,9 +354,8 @@ def test_from_start_false_failure_in_the_first_window_replays_it(memrelay: Memor
     # request arrives, so "latest" begins after it; window 70 comes during the poll
     t = threading.Thread(target=client.run, kwargs={"stop": stop, "max_windows": 1})
     t.start()
-    deadline = time.monotonic() + 10
-    while not memrelay.stream_requests and time.monotonic() < deadline:
-        time.sleep(0.002)
+    wait_until(lambda: memrelay.stream_requests, 10, "the first /stream request",
+               interval=0.002)
     memrelay.add_window(70, [customer(70, 2)])
     rec.fail_at[("event", 70)] = [RuntimeError("replay me")]
     t.join(10)

@@ -4,7 +4,6 @@ fed by an in-memory Source, so it runs without any capture database."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from databus.relay.config import parse_config
 from databus.relay.relay import Relay
 from databus.sources.base import Source, SourceInfo
 from tests.support.memrelay import CUSTOMERS, ITEMS, customer, item
+from tests.support.wait import wait_until
 
 
 class ListSource(Source):
@@ -74,10 +74,8 @@ def real_relay(tmp_path: Path) -> Iterator[tuple[Relay, ListSource]]:
 
 
 def _wait(relay: Relay, scn: int) -> None:
-    deadline = time.monotonic() + 10
-    while relay.buffer.max_scn < scn:
-        assert time.monotonic() < deadline, "relay did not capture in time"
-        time.sleep(0.01)
+    wait_until(lambda: relay.buffer.max_scn >= scn, 10, "the relay to capture the writes",
+               interval=0.01)
 
 
 class Keep(Consumer):

@@ -14,6 +14,7 @@ from databus.core import event as ev
 from databus.core.errors import BufferCorruptError
 from tests.support.relays import drain, make_relay
 from tests.support.shop import Writer, txlog_max
+from tests.support.wait import wait_until
 
 
 def _run_and_stop(db: Path, tmp: Path, n: int) -> tuple[Writer, int]:
@@ -25,9 +26,8 @@ def _run_and_stop(db: Path, tmp: Path, n: int) -> tuple[Writer, int]:
         if len(w.committed) % 10 == 0:
             time.sleep(0.05)  # several windows
     w.close()
-    deadline = time.monotonic() + 10
-    while relay.buffer.max_scn < txlog_max(db) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: relay.buffer.max_scn >= txlog_max(db), 10, "the relay to capture the txlog",
+               interval=0.05)
     used = relay.buffer.stats()["used_bytes"]
     relay.stop()
     return w, used
@@ -38,9 +38,8 @@ def _served(db: Path, tmp: Path) -> tuple[list[ev.Event], dict[str, object]]:
     relay.start()
     try:
         top = txlog_max(db)
-        deadline = time.monotonic() + 10
-        while relay.buffer.max_scn < top and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: relay.buffer.max_scn >= top, 10, "the relay to capture the txlog",
+                   interval=0.05)
         with httpx.Client(base_url=relay.url, timeout=10) as c:
             return drain(c, {}, top), relay.buffer.stats()
     finally:

@@ -31,6 +31,7 @@ from databus.spark import apply_changes, changes, read_table
 from tests.support.procs import DATABUS, free_port, kill9, spawn, stop, wait_http
 from tests.support.shop import TABLES, Writer, create_shop, table_rows, txlog_max
 from tests.support.sparkrelay import relay_events
+from tests.support.wait import wait_until
 
 
 class _RelayProc:
@@ -112,10 +113,8 @@ def test_kill_queries_and_relay_at_random_points(spark: SparkSession, tmp_path: 
         writer.join()
         w.close()
     try:
-        deadline = time.monotonic() + 60
-        while relay.buffer_max < txlog_max(db):
-            assert time.monotonic() < deadline, "relay did not catch up"
-            time.sleep(0.1)
+        wait_until(lambda: relay.buffer_max >= txlog_max(db), 60, "the relay to catch up",
+                   interval=0.1)
         for q in _start(spark, relay.url, tmp_path, {"availableNow": True}):
             q.awaitTermination(300)
             assert q.exception() is None
@@ -175,10 +174,8 @@ def test_sigkill_of_the_spark_driver_mid_stream(spark: SparkSession, tmp_path: P
         writer.join()
         w.close()
     try:
-        deadline = time.monotonic() + 60
-        while relay.buffer_max < txlog_max(db):
-            assert time.monotonic() < deadline, "relay did not catch up"
-            time.sleep(0.1)
+        wait_until(lambda: relay.buffer_max >= txlog_max(db), 60, "the relay to catch up",
+                   interval=0.1)
         src = (spark.readStream.format("databus").option("relay", relay.url)
                .option("sources", "customers").option("partitions", 4).load())
         q = apply_changes(target=str(target), source=changes(src), keys=["id"],

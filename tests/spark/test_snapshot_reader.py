@@ -29,6 +29,7 @@ from databus.spark.apply import ChangeApplier
 from databus.spark.spec import ApplySpec
 from tests.support.shop import TABLES, Writer, create_shop, table_rows, txlog_max
 from tests.support.sparkrelay import start_relay, wait_relay
+from tests.support.wait import wait_until
 
 COLUMNS = {"customers": ["id", "name", "balance", "tx"],
            "items": ["order_id", "line", "sku", "qty", "tx"]}
@@ -47,10 +48,8 @@ class Pipeline:
                 time.sleep(0.03)  # several relay windows
         wait_relay(self.relay, self.db)
         want = txlog_max(self.db)
-        deadline = time.monotonic() + 30
-        while snapshot_scn(self.store) < want:
-            assert time.monotonic() < deadline, "bootstrap applier stuck"
-            time.sleep(0.05)
+        wait_until(lambda: snapshot_scn(self.store) >= want, 30, "the bootstrap applier to fold",
+                   interval=0.05)
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ from databus.core.checkpoint import Checkpoint
 from databus.core.errors import DatabusError, InvalidRequestError, ScnNotFoundError
 from databus.core.filters import ServerFilter
 from databus.core.schema import ColumnSpec, SchemaRegistry, TableSchema, table_schema
+from tests.support.wait import wait_until
 
 CUSTOMERS = TableSchema(
     src_id=1, name="shop.customers", version=1,
@@ -217,10 +218,8 @@ class MemoryRelay:
         self._thread = threading.Thread(target=self._server.run,
                                         kwargs={"sockets": [self._sock]}, daemon=True)
         self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            assert time.monotonic() < deadline, "memory relay did not start"
-            time.sleep(0.01)
+        wait_until(lambda: self._server.started, 10, "the memory relay to start",
+                   interval=0.01)
         return self
 
     def stop(self) -> None:

@@ -5,7 +5,6 @@ for it, streaming it into Spark, reading its events.
 from __future__ import annotations
 
 import sqlite3
-import time
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from databus.core.checkpoint import Checkpoint
 from databus.relay.config import parse_config
 from databus.relay.relay import Relay
 from tests.support.shop import txlog_max
+from tests.support.wait import wait_until
 
 Seen = tuple[int, str, str]  # (scn, key, op)
 
@@ -48,10 +48,8 @@ def rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
 
 def wait_relay(relay: Relay, db: Path, timeout: float = 30.0) -> None:
     want = txlog_max(db)
-    deadline = time.monotonic() + timeout
-    while relay.buffer.max_scn < want:
-        assert time.monotonic() < deadline, f"relay stuck at {relay.buffer.max_scn} < {want}"
-        time.sleep(0.05)
+    wait_until(lambda: relay.buffer.max_scn >= want, timeout, f"the relay to reach scn {want}",
+               interval=0.05)
 
 
 def stream(spark: SparkSession, relay: Relay, source: str, **opts: object) -> DataFrame:
