@@ -33,6 +33,14 @@ def _run_and_stop(db: Path, tmp: Path, n: int) -> tuple[Writer, int]:
     return w, used
 
 
+def _damage_headers(buf: Path) -> None:
+    """Both header slots fail their CRC (the magic stays: the file is still a buffer)."""
+    with buf.open("r+b") as fh:
+        for off in (0, 512):
+            fh.seek(off + 20)
+            fh.write(b"\xff\xff")
+
+
 def _served(db: Path, tmp: Path) -> tuple[list[ev.Event], dict[str, object]]:
     relay = make_relay(db, tmp, path=str(tmp / "relay.buf"), recover=True)
     relay.start()
@@ -58,8 +66,7 @@ def test_a_damaged_buffer_file_is_refused_and_left_unchanged(shop_db: Path,
     damaged = buf.read_bytes()
     with pytest.raises(BufferCorruptError, match=r"relay\.buf is damaged.*buffer\.recover"):
         make_relay(shop_db, tmp_path, path=str(buf))
-    with buf.open("r+b") as fh:  # both header slots
-        fh.write(b"\x00" * HEADER_SIZE)
+    _damage_headers(buf)
     damaged = buf.read_bytes()
     with pytest.raises(BufferCorruptError, match="no valid header"):
         make_relay(shop_db, tmp_path, path=str(buf))
@@ -86,8 +93,7 @@ def test_with_recover_an_unreadable_buffer_file_is_moved_aside(shop_db: Path,
                                                                tmp_path: Path) -> None:
     w, _ = _run_and_stop(shop_db, tmp_path, 30)
     buf = tmp_path / "relay.buf"
-    with buf.open("r+b") as fh:
-        fh.write(b"\x00" * HEADER_SIZE)
+    _damage_headers(buf)
     events, _ = _served(shop_db, tmp_path)
     assert list(tmp_path.glob("relay.buf.corrupt-*")), "the damaged file is kept aside"
     # the SQLite source (no_data, nothing trimmed) declared its whole txlog complete,

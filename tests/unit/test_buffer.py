@@ -15,6 +15,7 @@ from databus.core.checkpoint import Checkpoint
 from databus.core.errors import (
     BufferCorruptError,
     BufferFullError,
+    ConfigError,
     ScnAheadError,
     ScnNotFoundError,
 )
@@ -197,9 +198,15 @@ def test_bad_header_or_wrong_size_is_refused(tmp_path: Path) -> None:
     _filled(path)
     with pytest.raises(BufferCorruptError, match="capacity"):
         EventBuffer(128 * 1024, path=path)
-    with path.open("r+b") as fh:
-        fh.write(b"\x00" * 1024)  # both header slots
+    with path.open("r+b") as fh:  # both header slots damaged (magic kept: still ours)
+        for off in (0, 512):
+            fh.seek(off + 20)
+            fh.write(b"\xff\xff")
     with pytest.raises(BufferCorruptError, match="header"):
+        EventBuffer(64 * 1024, path=path)
+    with path.open("r+b") as fh:
+        fh.write(b"\x00" * 1024)  # no magic left: not recognisably a buffer
+    with pytest.raises(ConfigError, match="not a databus buffer"):
         EventBuffer(64 * 1024, path=path)
 
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import stat
 import struct
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from databus.core import event as ev
-from databus.core.errors import BufferCorruptError, CorruptEventError
+from databus.core.errors import BufferCorruptError, ConfigError, CorruptEventError
 
 log = logging.getLogger("databus.buffer")
 
@@ -58,10 +59,21 @@ class BufferFile:
 
     @classmethod
     def open(cls, path: Path, capacity: int, start_scn: int) -> BufferFile:
-        """Open (recovering the state) or create the file at ``path``."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        exists = path.exists()
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        """Open (recovering the state) or create the file at ``path``.
+
+        Only a regular file that carries the buffer's magic and layout version is
+        adopted; any other existing path (a database, a directory, a device, a
+        symlink, an empty file, another layout version) is refused with
+        :class:`ConfigError` before anything is written, and left as it is. A new
+        file is created exclusively with mode 0600 (its new directory 0700).
+        """
+        exists = os.path.lexists(path)
+        if exists:
+            check_adoptable(path)
+        else:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | (0 if exists else os.O_CREAT | os.O_EXCL)
+        fd = os.open(path, flags, 0o600)
         try:
             size = os.fstat(fd).st_size
             if exists and size != HEADER_SIZE + capacity:
@@ -104,6 +116,27 @@ class BufferFile:
         self.data.release()
         self._mm.close()
         os.close(self._fd)
+
+
+def check_adoptable(path: Path) -> None:
+    """Refuse (ConfigError) an existing ``path`` that is not a buffer file of this layout:
+    a relay must never take over, move or overwrite a file it did not write."""
+    st = os.lstat(path)
+    what = ("a symbolic link" if stat.S_ISLNK(st.st_mode) else "a directory"
+            if stat.S_ISDIR(st.st_mode) else None if stat.S_ISREG(st.st_mode)
+            else "a device, socket or pipe")
+    if what is None:
+        with path.open("rb") as fh:
+            head = fh.read(_SLOT_OFFSETS[-1] + _SLOT.size)
+        slots = [head[o:o + _SLOT.size] for o in _SLOT_OFFSETS]
+        ours = [x for x in slots if x[:len(MAGIC)] == MAGIC]
+        if not ours:
+            what = "an empty file" if not head else "not a databus buffer file"
+        elif all(_SLOT.unpack(x)[1] != LAYOUT_VERSION for x in ours if len(x) == _SLOT.size):
+            what = f"a databus buffer of another layout version (this one reads {LAYOUT_VERSION})"
+    if what is not None:
+        raise ConfigError(f"refusing to use {path} as the relay's buffer file: it is {what};"
+                          " it was left unchanged. Give a new path or an existing buffer file")
 
 
 def _read_state(mm: mmap.mmap, path: Path, capacity: int) -> FileState:

@@ -1,20 +1,28 @@
 """Atomic file writes: a temp file in the same directory, fsync, ``os.replace``.
 
 A reader sees the old content or the new content, never a mix, whatever point
-the writer is killed at.
+the writer is killed at. Files are created 0600 and new directories 0700. Only a
+regular file is ever replaced: a directory, device, socket or symlink at ``path``
+is refused (:class:`ConfigError`) and left alone. Callers that keep state in a file
+read it (and refuse what is not theirs) before they first write it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 
+from databus.core.errors import ConfigError
+
 
 def write_atomic(path: Path, data: bytes, *, fsync: bool = True) -> None:
-    """Replace ``path`` with ``data`` atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Replace ``path`` with ``data`` atomically (see the module docstring)."""
+    if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
+        raise ConfigError(f"refusing to replace {path}: it is not a regular file")
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:

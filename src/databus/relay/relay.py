@@ -56,11 +56,17 @@ class Relay(HttpService):
         state_dir = config.state_dir or (config.buffer.path.parent if config.buffer.path else None)
         self.source = (source if source is not None
                        else open_source(config.source, config.name, state_dir))
-        self.source.open()  # connects and installs capture: start-up errors surface here
         self.state_path = state_dir / f"{config.name}.state.json" if state_dir else None
         state = RelayState.load(self.state_path)
         start_scn = state.resume_scn if state is not None else -1
+        # the buffer file first: a path that is not a buffer is refused before the
+        # source writes anything (capture triggers, its own state files)
         self.buffer = self._open_buffer(start_scn)
+        try:
+            self.source.open()  # connects and installs capture: start-up errors surface here
+        except BaseException:
+            self.buffer.close()
+            raise
         self.continuity = self._continuity(start_scn)
         self.metrics.capacity.set(config.buffer.capacity_bytes)
         self.fetcher = Fetcher(
