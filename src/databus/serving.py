@@ -36,7 +36,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, ExceptionHandler
 
-from databus.core.errors import DatabusError, InvalidRequestError, UnknownSourceError
+from databus.core.errors import ConfigError, DatabusError, InvalidRequestError, UnknownSourceError
 
 MAX_SOURCE_IDS = 10_000  # ids one request may name
 
@@ -200,7 +200,11 @@ class HttpService(ABC):
             self._server = server
             # bind and listen before serving, so the port is known (port 0) and
             # connections queue from the moment start() returns
-            sock = socket.create_server((self.host, self._bind_port), backlog=512)
+            try:
+                sock = socket.create_server((self.host, self._bind_port), backlog=512)
+            except OSError as exc:  # port in use, address not here, no permission
+                raise ConfigError(f"{self.name} cannot listen on {self.host}:{self._bind_port}:"
+                                  f" {exc.strerror or exc}") from exc
             # accepted connections inherit TCP_NODELAY (Linux). asyncio sets it only on
             # sockets whose proto is IPPROTO_TCP, which create_server's (proto 0) is not;
             # without it a response written in two parts (headers, body) waits for the

@@ -49,3 +49,23 @@ def test_sigterm_with_a_long_poll_open_exits_0_without_a_traceback(shop_db: Path
             kill9(proc)
     out = log.read_text()
     assert "Traceback" not in out and "ERROR" not in out, out
+
+
+def test_a_port_in_use_is_one_line_naming_it(shop_db: Path, tmp_path: Path) -> None:
+    import socket
+    import subprocess
+
+    from tests.support.procs import ROOT
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = subprocess.run(
+            [*DATABUS, "relay", "--source", f"sqlite:///{shop_db}", "--tables",
+             ",".join(TABLES), "--port", str(port)],
+            capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    errors = [x for x in out.stderr.splitlines() if x.startswith("databus:")]
+    assert errors == [f"databus: ConfigError: relay cannot listen on 127.0.0.1:{port}:"
+                      " Address already in use"], out.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from databus.client import (
     SqlCheckpointStore,
 )
 from databus.core.checkpoint import Checkpoint
-from databus.core.errors import InvalidCheckpointError
+from databus.core.errors import ConfigError, InvalidCheckpointError
 
 
 def test_file_store_round_trip_and_atomic_replace(tmp_path: Path) -> None:
@@ -34,11 +35,21 @@ def test_file_store_round_trip_and_atomic_replace(tmp_path: Path) -> None:
 
 def test_file_store_failed_write_leaves_no_partial_file(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
-    path.mkdir()  # os.replace onto a non-empty directory fails after the temp file is written
+    path.mkdir()  # a directory where the file should be: refused, never replaced
     (path / "keep").write_text("x")
-    with pytest.raises(CheckpointStoreError, match="cannot write checkpoint file"):
+    with pytest.raises(ConfigError, match="not a regular file"):
         FileCheckpointStore(path).save(Checkpoint.after(20))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json"]  # temp file removed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json"]  # no temp file
+    assert (path / "keep").read_text() == "x"
+    ro = tmp_path / "ro"
+    ro.mkdir(mode=0o500)  # the temp file cannot be written: transient, nothing left behind
+    try:
+        if os.geteuid() != 0:  # root writes anywhere
+            with pytest.raises(CheckpointStoreError, match="cannot write checkpoint file"):
+                FileCheckpointStore(ro / "c.json").save(Checkpoint.after(20))
+            assert list(ro.iterdir()) == []
+    finally:
+        ro.chmod(0o700)
 
 
 @pytest.mark.parametrize("content", [b"", b"{not json", b'{"windowScn": "x"}', b"[1,2]",
