@@ -25,6 +25,7 @@ both build on it without knowing each other.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import threading
 from abc import ABC, abstractmethod
@@ -203,8 +204,9 @@ class HttpService(ABC):
             try:
                 sock = socket.create_server((self.host, self._bind_port), backlog=512)
             except OSError as exc:  # port in use, address not here, no permission
+                why = os.strerror(exc.errno) if exc.errno else str(exc)
                 raise ConfigError(f"{self.name} cannot listen on {self.host}:{self._bind_port}:"
-                                  f" {exc.strerror or exc}") from exc
+                                  f" {why}") from exc
             # accepted connections inherit TCP_NODELAY (Linux). asyncio sets it only on
             # sockets whose proto is IPPROTO_TCP, which create_server's (proto 0) is not;
             # without it a response written in two parts (headers, body) waits for the

@@ -119,7 +119,7 @@ def test_bad_parameters_are_typed_errors(probe: Probe, query: dict[str, str], st
 def test_start_raises_when_the_port_is_taken_and_cleans_up() -> None:
     with socket.create_server(("127.0.0.1", 0)) as taken:
         p = Probe(port=taken.getsockname()[1])
-        with pytest.raises(ConfigError, match="cannot listen on 127.0.0.1:.*in use"):
+        with pytest.raises(ConfigError, match=r"cannot listen on 127\.0\.0\.1:.*in use"):
             p.start(timeout=20)
         p.stop()
     assert p.events == ["shutdown"]  # no workers were started, what was held is closed
