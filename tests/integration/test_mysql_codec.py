@@ -5,6 +5,8 @@
   keys and column filters.
 * The images a consumer decodes from those events equal what ``SELECT``
   returns for the same rows from the same server (inserted, updated, deleted).
+* All of it also with MariaDB's compressed binlog events (``log_bin_compress=ON``):
+  every test here runs on a plain and on a compressing server.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import datetime as dt
 import decimal
 import struct
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,13 +24,37 @@ import pytest
 from databus.core import event as ev
 from databus.core.envelope import decode_images
 from databus.core.window import Window
-from databus.sources.mysql import fastpath
+from databus.sources.mysql import compressed, fastpath
 from databus.sources.mysql.checks import parse_mysql_url
 from databus.sources.mysql.connection import master_status
 from databus.sources.mysql.source import MysqlSource
-from tests.support.mariadb import MariaDB
+from tests.support.mariadb import BINLOG_SETTINGS, MariaDB
 from tests.support.sources import mysql_source
 from tests.support.typematrix import COLUMNS, EXTRA, ROWS
+
+
+@pytest.fixture(params=["plain", "log_bin_compress"])
+def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MariaDB]:
+    """A private MariaDB, writing plain or (min length 10) compressed binlog events."""
+    settings = dict(BINLOG_SETTINGS)
+    if request.param == "log_bin_compress":
+        settings.update({"log-bin-compress": "ON", "log-bin-compress-min-len": "10"})
+    with MariaDB(tmp_path / "db", settings=settings) as m:
+        if request.param == "log_bin_compress":
+            m.execute("CREATE DATABASE probe", "CREATE TABLE probe.t (v TEXT)",
+                      "INSERT INTO probe.t VALUES (REPEAT('x', 100))", "DROP DATABASE probe")
+            assert _compressed_events(m), "the server did not compress"
+        yield m
+
+
+def _compressed_events(m: MariaDB) -> int:
+    con = m.connect()
+    try:
+        with con.cursor() as cur:
+            cur.execute("SHOW BINLOG EVENTS")
+            return sum(1 for r in cur.fetchall() if "compressed" in str(r[2]).lower())
+    finally:
+        con.close()
 
 
 def _scn(url: Any) -> int:
@@ -267,11 +295,14 @@ def test_compiled_codec_rejects_damaged_rows_events_cleanly(captured: dict[str, 
             h, body = be.parse_header(raw, stream.checksum)
             if h.next_pos >= end_pos:
                 break
-            if h.type == be.EventType.TABLE_MAP:
+            etype = h.type
+            if etype in compressed.COMPRESSED:
+                etype, body = compressed.expand(etype, body)
+            if etype == be.EventType.TABLE_MAP:
                 td = parse_table_def(body)
                 maps[td.table_id] = td
-            elif h.type in be.ROW_EVENTS:
-                samples.append((maps[int.from_bytes(body[0:6], "little")], h.type, bytes(body)))
+            elif etype in be.ROW_EVENTS:
+                samples.append((maps[int.from_bytes(body[0:6], "little")], etype, bytes(body)))
     finally:
         stream.close()
     assert len(samples) >= 8

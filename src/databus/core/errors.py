@@ -263,3 +263,10 @@ class SqlStatementError(TerminalError):
             message = f"{what} failed on {target}" + (f" ({codes})" if codes else "") + \
                 f": {detail}"
         super().__init__(message)
+
+
+class UnsupportedEventError(TerminalError):
+    """The source's change log holds an event this source cannot read; capture stops at
+    its position instead of skipping it (its changes would be lost without a word)."""
+
+    code = "UnsupportedEvent"

@@ -96,7 +96,9 @@ def server_facts(url: MysqlUrl) -> ServerFacts:
             version = str(cur.fetchone()[0])
             cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin',"
                         " 'binlog_format', 'binlog_row_image', 'binlog_row_metadata',"
-                        " 'server_id', 'binlog_checksum', 'gtid_mode')")
+                        " 'server_id', 'binlog_checksum', 'gtid_mode', 'log_bin_compress',"
+                        " 'binlog_transaction_compression', 'binlog_row_value_options',"
+                        " 'encrypt_binlog')")
             variables = {str(k): str(v) for k, v in cur.fetchall()}
             cur.execute("SHOW GRANTS")
             grants = [str(r[0]) for r in cur.fetchall()]

@@ -45,6 +45,38 @@ class EventType(IntEnum):
     MARIADB_GTID_LIST = 163
 
 
+# events that carry nothing this source needs: read and passed over by name; any other
+# type stops capture (UnsupportedEventError) unless its header flags say it is ignorable
+PASSED_OVER = frozenset({
+    3,    # STOP: the server stopped; the next file follows
+    5,    # INTVAR: statement-based context (the source requires ROW)
+    13,   # RAND: statement-based context
+    14,   # USER_VAR: statement-based context
+    15,   # FORMAT_DESCRIPTION: read by parse_header for its checksum flag
+    27,   # HEARTBEAT: the position stays
+    29,   # ROWS_QUERY (MySQL): the statement text of the rows that follow
+    34,   # ANONYMOUS_GTID (MySQL, gtid_mode=OFF): a transaction starts
+    35,   # PREVIOUS_GTIDS (MySQL): the GTID set of earlier files
+    160,  # ANNOTATE_ROWS (MariaDB): the statement text of the rows that follow
+    161,  # BINLOG_CHECKPOINT (MariaDB)
+    163,  # GTID_LIST (MariaDB): the GTID state at the file's start
+})
+LOG_EVENT_IGNORABLE_F = 0x80  # header flag: a reader that does not know it may skip it
+_NAMES = {26: "INCIDENT", 39: "PARTIAL_UPDATE_ROWS (binlog_row_value_options=PARTIAL_JSON)",
+          40: "TRANSACTION_PAYLOAD (binlog_transaction_compression=ON)",
+          164: "START_ENCRYPTION (encrypt_binlog=ON)"}
+
+
+def event_name(event_type: int) -> str:
+    """A readable name of an event type, for error messages."""
+    if event_type in _NAMES:
+        return _NAMES[event_type]
+    try:
+        return EventType(event_type).name
+    except ValueError:
+        return "unknown"
+
+
 ROW_EVENTS = frozenset({EventType.WRITE_ROWS_V1, EventType.UPDATE_ROWS_V1,
                         EventType.DELETE_ROWS_V1, EventType.WRITE_ROWS,
                         EventType.UPDATE_ROWS, EventType.DELETE_ROWS})

@@ -53,6 +53,7 @@ from databus.core.errors import (
     SourcePositionLostError,
     SourceUnavailableError,
     StatementError,
+    UnsupportedEventError,
 )
 from databus.core.schema import (
     SCHEMA_CHANGES,
@@ -65,12 +66,12 @@ from databus.core.schema import (
 from databus.core.window import Window
 from databus.sources.base import Source, SourceInfo
 from databus.sources.config import SourceConfig
+from databus.sources.mysql import compressed, fastpath
 from databus.sources.mysql import ddl as dd
 from databus.sources.mysql import events as be
-from databus.sources.mysql import fastpath
 from databus.sources.mysql import incremental as inc
 from databus.sources.mysql import rows as br
-from databus.sources.mysql.checks import check_server, parse_mysql_url
+from databus.sources.mysql.checks import check_server, describe, parse_mysql_url
 from databus.sources.mysql.connection import (
     BinlogStream,
     SqlSession,
@@ -177,6 +178,7 @@ class MysqlSource(Source):
         if self._opened:
             return
         facts = server_facts(self.url)
+        log.info("%s", describe(facts))
         check_server(facts)
         self.mariadb = facts.is_mariadb
         self._collations = collations(self.url)
@@ -425,6 +427,8 @@ class MysqlSource(Source):
         assert self._stream is not None
         h, body = be.parse_header(raw, self._stream.checksum)
         t = h.type
+        if t in compressed.COMPRESSED:  # log_bin_compress=ON: the plain event it stands for
+            t, body = compressed.expand(t, body)
         if t in be.ROW_EVENTS:
             entry = self._maps.get(int.from_bytes(body[0:6], "little"))
             if entry is not None:
@@ -462,6 +466,12 @@ class MysqlSource(Source):
                 return self._ddl(h, db, sql)
         elif t == be.EventType.ROTATE:
             self._file = be.parse_rotate(body).file
+        elif t not in be.PASSED_OVER and not h.flags & be.LOG_EVENT_IGNORABLE_F:
+            # an event this source does not know may carry changes: stop at it, loudly
+            raise UnsupportedEventError(
+                f"binlog event type {t} ({be.event_name(t)}) at {self._file}:{h.next_pos}"
+                " is not supported by this source; capture stopped before it (nothing was"
+                " skipped). Check the server settings the relay logged at start")
         return None
 
     def _signal_rows(self, td: br.TableDef, etype: int, body: memoryview) -> None:
