@@ -63,7 +63,7 @@ def classify(exc: BaseException, what: str, url: MysqlUrl | None = None
         return ConfigError(f"access denied for {url.user}@{url.host}:{url.port}")
     if number == ER_MASTER_FATAL_ERROR_READING_BINLOG:
         return SourcePositionLostError(
-            f"{what}: binlog position is gone (purged?): {text}; consumers must bootstrap")
+            f"binlog position is gone (purged?) while {what}: {text}; consumers must bootstrap")
     if (isinstance(exc, OSError) or number is None or number >= CR_MIN_CLIENT_ERROR
             or number in _TRANSIENT_SERVER_ERRORS):
         return SourceUnavailableError(f"{what} failed{where}: {text}")
