@@ -55,6 +55,12 @@ class SourceConfig(FrozenModel):
         "databus.signals", pattern=r"^[^.\s]+\.[^.\s]+$",
         description="MySQL: db.table of signals and snapshot watermarks (created when a"
                     " snapshot mode needs it)")
+    progress_interval: float = Field(
+        10.0, ge=0, le=3600,
+        description="MySQL: when the captured tables are quiet but the binlog moves (other"
+                    " schemas, heartbeats, rotations), an empty window carries the position at"
+                    " most this often (seconds; 0 = never), so consumers' checkpoints and the"
+                    " relay's restart position move and a purge never takes them")
     snapshot_chunk_size: int = Field(1024, ge=1, le=1_000_000,
                                      description="rows per snapshot chunk (SQLite and MySQL)")
 

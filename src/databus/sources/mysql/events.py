@@ -53,7 +53,7 @@ PASSED_OVER = frozenset({
     13,   # RAND: statement-based context
     14,   # USER_VAR: statement-based context
     15,   # FORMAT_DESCRIPTION: read by parse_header for its checksum flag
-    27,   # HEARTBEAT: the position stays
+    27,   # HEARTBEAT: the server is idle (the source may send a progress window)
     29,   # ROWS_QUERY (MySQL): the statement text of the rows that follow
     34,   # ANONYMOUS_GTID (MySQL, gtid_mode=OFF): a transaction starts
     35,   # PREVIOUS_GTIDS (MySQL): the GTID set of earlier files

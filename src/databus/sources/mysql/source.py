@@ -165,6 +165,9 @@ class MysqlSource(Source):
             + ["snapshot_rows_total"], 0.0)
         self._new_filters: tuple[list[re.Pattern[str]], ...] | None = None  # reconfigure()
         self._opened = False
+        self._progress_every = config.progress_interval
+        self._last_out = time.monotonic()  # when the last window left (progress windows)
+        self._last_scn = -1
         self._stream: BinlogStream | None = None
         self._stream_scn = -2
         self._file = ""
@@ -347,6 +350,7 @@ class MysqlSource(Source):
                                     heartbeat=self.heartbeat, read_timeout=self.heartbeat * 5,
                                     gtid=gtid, mariadb=self.mariadb)
         self._stream_scn = after_scn
+        self._last_scn = after_scn
         self._reset_txn()
         self._coord.restore(self._records.at(after_scn) if after_scn >= 0 else None)
         mode = self.snapshot_mode
@@ -405,7 +409,8 @@ class MysqlSource(Source):
                 raise SourceUnavailableError("the server ended the binlog stream")
             window = self._event(raw)
             if window is not None:
-                self._stream_scn = window.scn
+                self._stream_scn = self._last_scn = window.scn
+                self._last_out = time.monotonic()
                 out.append(window)
                 if not self._stream.pending() or self._done_snapshotting():
                     break
@@ -466,6 +471,10 @@ class MysqlSource(Source):
                 return self._ddl(h, db, sql)
         elif t == be.EventType.ROTATE:
             self._file = be.parse_rotate(body).file
+        elif t == be.EventType.HEARTBEAT and self._gtid is None:
+            # the server is idle at h.next_pos of the file the body names
+            if bytes(body).rstrip(b"\0").decode("utf-8", "replace") == self._file:
+                return self._progress(h)
         elif t not in be.PASSED_OVER and not h.flags & be.LOG_EVENT_IGNORABLE_F:
             # an event this source does not know may carry changes: stop at it, loudly
             raise UnsupportedEventError(
@@ -487,7 +496,7 @@ class MysqlSource(Source):
         pending, signals = self._pending, self._signals
         self._reset_txn()
         if not pending and not signals and not self._notices and self._coord.chunk is None:
-            return None
+            return self._progress(h)  # a transaction of other tables: the position moved
         scn = self._scn(h.next_pos)
         ts_ns = h.timestamp * 1_000_000_000
         parts = []
@@ -519,8 +528,22 @@ class MysqlSource(Source):
         if chunk is not None or changed or notices:
             self._records.add(scn, self._coord.state())
         if not rows:
-            return None
+            return self._progress(h)
         return Window(scn, b"".join(parts), rows, ts_ns)
+
+    def _progress(self, h: be.EventHeader) -> Window | None:
+        """An empty window at the position after ``h`` when the captured tables were
+        quiet for ``progress_interval`` seconds while the binlog moved on: the relay's
+        restart position and consumers' checkpoints follow the binlog, so a purge of
+        files with nothing captured never takes the position away. Only between
+        transactions, never while a snapshot runs."""
+        if (not self._progress_every or self._coord.active or self._pending
+                or time.monotonic() - self._last_out < self._progress_every):
+            return None
+        scn = self._scn(h.next_pos)
+        if scn <= self._last_scn or h.next_pos < 4:
+            return None
+        return Window(scn, b"", 0, h.timestamp * 1_000_000_000)
 
     def _snapshot_events(self, chunk: inc.Chunk, scn: int, ts_ns: int) -> tuple[bytes, int]:
         """The chunk's rows (event key -> Avro payload) as ``r`` events."""
