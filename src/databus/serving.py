@@ -37,7 +37,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, ExceptionHandler
 
-from databus.core.errors import ConfigError, DatabusError, InvalidRequestError, UnknownSourceError
+from databus.core import jsonsafe
+from databus.core.errors import (
+    ConfigError,
+    DatabusError,
+    ForbiddenError,
+    InvalidRequestError,
+    UnknownSourceError,
+    UnsupportedMediaTypeError,
+)
 
 MAX_SOURCE_IDS = 10_000  # ids one request may name
 
@@ -273,3 +281,37 @@ class HttpService(ABC):
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+
+# -- state-changing requests ---------------------------------------------------------------
+
+_LOOPBACK = ("127.0.0.1", "localhost", "[::1]", "::1")
+
+
+async def json_body(request: Request, *, max_bytes: int = 1 << 20) -> Any:
+    """The body of a state-changing request, checked and parsed: ``application/json``
+    only (415 otherwise: a browser's cross-site form post cannot send it without a
+    preflight), a same-origin ``Origin`` and, for a loopback-bound server, a loopback
+    ``Host`` (403 otherwise: a web page the operator opens, even through DNS rebinding,
+    cannot drive a local server), at most ``max_bytes``, JSON nested at most
+    :data:`databus.core.jsonsafe.MAX_DEPTH` levels (400)."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype != "application/json":
+        raise UnsupportedMediaTypeError(
+            f"{request.url.path} takes Content-Type: application/json, got {ctype or 'none'}")
+    host = request.headers.get("host", "")
+    bound = request.scope.get("server")
+    if bound and str(bound[0]) in _LOOPBACK:
+        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        if name not in _LOOPBACK:
+            raise ForbiddenError(f"Host {host!r} is not this server's (loopback)")
+    origin = request.headers.get("origin")
+    if origin is not None and origin.split("://", 1)[-1].rstrip("/") != host:
+        raise ForbiddenError(f"Origin {origin!r} is not this server's ({host})")
+    raw = await request.body()
+    if len(raw) > max_bytes:
+        raise InvalidRequestError(f"request body larger than {max_bytes} bytes")
+    try:
+        return jsonsafe.loads(raw or b"{}")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRequestError(f"request body is not acceptable JSON: {exc}") from exc

@@ -386,8 +386,11 @@ def test_relay_signal_endpoint_and_cli(server: MariaDB, tmp_path: Path) -> None:
         assert 'databus_relay_source_stat{name="snapshot_running"} 0.0' in prom
         bad = httpx.post(f"{base}/signal", json={"type": "nope"})
         assert bad.status_code == 400 and bad.json()["error"] == "InvalidRequest"
-        bad = httpx.post(f"{base}/signal", content=b"{not json")
+        bad = httpx.post(f"{base}/signal", content=b"{not json",
+                         headers={"Content-Type": "application/json"})
         assert bad.status_code == 400
+        bad = httpx.post(f"{base}/signal", content=b'{"type": "nope"}')  # no content type
+        assert bad.status_code == 415
         assert httpx.get(f"{base}/admin").status_code == 200
     finally:
         relay.stop()

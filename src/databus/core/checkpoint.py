@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from databus.core import jsonsafe
 from databus.core.errors import InvalidCheckpointError
 
 MAX_CHECKPOINT_BYTES = 16 * 1024
@@ -78,7 +79,7 @@ class Checkpoint(BaseModel):
         if len(text) > MAX_CHECKPOINT_BYTES:
             raise InvalidCheckpointError(f"checkpoint longer than {MAX_CHECKPOINT_BYTES} bytes")
         try:
-            raw = json.loads(text)
+            raw = jsonsafe.loads(text)
         except (ValueError, UnicodeDecodeError) as exc:
             raise InvalidCheckpointError(f"checkpoint is not valid JSON: {exc}") from exc
         return cls.from_dict(raw)

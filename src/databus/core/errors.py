@@ -270,3 +270,19 @@ class UnsupportedEventError(TerminalError):
     its position instead of skipping it (its changes would be lost without a word)."""
 
     code = "UnsupportedEvent"
+
+
+class UnsupportedMediaTypeError(InvalidRequestError):
+    """A request body of a content type the endpoint does not take (state-changing
+    endpoints take ``application/json`` only)."""
+
+    code = "UnsupportedMediaType"
+    http_status = 415
+
+
+class ForbiddenError(TerminalError):
+    """The request is understood and refused: a foreign ``Origin`` or ``Host`` on a
+    state-changing endpoint (or, with authentication, a token without the right)."""
+
+    code = "Forbidden"
+    http_status = 403

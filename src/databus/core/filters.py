@@ -23,6 +23,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from databus.core import jsonsafe
 from databus.core.errors import InvalidFilterError
 
 MAX_FILTER_BYTES = 64 * 1024
@@ -88,7 +89,7 @@ class ServerFilter:
         if len(text) > MAX_FILTER_BYTES:
             raise InvalidFilterError(f"filter longer than {MAX_FILTER_BYTES} bytes")
         try:
-            raw = json.loads(text)
+            raw = jsonsafe.loads(text)
         except (ValueError, UnicodeDecodeError) as exc:
             raise InvalidFilterError(f"filter is not valid JSON: {exc}") from exc
         if not isinstance(raw, dict):

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 import fastavro
 
+from databus.core import jsonsafe
 from databus.core.errors import SchemaError, UnknownSourceError
 
 AvroType = str | dict[str, Any] | list[Any]
@@ -254,7 +255,7 @@ class SchemaRegistry:
     @classmethod
     def from_json(cls, text: str | bytes) -> SchemaRegistry:
         try:
-            raw = json.loads(text)
+            raw = jsonsafe.loads(text, 64)  # Avro types nest: a list > schema > field > type
         except ValueError as exc:
             raise SchemaError(f"schema list is not JSON: {exc}") from exc
         if not isinstance(raw, list):

@@ -49,6 +49,7 @@ from databus.serving import (
     bool_param,
     float_param,
     int_param,
+    json_body,
     source_ids_param,
 )
 from databus.sources.base import Source
@@ -199,10 +200,7 @@ def build_app(relay: ServedRelay) -> Starlette:
 
     async def signal(request: Request) -> Response:
         """POST {"type": "execute-snapshot", "data": {...}}: a signal to the source."""
-        try:
-            body = json.loads(await request.body() or b"{}")
-        except ValueError as exc:
-            raise InvalidRequestError(f"signal body is not JSON: {exc}") from exc
+        body = await json_body(request)
         if not isinstance(body, dict) or not isinstance(body.get("type"), str):
             raise InvalidRequestError('signal body needs {"type": ..., "data": {...}}')
         data = body.get("data")

@@ -164,8 +164,8 @@ def chunk_query(td: br.TableDef, key: Sequence[str], after: Sequence[Any] | None
             params.extend([*after[:i], after[i]])
             ors.append("(" + " AND ".join(parts) + ")")
         where.append("(" + " OR ".join(ors) + ")")
-    if condition:
-        where.append(f"({condition})")
+    if condition:  # '%' is the driver's placeholder mark here: a LIKE pattern's must double
+        where.append(f"({condition.replace('%', '%%')})")
     sql = (f"SELECT {select_list(td)} FROM {quote(td.schema)}.{quote(td.table)}"
            + (f" WHERE {' AND '.join(where)}" if where else "")
            + f" ORDER BY {', '.join(quote(k) for k in key)} LIMIT {int(limit)}")

@@ -82,6 +82,7 @@ from databus.sources.mysql.connection import (
 from databus.sources.mysql.incremental import Coordinator
 from databus.sources.mysql.snapshots import ProgressRecords, SnapshotIO
 from databus.sources.mysql.tables import Shape, Version, avro_type, meta_middle, source_id
+from databus.sources.sqlfilter import safe_filter
 
 log = logging.getLogger("databus.sources.mysql")
 
@@ -280,6 +281,8 @@ class MysqlSource(Source):
         sid = uuid.uuid4().hex
         session = SqlSession(self.url)
         try:
+            if kind == inc.EXECUTE and data:
+                data = self._checked_conditions(session, data)
             SnapshotIO(session, self.signal_table, self._wanted, self._shape_of
                        ).write_watermark(sid, kind, json.dumps(data or {}))
         except StatementError as exc:
@@ -287,6 +290,37 @@ class MysqlSource(Source):
         finally:
             session.close()
         return sid
+
+    def _checked_conditions(self, session: SqlSession, data: dict[str, Any]
+                            ) -> dict[str, Any]:
+        """``data`` with each ``additional-conditions`` filter parsed against its table's
+        columns and re-emitted from the parse tree (:mod:`databus.sources.sqlfilter`);
+        InvalidRequestError (400) for anything else. The stored signal row only ever
+        holds SQL generated here."""
+        conditions = data.get("additional-conditions")
+        if conditions is None:
+            return data
+        if not isinstance(conditions, list):
+            raise InvalidRequestError("additional-conditions must be a list")
+        checked = []
+        for c in conditions:
+            if not isinstance(c, dict) or not isinstance(c.get("data-collection"), str) \
+                    or not isinstance(c.get("filter"), str):
+                raise InvalidRequestError("additional-conditions entries need a data-collection"
+                                          " (db.table) and a filter, both strings")
+            table = c["data-collection"]
+            db, _, name = table.partition(".")
+            if not name or not self._wanted(table):
+                raise InvalidRequestError(f"additional-conditions: {table!r} is not a captured"
+                                          " table (db.table)")
+            columns = [str(r[0]) for r in session.query(
+                "SELECT COLUMN_NAME FROM information_schema.COLUMNS"
+                " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (db, name))]
+            if not columns:
+                raise InvalidRequestError(f"additional-conditions: table {table} does not exist")
+            checked.append({"data-collection": table,
+                            "filter": safe_filter(c["filter"], table, columns)})
+        return {**data, "additional-conditions": checked}
 
     def reconfigure(self, config: Any) -> None:
         """New table/column filters from a reloaded relay config (``url`` and the
