@@ -1,4 +1,4 @@
-"""The bootstrap service (DESIGN.md section 6, docs/bootstrap.md).
+"""The bootstrap service (docs/bootstrap.md).
 
 * :mod:`.store` - log and snapshot tables behind one contract (SQLite,
   PostgreSQL, MariaDB);

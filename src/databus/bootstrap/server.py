@@ -1,4 +1,4 @@
-"""The bootstrap server's HTTP API (Starlette), DESIGN.md section 6.
+"""The bootstrap server's HTTP API (Starlette), docs/bootstrap.md.
 
 Endpoints (errors are JSON ``{"error": <code>, "message": ...}`` with a 4xx
 for a client's mistake, answered by the handlers of :mod:`databus.serving`;

@@ -12,7 +12,7 @@ Contract (online consumption):
 * ``prevScn``: the SCN of the last window consumed completely before
   ``windowScn`` (``-1`` when unknown).
 
-The bootstrap fields are used by the bootstrap service (DESIGN.md section 6).
+The bootstrap fields are used by the bootstrap service (docs/bootstrap.md).
 A checkpoint is immutable; the helpers return new ones.
 """
 

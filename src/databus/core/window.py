@@ -1,7 +1,7 @@
 """The window: the unit a source produces, the buffer stores and a relay serves.
 
 A window is the set of events with one SCN: one or more whole source
-transactions, never a part of one (DESIGN.md section 2). In this form its data
+transactions, never a part of one (docs/architecture.md). In this form its data
 events are already encoded (:mod:`databus.core.event`), ready to be appended
 to a buffer as bytes; the EOP that ends it on the wire is not included (the
 buffer writes it). Consumers see windows decoded, as

@@ -1,4 +1,4 @@
-"""The relay's HTTP API (DESIGN.md section 4) as a Starlette app.
+"""The relay's HTTP API (docs/relay.md) as a Starlette app.
 
 Every request is validated before it touches the buffer; a client's mistake is
 a 4xx with ``{"error": <code>, "message": ...}``, a checkpoint older than the
