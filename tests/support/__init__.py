@@ -1,1 +1,16 @@
-"""Shared helpers for the tests: a sample SQLite schema and a random writer."""
+"""The tests' vocabulary: each module gives one kind of thing, read by every test.
+
+* ``mariadb.MariaDB``, ``postgres.PostgreSQL``, ``zookeeper.ZooKeeper``: private servers
+  (free port, temp dir, context managers); the session-wide ones are the ``mariadb``,
+  ``postgres`` and ``zookeeper`` fixtures of ``tests/conftest.py``, and ``sql_url`` gives a
+  fresh database of each SQL kind.
+* ``sources``: sources built from a validated config and opened (``mysql_source``,
+  ``sqlite_source``).
+* ``relays``: in-process relays on a SQLite shop (``make_relay``) and reading ``/stream``
+  like a client (``drain``); ``memrelay.MemoryRelay``: a relay served from memory.
+* ``bootstrap``: an in-process bootstrap service, preloaded rows, replica checks.
+* ``procs``: ``databus`` processes (``spawn``, ``wait_http``, ``kill9``, ``stop``).
+* ``wait.wait_until``: the one deadline loop.
+* ``shop``, ``bulk``, ``mysql_workload``, ``bootmysql``: writer workloads and checks.
+* ``typematrix``: the MySQL type matrix; ``sparkrelay``: relays for the Spark tests.
+"""
