@@ -194,7 +194,8 @@ def build_app(relay: ServedRelay) -> Starlette:
         return JSONResponse(
             {"status": "ok" if healthy else "degraded", "name": relay.config.name,
              "fetcher": status, "buffer": relay.buffer.stats(),
-             "continuity": relay.stats()["continuity"]},
+             "continuity": relay.stats()["continuity"],
+             "source": relay.source.stats()},  # snapshot counters (errors, aborts) included
             status_code=200 if healthy else 503,
         )
 

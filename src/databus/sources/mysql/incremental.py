@@ -221,7 +221,12 @@ class Coordinator:
         except DatabusError as exc:
             failed = p.id
             self.progress = None
-            return [_notice("ERROR", failed, table=table, message=str(exc)),
+            # the database's own words stay in the relay's log: they may quote values or
+            # names a consumer was not given; the stream only says what failed, by code
+            log.error("snapshot %s of %s stopped: %s", failed, table, exc)
+            return [_notice("ERROR", failed, table=table,
+                            message=f"reading a chunk of {table} failed ({exc.code}); the"
+                                    " snapshot stopped: see the relay's log"),
                     _notice("ABORTED", failed, table=table)]
         self.chunk = Chunk(open_id, close_id, table, {k: v for k, v, _ in rows},
                            rows[-1][2] if rows else p.last_key,
