@@ -17,6 +17,7 @@ from databus.sources.mysql import parse_mysql_url
 from databus.sources.mysql.connection import binary_logs
 from tests.support.mariadb import MariaDB
 from tests.support.procs import free_port
+from tests.support.wait import wait_until
 
 
 class Windows(Consumer):
@@ -128,12 +129,7 @@ def test_binlog_to_replica_with_relay_restart(server: MariaDB, tmp_path: Path) -
 
 
 def _wait(predicate: Any, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError("condition not reached")
+    wait_until(predicate, timeout, "the condition", interval=0.2)
 
 
 def test_server_restart_mid_stream_and_purged_position(server: MariaDB, tmp_path: Path) -> None:

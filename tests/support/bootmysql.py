@@ -37,6 +37,7 @@ from tests.support.mysql_workload import (
     table_diff,
 )
 from tests.support.procs import DATABUS, free_port, kill9, spawn, stop, wait_http
+from tests.support.wait import wait_until
 
 
 class Writer(threading.Thread):
@@ -169,28 +170,24 @@ class Pipeline:
 
     def wait_dump(self, timeout: float = 120.0) -> None:
         """Until the relay streams the binlog (it starts at the binlog's end)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def dumping() -> bool:
             con = self.server.connect()
             try:
                 with con.cursor() as cur:
                     cur.execute("SELECT count(*) FROM information_schema.processlist"
                                 " WHERE command LIKE 'Binlog Dump%'")
-                    if cur.fetchone()[0]:
-                        return
+                    return bool(cur.fetchone()[0])
             finally:
                 con.close()
-            time.sleep(0.1)
-        raise AssertionError("the relay never started its binlog dump")
+
+        wait_until(dumping, timeout, "the relay to start its binlog dump", interval=0.1)
 
     def wait(self, what: str, pred: Any, timeout: float = 180.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def reached() -> bool:
             self.alive()
-            if pred():
-                return
-            time.sleep(0.1)
-        raise AssertionError(f"never reached: {what}; logs in {self.tmp}")
+            return bool(pred())
+
+        wait_until(reached, timeout, f"{what} (logs in {self.tmp})", interval=0.1)
 
     def consumer_checkpoint(self) -> dict[str, Any] | None:
         """The replicate sink's committed checkpoint (what survives a kill -9)."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 from pathlib import Path
 
 from databus.bootstrap.config import parse_config
@@ -16,6 +15,7 @@ from databus.client.sinks import ReplicateSink
 from databus.core.checkpoint import ConsumptionMode
 from databus.relay.relay import Relay
 from tests.support.shop import TABLES, table_rows
+from tests.support.wait import wait_until
 
 
 def rows(path: Path, table: str) -> list[tuple[object, ...]]:
@@ -73,18 +73,16 @@ class Consumer:
 
 
 def wait_equal(db: Path, replica: Path, consumers: list[Consumer], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def equal_and_online() -> bool:
         for c in consumers:
             assert c.error is None, f"consumer failed: {c.error!r}"
         # equal first, then online (a new consumer's flexible checkpoint is online too,
         # before its bootstrap starts)
-        if replica_equal(db, replica) and all(
-                c.client.persisted.consumption_mode == ConsumptionMode.ONLINE_CONSUMPTION
-                and not c.client.persisted.is_flexible for c in consumers):
-            return
-        time.sleep(0.2)
-    raise AssertionError("replica did not become equal to the source")
+        return replica_equal(db, replica) and all(
+            c.client.persisted.consumption_mode == ConsumptionMode.ONLINE_CONSUMPTION
+            and not c.client.persisted.is_flexible for c in consumers)
+
+    wait_until(equal_and_online, timeout, "the replica to equal the source", interval=0.2)
 
 
 def preload(db: Path, n: int) -> None:

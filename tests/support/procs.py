@@ -8,10 +8,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
+
+from tests.support.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 DATABUS = [sys.executable, "-m", "databus"]
@@ -34,16 +35,16 @@ def spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
 
 
 def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def serving() -> bool:
         if proc.poll() is not None:
             raise AssertionError(f"process exited with {proc.returncode} before serving {url}")
         try:
             httpx.get(url, timeout=1.0)
-            return
+            return True
         except httpx.TransportError:
-            time.sleep(0.05)
-    raise AssertionError(f"{url} not serving after {timeout}s")
+            return False
+
+    wait_until(serving, timeout, f"{url} to serve")
 
 
 def kill9(proc: subprocess.Popen[bytes]) -> None:
