@@ -73,3 +73,47 @@ def test_quiet_tables_busy_server_purge_and_restart_lose_nothing(server: MariaDB
         assert ops == ["c", "u"]
     finally:
         again.close()
+
+
+def test_a_consumer_checkpoint_follows_the_idle_position(server: MariaDB) -> None:
+    """Through a real relay: a consumer of the quiet table sees its checkpoint move while
+    only other schemas change (empty windows), so it never falls behind a purge."""
+    import json
+
+    import httpx
+
+    from databus.relay.config import parse_config
+    from databus.relay.relay import Relay
+    from tests.support.procs import free_port
+    from tests.support.wait import wait_until
+
+    port = free_port()
+    relay = Relay(parse_config({
+        "source": {"url": server.url, "tables": [r"quiet\..*"], "snapshot_mode": "no_data",
+                   "progress_interval": 0.3},
+        "http": {"port": port}, "buffer": {"flush_interval": 0.2}}))
+    relay.start()
+    base = f"http://127.0.0.1:{port}"
+    scn = -1
+
+    def poll() -> int:
+        nonlocal scn
+        cp = json.dumps({"windowScn": scn, "windowOffset": -1})
+        r = httpx.get(f"{base}/stream", params={"checkPoint": cp, "timeout": "0.5",
+                                                "output": "json"}, timeout=10)
+        assert r.status_code == 200, r.text
+        assert not [x for x in r.text.splitlines() if '"op"' in x], "no data of quiet tables"
+        scn = int(r.headers.get("X-Databus-Last-Window-Scn", scn))
+        return scn
+
+    try:
+        start = wait_until(lambda: poll() > 0 and scn, 30, "a first progress window")
+        for i in range(10):
+            server.execute(f"INSERT INTO busy.log (v) VALUES ('b{i}')")
+        server.execute("FLUSH BINARY LOGS")
+        server.execute("INSERT INTO busy.log (v) VALUES ('after rotation')")
+        moved = wait_until(lambda: poll() >> 32 > start >> 32 and scn, 30,
+                           "the consumer's checkpoint to follow the binlog into the new file")
+        assert moved > start
+    finally:
+        relay.stop()
