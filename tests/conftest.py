@@ -75,11 +75,8 @@ def shop_db(tmp_path: Path) -> Path:
 @pytest.fixture
 def relay(shop_db: Path, tmp_path: Path) -> Iterator[Relay]:
     r = make_relay(shop_db, tmp_path)
-    r.start()
-    try:
+    with r:
         yield r
-    finally:
-        r.stop()
 
 
 @pytest.fixture

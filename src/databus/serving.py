@@ -30,7 +30,7 @@ import socket
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Collection
-from typing import Any
+from typing import Any, Self
 
 import uvicorn
 from starlette.requests import Request
@@ -270,6 +270,14 @@ class HttpService(ABC):
         self.request_exit()
         if self._thread is not None:
             self._thread.join(timeout)
+
+    def __enter__(self) -> Self:
+        """:meth:`start` (serving on a background thread); :meth:`stop` on exit."""
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     @property
     def port(self) -> int:

@@ -135,8 +135,7 @@ def pipeline(tmp_path: Path, postgres: PostgreSQL) -> Iterator[Pipeline]:
     # process may be killed, never the machine
     server = MariaDB(tmp_path / "db", settings={**BINLOG_SETTINGS,
                                                   "innodb-flush-log-at-trx-commit": "2"})
-    server.start()
-    try:
+    with server:
         server.execute(*SCHEMA)
         with postgres.fresh_database("databus_mysql_e2e") as target:
             # the sink's commits need not wait for PostgreSQL's disk (a session
@@ -149,8 +148,6 @@ def pipeline(tmp_path: Path, postgres: PostgreSQL) -> Iterator[Pipeline]:
                 yield p
             finally:
                 p.close()
-    finally:
-        server.stop()
 
 
 def _assert_all(p: Pipeline, w: Workload, tables: list[str]) -> dict[str, int]:

@@ -14,8 +14,5 @@ from tests.support.mariadb import MariaDB
 def server(tmp_path: Path) -> Iterator[MariaDB]:
     """A private MariaDB server (own datadir and port), stopped after the test."""
     m = MariaDB(tmp_path / "db")
-    m.start()
-    try:
+    with m:
         yield m
-    finally:
-        m.stop()

@@ -163,8 +163,7 @@ def test_a_store_without_the_relay_yet_answers_too_old(tmp_path: Path) -> None:
     bs = BootstrapService(parse_config({
         "relay_url": f"http://127.0.0.1:{free_port()}",  # nobody listens there
         "store": {"url": f"sqlite:///{tmp_path / 'bs.db'}"}, "http": {"port": 0}}))
-    bs.start()
-    try:
+    with bs:
         for path in ("/startSCN", "/sources", "/targetSCN"):
             r = get(bs, path)
             assert r.status_code == 409 and r.json()["error"] == "BootstrapTooOld", r.text
@@ -172,5 +171,3 @@ def test_a_store_without_the_relay_yet_answers_too_old(tmp_path: Path) -> None:
                    "the producer to report its error",
                    interval=0.05)
         assert "unreachable" in get(bs, "/admin").json()["producer"]["error"]
-    finally:
-        bs.stop()

@@ -33,11 +33,8 @@ from tests.support.wait import wait_until
 @pytest.fixture
 def relay_small(shop_db: Path, tmp_path: Path) -> Iterator[Relay]:
     r = make_relay(shop_db, tmp_path, capacity_bytes=1024 * 1024)
-    r.start()
-    try:
+    with r:
         yield r
-    finally:
-        r.stop()
 
 
 def test_new_consumer_bootstraps_while_writes_continue(shop_db: Path, tmp_path: Path) -> None:
@@ -107,8 +104,7 @@ def test_fallen_off_consumer_catches_up(shop_db: Path, tmp_path: Path) -> None:
 
 def test_admin_reports_positions(shop_db: Path, tmp_path: Path, relay_small: Relay) -> None:
     bs = make_bootstrap(shop_db, tmp_path, relay_small)
-    bs.start()
-    try:
+    with bs:
         w = BulkWriter(shop_db, seed=5)
         w.run_until(500)
         w.close()
@@ -120,8 +116,6 @@ def test_admin_reports_positions(shop_db: Path, tmp_path: Path, relay_small: Rel
             time.sleep(0.1)
         assert st["applied_scn"] >= w.changes and st["log_max_scn"] >= w.changes
         assert httpx.get(f"{bs.url}/targetSCN", timeout=5).json()["targetScn"] >= w.changes
-    finally:
-        bs.stop()
 
 
 @pytest.mark.parametrize("initial", [True, False])

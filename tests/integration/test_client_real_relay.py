@@ -66,11 +66,8 @@ def real_relay(tmp_path: Path) -> Iterator[tuple[Relay, ListSource]]:
     })
     src = ListSource()
     relay = Relay(cfg, source=src)
-    relay.start()
-    try:
+    with relay:
         yield relay, src
-    finally:
-        relay.stop()
 
 
 def _wait(relay: Relay, scn: int) -> None:

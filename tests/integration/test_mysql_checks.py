@@ -18,11 +18,8 @@ from tests.support.sources import mysql_source
 def _server(tmp: Path, **changes: str | None) -> Iterator[MariaDB]:
     settings: dict[str, str | None] = {**BINLOG_SETTINGS, **changes}
     m = MariaDB(tmp / "db", {k: v for k, v in settings.items() if v != "<off>"})
-    m.start()
-    try:
+    with m:
         yield m
-    finally:
-        m.stop()
 
 
 @pytest.fixture

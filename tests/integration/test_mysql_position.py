@@ -88,8 +88,7 @@ def test_a_new_relay_can_start_at_a_gtid(server: MariaDB) -> None:
 
 def test_a_server_without_binlog_checksums(tmp_path: Path) -> None:
     m = MariaDB(tmp_path / "db", settings={**BINLOG_SETTINGS, "binlog-checksum": "NONE"})
-    m.start()
-    try:
+    with m:
         _setup(m)
         start = _scn(m)
         m.execute("INSERT INTO p.t VALUES (1, 'a'), (2, 'b')", "UPDATE p.t SET v = 'c'")
@@ -100,5 +99,3 @@ def test_a_server_without_binlog_checksums(tmp_path: Path) -> None:
         finally:
             src.close()
         assert _ids(src, windows) == [1, 2, 1, 2]
-    finally:
-        m.stop()

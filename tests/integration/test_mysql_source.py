@@ -189,8 +189,7 @@ def test_json_transaction_metadata_and_ddl_through_the_relay(server: MariaDB,
     relay = Relay(parse_config({"source": {"url": server.url, "tables": [r"shop\..*"],
                                            "start_gtid": gtid},
                                 "http": {"port": port}}))
-    relay.start()
-    try:
+    with relay:
         server.execute("BEGIN", "INSERT INTO shop.a VALUES (1, 1), (2, 2)",
                        "INSERT INTO shop.b VALUES (7)", "COMMIT",
                        "ALTER TABLE shop.a ADD COLUMN w TEXT",
@@ -208,8 +207,6 @@ def test_json_transaction_metadata_and_ddl_through_the_relay(server: MariaDB,
         bad = httpx.get(f"http://127.0.0.1:{port}/stream",
                         params={"output": "json", "transactions": "maybe"})
         assert bad.status_code == 400 and bad.json()["error"] == "InvalidRequest"
-    finally:
-        relay.stop()
     kinds = [x.get("status") or x.get("type") or x["op"] for x in lines]
     assert kinds == ["BEGIN", "c", "c", "c", "END", "eop",  # one window, two tables
                      "BEGIN", "c", "END", "eop",  # the ALTER: a schema change event

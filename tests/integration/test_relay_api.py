@@ -110,8 +110,7 @@ def test_bad_requests_get_typed_4xx(relay: Relay, params: dict[str, str], status
 
 def test_checkpoint_older_than_buffer_is_scn_not_found(shop_db: Path, tmp_path: Path) -> None:
     relay = make_relay(shop_db, tmp_path, capacity_bytes=64 * 1024)
-    relay.start()
-    try:
+    with relay:
         _write(shop_db, 600)
         _wait_scn(relay)
         assert relay.buffer.prev_scn > 0, "the buffer should have evicted windows"
@@ -119,8 +118,6 @@ def test_checkpoint_older_than_buffer_is_scn_not_found(shop_db: Path, tmp_path: 
             r = c.get("/stream", params={"checkPoint": Checkpoint.after(0).to_json()})
         assert r.status_code == 410
         assert r.json()["error"] == "ScnNotFound"
-    finally:
-        relay.stop()
 
 
 @pytest.mark.parametrize("kind", ["MOD", "RANGE"])
@@ -181,8 +178,7 @@ def test_json_encoding_does_not_hold_up_other_requests(shop_db: Path, tmp_path: 
     """/stream?output=json encodes in the thread pool: /admin answers meanwhile. On the
     event loop, one /admin request would wait about as long as the whole encoding."""
     relay = make_relay(shop_db, tmp_path, capacity_bytes=32 * 1024 * 1024)
-    relay.start()
-    try:
+    with relay:
         _write(shop_db, 2000)
         _wait_scn(relay)
         latencies: list[float] = []
@@ -209,5 +205,3 @@ def test_json_encoding_does_not_hold_up_other_requests(shop_db: Path, tmp_path: 
         assert r.status_code == 200 and r.content.count(b"\n") > 10_000
         assert took > 0.2, f"the encoding ({took:.2f} s) is too short to tell"
         assert len(latencies) > 3 and max(latencies) < took / 2, (max(latencies), took)
-    finally:
-        relay.stop()

@@ -43,15 +43,12 @@ def _damage_headers(buf: Path) -> None:
 
 def _served(db: Path, tmp: Path) -> tuple[list[ev.Event], dict[str, object]]:
     relay = make_relay(db, tmp, path=str(tmp / "relay.buf"), recover=True)
-    relay.start()
-    try:
+    with relay:
         top = txlog_max(db)
         wait_until(lambda: relay.buffer.max_scn >= top, 10, "the relay to capture the txlog",
                    interval=0.05)
         with httpx.Client(base_url=relay.url, timeout=10) as c:
             return drain(c, {}, top), relay.buffer.stats()
-    finally:
-        relay.stop()
 
 
 def test_a_damaged_buffer_file_is_refused_and_left_unchanged(shop_db: Path,

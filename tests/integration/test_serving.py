@@ -66,11 +66,8 @@ class Probe(HttpService):
 @pytest.fixture
 def probe() -> Iterator[Probe]:
     p = Probe()
-    p.start()
-    try:
+    with p:
         yield p
-    finally:
-        p.stop()
 
 
 def test_errors_answer_json_with_their_status(probe: Probe) -> None:
