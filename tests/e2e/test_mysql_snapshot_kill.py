@@ -18,7 +18,6 @@ import json
 import random
 import sqlite3
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -30,35 +29,11 @@ import yaml
 from tests.support.mariadb import MariaDB
 from tests.support.procs import DATABUS, free_port, kill9, snapshot_reads, spawn, stop, wait_http
 from tests.support.wait import wait_until
+from tests.support.writers import KeyChurn
 
 pytestmark = pytest.mark.slow
 
 ROWS, CHUNK = 40_000, 100
-
-
-class Writer(threading.Thread):
-    def __init__(self, m: MariaDB) -> None:
-        super().__init__(daemon=True)
-        self.m = m
-        self.stop = threading.Event()
-        self.count = 0
-
-    def run(self) -> None:
-        rng = random.Random(11)
-        con = self.m.connect("shop")
-        try:
-            with con.cursor() as cur:
-                while not self.stop.is_set():
-                    k = rng.randrange(ROWS + 500)
-                    if rng.random() < 0.7:
-                        cur.execute("INSERT INTO t VALUES (%s, %s, 'w') ON DUPLICATE KEY"
-                                    " UPDATE v = v + 1, s = 'upd'", (k, k))
-                    else:
-                        cur.execute("DELETE FROM t WHERE id = %s", (k,))
-                    self.count += 1
-                    time.sleep(0.002)
-        finally:
-            con.close()
 
 
 def _notices(url: str) -> list[dict[str, Any]]:
@@ -73,7 +48,7 @@ def test_kill9_relay_mid_snapshot_resumes_and_replica_equals(tmp_path: Path) -> 
     m = MariaDB(tmp_path / "db")
     m.start()
     procs = []
-    writer = Writer(m)
+    writer = KeyChurn.mysql(m, keys=ROWS + 500)
     try:
         m.execute("CREATE DATABASE shop",
                   "CREATE TABLE shop.t (id INT PRIMARY KEY, v INT, s VARCHAR(20))")

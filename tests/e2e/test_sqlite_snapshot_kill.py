@@ -14,7 +14,6 @@ import json
 import random
 import sqlite3
 import sys
-import threading
 import time
 from contextlib import closing
 from pathlib import Path
@@ -25,33 +24,11 @@ import yaml
 
 from tests.support.procs import DATABUS, free_port, kill9, snapshot_reads, spawn, stop, wait_http
 from tests.support.wait import wait_until
+from tests.support.writers import KeyChurn
 
 pytestmark = pytest.mark.slow
 
 ROWS, CHUNK = 150_000, 100
-
-
-class Writer(threading.Thread):
-    def __init__(self, db: Path) -> None:
-        super().__init__(daemon=True)
-        self.db = db
-        self.stop = threading.Event()
-        self.count = 0
-
-    def run(self) -> None:
-        rng = random.Random(11)
-        with closing(sqlite3.connect(self.db, isolation_level=None, timeout=30)) as con:
-            while not self.stop.is_set():
-                k = rng.randrange(ROWS + 500)
-                con.execute("BEGIN IMMEDIATE")
-                if rng.random() < 0.7:
-                    con.execute("INSERT INTO t VALUES (?, ?, 'w') ON CONFLICT(id) DO UPDATE"
-                                " SET v = v + 1, s = 'upd'", (k, k))
-                else:
-                    con.execute("DELETE FROM t WHERE id = ?", (k,))
-                con.execute("COMMIT")
-                self.count += 1
-                time.sleep(0.002)
 
 
 def _progress(state: Path) -> list[tuple[int, dict[str, Any] | None]]:
@@ -92,7 +69,7 @@ def test_kill9_relay_mid_snapshot_resumes_and_replica_equals(tmp_path: Path) -> 
     state = tmp_path / "snap.sqlite-snapshot.json"
     relay_args = [*DATABUS, "relay", "--config", str(config)]
     log = tmp_path / "relay.log"
-    writer = Writer(db)
+    writer = KeyChurn.sqlite(db, keys=ROWS + 500)
     procs: list[Any] = []
     try:
         relay = spawn(relay_args, log)
