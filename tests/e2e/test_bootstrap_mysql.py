@@ -66,7 +66,7 @@ def _start_capture(p: Pipeline, writer: Writer) -> int:
     rows of both table versions). Returns the SCN that must fall off the relay."""
     p.start("relay")
     p.start("bootstrap")
-    p.wait_dump()
+    p.wait_relay_dump()
     writer.start()
     p.wait("the relay's initial snapshot completed",
            lambda: p.relay_stat("snapshot_completed_total") >= 1)
@@ -141,7 +141,7 @@ def test_primary_key_changes_leave_no_old_row(make: Make) -> None:
     p, writer = make("sqlite", "sqlite")
     p.start("relay")
     p.start("bootstrap")
-    p.wait_dump()
+    p.wait_relay_dump()
     p.wait("the relay's initial snapshot completed",
            lambda: p.relay_stat("snapshot_completed_total") >= 1)
     before = mariadb_keys(p.server)

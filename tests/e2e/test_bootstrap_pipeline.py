@@ -13,7 +13,7 @@ import sqlite3
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,17 +23,17 @@ import yaml
 
 from tests.support.bootstrap import preload, replica_equal
 from tests.support.bulk import BulkWriter
-from tests.support.procs import DATABUS, free_port, kill9, spawn, stop, wait_http
+from tests.support.pipeline import ProcessPipeline
+from tests.support.procs import DATABUS, free_port, kill9
 from tests.support.shop import TABLES, create_shop
 
 
 @dataclass
-class Pipeline:
+class Pipeline(ProcessPipeline):
     tmp: Path
     db: Path
     relay_port: int = field(default_factory=free_port)
     bs_port: int = field(default_factory=free_port)
-    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     batch: int = 10_000
 
     @property
@@ -49,15 +49,9 @@ class Pipeline:
                 "--target", f"sqlite:///{self.replica}", "--bootstrap",
                 f"http://127.0.0.1:{self.bs_port}", "--bootstrap-batch", str(self.batch)]
 
-    def start(self, name: str) -> None:
-        self.procs[name] = spawn(self.args(name), self.tmp / f"{name}.log")
-        if name == "relay":
-            wait_http(f"http://127.0.0.1:{self.relay_port}/admin", self.procs[name])
-        if name == "bootstrap":
-            wait_http(f"http://127.0.0.1:{self.bs_port}/admin", self.procs[name])
-
-    def kill(self, name: str) -> None:
-        kill9(self.procs[name])
+    def ready_url(self, name: str) -> str | None:
+        port = {"relay": self.relay_port, "bootstrap": self.bs_port}.get(name)
+        return f"http://127.0.0.1:{port}/admin" if port else None
 
     def relay_min_scn(self) -> int:
         return int(httpx.get(f"http://127.0.0.1:{self.relay_port}/containerStats/buffer/min_scn",
@@ -79,30 +73,20 @@ class Pipeline:
             con.close()
         return None if row is None else dict(json.loads(row[0]))
 
-    def wait_for(self, what: str, pred: object, timeout: float = 120) -> dict[str, object]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for name, p in self.procs.items():
-                assert p.poll() is None, f"{name} died: see {self.tmp / (name + '.log')}"
+    def wait_for(self, what: str, pred: Callable[[dict[str, object]], bool],
+                 timeout: float = 120) -> dict[str, object]:
+        """The consumer's committed checkpoint once ``pred`` holds for it."""
+        def reached() -> dict[str, object] | None:
             cp = self.consumer_checkpoint()
-            if cp is not None and pred(cp):  # type: ignore[operator]
-                return cp
-            time.sleep(0.02)
-        raise AssertionError(f"consumer never reached {what}; logs in {self.tmp}")
+            return cp if cp is not None and pred(cp) else None
+
+        found: dict[str, object] = self.wait(f"the consumer to reach {what}", reached, timeout,
+                                             interval=0.02)
+        return found
 
     def wait_equal(self, timeout: float = 240) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for name, p in self.procs.items():
-                assert p.poll() is None, f"{name} died: see {self.tmp / (name + '.log')}"
-            if replica_equal(self.db, self.replica):
-                return
-            time.sleep(0.5)
-        raise AssertionError(f"replica not equal to the source; logs in {self.tmp}")
-
-    def close(self) -> None:
-        for p in self.procs.values():
-            stop(p)
+        self.wait("the replica to equal the source", lambda: replica_equal(self.db, self.replica),
+                  timeout, interval=0.5)
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 import sys
 import threading
 import time
@@ -38,18 +37,18 @@ from tests.support.mysql_workload import (
     sql_checksums,
     table_diff,
 )
+from tests.support.pipeline import ProcessPipeline
 from tests.support.postgres import PostgreSQL
-from tests.support.procs import DATABUS, free_port, kill9, spawn, stop, wait_http
+from tests.support.procs import DATABUS, free_port, kill9
 from tests.support.verify import check_delivery, read_windows
 
 
 @dataclass
-class Pipeline:
+class Pipeline(ProcessPipeline):
     tmp: Path
     server: MariaDB
     target: str
     port: int = field(default_factory=free_port)
-    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -70,27 +69,11 @@ class Pipeline:
         return [sys.executable, "-m", "tests.support.recorder", "--relay", self.url,
                 "--out", str(self.record), "--checkpoint", str(self.tmp / "recorder.ckpt")]
 
-    def start(self, name: str) -> None:
-        self.procs[name] = spawn(self.args(name), self.tmp / f"{name}.log")
-        if name == "relay":
-            wait_http(f"{self.url}/admin", self.procs[name])
+    def ready_url(self, name: str) -> str | None:
+        return f"{self.url}/admin" if name == "relay" else None
 
-    def wait_dump(self, timeout: float = 30.0) -> None:
-        """Until the relay's replication connection is streaming (a new relay
-        starts at the binlog's end, so the workload must not begin before)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            con = self.server.connect()
-            try:
-                with con.cursor() as cur:
-                    cur.execute("SELECT count(*) FROM information_schema.processlist"
-                                " WHERE command LIKE 'Binlog Dump%'")
-                    if cur.fetchone()[0]:
-                        return
-            finally:
-                con.close()
-            time.sleep(0.1)
-        raise AssertionError("the relay never started its binlog dump")
+    def wait_relay_dump(self, timeout: float = 30.0) -> None:
+        self.wait_dump(self.server, timeout)
 
     def max_scn(self) -> int:
         return int(httpx.get(f"{self.url}/containerStats/buffer/max_scn", timeout=10).json())
@@ -111,22 +94,15 @@ class Pipeline:
     def wait_caught_up(self, timeout: float = 300.0) -> None:
         """Until the recorder and the replicate sink both hold the relay's newest
         window, and it stays the newest for a second."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for name, proc in self.procs.items():
-                assert proc.poll() is None, f"{name} died: see {self.tmp / (name + '.log')}"
+        def caught_up() -> bool:
             top = self.max_scn()
             recorded = read_windows(self.record)
             if recorded and recorded[-1][0] == top and self.sink_scn() == top:
                 time.sleep(1.0)
-                if self.max_scn() == top:
-                    return
-            time.sleep(1.0)
-        raise AssertionError("consumers did not catch up; logs in " + str(self.tmp))
+                return self.max_scn() == top
+            return False
 
-    def close(self) -> None:
-        for p in self.procs.values():
-            stop(p)
+        self.wait("the consumers to catch up with the relay", caught_up, timeout, interval=1.0)
 
 
 @pytest.fixture
@@ -144,7 +120,7 @@ def pipeline(tmp_path: Path, postgres: PostgreSQL) -> Iterator[Pipeline]:
             try:
                 for name in ("relay", "replicate", "recorder"):
                     p.start(name)
-                p.wait_dump()
+                p.wait_relay_dump()
                 yield p
             finally:
                 p.close()

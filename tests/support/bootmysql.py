@@ -13,7 +13,6 @@ import datetime as dt
 import json
 import random
 import re
-import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,8 +35,8 @@ from tests.support.mysql_workload import (
     mariadb_checksums,
     table_diff,
 )
-from tests.support.procs import DATABUS, free_port, kill9, spawn, stop, wait_http
-from tests.support.wait import wait_until
+from tests.support.pipeline import ProcessPipeline
+from tests.support.procs import DATABUS, free_port
 
 
 class Writer(threading.Thread):
@@ -108,7 +107,7 @@ class Writer(threading.Thread):
 
 
 @dataclass
-class Pipeline:
+class Pipeline(ProcessPipeline):
     tmp: Path
     server: MariaDB
     store_url: str
@@ -117,7 +116,6 @@ class Pipeline:
     batch: int = 500
     relay_port: int = field(default_factory=free_port)
     bs_port: int = field(default_factory=free_port)
-    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
     def relay(self) -> str:
@@ -144,19 +142,8 @@ class Pipeline:
         return [*DATABUS, "replicate", "--relay", self.relay, "--target", self.target,
                 "--bootstrap", self.bs, "--bootstrap-batch", str(self.batch)]
 
-    def start(self, name: str) -> None:
-        self.procs[name] = spawn(self.args(name), self.tmp / f"{name}.log")
-        if name == "relay":
-            wait_http(f"{self.relay}/admin", self.procs[name])
-        if name == "bootstrap":
-            wait_http(f"{self.bs}/admin", self.procs[name])
-
-    def kill(self, name: str) -> None:
-        kill9(self.procs[name])
-
-    def alive(self) -> None:
-        for name, p in self.procs.items():
-            assert p.poll() is None, f"{name} died: see {self.tmp / (name + '.log')}"
+    def ready_url(self, name: str) -> str | None:
+        return {"relay": f"{self.relay}/admin", "bootstrap": f"{self.bs}/admin"}.get(name)
 
     def relay_scn(self, which: str) -> int:
         return int(httpx.get(f"{self.relay}/containerStats/buffer/{which}", timeout=10).json())
@@ -168,26 +155,9 @@ class Pipeline:
                 return float(line.rsplit(" ", 1)[1])
         return 0.0
 
-    def wait_dump(self, timeout: float = 120.0) -> None:
+    def wait_relay_dump(self, timeout: float = 120.0) -> None:
         """Until the relay streams the binlog (it starts at the binlog's end)."""
-        def dumping() -> bool:
-            con = self.server.connect()
-            try:
-                with con.cursor() as cur:
-                    cur.execute("SELECT count(*) FROM information_schema.processlist"
-                                " WHERE command LIKE 'Binlog Dump%'")
-                    return bool(cur.fetchone()[0])
-            finally:
-                con.close()
-
-        wait_until(dumping, timeout, "the relay to start its binlog dump", interval=0.1)
-
-    def wait(self, what: str, pred: Any, timeout: float = 180.0) -> None:
-        def reached() -> bool:
-            self.alive()
-            return bool(pred())
-
-        wait_until(reached, timeout, f"{what} (logs in {self.tmp})", interval=0.1)
+        self.wait_dump(self.server, timeout)
 
     def consumer_checkpoint(self) -> dict[str, Any] | None:
         """The replicate sink's committed checkpoint (what survives a kill -9)."""
@@ -223,10 +193,6 @@ class Pipeline:
         diffs = {t: table_diff(self.server.port, self.target, t)
                  for t in mariadb_checksums(self.server.port) if t in KEYS}
         raise AssertionError(f"replica not equal to MariaDB: {diffs}; logs in {self.tmp}")
-
-    def close(self) -> None:
-        for p in self.procs.values():
-            stop(p)
 
 
 _DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d{1,6})?$")
