@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
 
 from tests.support.procs import DATABUS, ROOT, free_port, spawn, stop, wait_http
 from tests.support.shop import Writer, create_shop
+from tests.support.wait import wait_until
 
 
 def _run(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -21,11 +21,9 @@ def _run(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess[st
 def _wait_snapshot_done(url: str, timeout: float = 30.0) -> None:
     """Until the relay's initial snapshot (the default mode) completed: later
     writes then arrive as changes, not as snapshot rows."""
-    deadline = time.monotonic() + timeout
-    while 'name="snapshot_completed_total"} 1.0' not in httpx.get(f"{url}/metrics",
-                                                                  timeout=10).text:
-        assert time.monotonic() < deadline, "the initial snapshot did not complete"
-        time.sleep(0.05)
+    wait_until(lambda: 'name="snapshot_completed_total"} 1.0'
+               in httpx.get(f"{url}/metrics", timeout=10).text, timeout,
+               "the initial snapshot to complete")
 
 
 def test_relay_from_flags_and_tail_prints_envelopes(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from tests.support.mariadb import MariaDB
 from tests.support.mysql_workload import SCHEMA, Workload, connect_writer
 from tests.support.procs import DATABUS, free_port, kill9, spawn, stop, wait_http
 from tests.support.verify import check_delivery, read_windows
+from tests.support.wait import wait_until
 
 
 def _binlogs(m: MariaDB) -> list[str]:
@@ -46,12 +47,7 @@ def _master_scn(m: MariaDB) -> int:
 
 
 def _until(predicate: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    wait_until(predicate, timeout, what, interval=0.2)  # type: ignore[arg-type]
 
 
 def _relay(server: MariaDB, tmp: Path) -> tuple[str, list[str]]:

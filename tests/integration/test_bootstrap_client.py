@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -120,12 +119,13 @@ def run_until_equal(client: DatabusClient, consumer: StateConsumer, db: Path,
         if writer is not None:
             writer.start()
             writer.join(timeout)
-        deadline = time.monotonic() + timeout
-        while (consumer.state != source_state(db)
-               or client.persisted.consumption_mode != ConsumptionMode.ONLINE_CONSUMPTION):
-            assert time.monotonic() < deadline, "consumer state never equalled the source"
+        def equal_and_online() -> bool:
             assert t.is_alive()
-            time.sleep(0.1)
+            return (consumer.state == source_state(db) and client.persisted.consumption_mode
+                    == ConsumptionMode.ONLINE_CONSUMPTION)
+
+        wait_until(equal_and_online, timeout, "the consumer's state to equal the source",
+                   interval=0.1)
     finally:
         stop.set()
         t.join(30)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -108,13 +107,12 @@ def test_admin_reports_positions(shop_db: Path, tmp_path: Path, relay_small: Rel
         w = BulkWriter(shop_db, seed=5)
         w.run_until(500)
         w.close()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            st = httpx.get(f"{bs.url}/admin", timeout=5).json()
-            if st["applied_scn"] >= w.changes:
-                break
-            time.sleep(0.1)
-        assert st["applied_scn"] >= w.changes and st["log_max_scn"] >= w.changes
+        def applied() -> dict[str, int] | None:
+            st: dict[str, int] = httpx.get(f"{bs.url}/admin", timeout=5).json()
+            return st if st["applied_scn"] >= w.changes else None
+
+        st = wait_until(applied, 30, "the bootstrap applier to fold every change", interval=0.1)
+        assert st["log_max_scn"] >= w.changes
         assert httpx.get(f"{bs.url}/targetSCN", timeout=5).json()["targetScn"] >= w.changes
 
 
@@ -140,10 +138,11 @@ def test_rows_from_before_capture_need_the_initial_load(shop_db: Path, tmp_path:
             wait_equal(shop_db, replica, [c])
             assert len(rows(replica, "customers")) == 2001
         else:
-            deadline = time.monotonic() + 30
-            while not any(r[0] == 100000 for r in rows(replica, "customers")):
-                assert time.monotonic() < deadline and c.error is None
-                time.sleep(0.1)
+            def arrived() -> bool:
+                assert c is not None and c.error is None
+                return any(r[0] == 100000 for r in rows(replica, "customers"))
+
+            wait_until(arrived, 30, "the later change at the replica", interval=0.1)
             assert len(rows(replica, "customers")) == 1
     finally:
         if c is not None:
@@ -174,20 +173,16 @@ def test_producer_that_fell_off_the_relay(shop_db: Path, tmp_path: Path, initial
         bs = make_bootstrap(shop_db, tmp_path, relay, initial=initial)
         bs.start()
         try:
-            deadline = time.monotonic() + 30
             if not initial:
-                while not (err := httpx.get(f"{bs.url}/admin", timeout=5).json()
-                           ["producer"]["error"]):
-                    assert time.monotonic() < deadline
-                    time.sleep(0.05)
+                err = wait_until(lambda: httpx.get(f"{bs.url}/admin", timeout=5).json()
+                                 ["producer"]["error"], 30, "the producer's error")
                 assert err.startswith("ScnNotFound")
                 # what the store holds is still served
                 r = httpx.get(f"{bs.url}/startSCN", timeout=5)
                 assert r.status_code == 200 and r.json()["startScn"] > 1000
             else:
-                while httpx.get(f"{bs.url}/admin", timeout=5).json()["rebuilds"] < 1:
-                    assert time.monotonic() < deadline
-                    time.sleep(0.05)
+                wait_until(lambda: httpx.get(f"{bs.url}/admin", timeout=5).json()["rebuilds"]
+                           >= 1, 30, "the bootstrap store's rebuild")
                 c = Consumer(relay, bs, tmp_path / "replica.db")
                 w.run_until(21_000, threading.Event(), 0.01)
                 wait_equal(shop_db, tmp_path / "replica.db", [c])

@@ -24,6 +24,7 @@ from databus.sources.mysql.connection import master_status
 from databus.sources.mysql.source import NOTIFICATIONS, MysqlSource
 from tests.support.mariadb import MariaDB
 from tests.support.sources import mysql_source
+from tests.support.wait import wait_until
 from tests.support.writers import KeyChurn
 
 SIGNALS = "databus.signals"
@@ -338,9 +339,8 @@ def test_relay_signal_endpoint_and_cli(server: MariaDB, tmp_path: Path) -> None:
         return sum(1 for x in got if x.get("op") and x["after"].get("kind") == "COMPLETED")
 
     try:
-        deadline = time.monotonic() + 60
-        while completed(got := lines()) < 1:
-            assert time.monotonic() < deadline
+        got = wait_until(lambda: completed(x := lines()) >= 1 and x, 60,
+                         "the initial snapshot to complete")
         reads = [x for x in got if x.get("op") == "r"]
         assert len(reads) == 500 and all(x["source"]["snapshot"] for x in reads)
         cli = subprocess.run(
@@ -348,8 +348,8 @@ def test_relay_signal_endpoint_and_cli(server: MariaDB, tmp_path: Path) -> None:
              "--tables", r"shop\.t"], capture_output=True, text=True, timeout=60)
         assert cli.returncode == 0, cli.stderr
         sid = cli.stdout.strip()
-        while completed(got := lines()) < 2:
-            assert time.monotonic() < deadline
+        got = wait_until(lambda: completed(x := lines()) >= 2 and x, 60,
+                         "the signalled snapshot to complete")
         assert any(x.get("op") and x["after"].get("kind") == "STARTED"
                    and x["after"]["snapshot"] == sid for x in got)
         prom = httpx.get(f"{base}/metrics").text
