@@ -7,29 +7,28 @@ recording consumer received and with the rows of a replicate sink's target.
 from __future__ import annotations
 
 import random
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
 
-from tests.support.procs import DATABUS, free_port, kill9, spawn, stop, wait_http
+from tests.support.pipeline import ProcessPipeline
+from tests.support.procs import DATABUS, free_port
 from tests.support.shop import TABLES, Writer, create_shop, table_rows
 from tests.support.verify import check_delivery, read_windows
 
 
 @dataclass
-class Pipeline:
+class Pipeline(ProcessPipeline):
     tmp: Path
     db: Path
     port: int
-    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -52,32 +51,24 @@ class Pipeline:
         return [sys.executable, "-m", "tests.support.recorder", "--relay", self.url,
                 "--out", str(self.record), "--checkpoint", str(self.tmp / "recorder.ckpt")]
 
-    def start(self, name: str) -> None:
-        self.procs[name] = spawn(self.args(name), self.tmp / f"{name}.log")
-        if name == "relay":
-            wait_http(f"{self.url}/admin", self.procs[name])
-
-    def kill(self, name: str) -> None:
-        kill9(self.procs[name])
+    def ready_url(self, name: str) -> str | None:
+        return f"{self.url}/admin" if name == "relay" else None
 
     def max_scn(self) -> int:
         return int(httpx.get(f"{self.url}/containerStats/buffer/max_scn", timeout=10).json())
 
     def wait_caught_up(self, writer: Writer, timeout: float = 180.0) -> None:
         """Until the relay holds everything and both consumers have it."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for name, p in self.procs.items():
-                assert p.poll() is None, f"{name} died: see {self.tmp / (name + '.log')}"
+        def caught_up() -> bool:
             top = self.max_scn()
             recorded = read_windows(self.record)
             if (recorded and recorded[-1][0] == top and self.replica.exists()
                     and _replica_equal(self.db, self.replica)):
                 time.sleep(1.0)
-                if self.max_scn() == top:
-                    return
-            time.sleep(0.5)
-        raise AssertionError("consumers did not catch up; logs in " + str(self.tmp))
+                return self.max_scn() == top
+            return False
+
+        self.wait("the consumers to catch up with the relay", caught_up, timeout, interval=0.5)
 
     def start_all(self, seed: int) -> Writer:
         """Relay, replicate sink and recorder running; a writer on the source."""
@@ -86,10 +77,6 @@ class Pipeline:
         w = Writer(self.db, seed=seed)
         w.con.execute("PRAGMA synchronous=NORMAL")
         return w
-
-    def close(self) -> None:
-        for p in self.procs.values():
-            stop(p)
 
 
 def _replica_equal(db: Path, replica: Path) -> bool:

@@ -108,14 +108,13 @@ def test_binlog_to_replica_with_relay_restart(server: MariaDB, tmp_path: Path) -
         _workload(server, rng, 100)
         relay = _relay(server, tmp_path, port)
         _workload(server, rng, 50)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        def equal() -> bool:
             try:
-                if all(a == b for a, b in (_rows(server, replica, t) for t in ("a", "b"))):
-                    break
-            except sqlite3.OperationalError:
-                pass
-            time.sleep(0.3)
+                return all(a == b for a, b in (_rows(server, replica, t) for t in ("a", "b")))
+            except sqlite3.OperationalError:  # the replica's tables are not there yet
+                return False
+
+        wait_until(equal, 60, "the replica to equal MariaDB", interval=0.3)
     finally:
         stop.set()
         for t in threads:

@@ -17,6 +17,7 @@ from databus.core.filters import ServerFilter
 from databus.relay.relay import Relay
 from tests.support.relays import drain, make_relay
 from tests.support.shop import Writer
+from tests.support.wait import wait_until
 
 
 def _write(db: Path, n: int, seed: int = 1) -> Writer:
@@ -29,15 +30,15 @@ def _write(db: Path, n: int, seed: int = 1) -> Writer:
 
 def _wait_scn(relay: Relay, predicate: float = 10.0) -> int:
     """Wait until the relay has captured everything committed so far."""
-    deadline = time.monotonic() + predicate
-    last = -2
-    while time.monotonic() < deadline:
+    seen = [-2]
+
+    def settled() -> int:  # the same newest window twice in a row
         cur = relay.buffer.max_scn
-        if cur == last and cur > 0:
-            return cur
-        last = cur
-        time.sleep(0.3)
-    raise AssertionError("relay did not settle")
+        same = cur == seen[0] and cur > 0
+        seen[0] = cur
+        return cur if same else 0
+
+    return wait_until(settled, predicate, "the relay to settle", interval=0.3)
 
 
 def test_sources_register_and_stream(relay: Relay, shop_db: Path) -> None:
