@@ -36,16 +36,19 @@ def drain(client: httpx.Client, params: dict[str, str], until_scn: int) -> list[
     return events
 
 
-def make_relay(db: Path, tmp: Path, *, snapshot_mode: str = "no_data",
+def make_relay(db: Path, tmp: Path, *, tables: list[str] | None = None,
+               snapshot_mode: str = "no_data", state: str = "state",
                **buffer: object) -> Relay:
-    """A relay on ``db``; stream-only unless ``snapshot_mode`` says otherwise (the
-    tests using it check the exact delivery of each committed transaction)."""
+    """A relay (not started) on the SQLite ``db`` (the shop's tables unless ``tables``),
+    on a free port, its state in ``tmp/state``; stream-only unless ``snapshot_mode``
+    says otherwise (the tests using it check the exact delivery of each committed
+    transaction). ``buffer``: fields of the buffer section (4 MiB in memory by default)."""
     cfg = parse_config({
-        "source": {"url": f"sqlite:///{db}", "tables": TABLES, "poll_interval": 0.01,
+        "source": {"url": f"sqlite:///{db}", "tables": tables or TABLES, "poll_interval": 0.01,
                    "snapshot_mode": snapshot_mode},
         "buffer": {"capacity_bytes": 4 * 1024 * 1024, "flush_interval": 0.2, **buffer},
         "http": {"port": 0},
-        "state_dir": str(tmp / "state"),
+        "state_dir": str(tmp / state),
         "stream": {"default_timeout": 0.5},
     })
     return Relay(cfg)

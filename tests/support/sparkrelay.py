@@ -14,8 +14,8 @@ from pyspark.sql import DataFrame, SparkSession
 from databus.client.relay import RelayConnection
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
-from databus.relay.config import parse_config
 from databus.relay.relay import Relay
+from tests.support.relays import make_relay
 from tests.support.shop import txlog_max
 from tests.support.wait import wait_until
 
@@ -28,15 +28,8 @@ def start_relay(db: Path, tmp: Path, tables: list[str], snapshot_mode: str = "no
 
     Stream-only by default: with ``initial``, changes a writer commits before the
     relay's first read arrive as snapshot ``r`` rows, and these tests count ops."""
-    cfg = parse_config({
-        "source": {"url": f"sqlite:///{db}", "tables": tables, "poll_interval": 0.01,
-                   "snapshot_mode": snapshot_mode},
-        "buffer": {"capacity_bytes": 32 * 1024 * 1024, "flush_interval": 0.2, **buffer},
-        "http": {"port": 0},
-        "state_dir": str(tmp / "relay-state"),
-        "stream": {"default_timeout": 0.5},
-    })
-    relay = Relay(cfg)
+    relay = make_relay(db, tmp, tables=tables, snapshot_mode=snapshot_mode,
+                       state="relay-state", **{"capacity_bytes": 32 * 1024 * 1024, **buffer})
     relay.start()
     return relay
 
