@@ -297,7 +297,7 @@ class EventBuffer:
             if not checkpoint.is_flexible:
                 if checkpoint.window_scn < self.floor_scn:
                     raise self._not_found(checkpoint)
-                newest = self._max_scn if self._windows else self._prev_scn
+                newest = self.max_scn  # the newest window, or prev_scn when empty
                 if checkpoint.window_scn > newest and (self._windows or newest >= 0):
                     raise ScnAheadError(
                         f"checkpoint scn {checkpoint.window_scn} is ahead of this relay"
