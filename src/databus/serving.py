@@ -17,6 +17,13 @@
   :meth:`HttpService.start` returns), next to the worker threads of its subclass,
   in the caller's event loop (:meth:`~HttpService.serve`, :meth:`~HttpService.run`)
   or on a thread of its own (:meth:`~HttpService.start`, :meth:`~HttpService.stop`).
+* **Security** (docs/security.md), from one :class:`HttpServerConfig` per server:
+  bearer tokens (:mod:`databus.auth`; every path but ``/health``, ``/metrics`` and
+  ``/openapi.json`` needs one, the service's admin paths an admin one), TLS and
+  mutual TLS, and limits: request body, header size, connections, idle keep-alive
+  and slow readers. A server bound beyond loopback without a token file refuses to
+  start unless ``insecure`` (then it warns at every start). Endpoints ask
+  :func:`principal` what the request may read.
 
 This module imports only :mod:`databus.core`: the relay and the bootstrap service
 both build on it without knowing each other.
@@ -25,27 +32,39 @@ both build on it without knowing each other.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ipaddress
+import logging
 import os
 import socket
+import ssl
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Collection
-from typing import Any, Self
+from pathlib import Path
+from typing import Any, ClassVar, Self
 
 import uvicorn
+from pydantic import Field
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.types import ASGIApp, ExceptionHandler
+from starlette.types import ASGIApp, ExceptionHandler, Message, Receive, Scope, Send
 
+from databus.auth import ANONYMOUS, Authenticator, Principal
 from databus.core import jsonsafe
+from databus.core.config import FrozenModel
 from databus.core.errors import (
     ConfigError,
     DatabusError,
     ForbiddenError,
     InvalidRequestError,
+    PayloadTooLargeError,
     UnknownSourceError,
     UnsupportedMediaTypeError,
 )
+
+log = logging.getLogger("databus.serving")
 
 MAX_SOURCE_IDS = 10_000  # ids one request may name
 
@@ -154,6 +173,157 @@ EXCEPTION_HANDLERS: dict[Any, ExceptionHandler] = {
 }
 
 
+# -- configuration ---------------------------------------------------------------------
+
+
+class TlsServerConfig(FrozenModel):
+    """TLS of a server: its certificate chain and key (PEM); with ``client_ca_file``,
+    mutual TLS: every client must present a certificate that CA signed."""
+
+    cert_file: Path = Field(description="PEM certificate (chain) the server presents")
+    key_file: Path = Field(description="PEM private key of that certificate")
+    client_ca_file: Path | None = Field(
+        None, description="mutual TLS: PEM CA(s) client certificates must chain to")
+
+
+class HttpServerConfig(FrozenModel):
+    """Where and how a server listens (the ``http:`` section of each server's config)."""
+
+    host: str = Field("127.0.0.1", description="address to bind; beyond loopback needs a"
+                      " token_file (or insecure)")
+    port: int = Field(0, ge=0, le=65535, description="0 picks a free port")
+    token_file: Path | None = Field(
+        None, description="bearer tokens (databus token add); None = no authentication")
+    insecure: bool = Field(
+        False, description="serve beyond loopback without tokens (warned at every start)")
+    tls: TlsServerConfig | None = None
+    max_body_bytes: int = Field(1 << 20, ge=1024, description="largest request body")
+    max_header_bytes: int = Field(16 * 1024, ge=1024, le=1 << 20,
+                                  description="largest request line plus headers")
+    max_connections: int = Field(
+        2048, ge=1, description="connections (and requests) served at once; more get 503")
+    idle_timeout: float = Field(
+        15.0, gt=0, le=3600, description="seconds an idle keep-alive connection stays open")
+    send_timeout: float = Field(
+        60.0, gt=0, le=3600, description="seconds one response part may wait for a client"
+        " that does not read; then the connection is cut (the client resumes from its"
+        " checkpoint)")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def principal(request: Request) -> Principal:
+    """Who made ``request`` (set by the server's guard; everyone when no tokens)."""
+    p = request.scope.get("databus.principal", ANONYMOUS)
+    assert isinstance(p, Principal)
+    return p
+
+
+class _Guard:
+    """The ASGI layer every request passes first: ``/health``, authentication,
+    the admin paths, the body limit, and the slow-reader cut (see the module
+    docstring)."""
+
+    def __init__(self, app: ASGIApp, *, auth: Authenticator | None, config: HttpServerConfig,
+                 open_paths: frozenset[str], admin_paths: frozenset[str], name: str) -> None:
+        self.app, self.auth, self.config, self.name = app, auth, config, name
+        self.open_paths, self.admin_paths = open_paths, admin_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        if path == "/health":
+            await JSONResponse({"status": "ok", "service": self.name})(scope, receive, send)
+            return
+        try:
+            who = await self._principal(scope)
+            if path in self.admin_paths or any(path.startswith(p + "/")
+                                                for p in self.admin_paths):
+                who.check_admin(path)
+            self._check_length(scope)
+        except DatabusError as exc:
+            response = error_response(exc)
+            if exc.http_status == 401:
+                response.headers["WWW-Authenticate"] = 'Bearer realm="databus"'
+            await response(scope, receive, send)
+            return
+        scope["databus.principal"] = who
+        # a cut slow reader: uvicorn closes the connection of a response not completed
+        with contextlib.suppress(_SlowClient):
+            await self.app(scope, self._limited(receive), self._timed(send, scope))
+
+    async def _principal(self, scope: Scope) -> Principal:
+        if self.auth is None or scope["path"] in self.open_paths:
+            return ANONYMOUS
+        header = None
+        for k, v in scope["headers"]:
+            if k == b"authorization":
+                header = v.decode("latin-1")
+                break
+        cached = self.auth.cached(header)
+        if cached is not None:
+            return cached
+        # a first verification costs an argon2 hash: off the event loop
+        return await run_in_threadpool(self.auth.authenticate, header)
+
+    def _check_length(self, scope: Scope) -> None:
+        for k, v in scope["headers"]:
+            if k == b"content-length":
+                try:
+                    n = int(v)
+                except ValueError:
+                    raise InvalidRequestError("Content-Length is not a number") from None
+                if n > self.config.max_body_bytes:
+                    raise PayloadTooLargeError(
+                        f"request body of {n} bytes; this server takes at most"
+                        f" {self.config.max_body_bytes}")
+
+    def _limited(self, receive: Receive) -> Receive:
+        limit = self.config.max_body_bytes
+        seen = 0
+
+        async def receive_limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:  # a chunked body that passed the Content-Length check
+                    raise PayloadTooLargeError(
+                        f"request body larger than {limit} bytes (this server's limit)")
+            return message
+
+        return receive_limited
+
+    def _timed(self, send: Send, scope: Scope) -> Send:
+        timeout = self.config.send_timeout
+
+        async def send_timed(message: Message) -> None:
+            try:
+                await asyncio.wait_for(send(message), timeout)
+            except TimeoutError:
+                client = scope.get("client")
+                log.warning("%s: cut a client that read nothing for %.0f s (%s %s from %s)",
+                            self.name, timeout, scope["method"], scope["path"],
+                            f"{client[0]}:{client[1]}" if client else "?")
+                raise _SlowClient from None
+
+        return send_timed
+
+
+class _SlowClient(Exception):
+    """Raised through the app when a client stopped reading (see :class:`_Guard`)."""
+
+
 # -- lifecycle ----------------------------------------------------------------------------
 
 
@@ -168,16 +338,44 @@ class HttpService(ABC):
     most 2 seconds; their clients retry elsewhere or later.
     """
 
-    def __init__(self, host: str, port: int, name: str) -> None:
-        self.host = host
+    open_paths: ClassVar[frozenset[str]] = frozenset({"/health", "/metrics", "/openapi.json"})
+    """Paths readable without a token (they carry no row data and no secrets)."""
+    admin_paths: ClassVar[frozenset[str]] = frozenset()
+    """Paths (and everything below them) that need an admin token."""
+
+    def __init__(self, http: HttpServerConfig, name: str) -> None:
+        self.http = http
+        self.host = http.host
         self.name = name
-        self._bind_port = port
+        self._bind_port = http.port
         self._port: int | None = None
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._listening = False
         self._failed: BaseException | None = None
+        self.auth = self._authenticator()
+
+    def _authenticator(self) -> Authenticator | None:
+        """The token checker, or None; refuses an open server beyond loopback."""
+        http = self.http
+        if http.token_file is not None:
+            auth = Authenticator(http.token_file)
+            log.info("%s: bearer tokens from %s (%d)", self.name, http.token_file, len(auth))
+            return auth
+        if not is_loopback(http.host):
+            if not http.insecure:
+                raise ConfigError(
+                    f"{self.name} would serve {http.host} without authentication: give a"
+                    " token file (--token-file, http.token_file) or pass --insecure")
+            log.warning("%s serves %s WITHOUT AUTHENTICATION (--insecure): anyone who reaches"
+                        " the port reads every table", self.name, http.host)
+        return None
+
+    def reload_tokens(self) -> None:
+        """Read the token file again (SIGHUP); nothing without one."""
+        if self.auth is not None:
+            self.auth.reload()
 
     @abstractmethod
     def build_app(self) -> ASGIApp:
@@ -194,6 +392,29 @@ class HttpService(ABC):
     async def on_shutdown(self) -> None:  # noqa: B027 - optional hook
         """Runs in the event loop after serving ended (or failed to start)."""
 
+    def _uvicorn_config(self) -> uvicorn.Config:
+        http = self.http
+        app = _Guard(self.build_app(), auth=self.auth, config=http, open_paths=self.open_paths,
+                     admin_paths=self.admin_paths, name=self.name)
+        tls: dict[str, Any] = {}
+        if http.tls is not None:
+            tls = {"ssl_certfile": str(http.tls.cert_file), "ssl_keyfile": str(http.tls.key_file)}
+            if http.tls.client_ca_file is not None:
+                tls |= {"ssl_ca_certs": str(http.tls.client_ca_file),
+                        "ssl_cert_reqs": ssl.CERT_REQUIRED}
+        config = uvicorn.Config(
+            app, log_level="warning", lifespan="on", access_log=False,
+            timeout_graceful_shutdown=2, http="h11", limit_concurrency=http.max_connections,
+            timeout_keep_alive=int(max(1, http.idle_timeout)),
+            h11_max_incomplete_event_size=http.max_header_bytes, **tls)
+        try:
+            config.load()  # builds the TLS context: a bad file is a start-up error
+        except (OSError, ssl.SSLError) as exc:
+            what = getattr(exc, "filename", None) or (http.tls.cert_file if http.tls else "")
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise ConfigError(f"{self.name}: TLS files unusable ({what}): {why}") from exc
+        return config
+
     async def _watch_exit(self, server: uvicorn.Server) -> None:
         # uvicorn sets should_exit from its own signal handlers too: polling sees both
         while not server.should_exit:
@@ -203,9 +424,7 @@ class HttpService(ABC):
     async def serve(self) -> None:
         """Serve until :meth:`request_exit`; then :meth:`on_shutdown`."""
         try:
-            server = uvicorn.Server(uvicorn.Config(
-                self.build_app(), log_level="warning", lifespan="on", access_log=False,
-                timeout_graceful_shutdown=2))
+            server = uvicorn.Server(self._uvicorn_config())
             self._server = server
             # bind and listen before serving, so the port is known (port 0) and
             # connections queue from the moment start() returns
@@ -288,7 +507,9 @@ class HttpService(ABC):
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        scheme = "https" if self.http.tls is not None else "http"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{scheme}://{host}:{self.port}"
 
 
 # -- state-changing requests ---------------------------------------------------------------

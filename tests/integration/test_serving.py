@@ -17,6 +17,7 @@ from starlette.routing import Route
 from databus.core.errors import ConfigError, UnknownSourceError
 from databus.serving import (
     EXCEPTION_HANDLERS,
+    HttpServerConfig,
     HttpService,
     bool_param,
     float_param,
@@ -29,7 +30,7 @@ class Probe(HttpService):
     """Endpoints that answer, fail typed, fail unexpectedly, and parse parameters."""
 
     def __init__(self, port: int = 0) -> None:
-        super().__init__("127.0.0.1", port, "probe")
+        super().__init__(HttpServerConfig(port=port), "probe")
         self.events: list[str] = []
         self.worker = threading.Event()
 

@@ -32,7 +32,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "buffer":     frozenset({"core"}),
     "sources":    frozenset({"core", "buffer", "client"}),  # client: a chain relay's source
     "relay":      frozenset({"core", "buffer", "sources", "serving"}),
-    "serving":    frozenset({"core"}),
+    "serving":    frozenset({"core", "auth"}),
+    "auth":       frozenset({"core"}),  # server side of tokens: the token file, checking
     "client":     frozenset({"core"}),
     "bootstrap":  frozenset({"core", "client", "serving",
                              "sources"}),  # sources: the initial load reads the source db

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from databus.core.config import FrozenModel, load_file, validate
+from databus.serving import HttpServerConfig
 
 _Model = FrozenModel
 
@@ -46,8 +47,10 @@ class InitialLoadConfig(_Model):
         return Path(self.url[len("sqlite:///"):])
 
 
-class BootstrapHttpConfig(_Model):
-    host: str = "127.0.0.1"
+class BootstrapHttpConfig(HttpServerConfig):
+    """The bootstrap server's listener, tokens, TLS and limits
+    (:class:`databus.serving.HttpServerConfig`)."""
+
     port: int = Field(11116, ge=0, le=65535, description="0 picks a free port")
 
 

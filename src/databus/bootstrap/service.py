@@ -93,7 +93,7 @@ class BootstrapService(HttpService):
     (see :class:`databus.serving.HttpService`)."""
 
     def __init__(self, config: BootstrapConfig) -> None:
-        super().__init__(config.http.host, config.http.port, "bootstrap")
+        super().__init__(config.http, "bootstrap")
         self.config = config
         self.store = BootstrapStore(config.store.url)
         self.producer = Producer(self.store, config.relay_url, fetch_size=config.fetch_size,

@@ -286,3 +286,19 @@ class ForbiddenError(TerminalError):
 
     code = "Forbidden"
     http_status = 403
+
+
+class UnauthorizedError(TerminalError):
+    """The request carries no token, or one the server does not know (401). Terminal:
+    retrying with the same token cannot succeed."""
+
+    code = "Unauthorized"
+    http_status = 401
+
+
+class PayloadTooLargeError(InvalidRequestError):
+    """A request body larger than the server's ``max_body_bytes`` (413); the server
+    stops reading it at the limit."""
+
+    code = "PayloadTooLarge"
+    http_status = 413

@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import Field
 
 from databus.core.config import FrozenModel, load_file, validate
+from databus.serving import HttpServerConfig
 from databus.sources.config import SnapshotMode, SourceConfig
 
 __all__ = ["BufferConfig", "RelayConfig", "RelayHttpConfig", "SnapshotMode", "SourceConfig",
@@ -46,8 +47,9 @@ class BufferConfig(_Model):
         " prefix and reads the rest again from the source; false = refuse to start")
 
 
-class RelayHttpConfig(_Model):
-    host: str = "127.0.0.1"
+class RelayHttpConfig(HttpServerConfig):
+    """The relay's listener, tokens, TLS and limits (:class:`databus.serving.HttpServerConfig`)."""
+
     port: int = Field(11115, ge=0, le=65535, description="0 picks a free port")
 
 

@@ -50,7 +50,7 @@ class Relay(HttpService):
     on a background thread (tests, embedding); see :class:`databus.serving.HttpService`."""
 
     def __init__(self, config: RelayConfig, source: Source | None = None) -> None:
-        super().__init__(config.http.host, config.http.port, "relay")
+        super().__init__(config.http, "relay")
         self.config = config
         self.metrics = RelayMetrics()
         state_dir = config.state_dir or (config.buffer.path.parent if config.buffer.path else None)
