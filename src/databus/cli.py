@@ -12,15 +12,24 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, NoReturn, Protocol
 
 import typer
 
 from databus.core.errors import DatabusError
+from databus.core.redact import RedactingFilter, Redactor, redact_url, url_password
+
+
+class HttpServiceLike(Protocol):
+    def request_exit(self, *_: Any) -> None: ...
+
+    def run(self) -> None: ...
 
 app = typer.Typer(
     add_completion=False,
@@ -29,23 +38,75 @@ app = typer.Typer(
 )
 
 
-def _setup_logging(verbose: bool) -> None:
+def _setup_logging(verbose: bool, redactor: Redactor | None = None) -> Redactor:
+    """Logging to stderr through the redaction filter; returns the redactor, to which a
+    command adds its secrets as soon as it knows them."""
     from rich.console import Console  # imported when run: --help stays quick
     from rich.logging import RichHandler
 
+    redactor = redactor if redactor is not None else Redactor()
     # logs go to stderr: stdout carries data (tail's JSON lines)
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(message)s",
-        handlers=[RichHandler(console=Console(stderr=True), show_path=False,
-                              rich_tracebacks=False)],
-    )
+    handler = RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=False)
+    handler.addFilter(RedactingFilter(redactor))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(message)s",
+                        handlers=[handler], force=True)
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    return redactor
 
 
-def _fail(exc: DatabusError) -> None:
-    typer.echo(f"databus: {exc.code}: {exc}", err=True)
+def _fail(exc: DatabusError, redactor: Redactor | None = None) -> NoReturn:
+    text = f"databus: {exc.code}: {exc}"
+    typer.echo(redactor(text) if redactor is not None else Redactor()(text), err=True)
     raise typer.Exit(3 if exc.retryable else 2)
+
+
+def _private_files() -> None:
+    """Files and directories a server creates (buffers, state, checkpoints, stores,
+    schema history) are its own: 0600 and 0700."""
+    os.umask(0o077)
+
+
+def _serve_until_signal(service: HttpServiceLike, reload: Callable[[], None]) -> None:
+    """SIGTERM and SIGINT stop ``service`` cleanly (exit 0); SIGHUP runs ``reload``."""
+    signal.signal(signal.SIGTERM, service.request_exit)
+    signal.signal(signal.SIGINT, service.request_exit)
+    signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=reload, daemon=True).start())
+    service.run()
+
+
+def _http_overrides(host: str | None, token_file: Path | None, insecure: bool,
+                    tls_cert: Path | None, tls_key: Path | None,
+                    tls_client_ca: Path | None) -> dict[str, object]:
+    out: dict[str, object] = {}
+    if host is not None:
+        out["host"] = host
+    if token_file is not None:
+        out["token_file"] = str(token_file)
+    if insecure:
+        out["insecure"] = True
+    if tls_cert is not None or tls_key is not None:
+        if tls_cert is None or tls_key is None:
+            raise typer.BadParameter("--tls-cert and --tls-key go together")
+        tls: dict[str, str] = {"cert_file": str(tls_cert), "key_file": str(tls_key)}
+        if tls_client_ca is not None:
+            tls["client_ca_file"] = str(tls_client_ca)
+        out["tls"] = tls
+    elif tls_client_ca is not None:
+        raise typer.BadParameter("--tls-client-ca needs --tls-cert and --tls-key")
+    return out
+
+
+HostOpt = Annotated[str | None, typer.Option(
+    help="address to bind (default 127.0.0.1; beyond loopback needs --token-file or"
+    " --insecure)")]
+TokenFileOpt = Annotated[Path | None, typer.Option(
+    help="bearer token file (databus token add); re-read on SIGHUP")]
+InsecureOpt = Annotated[bool, typer.Option(
+    "--insecure", help="serve beyond loopback without tokens (warned at every start)")]
+TlsCertOpt = Annotated[Path | None, typer.Option(help="TLS: PEM certificate (chain)")]
+TlsKeyOpt = Annotated[Path | None, typer.Option(help="TLS: PEM private key")]
+TlsClientCaOpt = Annotated[Path | None, typer.Option(
+    help="mutual TLS: PEM CA client certificates must chain to")]
 
 
 def _csv(value: str | None) -> list[str]:
@@ -71,36 +132,54 @@ def relay(
     buffer_size: Annotated[int | None, typer.Option(help="buffer capacity in bytes")] = None,
     snapshot_mode: Annotated[str | None, typer.Option(
         help="initial (default), initial_only, no_data, when_needed or always")] = None,
+    password_file: Annotated[Path | None, typer.Option(
+        help="file whose first line is the source password (keeps it out of the URL)")] = None,
+    host: HostOpt = None,
+    token_file: TokenFileOpt = None,
+    insecure: InsecureOpt = False,
+    tls_cert: TlsCertOpt = None,
+    tls_key: TlsKeyOpt = None,
+    tls_client_ca: TlsClientCaOpt = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run a relay: capture a source and serve its changes over HTTP."""
-    from databus.relay.config import load_config  # imported when run (see top)
+    from databus.relay.config import load_config, parse_config  # imported when run (see top)
     from databus.relay.relay import Relay, config_from_args
 
-    _setup_logging(verbose)
+    redactor = _setup_logging(verbose, Redactor([url_password(source or "")]))
     try:
+        _private_files()
+        http = _http_overrides(host, token_file, insecure, tls_cert, tls_key, tls_client_ca)
         if config is not None:
             if source is not None or tables is not None or snapshot_mode is not None:
                 raise typer.BadParameter(
                     "give either --config or --source/--tables/--snapshot-mode")
             cfg = load_config(config)
+            if http or password_file is not None:  # command-line options win over the file
+                raw = cfg.model_dump(mode="json", exclude_unset=True)
+                raw["http"] = {**raw.get("http", {}), **http}
+                if password_file is not None:
+                    raw["source"]["password_file"] = str(password_file)
+                cfg = parse_config(raw)
         else:
             if source is None:
                 raise typer.BadParameter("--config or --source is required")
             cfg = config_from_args(source, _csv(tables), port, buffer_path, buffer_size,
-                                   snapshot_mode)
+                                   snapshot_mode, http=http, password_file=password_file)
+        redactor.add(url_password(cfg.source.url), cfg.source.password())
         r = Relay(cfg)
-        signal.signal(signal.SIGTERM, r.request_exit)
-        if config is not None:  # SIGHUP: re-read the source's tables from the file
-            cfg_path = config
-            signal.signal(signal.SIGHUP, lambda *_: r.reload(cfg_path))
-        logging.getLogger("databus").info(
-            "relay %s serving %s on http://%s:%d", cfg.name, cfg.source.url, cfg.http.host,
-            cfg.http.port,
-        )
-        r.run()
+        cfg_path = config
+
+        def reload() -> None:
+            r.reload_tokens()
+            if cfg_path is not None:  # re-read the source's tables from the file
+                r.reload(cfg_path)
+
+        logging.getLogger("databus").info("relay %s capturing %s", cfg.name,
+                                          redact_url(cfg.source.url))
+        _serve_until_signal(r, reload)
     except DatabusError as exc:
-        _fail(exc)
+        _fail(exc, redactor)
 
 
 @app.command("signal")
@@ -115,6 +194,8 @@ def signal_cmd(
     """Send a signal to a relay's source (incremental snapshots; see docs/snapshots.md)."""
     import httpx  # imported when run (see top)
 
+    from databus.client.credentials import Credentials
+
     payload: dict[str, object] = {}
     if data:
         try:
@@ -124,8 +205,11 @@ def signal_cmd(
     if tables:
         payload["data-collections"] = _csv(tables)
     try:
+        creds = Credentials.from_env()  # DATABUS_TOKEN(_FILE), DATABUS_CA_FILE, ...
         r = httpx.post(f"{relay.rstrip('/')}/signal", json={"type": kind, "data": payload},
-                       timeout=30)
+                       timeout=30, headers=creds.headers(), verify=creds.ssl_context())
+    except DatabusError as exc:
+        _fail(exc)
     except httpx.HTTPError as exc:
         typer.echo(f"databus: relay {relay} unreachable: {exc}", err=True)
         raise typer.Exit(3) from exc
@@ -154,14 +238,14 @@ def tail(
     """
     from databus.client.runners import tail as run_tail  # imported when run (see top)
 
-    _setup_logging(verbose)
+    redactor = _setup_logging(verbose)
     try:
         # an interactive command: give up on an unreachable relay after a few tries
         run_tail(relay, sys.stdout, sources=_csv(sources), checkpoint=checkpoint,
                  from_start=from_start, bootstrap_url=bootstrap, relay_max_retries=5,
                  max_windows=max_windows, stop=_stop_on_sigterm())
     except DatabusError as exc:
-        _fail(exc)
+        _fail(exc, redactor)
 
 
 @app.command()
@@ -184,12 +268,12 @@ def replicate(
     """
     from databus.client.runners import replicate as run_replicate  # imported when run
 
-    _setup_logging(verbose)
+    redactor = _setup_logging(verbose, Redactor([url_password(target)]))
     try:
         run_replicate(relay, target, sources=_csv(sources), bootstrap_url=bootstrap,
                       bootstrap_batch_size=bootstrap_batch, stop=_stop_on_sigterm())
     except DatabusError as exc:
-        _fail(exc)
+        _fail(exc, redactor)
 
 
 @app.command(name="bootstrap")
@@ -201,17 +285,76 @@ def bootstrap_cmd(
     from databus.bootstrap.config import load_config  # imported when run (see top)
     from databus.bootstrap.service import BootstrapService
 
-    _setup_logging(verbose)
+    redactor = _setup_logging(verbose)
     try:
+        _private_files()
         cfg = load_config(config)
+        redactor.add(url_password(cfg.store.url))
         service = BootstrapService(cfg)
-        signal.signal(signal.SIGTERM, service.request_exit)
         logging.getLogger("databus").info(
-            "bootstrap %s: relay %s, store %s, serving on http://%s:%d", cfg.name,
-            cfg.relay_url, cfg.store.url, cfg.http.host, cfg.http.port)
-        service.run()
+            "bootstrap %s: relay %s, store %s", cfg.name, cfg.relay_url,
+            redact_url(cfg.store.url))
+        _serve_until_signal(service, service.reload_tokens)
+    except DatabusError as exc:
+        _fail(exc, redactor)
+
+
+token_app = typer.Typer(no_args_is_help=True, help="Manage the bearer tokens of a token file"
+                        " (servers re-read it on SIGHUP; docs/security.md).")
+app.add_typer(token_app, name="token")
+TokenFileArg = Annotated[Path, typer.Option(
+    "--file", envvar="DATABUS_SERVER_TOKEN_FILE",
+    help="the servers' token file (created 0600 if missing)")]
+
+
+@token_app.command("add")
+def token_add(
+    name: Annotated[str, typer.Argument(help="who holds the token (letters, digits, _ -)")],
+    file: TokenFileArg,
+    tables: Annotated[str, typer.Option(
+        help="comma-separated regexes of the tables it may read, e.g. 'shop\\..*'")] = "",
+    admin: Annotated[bool, typer.Option("--admin", help="may signal and read /admin")] = False,
+    replace: Annotated[bool, typer.Option(
+        "--replace", help="rotate: replace an existing token of that name")] = False,
+) -> None:
+    """Add a token: print it once (stdout) and store only its hash."""
+    from databus.auth import add_token  # imported when run (see top)
+
+    os.umask(0o077)
+    try:
+        token = add_token(file, name, _csv(tables), admin=admin, replace=replace)
     except DatabusError as exc:
         _fail(exc)
+    typer.echo(token)
+    typer.echo(f"databus: token {name!r} added to {file}; it is shown only now. Servers"
+               " use it after their next start or SIGHUP.", err=True)
+
+
+@token_app.command("remove")
+def token_remove(
+    name: Annotated[str, typer.Argument(help="the token's name")],
+    file: TokenFileArg,
+) -> None:
+    """Revoke a token (servers stop accepting it at their next SIGHUP)."""
+    from databus.auth import remove_token  # imported when run (see top)
+
+    try:
+        remove_token(file, name)
+    except DatabusError as exc:
+        _fail(exc)
+
+
+@token_app.command("list")
+def token_list(file: TokenFileArg) -> None:
+    """Names, tables and admin flags of a token file (never the hashes)."""
+    from databus.auth import read_grants  # imported when run (see top)
+
+    try:
+        grants = read_grants(file)
+    except DatabusError as exc:
+        _fail(exc)
+    for g in grants.values():
+        typer.echo(f"{g.name}\t{'admin' if g.admin else '-'}\t{','.join(g.tables)}")
 
 
 @app.command()

@@ -227,6 +227,21 @@ def principal(request: Request) -> Principal:
     return p
 
 
+def readable_ids(request: Request, served: Collection[tuple[int, str]],
+                 ids: frozenset[int] | None) -> frozenset[int] | None:
+    """The source ids a request may read: ``ids`` it named (403 naming the first table
+    its token may not read), or, when it named none, every served source its token may
+    read (None: every source, for a principal that reads everything)."""
+    who = principal(request)
+    if who.everything:
+        return ids
+    names = dict(served)
+    if ids is not None:
+        who.check_read(names[i] for i in sorted(ids) if i in names)
+        return ids
+    return frozenset(i for i, n in names.items() if who.may_read(n))
+
+
 class _Guard:
     """The ASGI layer every request passes first: ``/health``, authentication,
     the admin paths, the body limit, and the slow-reader cut (see the module
@@ -440,6 +455,8 @@ class HttpService(ABC):
             # client's delayed ACK: +40 ms on every keep-alive request
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._port = int(sock.getsockname()[1])
+            log.info("%s listening on %s%s", self.name, self.url,
+                     "" if self.auth is None else " (bearer tokens)")
             self.on_listening()
             self._listening = True
             self._ready.set()

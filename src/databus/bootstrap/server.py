@@ -66,7 +66,13 @@ from databus.core.errors import (
 )
 from databus.core.filters import ServerFilter
 from databus.core.schema import SchemaRegistry
-from databus.serving import EXCEPTION_HANDLERS, int_param, source_ids_param
+from databus.serving import (
+    EXCEPTION_HANDLERS,
+    int_param,
+    principal,
+    readable_ids,
+    source_ids_param,
+)
 
 MAX_BATCH = 1_000_000
 _CATCHUP_WINDOWS = 2000  # windows read from the store per catch-up query
@@ -100,17 +106,19 @@ class BootstrapServer:
         return SchemaRegistry.from_json(raw) if raw is not None else SchemaRegistry()
 
     def requested(self, request: Request) -> list[tuple[int, str]]:
+        """The sources a request names (``sources=``), or all its token may read;
+        403 for a named one it may not."""
         served = self.sources()
-        ids = source_ids_param(request, {sid for sid, _ in served})
+        ids = readable_ids(request, served, source_ids_param(request, {sid for sid, _ in served}))
         return served if ids is None else [(sid, name) for sid, name in served if sid in ids]
 
-    @staticmethod
-    def _filter(request: Request, srcs: list[tuple[int, str]]) -> ServerFilter | None:
+    def _filter(self, request: Request, srcs: list[tuple[int, str]]) -> ServerFilter | None:
         raw = request.query_params.get("filters")
         if not raw:
             return None
         filt = ServerFilter.parse(raw)
-        unknown = set(filt.by_source) - {s for s, _ in srcs}
+        readable_ids(request, self.sources(), frozenset(filt.by_source))  # 403 before 404
+        unknown = set(filt.by_source) - {s for s, _ in srcs}  # srcs: readable ones only
         if unknown:
             raise UnknownSourceError(f"filter names unknown source ids {sorted(unknown)}")
         return filt
@@ -277,8 +285,10 @@ def _with_checkpoint(parts: list[bytes], cp: Checkpoint, scn: int) -> bytes:
 def build_app(server: BootstrapServer) -> Starlette:
     """The ASGI app of a bootstrap server."""
 
-    def sources(_: Request) -> Response:
-        return JSONResponse([{"id": i, "name": n} for i, n in server.sources()])
+    def sources(request: Request) -> Response:
+        who = principal(request)
+        return JSONResponse([{"id": i, "name": n} for i, n in server.sources()
+                             if who.may_read(n)])
 
     def register(request: Request) -> Response:
         ids = [s for s, _ in server.requested(request)]

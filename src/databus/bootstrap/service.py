@@ -92,6 +92,8 @@ class BootstrapService(HttpService):
     """Runs a whole bootstrap service; ``run()`` blocks, ``start()``/``stop()`` use a thread
     (see :class:`databus.serving.HttpService`)."""
 
+    admin_paths = frozenset({"/admin"})
+
     def __init__(self, config: BootstrapConfig) -> None:
         super().__init__(config.http, "bootstrap")
         self.config = config

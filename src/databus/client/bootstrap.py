@@ -198,11 +198,13 @@ class BootstrapRunner:
         self.on_saved = on_saved
         self.persisted = Checkpoint.flexible()  # the position persisted last (set by run)
         assert self.cfg.bootstrap_url is not None
+        creds = self.cfg.credentials()
         self.conn = BootstrapConnection(self.cfg.bootstrap_url,
-                                        http_timeout=self.cfg.http_timeout)
+                                        http_timeout=self.cfg.http_timeout, credentials=creds)
         # the prefetch thread's own connection (an httpx client per thread)
         self.prefetch_conn = BootstrapConnection(self.cfg.bootstrap_url,
-                                                 http_timeout=self.cfg.http_timeout)
+                                                 http_timeout=self.cfg.http_timeout,
+                                                 credentials=creds)
         self.pool = ThreadPoolExecutor(max_workers=1,
                                        thread_name_prefix="databus-bootstrap-prefetch")
         self.backoff = Backoff(self.cfg.backoff_initial, self.cfg.backoff_max)

@@ -134,7 +134,8 @@ class DatabusClient:
         self._running_stop = stop
         if self._stop_requested.is_set():
             stop.set()
-        conn = RelayConnection(self.config.relay_url, http_timeout=self.config.http_timeout)
+        conn = RelayConnection(self.config.relay_url, http_timeout=self.config.http_timeout,
+                               credentials=self.config.credentials())
         started = False
         try:
             try:

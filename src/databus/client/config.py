@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
+from databus.client.credentials import Credentials
 from databus.core.config import ConfigModel
 from databus.core.filters import ServerFilter
 
@@ -66,6 +67,23 @@ class ClientConfig(ConfigModel):
         10_000, ge=1, le=1_000_000, description="snapshot rows / catch-up events per request")
     bootstrap_progress_interval: float = Field(
         10.0, gt=0, description="seconds between bootstrap progress log lines (rows, rate, ETA)")
+
+    token: SecretStr | None = Field(
+        None, description="bearer token for the relay and bootstrap server; default: the"
+        " DATABUS_TOKEN / DATABUS_TOKEN_FILE environment variables")
+    token_file: Path | None = Field(None, description="file holding the token (first line)")
+    tls_ca_file: Path | None = Field(
+        None, description="PEM CA(s) server certificates must chain to; default:"
+        " DATABUS_CA_FILE, else the system's")
+    tls_cert_file: Path | None = Field(None, description="client certificate (mutual TLS)")
+    tls_key_file: Path | None = Field(None, description="its private key")
+
+    def credentials(self) -> Credentials:
+        """The token and TLS files to present (explicit fields, then the environment)."""
+        return Credentials.from_env(
+            token=self.token.get_secret_value() if self.token is not None else None,
+            token_file=self.token_file, ca_file=self.tls_ca_file,
+            cert_file=self.tls_cert_file, key_file=self.tls_key_file)
 
     @field_validator("relay_url")
     @classmethod

@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from databus.client.credentials import Credentials
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import (
     DatabusError,
@@ -54,11 +55,16 @@ class RelayConnection:
     """A relay's HTTP API as typed calls. Use as a context manager or :meth:`close`."""
 
     def __init__(self, url: str, *, http_timeout: float = 30.0,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None,
+                 credentials: Credentials | None = None) -> None:
+        """``credentials``: the token and TLS files to present; None reads them from the
+        environment (:meth:`Credentials.from_env`)."""
         self.url = url.rstrip("/")
         self.http_timeout = http_timeout
+        creds = credentials if credentials is not None else Credentials.from_env()
         self._http = httpx.Client(base_url=self.url, timeout=http_timeout, transport=transport,
-                                  headers={"User-Agent": "databus-client"})
+                                  headers={"User-Agent": "databus-client", **creds.headers()},
+                                  verify=creds.ssl_context())
 
     def close(self) -> None:
         self._http.close()

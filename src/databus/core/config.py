@@ -3,7 +3,9 @@ problem a :class:`ConfigError` naming the field (relay, bootstrap service)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -53,8 +55,35 @@ def validate(model: type[M], raw: Any, what: str) -> M:
         raise config_error(exc, what) from exc
 
 
+_ENV_REF = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def interpolate(raw: Any, env: Mapping[str, str] | None = None) -> Any:
+    """``${NAME}`` in every string of a parsed config replaced by the environment
+    variable NAME (a ConfigError naming it when unset); ``$$`` is a literal ``$``.
+    Secrets can so stay out of config files."""
+    env = os.environ if env is None else env
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        name = m.group(1)
+        if name not in env:
+            raise ConfigError(f"config refers to ${{{name}}}, which is not set")
+        return env[name]
+
+    if isinstance(raw, str):
+        return _ENV_REF.sub(one, raw) if "$" in raw else raw
+    if isinstance(raw, list):
+        return [interpolate(v, env) for v in raw]
+    if isinstance(raw, dict):
+        return {k: interpolate(v, env) for k, v in raw.items()}
+    return raw
+
+
 def load_file(path: Path, parse: Callable[[Any], M]) -> M:
-    """Read a YAML/JSON file and hand it to ``parse``; errors name the file."""
+    """Read a YAML/JSON file, replace ``${ENV}`` references (:func:`interpolate`) and
+    hand it to ``parse``; errors name the file."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -64,6 +93,6 @@ def load_file(path: Path, parse: Callable[[Any], M]) -> M:
     except yaml.YAMLError as exc:
         raise ConfigError(f"config {path} is not valid YAML: {exc}") from exc
     try:
-        return parse(raw)
+        return parse(interpolate(raw))
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from exc

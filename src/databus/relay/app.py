@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -50,6 +51,8 @@ from databus.serving import (
     float_param,
     int_param,
     json_body,
+    principal,
+    readable_ids,
     source_ids_param,
 )
 from databus.sources.base import Source
@@ -109,20 +112,27 @@ def build_app(relay: ServedRelay) -> Starlette:
     """The ASGI app serving ``relay``."""
     metrics = relay.metrics
 
-    def sources(_: Request) -> Response:
-        return JSONResponse([{"id": s.id, "name": s.name} for s in relay.source.sources()])
+    def served() -> list[tuple[int, str]]:
+        return [(s.id, s.name) for s in relay.source.sources()]
+
+    def sources(request: Request) -> Response:
+        who = principal(request)
+        return JSONResponse([{"id": i, "name": n} for i, n in served() if who.may_read(n)])
 
     def register(request: Request) -> Response:
         reg = relay.source.registry()
         ids = source_ids_param(request, set(reg.source_ids()))
+        names = [(i, reg.latest(i).name) for i in reg.source_ids()]
+        ids = readable_ids(request, names, ids)
         body = reg.to_json(sorted(ids) if ids is not None else None)
         return Response(body, media_type="application/json")
 
     async def stream(request: Request) -> Response:
         cfg = relay.config.stream
         q = request.query_params
-        known = {s.id for s in relay.source.sources()}
-        src_ids = source_ids_param(request, known)
+        listed = served()
+        known = {i for i, _ in listed}
+        src_ids = readable_ids(request, listed, source_ids_param(request, known))
         size = int_param(request, "size", cfg.default_size, 1, cfg.max_size)
         timeout = float_param(request, "timeout", cfg.default_timeout, 0.0, cfg.max_timeout)
         output = q.get("output", "binary")
@@ -134,6 +144,7 @@ def build_app(relay: ServedRelay) -> Starlette:
             unknown = set(filt.by_source) - known
             if unknown:
                 raise UnknownSourceError(f"filter names unknown source ids {sorted(unknown)}")
+            readable_ids(request, listed, frozenset(filt.by_source))
         raw_cp = q.get("checkPoint")
         cp = Checkpoint.from_json(raw_cp) if raw_cp else Checkpoint.flexible()
         if cp.consumption_mode != ConsumptionMode.ONLINE_CONSUMPTION:
@@ -207,6 +218,18 @@ def build_app(relay: ServedRelay) -> Starlette:
         data = body.get("data")
         if data is not None and not isinstance(data, dict):
             raise InvalidRequestError("signal data must be a JSON object")
+        who = principal(request)
+        if not who.everything and data is not None:
+            # a restricted admin token signals only about tables it may read
+            patterns = data.get("data-collections") or []
+            if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+                raise InvalidRequestError("data-collections must be a list of regexes")
+            for p in patterns:
+                try:
+                    rx = re.compile(p)
+                except re.error as exc:
+                    raise InvalidRequestError(f"bad data-collection regex {p!r}: {exc}") from exc
+                who.check_read(n for _, n in served() if rx.fullmatch(n))
         sid = await run_in_threadpool(relay.source.signal, body["type"], data)
         return JSONResponse({"id": sid, "type": body["type"]}, status_code=202)
 

@@ -49,6 +49,8 @@ class Relay(HttpService):
     """One relay. ``run()`` serves until interrupted; ``start()``/``stop()`` run it
     on a background thread (tests, embedding); see :class:`databus.serving.HttpService`."""
 
+    admin_paths = frozenset({"/signal", "/admin"})
+
     def __init__(self, config: RelayConfig, source: Source | None = None) -> None:
         super().__init__(config.http, "relay")
         self.config = config
@@ -191,13 +193,17 @@ class Relay(HttpService):
 
 def config_from_args(
     source_url: str, tables: list[str], port: int, buffer_path: Path | None,
-    capacity: int | None, snapshot_mode: str | None = None,
+    capacity: int | None, snapshot_mode: str | None = None, *,
+    http: dict[str, Any] | None = None, password_file: Path | None = None,
 ) -> RelayConfig:
-    """A config for ``databus relay --source URL --tables ...`` (no file)."""
+    """A config for ``databus relay --source URL --tables ...`` (no file); ``http``:
+    more fields of the ``http`` section (host, tokens, TLS)."""
     src: dict[str, Any] = {"url": source_url, "tables": tables}
     if snapshot_mode is not None:
         src["snapshot_mode"] = snapshot_mode
-    raw: dict[str, Any] = {"source": src, "http": {"port": port}}
+    if password_file is not None:
+        src["password_file"] = str(password_file)
+    raw: dict[str, Any] = {"source": src, "http": {"port": port, **(http or {})}}
     buf: dict[str, Any] = {}
     if buffer_path is not None:
         buf["path"] = str(buffer_path)

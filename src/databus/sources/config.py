@@ -8,11 +8,14 @@ validated here once, as a literal type, for every source.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
 from databus.core.config import FrozenModel
+from databus.core.errors import ConfigError
+from databus.core.redact import redact_url, url_password
 
 SnapshotMode = Literal["initial", "initial_only", "no_data", "when_needed", "always"]
 """What a source snapshots (docs/snapshots.md)."""
@@ -21,10 +24,26 @@ SNAPSHOT_MODES: tuple[SnapshotMode, ...] = (
     "initial", "initial_only", "no_data", "when_needed", "always")
 
 
+class SourceTlsConfig(FrozenModel):
+    """TLS to the source database (MySQL/MariaDB). The server's certificate is verified
+    (against ``ca_file``, else the system's CAs, and its host name) unless ``verify``
+    is false."""
+
+    ca_file: Path | None = Field(None, description="PEM CA(s) the server certificate must"
+                                 " chain to (MariaDB's ssl-ca)")
+    cert_file: Path | None = Field(None, description="client certificate (ssl-cert)")
+    key_file: Path | None = Field(None, description="its private key (ssl-key)")
+    verify: bool = Field(True, description="verify the server's certificate and host name")
+
+
 class SourceConfig(FrozenModel):
     """Where changes come from."""
 
-    url: str = Field(description="sqlite:///PATH.db, or mysql://USER:PASS@HOST:PORT")
+    url: str = Field(description="sqlite:///PATH.db, or mysql://USER[:PASS]@HOST:PORT")
+    password_file: Path | None = Field(
+        None, description="file whose first line is the source password (instead of one in"
+        " the URL)")
+    tls: SourceTlsConfig | None = Field(None, description="TLS to the source database")
     tables: list[str] = Field(
         default_factory=list,
         description="tables to capture (names for SQLite; regexes 'db\\.table' for MySQL)",
@@ -80,3 +99,18 @@ class SourceConfig(FrozenModel):
         if "://" not in v:
             raise ValueError("source url needs a scheme, e.g. sqlite:///path.db")
         return v
+
+    def password(self) -> str | None:
+        """The source password: ``password_file``'s first line, else the URL's."""
+        if self.password_file is None:
+            return url_password(self.url)
+        try:
+            lines = self.password_file.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise ConfigError(f"cannot read password file {self.password_file}:"
+                              f" {exc.strerror or exc}") from exc
+        return lines[0] if lines else ""
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, (redact_url(value) if name == "url" else value)

@@ -9,10 +9,13 @@ with a bad option fails at ``load()`` with a clear message.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from databus.client.credentials import Credentials
+from databus.client.relay import RelayConnection
 from databus.core.errors import ConfigError
 
 MAX_PARTITIONS = 1024
@@ -66,6 +69,20 @@ class StreamOptions(BaseModel):
     relay_retry_seconds: float = Field(
         30.0, alias="relayRetrySeconds", ge=0,
         description="How long a read retries an unreachable relay before failing the task.")
+    token_file: str | None = Field(
+        None, alias="tokenFile",
+        description="File holding the relay's bearer token (read by the driver and every"
+        " executor); default: DATABUS_TOKEN / DATABUS_TOKEN_FILE in their environment.")
+    ca_file: str | None = Field(
+        None, alias="caFile", description="PEM CA(s) the relay's TLS certificate must chain"
+        " to; default: DATABUS_CA_FILE, else the system's.")
+
+    def connection(self) -> RelayConnection:
+        """A connection to the relay with these options' token and TLS settings."""
+        creds = Credentials.from_env(
+            token_file=Path(self.token_file) if self.token_file else None,
+            ca_file=Path(self.ca_file) if self.ca_file else None)
+        return RelayConnection(self.relay, http_timeout=self.http_timeout, credentials=creds)
 
     @property
     def source_scn(self) -> int | None:
@@ -76,7 +93,7 @@ class StreamOptions(BaseModel):
 _ALIASES = {name.lower(): name for name in (
     "relay", "sources", "partitions", "maxRowsPerBatch", "maxBytesPerBatch",
     "startingPosition", "valueFormat", "envelope", "fetchBytes", "rowsPerArrowBatch",
-    "prefetchBatches", "httpTimeout", "relayRetrySeconds")}
+    "prefetchBatches", "httpTimeout", "relayRetrySeconds", "tokenFile", "caFile")}
 # "path" is what .load(url) passes; "url" reads naturally too
 _ALIASES["path"] = "relay"
 _ALIASES["url"] = "relay"

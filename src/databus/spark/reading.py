@@ -329,7 +329,7 @@ def _responses(opts: StreamOptions, src_ids: list[int], bucket: int, cur: _Curso
     failing_since: float | None = None  # the relay is unreachable since
     behind_since: float | None = None  # the relay holds less than the batch since
     empty_at_top = 0
-    with RelayConnection(opts.relay, http_timeout=opts.http_timeout) as conn:
+    with opts.connection() as conn:
         while True:
             try:
                 resp = conn.stream(cur.cp, src_ids, size=opts.fetch_bytes, filter_json=filt,

@@ -71,7 +71,7 @@ class _Plan:
     def __init__(self, options: dict[str, str]) -> None:
         self.opts: StreamOptions = parse_options(options)
         try:
-            with RelayConnection(self.opts.relay, http_timeout=self.opts.http_timeout) as conn:
+            with self.opts.connection() as conn:
                 self.sources = resolve_sources(conn, self.opts.sources)
                 self.src_ids = [i for i, _ in self.sources]
                 self.registry_json = conn.register(self.src_ids).to_json(self.src_ids)
@@ -130,7 +130,7 @@ class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- driver ---------------------------------------------------------------
 
     def _conn(self) -> RelayConnection:
-        return RelayConnection(self.opts.relay, http_timeout=self.opts.http_timeout)
+        return self.opts.connection()
 
     def initialOffset(self) -> dict[str, Any]:
         pos = self.opts.starting_position

@@ -11,10 +11,12 @@ module that talks to the driver).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import unquote, urlparse
 
 from databus.core.errors import ConfigError
+from databus.core.redact import redact_url
+from databus.sources.config import SourceConfig, SourceTlsConfig
 
 
 @dataclass(frozen=True)
@@ -32,24 +34,35 @@ class ServerFacts:
 
 @dataclass(frozen=True)
 class MysqlUrl:
+    """Where and how to connect; ``repr`` never shows the password."""
+
     host: str
     port: int
     user: str
-    password: str
+    password: str = field(default="", repr=False)
+    tls: SourceTlsConfig | None = None
 
 
-def parse_mysql_url(url: str) -> MysqlUrl:
-    """``mysql://USER:PASS@HOST:PORT`` (user and password URL-encoded)."""
+def parse_mysql_url(url: str, *, password: str | None = None,
+                    tls: SourceTlsConfig | None = None) -> MysqlUrl:
+    """``mysql://USER:PASS@HOST:PORT`` (user and password URL-encoded); ``password``
+    (from a file or the environment) replaces the URL's."""
     u = urlparse(url)
     if u.scheme not in ("mysql", "mariadb"):
-        raise ConfigError(f"not a mysql:// URL: {url!r}")
+        raise ConfigError(f"not a mysql:// URL: {redact_url(url)!r}")
     if not u.hostname:
-        raise ConfigError(f"mysql URL needs a host: {url!r}")
+        raise ConfigError(f"mysql URL needs a host: {redact_url(url)!r}")
     try:
         port = u.port or 3306
-    except ValueError as exc:
-        raise ConfigError(f"bad port in mysql URL: {exc}") from None
-    return MysqlUrl(u.hostname, port, unquote(u.username or "root"), unquote(u.password or ""))
+    except ValueError:
+        raise ConfigError(f"bad port in mysql URL {redact_url(url)!r}") from None
+    pw = password if password is not None else unquote(u.password or "")
+    return MysqlUrl(u.hostname, port, unquote(u.username or "root"), pw, tls)
+
+
+def mysql_url(config: SourceConfig) -> MysqlUrl:
+    """The connection settings of a MySQL source config (password file, TLS)."""
+    return parse_mysql_url(config.url, password=config.password(), tls=config.tls)
 
 
 # (variable, wanted value, fix); values compared case-insensitively

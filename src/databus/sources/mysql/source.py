@@ -71,7 +71,7 @@ from databus.sources.mysql import ddl as dd
 from databus.sources.mysql import events as be
 from databus.sources.mysql import incremental as inc
 from databus.sources.mysql import rows as br
-from databus.sources.mysql.checks import check_server, describe, parse_mysql_url
+from databus.sources.mysql.checks import check_server, describe, mysql_url
 from databus.sources.mysql.connection import (
     BinlogStream,
     SqlSession,
@@ -132,7 +132,7 @@ class MysqlSource(Source):
         when built; ``heartbeat``: seconds between the server's heartbeats.
         """
         self.config = config
-        self.url = parse_mysql_url(config.url)
+        self.url = mysql_url(config)
         self._include = _regexes(config.tables or [".*"])
         self._exclude = _regexes(config.exclude_tables)
         self._col_include = _regexes(config.include_columns)
@@ -327,7 +327,7 @@ class MysqlSource(Source):
         rest must stay). Tables that now match are captured from the current
         position on; an ``execute-snapshot`` signal sends their existing rows.
         Thread-safe: the capture thread applies them before its next event."""
-        if parse_mysql_url(config.url) != self.url:
+        if mysql_url(config) != self.url:
             raise ConfigError("the source url cannot change while running: restart the relay")
         self._new_filters = (_regexes(config.tables or [".*"]),
                              _regexes(config.exclude_tables),
