@@ -1,0 +1,128 @@
+"""Secrets stay secret: a MariaDB source's password, given in the URL or in a file,
+appears in no byte a relay and a consumer write (stdout, stderr at ``-v``, every
+file, every HTTP answer); and TLS to MariaDB verifies the server."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+from databus.core import event as ev
+from databus.core.errors import SourceUnavailableError
+from tests.support.mariadb import BINLOG_SETTINGS, MariaDB
+from tests.support.procs import DATABUS, free_port, spawn, stop, wait_http
+from tests.support.sources import mysql_source
+from tests.support.tls import make_certs
+from tests.support.wait import wait_until
+
+PASSWORD = "Zq8-secret-Pw-4711"  # distinctive, so a search cannot miss it
+
+
+def _every_byte(root: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
+
+
+@pytest.mark.slow
+def test_the_source_password_appears_nowhere(mariadb: MariaDB, tmp_path: Path) -> None:
+    mariadb.execute(f"CREATE USER IF NOT EXISTS 'cdc'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}'",
+                    "GRANT ALL PRIVILEGES ON *.* TO 'cdc'@'127.0.0.1'",
+                    "CREATE DATABASE IF NOT EXISTS sec",
+                    "CREATE TABLE IF NOT EXISTS sec.t (id INT PRIMARY KEY, v VARCHAR(20))",
+                    "INSERT IGNORE INTO sec.t VALUES (1, 'before')")
+    url = f"mysql://cdc:{PASSWORD}@127.0.0.1:{mariadb.port}"
+    port = free_port()
+    relay_url = f"http://127.0.0.1:{port}"
+    work = tmp_path / "work"
+    work.mkdir()
+    relay = spawn([*DATABUS, "relay", "-v", "--source", url, "--tables", r"sec\..*",
+                   "--port", str(port), "--buffer-path", str(work / "relay.buf")],
+                  tmp_path / "relay.log")
+    answers: list[bytes] = []
+    try:
+        wait_http(f"{relay_url}/health", relay)
+        mariadb.execute("INSERT INTO sec.t VALUES (2, 'after')")
+        tail_log = tmp_path / "tail.log"
+        tail = spawn([*DATABUS, "tail", "-v", "--relay", relay_url, "--from-start",
+                      "--checkpoint", str(work / "tail.cp")], tail_log)
+        try:
+            wait_until(lambda: b'"after"' in tail_log.read_bytes(), 120, "tail to print both rows")
+        finally:
+            stop(tail)
+        assert b'"before"' in tail_log.read_bytes()
+        answers.append(tail_log.read_bytes())
+        for path in ("/admin", "/sources", "/register", "/containerStats", "/metrics",
+                     "/stream?output=json&timeout=0", "/openapi.json"):
+            answers.append(httpx.get(f"{relay_url}{path}", timeout=30).content)
+        # a bad signal makes the relay write errors too
+        answers.append(httpx.post(f"{relay_url}/signal", json={"type": "nope"}).content)
+    finally:
+        stop(relay)
+    # a refused login: the one-line error names the user, never the password
+    wrong = f"mysql://cdc:{PASSWORD}x@127.0.0.1:{mariadb.port}"
+    refused = subprocess.run([*DATABUS, "relay", "-v", "--source", wrong, "--tables", "sec.t",
+                              "--port", str(free_port())],
+                             capture_output=True, timeout=120, check=False)
+    assert refused.returncode == 2
+    assert b"access denied for cdc@" in refused.stderr.splitlines()[-1]
+    assert b"Traceback" not in refused.stderr
+    answers += [refused.stdout, refused.stderr]
+    # the password from a file, not the URL
+    pw_file = work / "pw"
+    pw_file.write_text(PASSWORD + "\n")
+    with socket.create_server(("127.0.0.1", 0)) as taken:  # a port in use
+        from_file = subprocess.run(
+            [*DATABUS, "relay", "-v", "--source", f"mysql://cdc@127.0.0.1:{mariadb.port}",
+             "--password-file", str(pw_file), "--tables", "nosuchdb.t", "--snapshot-mode",
+             "no_data", "--port", str(taken.getsockname()[1])],
+            capture_output=True, timeout=120, check=False)
+    assert from_file.returncode == 2  # cannot listen, after the login worked
+    assert b"cannot listen" in from_file.stderr, from_file.stderr
+    answers += [from_file.stdout, from_file.stderr]
+    pw_file.unlink()
+    written = b"".join(answers) + (tmp_path / "relay.log").read_bytes() + _every_byte(work)
+    assert b"cdc" in written  # the search looks at real output
+    for form in (PASSWORD, PASSWORD.replace("-", "%2D")):
+        assert form.encode() not in written, f"the password leaked ({form})"
+    # files the relay made are private
+    for p in work.rglob("*"):
+        assert p.stat().st_mode & 0o077 == 0, f"{p} is readable by others"
+
+
+@pytest.mark.slow
+def test_tls_to_mariadb_verifies_the_server(tmp_path: Path) -> None:
+    certs = make_certs(tmp_path / "certs")
+    settings = {**BINLOG_SETTINGS, "ssl-ca": str(certs.ca), "ssl-cert": str(certs.server_cert),
+                "ssl-key": str(certs.server_key)}
+    with MariaDB(tmp_path / "db", settings=settings) as server:
+        server.execute("CREATE USER 'tls'@'127.0.0.1' IDENTIFIED BY 'tls-only-pw' REQUIRE SSL",
+                       "GRANT ALL PRIVILEGES ON *.* TO 'tls'@'127.0.0.1'",
+                       "CREATE DATABASE app", "CREATE TABLE app.t (id INT PRIMARY KEY)")
+        url = f"mysql://tls:tls-only-pw@127.0.0.1:{server.port}"
+        # a CA that did not sign the server's certificate: refused, clearly
+        with pytest.raises(SourceUnavailableError, match="CERTIFICATE_VERIFY_FAILED"):
+            mysql_source(url, [r"app\..*"], snapshot_mode="no_data",
+                         tls={"ca_file": str(certs.other_ca)})
+        # the user REQUIRE SSL: capturing proves the connections are encrypted, the wrong
+        # CA's refusal above that the server's certificate is verified
+        with mysql_source(url, [r"app\..*"], snapshot_mode="no_data",
+                          tls={"ca_file": str(certs.ca)}) as src:
+            stop_reading = threading.Event()
+            got: list[ev.Event] = []
+            after = -1
+            src.read(after, stop_reading, 0.5)  # positioned at the end
+            server.execute("INSERT INTO app.t VALUES (1), (2), (3)")
+
+            def three() -> bool:
+                nonlocal after
+                for w in src.read(after, stop_reading, 0.5):
+                    got.extend(e for e in ev.iter_events(w.events) if not e.is_control)
+                    after = w.scn
+                return len(got) >= 3
+
+            wait_until(three, 60, "three rows over TLS")
+            assert sorted(e.key for e in got) == [1, 2, 3]
