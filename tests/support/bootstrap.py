@@ -35,11 +35,20 @@ def replica_equal(db: Path, replica: Path) -> bool:
 
 
 def make_bootstrap(db: Path, tmp: Path, relay: Relay, initial: bool = True,
-                   store_url: str | None = None) -> BootstrapService:
+                   store_url: str | None = None,
+                   token_file: Path | None = None,
+                   relay_token_file: Path | None = None) -> BootstrapService:
+    """A bootstrap service (not started) of ``relay``; with ``token_file`` its server
+    needs tokens; ``relay_token_file``: the producer's token for the relay."""
+    http: dict[str, object] = {"port": 0}
+    if token_file is not None:
+        http["token_file"] = str(token_file)
     raw: dict[str, object] = {
         "relay_url": relay.url, "store": {"url": store_url or f"sqlite:///{tmp / 'bs.db'}"},
-        "http": {"port": 0}, "poll_timeout": 0.5, "apply_interval": 0.05,
+        "http": http, "poll_timeout": 0.5, "apply_interval": 0.05,
         "progress_interval": 0.5}
+    if relay_token_file is not None:
+        raw["relay_token_file"] = str(relay_token_file)
     if initial:
         raw["initial_load"] = {"url": f"sqlite:///{db}", "tables": TABLES}
     return BootstrapService(parse_config(raw))

@@ -59,6 +59,12 @@ class BootstrapConfig(_Model):
 
     name: str = Field("bootstrap", min_length=1, max_length=100)
     relay_url: str = Field(description="the relay the producer pulls from")
+    relay_token_file: Path | None = Field(
+        None, description="file holding the producer's token for the relay; default:"
+        " DATABUS_TOKEN / DATABUS_TOKEN_FILE")
+    relay_ca_file: Path | None = Field(
+        None, description="PEM CA(s) the relay's TLS certificate must chain to; default:"
+        " DATABUS_CA_FILE, else the system's")
     store: StoreConfig
     initial_load: InitialLoadConfig | None = None
     http: BootstrapHttpConfig = BootstrapHttpConfig()

@@ -24,6 +24,7 @@ import logging
 import threading
 
 from databus.bootstrap.store import BootstrapStore
+from databus.client.credentials import Credentials
 from databus.client.relay import RelayConnection
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
@@ -38,8 +39,10 @@ class Producer:
 
     def __init__(self, store: BootstrapStore, relay_url: str, *, fetch_size: int = 8 << 20,
                  poll_timeout: float = 2.0, http_timeout: float = 30.0,
-                 retry_max: float = 10.0) -> None:
+                 retry_max: float = 10.0, credentials: Credentials | None = None) -> None:
+        """``credentials``: the relay token and TLS files (default: the environment's)."""
         self.store = store
+        self.credentials = credentials
         self.relay_url = relay_url
         self.fetch_size = fetch_size
         self.poll_timeout = poll_timeout
@@ -115,7 +118,8 @@ class Producer:
     def run(self, stop: threading.Event) -> None:
         """Produce until ``stop`` is set. Transient errors are retried with backoff."""
         delay = 0.2
-        with RelayConnection(self.relay_url, http_timeout=self.http_timeout) as conn:
+        with RelayConnection(self.relay_url, http_timeout=self.http_timeout,
+                             credentials=self.credentials) as conn:
             state: dict[str, object] | None = None
             while not stop.is_set():
                 try:

@@ -55,6 +55,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from databus.bootstrap.openapi import bootstrap_openapi
 from databus.bootstrap.store import BootstrapStore, StoreState
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint, ConsumptionMode
@@ -309,7 +310,12 @@ def build_app(server: BootstrapServer) -> Starlette:
                              "log_max_scn": st.log_max_scn, "applied_scn": st.applied_scn,
                              **server.status()})
 
-    routes = [Route("/sources", sources), Route("/register", register),
+    document = bootstrap_openapi(MAX_BATCH)
+
+    def openapi(_: Request) -> Response:
+        return JSONResponse(document)
+
+    routes = [Route("/openapi.json", openapi), Route("/sources", sources), Route("/register", register),
               Route("/startSCN", start_scn), Route("/targetSCN", target_scn),
               Route("/bootstrap", bootstrap), Route("/admin", admin)]
     return Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS)

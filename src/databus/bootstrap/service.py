@@ -35,6 +35,7 @@ from databus.bootstrap.config import BootstrapConfig
 from databus.bootstrap.producer import Producer
 from databus.bootstrap.server import BootstrapServer, build_app
 from databus.bootstrap.store import BootstrapStore, key_bytes
+from databus.client.credentials import Credentials
 from databus.core.errors import DatabusError, ScnNotFoundError
 from databus.serving import HttpService
 from databus.sources.txlog.initial import InitialSnapshot
@@ -98,8 +99,10 @@ class BootstrapService(HttpService):
         super().__init__(config.http, "bootstrap")
         self.config = config
         self.store = BootstrapStore(config.store.url)
+        creds = Credentials.from_env(token_file=config.relay_token_file,
+                                     ca_file=config.relay_ca_file)
         self.producer = Producer(self.store, config.relay_url, fetch_size=config.fetch_size,
-                                 poll_timeout=config.poll_timeout)
+                                 poll_timeout=config.poll_timeout, credentials=creds)
         self.applier = Applier(self.store, batch_windows=config.apply_batch_windows,
                                poll_interval=config.apply_interval,
                                retention=config.log_retention,

@@ -45,6 +45,7 @@ from databus.core.filters import ServerFilter
 from databus.core.schema import SchemaRegistry
 from databus.relay.config import RelayConfig
 from databus.relay.metrics import RelayMetrics
+from databus.relay.openapi import relay_openapi
 from databus.serving import (
     EXCEPTION_HANDLERS,
     bool_param,
@@ -233,7 +234,13 @@ def build_app(relay: ServedRelay) -> Starlette:
         sid = await run_in_threadpool(relay.source.signal, body["type"], data)
         return JSONResponse({"id": sid, "type": body["type"]}, status_code=202)
 
+    document = relay_openapi(relay.config)
+
+    def openapi(_: Request) -> Response:
+        return JSONResponse(document)
+
     routes = [
+        Route("/openapi.json", openapi),
         Route("/sources", sources),
         Route("/register", register),
         Route("/stream", stream),

@@ -1,0 +1,34 @@
+"""The bootstrap server's HTTP API as an OpenAPI document (``/openapi.json``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from databus.serving import openapi_document, operation, query
+
+_IDS = {"type": "string", "pattern": r"^\d+(,\d+)*$"}
+
+
+def bootstrap_openapi(max_batch: int) -> dict[str, Any]:
+    """The document of a bootstrap server taking at most ``max_batch`` per answer."""
+    sources = query("sources", _IDS, "comma-separated source ids (default: every source the"
+                    " token may read)")
+    checkpoint = query("checkPoint", {"type": "string"}, "a checkpoint (JSON)")
+    binary = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+    paths = {
+        "/sources": {"get": operation("The relay's tables the token may read", errors=(409,))},
+        "/register": {"get": operation("Schema versions", params=[sources],
+                                       errors=(400, 404, 409))},
+        "/startSCN": {"get": operation("Where a bootstrap starts", params=[sources, checkpoint],
+                                       errors=(400, 404, 409))},
+        "/targetSCN": {"get": operation("The newest SCN in the log", errors=(409,))},
+        "/bootstrap": {"get": operation("The next snapshot or catch-up batch", ok=binary,
+                                        errors=(400, 404, 409, 410), params=[
+            sources, checkpoint,
+            query("batchSize", {"type": "integer", "minimum": 1, "maximum": max_batch},
+                  "rows or events per answer"),
+            query("filters", {"type": "string"}, "server-side MOD/RANGE filter (JSON)")])},
+        "/admin": {"get": operation("Store status", errors=(), admin=True)},
+    }
+    return openapi_document("Databus bootstrap server", "Snapshots and catch-up for new or"
+                            " far-behind consumers (docs/bootstrap.md).", paths)
