@@ -59,6 +59,7 @@ from databus.core.errors import (
     ConfigError,
     DatabusError,
     ForbiddenError,
+    HeadersTooLargeError,
     InvalidRequestError,
     PayloadTooLargeError,
     UnknownSourceError,
@@ -267,6 +268,7 @@ class _Guard:
                                                 for p in self.admin_paths):
                 who.check_admin(path)
             self._check_length(scope)
+            self._check_headers(scope)
         except DatabusError as exc:
             response = error_response(exc)
             if exc.http_status == 401:
@@ -304,6 +306,13 @@ class _Guard:
                         f"request body of {n} bytes; this server takes at most"
                         f" {self.config.max_body_bytes}")
 
+    def _check_headers(self, scope: Scope) -> None:
+        size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+        size += sum(len(k) + len(v) + 4 for k, v in scope["headers"])
+        if size > self.config.max_header_bytes:
+            raise HeadersTooLargeError(f"request line and headers of {size} bytes; this server"
+                                       f" takes at most {self.config.max_header_bytes}")
+
     def _limited(self, receive: Receive) -> Receive:
         limit = self.config.max_body_bytes
         seen = 0
@@ -323,9 +332,10 @@ class _Guard:
     def _timed(self, send: Send, scope: Scope) -> Send:
         timeout = self.config.send_timeout
 
-        async def send_timed(message: Message) -> None:
+        async def send_one(message: Message) -> None:
             try:
-                await asyncio.wait_for(send(message), timeout)
+                async with asyncio.timeout(timeout):  # no task per send, unlike wait_for
+                    await send(message)
             except TimeoutError:
                 client = scope.get("client")
                 log.warning("%s: cut a client that read nothing for %.0f s (%s %s from %s)",
@@ -333,7 +343,26 @@ class _Guard:
                             f"{client[0]}:{client[1]}" if client else "?")
                 raise _SlowClient from None
 
+        async def send_timed(message: Message) -> None:
+            body = message.get("body", b"")
+            if message["type"] != "http.response.body" or len(body) <= _SEND_CHUNK:
+                await send_one(message)
+                return
+            # a large body goes out in parts: the server waits for a slow reader before
+            # each part (so the timeout can cut it) and holds at most one part of it,
+            # not the whole answer, in its write buffer
+            view = memoryview(body)
+            more = bool(message.get("more_body", False))
+            for start in range(0, len(body), _SEND_CHUNK):
+                part = view[start:start + _SEND_CHUNK]
+                last = start + _SEND_CHUNK >= len(body)
+                await send_one({"type": "http.response.body", "body": part,
+                                "more_body": more or not last})
+
         return send_timed
+
+
+_SEND_CHUNK = 256 * 1024
 
 
 class _SlowClient(Exception):

@@ -38,16 +38,17 @@ def drain(client: httpx.Client, params: dict[str, str], until_scn: int) -> list[
 
 def make_relay(db: Path, tmp: Path, *, tables: list[str] | None = None,
                snapshot_mode: str = "no_data", state: str = "state",
-               **buffer: object) -> Relay:
+               http: dict[str, object] | None = None, **buffer: object) -> Relay:
     """A relay (not started) on the SQLite ``db`` (the shop's tables unless ``tables``),
     on a free port, its state in ``tmp/state``; stream-only unless ``snapshot_mode``
     says otherwise (the tests using it check the exact delivery of each committed
-    transaction). ``buffer``: fields of the buffer section (4 MiB in memory by default)."""
+    transaction). ``buffer``: fields of the buffer section (4 MiB in memory by default);
+    ``http``: more fields of the http section (tokens, TLS, limits)."""
     cfg = parse_config({
         "source": {"url": f"sqlite:///{db}", "tables": tables or TABLES, "poll_interval": 0.01,
                    "snapshot_mode": snapshot_mode},
         "buffer": {"capacity_bytes": 4 * 1024 * 1024, "flush_interval": 0.2, **buffer},
-        "http": {"port": 0},
+        "http": {"port": 0, **(http or {})},
         "state_dir": str(tmp / state),
         "stream": {"default_timeout": 0.5},
     })

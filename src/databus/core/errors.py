@@ -302,3 +302,10 @@ class PayloadTooLargeError(InvalidRequestError):
 
     code = "PayloadTooLarge"
     http_status = 413
+
+
+class HeadersTooLargeError(InvalidRequestError):
+    """A request line plus headers larger than the server's ``max_header_bytes`` (431)."""
+
+    code = "HeadersTooLarge"
+    http_status = 431
