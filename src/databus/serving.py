@@ -351,10 +351,12 @@ class _Guard:
             # a large body goes out in parts: the server waits for a slow reader before
             # each part (so the timeout can cut it) and holds at most one part of it,
             # not the whole answer, in its write buffer
+            # parts are copies: a view would keep the whole answer alive for as long as
+            # a stalled connection holds its part (measured: GBs with 500 clients)
             view = memoryview(body)
             more = bool(message.get("more_body", False))
             for start in range(0, len(body), _SEND_CHUNK):
-                part = view[start:start + _SEND_CHUNK]
+                part = bytes(view[start:start + _SEND_CHUNK])
                 last = start + _SEND_CHUNK >= len(body)
                 await send_one({"type": "http.response.body", "body": part,
                                 "more_body": more or not last})

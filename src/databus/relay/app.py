@@ -109,9 +109,42 @@ class _CountRequests:
                 self.metrics.requests.labels(endpoint=name, status=str(status)).inc()
 
 
+class _Inflight:
+    """Answer bytes held for clients right now (event-loop only: no lock)."""
+
+    FLOOR = 64 * 1024
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def size_for(self, wanted: int) -> int:
+        """What a new answer may take: ``wanted`` while the budget allows, less (but at
+        least FLOOR, so every consumer still progresses) when it does not."""
+        return max(self.FLOOR, min(wanted, self.limit - self.held))
+
+
+class _HeldResponse(Response):
+    """A response whose bytes count against the in-flight budget until it was sent
+    (or its client was cut or went away)."""
+
+    def __init__(self, inflight: _Inflight, body: bytes, **kw: Any) -> None:
+        super().__init__(body, **kw)
+        self.inflight, self.held = inflight, len(body)
+        inflight.held += self.held
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.inflight.held -= self.held
+            self.held = 0
+
+
 def build_app(relay: ServedRelay) -> Starlette:
     """The ASGI app serving ``relay``."""
     metrics = relay.metrics
+    inflight = _Inflight(relay.config.stream.max_inflight_bytes)
 
     def served() -> list[tuple[int, str]]:
         return [(s.id, s.name) for s in relay.source.sources()]
@@ -134,7 +167,7 @@ def build_app(relay: ServedRelay) -> Starlette:
         listed = served()
         known = {i for i, _ in listed}
         src_ids = readable_ids(request, listed, source_ids_param(request, known))
-        size = int_param(request, "size", cfg.default_size, 1, cfg.max_size)
+        size = inflight.size_for(int_param(request, "size", cfg.default_size, 1, cfg.max_size))
         timeout = float_param(request, "timeout", cfg.default_timeout, 0.0, cfg.max_timeout)
         output = q.get("output", "binary")
         if output not in ("binary", "json"):
@@ -183,8 +216,10 @@ def build_app(relay: ServedRelay) -> Starlette:
         if output == "json":
             body = await run_in_threadpool(_to_json_lines, relay.source.registry(), result.data,
                                            transactions=transactions)
-            return Response(body, headers=headers, media_type="application/x-ndjson")
-        return Response(result.data, headers=headers, media_type="application/octet-stream")
+            return _HeldResponse(inflight, body, headers=headers,
+                                 media_type="application/x-ndjson")
+        return _HeldResponse(inflight, result.data, headers=headers,
+                             media_type="application/octet-stream")
 
     def container_stats(request: Request) -> Response:
         stats = relay.stats()

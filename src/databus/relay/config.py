@@ -60,6 +60,11 @@ class StreamConfig(_Model):
     max_size: int = Field(64 * 1024 * 1024, ge=1024, description="largest allowed size")
     default_timeout: float = Field(5.0, ge=0, description="long-poll seconds by default")
     max_timeout: float = Field(60.0, ge=0, description="longest allowed long-poll")
+    max_inflight_bytes: int = Field(
+        64 * 1024 * 1024, ge=1024 * 1024,
+        description="answer bytes held for clients at once; when exceeded, new answers"
+        " shrink (down to 64 KiB each), so clients that read slowly or not at all cannot"
+        " make the relay's memory grow with their number")
 
 
 class RelayConfig(_Model):
