@@ -364,7 +364,7 @@ class _Guard:
         return send_timed
 
 
-_SEND_CHUNK = 256 * 1024
+_SEND_CHUNK = 1024 * 1024
 
 
 class _SlowClient(Exception):
