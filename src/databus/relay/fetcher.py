@@ -32,6 +32,7 @@ from databus.core.atomic import write_atomic
 from databus.core.errors import BufferCorruptError, DatabusError, TransientError
 from databus.relay.metrics import RelayMetrics
 from databus.sources.base import Source
+from databus.sources.protect import Protector
 
 log = logging.getLogger("databus.relay")
 
@@ -91,6 +92,7 @@ class Fetcher:
         flush_interval: float,
         retry_initial: float,
         retry_max: float,
+        protector: Protector | None = None,
     ) -> None:
         self._source = source
         self._buffer = buffer
@@ -99,6 +101,7 @@ class Fetcher:
         self._flush_interval = flush_interval
         self._retry_initial = retry_initial
         self._retry_max = retry_max
+        self._protector = protector if protector else None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="databus-fetcher", daemon=True)
         self._lock = threading.Lock()
@@ -135,6 +138,8 @@ class Fetcher:
                         self._buffer.declare_origin(origin)
                 windows = self._source.read(self._buffer.max_scn, self._stop, 0.5)
                 for w in windows:
+                    if self._protector is not None:  # before the buffer: no clear value kept
+                        w = self._protector.window(w, self._source.registry())
                     self._buffer.append_window(w)
                     self._metrics.windows_in.inc()
                     self._metrics.events_in.inc(w.count)

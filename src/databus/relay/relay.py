@@ -41,6 +41,7 @@ from databus.relay.metrics import RelayMetrics
 from databus.serving import HttpService
 from databus.sources import open_source
 from databus.sources.base import Source
+from databus.sources.protect import Protector
 
 log = logging.getLogger("databus.relay")
 
@@ -77,6 +78,7 @@ class Relay(HttpService):
             flush_interval=config.buffer.flush_interval,
             retry_initial=config.retry_initial,
             retry_max=config.retry_max,
+            protector=Protector(config.source.columns),
         )
         self.stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from databus.core.config import FrozenModel
 from databus.core.errors import ConfigError
@@ -34,6 +34,35 @@ class SourceTlsConfig(FrozenModel):
     cert_file: Path | None = Field(None, description="client certificate (ssl-cert)")
     key_file: Path | None = Field(None, description="its private key (ssl-key)")
     verify: bool = Field(True, description="verify the server's certificate and host name")
+
+
+class HashAction(FrozenModel):
+    """Hash a column: hex digest of ``salt`` + value (UTF-8)."""
+
+    salt: str = Field(min_length=1, description="prepended to every value before hashing")
+    algorithm: Literal["sha256", "sha512"] = "sha256"
+
+
+class ColumnRule(FrozenModel):
+    """Protect one column of the tables a regex names (:mod:`databus.sources.protect`):
+    exactly one of ``mask``, ``truncate``, ``hash``."""
+
+    table: str = Field(description="regex on 'db.table' (full match)")
+    column: str = Field(min_length=1, description="the column's name")
+    mask: str | None = Field(None, description="replace every value by this string")
+    truncate: int | None = Field(None, ge=0, description="keep the first N characters")
+    hash: HashAction | None = Field(None, description="salted SHA-256/512, lowercase hex")
+
+    @model_validator(mode="after")
+    def _one_action(self) -> ColumnRule:
+        given = [a for a in ("mask", "truncate", "hash") if getattr(self, a) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of mask, truncate, hash")
+        try:
+            re.compile(self.table)
+        except re.error as exc:
+            raise ValueError(f"bad table regex {self.table!r}: {exc}") from exc
+        return self
 
 
 class SourceConfig(FrozenModel):
@@ -82,6 +111,9 @@ class SourceConfig(FrozenModel):
                     " relay's restart position move and a purge never takes them")
     snapshot_chunk_size: int = Field(1024, ge=1, le=1_000_000,
                                      description="rows per snapshot chunk (SQLite and MySQL)")
+    columns: list[ColumnRule] = Field(
+        default_factory=list, description="columns masked, truncated or hashed before they"
+        " are stored (docs/security.md)")
 
     @field_validator("exclude_tables", "include_columns", "exclude_columns")
     @classmethod
