@@ -60,6 +60,19 @@ def _fail(exc: DatabusError, redactor: Redactor | None = None) -> NoReturn:
     raise typer.Exit(3 if exc.retryable else 2)
 
 
+def _with_password(url: str, file: Path | None, env: str) -> str:
+    """``url`` with the password from ``file`` (first line) or the environment variable
+    ``env``; unchanged when neither is given."""
+    from sqlalchemy.engine import make_url  # imported when run (see top)
+
+    from databus.client.credentials import read_secret_file
+
+    password = read_secret_file(file, "password file") if file is not None else os.environ.get(env)
+    if not password:
+        return url
+    return make_url(url).set(password=password).render_as_string(hide_password=False)
+
+
 def _private_files() -> None:
     """Files and directories a server creates (buffers, state, checkpoints, stores,
     schema history) are its own: 0600 and 0700."""
@@ -258,6 +271,9 @@ def replicate(
         "the relay no longer holds catches up from it")] = None,
     bootstrap_batch: Annotated[int, typer.Option(
         help="snapshot rows / catch-up events per bootstrap request")] = 10_000,
+    target_password_file: Annotated[Path | None, typer.Option(
+        help="file whose first line is the target's password (keeps it out of the URL"
+        " and the process list); DATABUS_TARGET_PASSWORD works too")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Apply the change stream to same-named tables of a target database.
@@ -270,6 +286,8 @@ def replicate(
 
     redactor = _setup_logging(verbose, Redactor([url_password(target)]))
     try:
+        target = _with_password(target, target_password_file, "DATABUS_TARGET_PASSWORD")
+        redactor.add(url_password(target))
         run_replicate(relay, target, sources=_csv(sources), bootstrap_url=bootstrap,
                       bootstrap_batch_size=bootstrap_batch, stop=_stop_on_sigterm())
     except DatabusError as exc:

@@ -5,17 +5,21 @@ file, every HTTP answer); and TLS to MariaDB verifies the server."""
 from __future__ import annotations
 
 import socket
+import sqlite3
 import subprocess
 import threading
 from pathlib import Path
 
 import httpx
+import pymysql
 import pytest
 
 from databus.core import event as ev
 from databus.core.errors import SourceUnavailableError
 from tests.support.mariadb import BINLOG_SETTINGS, MariaDB
 from tests.support.procs import DATABUS, free_port, spawn, stop, wait_http
+from tests.support.relays import make_relay
+from tests.support.shop import create_shop
 from tests.support.sources import mysql_source
 from tests.support.tls import make_certs
 from tests.support.wait import wait_until
@@ -126,3 +130,41 @@ def test_tls_to_mariadb_verifies_the_server(tmp_path: Path) -> None:
 
             wait_until(three, 60, "three rows over TLS")
             assert sorted(e.key for e in got) == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_replicate_takes_the_target_password_from_a_file(mariadb: MariaDB,
+                                                         tmp_path: Path) -> None:
+    target_pw = "Tgt-pass-9931-xyz"
+    mariadb.execute(f"CREATE USER IF NOT EXISTS 'sink'@'127.0.0.1' IDENTIFIED BY '{target_pw}'",
+                    "CREATE DATABASE IF NOT EXISTS replica_pw",
+                    "GRANT ALL PRIVILEGES ON replica_pw.* TO 'sink'@'127.0.0.1'")
+    db = tmp_path / "shop.db"
+    create_shop(db)
+    with sqlite3.connect(db) as con:
+        con.executemany("INSERT INTO customers VALUES (?, ?, 0, 0)",
+                        [(i, f"c{i}") for i in range(10)])
+    pw_file = tmp_path / "target.pw"
+    pw_file.write_text(target_pw + "\n")
+    with make_relay(db, tmp_path, snapshot_mode="initial") as relay:
+        log = tmp_path / "replicate.log"
+        proc = spawn([*DATABUS, "replicate", "-v", "--relay", relay.url, "--target",
+                      f"mysql+pymysql://sink@127.0.0.1:{mariadb.port}/replica_pw",
+                      "--target-password-file", str(pw_file)], log)
+        try:
+            wait_until(lambda: _count(mariadb, "replica_pw.customers") == 10, 120,
+                       "the replica to hold the ten customers")
+        finally:
+            stop(proc)
+    assert target_pw not in log.read_text()
+
+
+def _count(server: MariaDB, table: str) -> int:
+    con = server.connect()
+    with con, con.cursor() as cur:
+        try:
+            cur.execute(f"SELECT COUNT(*) FROM {table}")
+        except pymysql.err.ProgrammingError:  # not created yet
+            return -1
+        row = cur.fetchone()
+    return int(row[0]) if row else -1

@@ -35,17 +35,17 @@ CERT_FILE_ENV = "DATABUS_CERT_FILE"
 KEY_FILE_ENV = "DATABUS_KEY_FILE"
 
 
-def read_token_file(path: Path) -> str:
-    """The token in ``path`` (its first non-empty line); a one-line ConfigError when the
-    file cannot be read or is empty."""
+def read_secret_file(path: Path, what: str = "token file") -> str:
+    """The secret in ``path`` (its first non-empty line); a one-line ConfigError naming
+    ``what`` when the file cannot be read or is empty."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot read token file {path}: {exc.strerror or exc}") from exc
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
     for line in text.splitlines():
         if line.strip():
             return line.strip()
-    raise ConfigError(f"token file {path} is empty")
+    raise ConfigError(f"{what} {path} is empty")
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class Credentials:
             if token is None and env.get(TOKEN_FILE_ENV):
                 token_file = Path(env[TOKEN_FILE_ENV])
         if token is None and token_file is not None:
-            token = read_token_file(token_file)
+            token = read_secret_file(token_file)
 
         def path(value: Path | None, name: str) -> Path | None:
             return value if value is not None else (Path(env[name]) if env.get(name) else None)
