@@ -81,8 +81,5 @@ def relay(shop_db: Path, tmp_path: Path) -> Iterator[Relay]:
 
 @pytest.fixture
 def memrelay() -> Iterator[MemoryRelay]:
-    r = MemoryRelay().start()
-    try:
+    with MemoryRelay() as r:
         yield r
-    finally:
-        r.stop()

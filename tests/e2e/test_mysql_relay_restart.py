@@ -25,25 +25,17 @@ from tests.support.wait import wait_until
 
 
 def _binlogs(m: MariaDB) -> list[str]:
-    con = m.connect()
-    try:
-        with con.cursor() as cur:
-            cur.execute("SHOW BINARY LOGS")
-            return [r[0] for r in cur.fetchall()]
-    finally:
-        con.close()
+    with m.connect() as con, con.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        return [r[0] for r in cur.fetchall()]
 
 
 def _master_scn(m: MariaDB) -> int:
     """The SCN of the server's newest commit (its binlog end: no DDL comes last)."""
-    con = m.connect()
-    try:
-        with con.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            file, pos = cur.fetchone()[:2]  # type: ignore[index]
-            return (int(file.rsplit(".", 1)[1]) << 32) | int(pos)
-    finally:
-        con.close()
+    with m.connect() as con, con.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]  # type: ignore[index]
+        return (int(file.rsplit(".", 1)[1]) << 32) | int(pos)
 
 
 def _until(predicate: object, timeout: float, what: str) -> None:

@@ -52,13 +52,9 @@ def test_kill9_relay_mid_snapshot_resumes_and_replica_equals(tmp_path: Path) -> 
     try:
         m.execute("CREATE DATABASE shop",
                   "CREATE TABLE shop.t (id INT PRIMARY KEY, v INT, s VARCHAR(20))")
-        con = m.connect("shop")
-        try:
-            with con.cursor() as cur:
-                cur.executemany("INSERT INTO t VALUES (%s, %s, 'old')",
-                                [(i, i) for i in range(ROWS)])
-        finally:
-            con.close()
+        with m.connect("shop") as con, con.cursor() as cur:
+            cur.executemany("INSERT INTO t VALUES (%s, %s, 'old')",
+                            [(i, i) for i in range(ROWS)])
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         config = tmp_path / "relay.yaml"
@@ -99,13 +95,9 @@ def test_kill9_relay_mid_snapshot_resumes_and_replica_equals(tmp_path: Path) -> 
         assert ROWS * 0.9 <= reads <= ROWS + 500 + kills * CHUNK, (reads, kills)
 
         def source_rows() -> list[tuple[Any, ...]]:
-            c = m.connect("shop")
-            try:
-                with c.cursor() as cur:
-                    cur.execute("SELECT id, v, s FROM t ORDER BY id")
-                    return [tuple(r) for r in cur.fetchall()]
-            finally:
-                c.close()
+            with m.connect("shop") as c, c.cursor() as cur:
+                cur.execute("SELECT id, v, s FROM t ORDER BY id")
+                return [tuple(r) for r in cur.fetchall()]
 
         want = source_rows()
         deadline = time.monotonic() + 120

@@ -113,17 +113,14 @@ def pipeline(tmp_path: Path, postgres: PostgreSQL) -> Iterator[Pipeline]:
                                                   "innodb-flush-log-at-trx-commit": "2"})
     with server:
         server.execute(*SCHEMA)
-        with postgres.fresh_database("databus_mysql_e2e") as target:
-            # the sink's commits need not wait for PostgreSQL's disk (a session
-            # setting; this test never crashes PostgreSQL)
-            p = Pipeline(tmp_path, server, target + "?options=-c%20synchronous_commit%3Doff")
-            try:
-                for name in ("relay", "replicate", "recorder"):
-                    p.start(name)
-                p.wait_relay_dump()
-                yield p
-            finally:
-                p.close()
+        # the sink's commits need not wait for PostgreSQL's disk (a session setting;
+        # this test never crashes PostgreSQL)
+        with postgres.fresh_database("databus_mysql_e2e") as target, \
+                Pipeline(tmp_path, server, target + "?options=-c%20synchronous_commit%3Doff") as p:
+            for name in ("relay", "replicate", "recorder"):
+                p.start(name)
+            p.wait_relay_dump()
+            yield p
 
 
 def _assert_all(p: Pipeline, w: Workload, tables: list[str]) -> dict[str, int]:

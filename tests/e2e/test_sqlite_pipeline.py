@@ -114,12 +114,9 @@ def _assert_all(p: Pipeline, w: Writer) -> dict[str, int]:
 @pytest.mark.slow
 def test_ten_thousand_transactions(pipeline: Pipeline) -> None:
     p = pipeline
-    w = p.start_all(seed=11)
-    try:
+    with p.start_all(seed=11) as w:
         for _ in range(10_000):
             w.transaction()
-    finally:
-        w.close()
     p.wait_caught_up(w)
     stats = _assert_all(p, w)
     assert stats["changes"] > 50_000 and stats["rolled_back_transactions"] > 500

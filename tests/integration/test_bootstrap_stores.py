@@ -38,8 +38,7 @@ def window(scn: int, *changes: tuple[int, int | bytes, ev.Op, bytes]) -> tuple[i
 
 
 def test_store_contract(store_url: str) -> None:
-    store = BootstrapStore(store_url)
-    try:
+    with BootstrapStore(store_url) as store:
         assert not store.state().initialized
         big = b"x" * (3 << 20)  # a window larger than one log part
         windows = [
@@ -80,21 +79,16 @@ def test_store_contract(store_url: str) -> None:
         assert [ev.decode(r).key for r in store.snapshot_batch(2, -1, 100, 10)[0]] == [
             b'["k",1]']
         assert store.count_snapshot() == 1 == store.select_all_snapshot()
-    finally:
-        store.close()
 
 
 def test_long_keys_stay_unique(store_url: str) -> None:
-    store = BootstrapStore(store_url)
-    try:
+    with BootstrapStore(store_url) as store:
         k1, k2 = b"a" * 400 + b"1", b"a" * 400 + b"2"
         assert key_bytes(k1) != key_bytes(k2) and len(key_bytes(k1)) <= 300
         store.append([window(5, (1, k1, ev.Op.INSERT, b"1"), (1, k2, ev.Op.INSERT, b"2"))],
                      Checkpoint.after(5), log_start_scn=-1)
         Applier(store).step()
         assert store.count_snapshot() == 2
-    finally:
-        store.close()
 
 
 def test_bootstrap_through_each_store(store_url: str, shop_db: Path, tmp_path: Path) -> None:
@@ -121,8 +115,7 @@ def test_bootstrap_through_each_store(store_url: str, shop_db: Path, tmp_path: P
 
 
 def test_trim_keeps_what_is_recent_or_not_folded(store_url: str) -> None:
-    store = BootstrapStore(store_url)
-    try:
+    with BootstrapStore(store_url) as store:
         store.append([window(1, (1, 1, ev.Op.INSERT, b"a")), window(2, (1, 2, ev.Op.INSERT, b"b"))],
                      Checkpoint.after(2), log_start_scn=0)
         import time
@@ -137,8 +130,6 @@ def test_trim_keeps_what_is_recent_or_not_folded(store_url: str) -> None:
         assert (st.log_start_scn, st.log_max_scn, st.applied_scn) == (2, 3, 3)
         assert [w[0] for w in store.log_after(-1, 10)] == [3]
         assert store.count_snapshot() == 3  # the snapshot keeps everything
-    finally:
-        store.close()
 
 
 def test_an_update_that_changes_an_integer_key_moves_the_row(store_url: str) -> None:
@@ -151,8 +142,7 @@ def test_an_update_that_changes_an_integer_key_moves_the_row(store_url: str) -> 
     schema = TableSchema(1, "db.t", 1, make_schema("db", "t", [
         ColumnSpec("id", "long", nullable=False), ColumnSpec("v", "string")]), ("id",))
     meta = MetadataCodec()
-    store = BootstrapStore(store_url)
-    try:
+    with BootstrapStore(store_url) as store:
         store.put("registry", SchemaRegistry([schema]).to_json())
         store.put("sources", json.dumps([{"id": 1, "name": "db.t"}]))
 
@@ -173,5 +163,3 @@ def test_an_update_that_changes_an_integer_key_moves_the_row(store_url: str) -> 
         rows, _ = store.snapshot_batch(1, -1, 100, 10)
         got = {ev.decode(r).key: schema.decode(ev.decode(r).payload)["v"] for r in rows}
         assert got == {10: "a2", 2: "b2"}
-    finally:
-        store.close()

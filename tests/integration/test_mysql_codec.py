@@ -48,13 +48,9 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MariaDB]:
 
 
 def _compressed_events(m: MariaDB) -> int:
-    con = m.connect()
-    try:
-        with con.cursor() as cur:
-            cur.execute("SHOW BINLOG EVENTS")
-            return sum(1 for r in cur.fetchall() if "compressed" in str(r[2]).lower())
-    finally:
-        con.close()
+    with m.connect() as con, con.cursor() as cur:
+        cur.execute("SHOW BINLOG EVENTS")
+        return sum(1 for r in cur.fetchall() if "compressed" in str(r[2]).lower())
 
 
 def _scn(url: Any) -> int:
@@ -63,32 +59,25 @@ def _scn(url: Any) -> int:
 
 
 def _capture(m: MariaDB, start: int, end: int, **kw: Any) -> tuple[MysqlSource, list[Window]]:
-    src = mysql_source(m.url, [r"types\..*"], **kw)
-    out: list[Window] = []
-    after = start
-    stop = threading.Event()
-    try:
+    with mysql_source(m.url, [r"types\..*"], **kw) as src:
+        out: list[Window] = []
+        after = start
+        stop = threading.Event()
         while after < end:
             got = src.read(after, stop, 5.0)
             assert got or after < end, "no progress"
             for w in got:
                 out.append(w)
                 after = w.scn
-    finally:
-        src.close()
     return src, out
 
 
 def _select(m: MariaDB, table: str, key: str) -> dict[Any, dict[str, Any]]:
-    con = m.connect("types")
-    try:
-        with con.cursor() as cur:
-            cur.execute("SET time_zone = '+00:00'")
-            cur.execute(f"SELECT * FROM {table}")
-            names = [d[0] for d in cur.description]
-            rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-    finally:
-        con.close()
+    with m.connect("types") as con, con.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+        cur.execute(f"SELECT * FROM {table}")
+        names = [d[0] for d in cur.description]
+        rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
     return {tuple(r[k] for k in key.split(",")): r for r in rows}
 
 
@@ -152,9 +141,8 @@ def captured(server: MariaDB) -> dict[str, Any]:
                    "CREATE TABLE types.lk (k VARCHAR(10) CHARACTER SET latin1 PRIMARY KEY,"
                    " v DECIMAL(30,10), secret TEXT)")
     start = _scn(url)
-    con = server.connect("types")
-    snaps: dict[str, Any] = {}
-    try:
+    with server.connect("types") as con:
+        snaps: dict[str, Any] = {}
         with con.cursor() as cur:
             cur.execute("SET time_zone = '+00:00'")
             cur.execute("SET sql_mode = ''")  # allows zero dates
@@ -178,8 +166,6 @@ def captured(server: MariaDB) -> dict[str, Any]:
             cur.execute("UPDATE lk SET v = 1.5")
             snaps["t.current"] = _select(server, "t", "id")
             snaps["x.current"] = _select(server, "x", "k1,k2")
-    finally:
-        con.close()
     end = _scn(url)
     return {"server": server, "start": start, "end": end, **snaps}
 

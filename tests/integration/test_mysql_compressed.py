@@ -29,9 +29,8 @@ def compressing(tmp_path: Path) -> Iterator[MariaDB]:
 
 def test_160_changes_with_compressed_events_all_arrive(compressing: MariaDB) -> None:
     m = compressing
-    src = mysql_source(m.url, [r"z\..*"], snapshot_mode="no_data")
-    stop = threading.Event()
-    try:
+    with mysql_source(m.url, [r"z\..*"], snapshot_mode="no_data") as src:
+        stop = threading.Event()
         after = -1
         src.read(after, stop, 1.0)  # positioned at the binlog's end
         m.execute("CREATE DATABASE z",
@@ -59,8 +58,6 @@ def test_160_changes_with_compressed_events_all_arrive(compressing: MariaDB) -> 
                 break
         assert data == 160  # 40 inserts, 40 updates, 40 inserts, 40 deletes
         assert ddl == 2  # CREATE TABLE and ALTER TABLE, both compressed QUERY events
-    finally:
-        src.close()
 
 
 def test_an_unknown_event_type_stops_capture_at_its_position() -> None:

@@ -64,11 +64,8 @@ def test_ddl_gives_schema_changes_versions_and_truncate(server: MariaDB, tmp_pat
         "INSERT INTO ddl.t2 VALUES (5, 5)",
         "DROP TABLE ddl.t2")
     end = _scn(server)
-    src = mysql_source(server.url, [r"ddl\..*"], state_dir=tmp_path, name="r1")
-    try:
+    with mysql_source(server.url, [r"ddl\..*"], state_dir=tmp_path, name="r1") as src:
         windows = _read(src, start, end)
-    finally:
-        src.close()
     got = _decoded(src, windows)
     changes = [(img["kind"], img["table"], img["new_table"]) for name, _op, _v, img in got
                if name == SCHEMA_CHANGES]
@@ -94,16 +91,13 @@ def test_ddl_gives_schema_changes_versions_and_truncate(server: MariaDB, tmp_pat
 
     # a restarted source knows the same versions (same ids and numbers) before
     # reading anything, and reading again gives the very same events
-    again = mysql_source(server.url, [r"ddl\..*"], state_dir=tmp_path, name="r1")
-    try:
+    with mysql_source(server.url, [r"ddl\..*"], state_dir=tmp_path, name="r1") as again:
         versions = again.registry().versions(_src(src, "ddl.t"))
         assert [(s.version, s.id) for s in versions] == [
             (s.version, s.id) for s in src.registry().versions(_src(src, "ddl.t"))]
         assert [v.version for v in versions] == [1, 2, 3]
         middle = windows[2].scn  # restart in the middle of the history
         assert [w.events for w in _read(again, middle, end)] == [w.events for w in windows[3:]]
-    finally:
-        again.close()
 
 
 def _src(src: MysqlSource, name: str) -> int:
@@ -144,13 +138,10 @@ def test_a_type_change_that_only_avro_logical_attributes_see_is_a_new_version(
                    "ALTER TABLE ddl.d MODIFY v DECIMAL(12,4)",
                    "INSERT INTO ddl.d VALUES (2, 100.1234)")
     end = _scn(server)
-    src = mysql_source(server.url, [r"ddl\..*"], state_dir=tmp_path, name="r1")
-    try:
+    with mysql_source(server.url, [r"ddl\..*"], state_dir=tmp_path, name="r1") as src:
         rows = [(v, img) for name, _op, v, img in _decoded(src, _read(src, start, end))
                 if name == "ddl.d"]
         versions = src.registry().versions(_src(src, "ddl.d"))
-    finally:
-        src.close()
     assert rows == [(1, {"id": 1, "v": decimal.Decimal("1.25")}),
                     (2, {"id": 2, "v": decimal.Decimal("100.1234")})]
     assert len({s.id for s in versions}) == 2

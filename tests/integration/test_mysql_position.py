@@ -50,11 +50,8 @@ def test_rotation_and_restart_at_an_scn_in_a_later_file(server: MariaDB) -> None
     server.execute("INSERT INTO p.t VALUES (1, 'a')", "FLUSH BINARY LOGS",
                    "INSERT INTO p.t VALUES (2, 'b')", "FLUSH BINARY LOGS",
                    "INSERT INTO p.t VALUES (3, 'c')", "INSERT INTO p.t VALUES (4, 'd')")
-    src = mysql_source(server.url, [r"p\.t"])
-    try:
+    with mysql_source(server.url, [r"p\.t"]) as src:
         windows = _read(src, start, 4)
-    finally:
-        src.close()
     scns = [w.scn for w in windows]
     assert scns == sorted(set(scns))
     assert [s >> 32 for s in scns] == [start >> 32, (start >> 32) + 1, (start >> 32) + 2,
@@ -73,8 +70,7 @@ def test_a_new_relay_can_start_at_a_gtid(server: MariaDB) -> None:
     server.execute("INSERT INTO p.t VALUES (1, 'a')")
     gtid = server.gtid_pos()
     server.execute("INSERT INTO p.t VALUES (2, 'b')", "INSERT INTO p.t VALUES (3, 'c')")
-    src = mysql_source(server.url, [r"p\.t"], start_gtid=gtid)
-    try:
+    with mysql_source(server.url, [r"p\.t"], start_gtid=gtid) as src:
         windows = _read(src, -1, 2)
         assert _ids(src, windows) == [2, 3]
         meta = decode_images(next(ev.iter_events(windows[0].events)), src.registry())[3]
@@ -82,8 +78,6 @@ def test_a_new_relay_can_start_at_a_gtid(server: MariaDB) -> None:
         assert meta["gtid"] == f"{domain}-{server_id}-{int(seq) + 1}"
         # the SCN is an ordinary file/position SCN: a restart at it resumes there
         assert windows[1].scn >> 32 == _scn(server) >> 32
-    finally:
-        src.close()
 
 
 def test_a_server_without_binlog_checksums(tmp_path: Path) -> None:
@@ -92,10 +86,7 @@ def test_a_server_without_binlog_checksums(tmp_path: Path) -> None:
         _setup(m)
         start = _scn(m)
         m.execute("INSERT INTO p.t VALUES (1, 'a'), (2, 'b')", "UPDATE p.t SET v = 'c'")
-        src = mysql_source(m.url, [r"p\.t"])
-        try:
+        with mysql_source(m.url, [r"p\.t"]) as src:
             windows = _read(src, start, 2)
             assert src._stream is not None and not src._stream.checksum
-        finally:
-            src.close()
         assert _ids(src, windows) == [1, 2, 1, 2]

@@ -15,14 +15,10 @@ from tests.support.typematrix import COLUMNS, ROWS
 
 
 def _select(m: MariaDB) -> dict[int, list[Any]]:
-    con = m.connect("types")
-    try:
-        with con.cursor() as cur:
-            cur.execute("SET time_zone = '+00:00'")
-            cur.execute("SELECT * FROM t ORDER BY id")
-            return {r[0]: list(r) for r in cur.fetchall()}
-    finally:
-        con.close()
+    with m.connect("types") as con, con.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+        cur.execute("SELECT * FROM t ORDER BY id")
+        return {r[0]: list(r) for r in cur.fetchall()}
 
 
 def _bits_as_int(row: list[Any]) -> list[Any]:
@@ -60,8 +56,7 @@ def test_decoded_images_equal_select(server: MariaDB) -> None:
     cols = ", ".join(f"`{n}` {t}" for n, t in COLUMNS)
     server.execute("SET GLOBAL time_zone = '+00:00'", "CREATE DATABASE types",
                    f"CREATE TABLE types.t ({cols})")
-    con = server.connect("types")
-    try:
+    with server.connect("types") as con:
         with con.cursor() as cur:
             cur.execute("SET time_zone = '+00:00'")
             marks = ", ".join(["%s"] * len(COLUMNS))
@@ -71,13 +66,10 @@ def test_decoded_images_equal_select(server: MariaDB) -> None:
             cur.execute("UPDATE t SET vc = 'changed', d2 = -5.5 WHERE id = 1")
             cur.execute("DELETE FROM t WHERE id = 2")
         current = {k: _bits_as_int(v) for k, v in _select(server).items()}
-    finally:
-        con.close()
 
-    stream = BinlogStream(url, server_id=77, file=file, pos=4)
-    images: list[tuple[str, list[Any] | None, list[Any] | None]] = []
-    td: TableDef | None = None
-    try:
+    with BinlogStream(url, server_id=77, file=file, pos=4) as stream:
+        images: list[tuple[str, list[Any] | None, list[Any] | None]] = []
+        td: TableDef | None = None
         while len(images) < 5:
             raw = stream.read()
             assert raw is not None
@@ -89,8 +81,6 @@ def test_decoded_images_equal_select(server: MariaDB) -> None:
                 kind = be.EventType(h.type).name.split("_")[0]
                 for before, after in decode_rows(td, h.type, body):
                     images.append((kind, before, after))
-    finally:
-        stream.close()
     assert td is not None
     assert td.names == [n for n, _ in COLUMNS] and td.primary_key == [0]
     got = [(k, b and _normalise(td, b), a and _normalise(td, a)) for k, b, a in images]

@@ -82,42 +82,30 @@ def _drive(src: MysqlSource, replica: Replica, until: Callable[[], bool],
 
 
 def _rows(m: MariaDB, table: str, key: str = "id") -> dict[Any, dict[str, Any]]:
-    con = m.connect()
-    try:
-        with con.cursor() as cur:
-            cur.execute(f"SELECT * FROM {table}")
-            names = [d[0] for d in cur.description]
-            out = {}
-            for r in cur.fetchall():
-                row = dict(zip(names, r, strict=True))
-                out[row[key]] = row
-            return out
-    finally:
-        con.close()
+    with m.connect() as con, con.cursor() as cur:
+        cur.execute(f"SELECT * FROM {table}")
+        names = [d[0] for d in cur.description]
+        out = {}
+        for r in cur.fetchall():
+            row = dict(zip(names, r, strict=True))
+            out[row[key]] = row
+        return out
 
 
 def _signal(m: MariaDB, sid: str, kind: str, data: Any) -> None:
-    con = m.connect()
-    try:
-        with con.cursor() as cur:
-            cur.execute(f"INSERT INTO {SIGNALS} VALUES (%s, %s, %s)",
-                        (sid, kind, data if isinstance(data, str) or data is None
-                         else json.dumps(data)))
-    finally:
-        con.close()
+    with m.connect() as con, con.cursor() as cur:
+        cur.execute(f"INSERT INTO {SIGNALS} VALUES (%s, %s, %s)",
+                    (sid, kind, data if isinstance(data, str) or data is None
+                     else json.dumps(data)))
 
 
 def _fill(m: MariaDB, n: int) -> None:
     m.execute("CREATE DATABASE IF NOT EXISTS shop",
               "CREATE TABLE shop.t (id INT PRIMARY KEY, v INT, s VARCHAR(40))")
-    con = m.connect("shop")
-    try:
-        with con.cursor() as cur:
-            for start in range(0, n, 5000):
-                cur.executemany("INSERT INTO t VALUES (%s, %s, %s)",
-                                [(i, i, f"row {i}") for i in range(start, min(n, start + 5000))])
-    finally:
-        con.close()
+    with m.connect("shop") as con, con.cursor() as cur:
+        for start in range(0, n, 5000):
+            cur.executemany("INSERT INTO t VALUES (%s, %s, %s)",
+                            [(i, i, f"row {i}") for i in range(start, min(n, start + 5000))])
 
 
 def _project(rows: dict[Any, dict[str, Any]]) -> dict[Any, dict[str, Any]]:
@@ -167,14 +155,11 @@ def test_restart_resumes_after_the_last_finished_chunk(server: MariaDB, tmp_path
     reads_before = replica.reads
     server.execute("DELETE FROM shop.t WHERE id < 100", "UPDATE shop.t SET s = 'late'"
                    " WHERE id >= 5900")
-    again = mysql_source(server.url, [r"shop\..*"], **kw)
-    replica.src = again
-    try:
+    with mysql_source(server.url, [r"shop\..*"], **kw) as again:
+        replica.src = again
         _drive(again, replica, lambda: "COMPLETED" in replica.kinds())
         end = _scn(server)
         _drive(again, replica, lambda: replica.after >= end)
-    finally:
-        again.close()
     assert replica.kinds().count("STARTED") == 1  # resumed, not started over
     assert replica.reads - reads_before <= n - 4 * 500 + 500
     assert replica.tables["shop.t"] == _project(_rows(server, "shop.t"))
@@ -198,12 +183,9 @@ def test_restart_far_behind_the_newest_chunk_window(server: MariaDB, tmp_path: P
         _drive(src, replica, lambda: replica.kinds().count("CHUNK_DONE") >= 100)
     finally:
         src.close()  # windows after durable.after were never flushed
-    again = mysql_source(server.url, [r"shop\..*"], **kw)
-    durable.src = again
-    try:
+    with mysql_source(server.url, [r"shop\..*"], **kw) as again:
+        durable.src = again
         _drive(again, durable, lambda: "COMPLETED" in durable.kinds())
-    finally:
-        again.close()
     assert durable.kinds().count("STARTED") == 1
     assert durable.reads <= n + 20  # resumed after the third chunk, not from the start
     assert durable.tables["shop.t"] == _project(_rows(server, "shop.t"))
@@ -214,16 +196,12 @@ def test_composite_surrogate_and_conditions(server: MariaDB, tmp_path: Path) -> 
         "CREATE DATABASE shop",
         "CREATE TABLE shop.c (a INT, b VARCHAR(10), v DECIMAL(10,2), PRIMARY KEY (a, b))",
         "CREATE TABLE shop.s (id CHAR(36) PRIMARY KEY, seq INT NOT NULL UNIQUE, v INT)")
-    con = server.connect("shop")
-    try:
-        with con.cursor() as cur:
-            cur.executemany("INSERT INTO c VALUES (%s, %s, %s)",
-                            [(a, b, f"{a}.{len(b)}") for a in range(30) for b in ("", "x", "Ü",
-                                                                                "zz", "a b")])
-            cur.executemany("INSERT INTO s VALUES (UUID(), %s, %s)",
-                            [(i, i % 13) for i in range(400)])
-    finally:
-        con.close()
+    with server.connect("shop") as con, con.cursor() as cur:
+        cur.executemany("INSERT INTO c VALUES (%s, %s, %s)",
+                        [(a, b, f"{a}.{len(b)}") for a in range(30) for b in ("", "x", "Ü",
+                                                                            "zz", "a b")])
+        cur.executemany("INSERT INTO s VALUES (UUID(), %s, %s)",
+                        [(i, i % 13) for i in range(400)])
     src = mysql_source(server.url, [r"shop\..*"], snapshot_mode="no_data", snapshot_chunk_size=16,
                       state_dir=tmp_path)
     server.execute(f"CREATE DATABASE IF NOT EXISTS {SIGNALS.split('.')[0]}",
@@ -258,14 +236,10 @@ def test_composite_surrogate_and_conditions(server: MariaDB, tmp_path: Path) -> 
 
 
 def _rows_all(m: MariaDB, sql: str) -> list[dict[str, Any]]:
-    con = m.connect()
-    try:
-        with con.cursor() as cur:
-            cur.execute(sql)
-            names = [d[0] for d in cur.description]
-            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-    finally:
-        con.close()
+    with m.connect() as con, con.cursor() as cur:
+        cur.execute(sql)
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
 
 def test_bad_signals_pause_resume_stop(server: MariaDB, tmp_path: Path) -> None:
@@ -373,29 +347,19 @@ def test_when_needed_always_and_initial_only(server: MariaDB, tmp_path: Path) ->
     start = _scn(server)
     server.execute("UPDATE shop.t SET v = 0 WHERE id = 1")
     # a relay that read up to here, then its position was purged while it was down
-    src = mysql_source(server.url, [r"shop\..*"], snapshot_mode="no_data")
-    replica = Replica(src)
-    try:
+    with mysql_source(server.url, [r"shop\..*"], snapshot_mode="no_data") as src:
+        replica = Replica(src)
         replica.apply(src.read(start, threading.Event(), 2.0))
-    finally:
-        src.close()
     held = replica.after
     assert held > start
     server.execute("FLUSH BINARY LOGS", "UPDATE shop.t SET v = 1 WHERE id = 2")
-    con = server.connect()
-    try:
-        with con.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            cur.execute(f"PURGE BINARY LOGS TO '{cur.fetchone()[0]}'")
-    finally:
-        con.close()
+    with server.connect() as con, con.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        cur.execute(f"PURGE BINARY LOGS TO '{cur.fetchone()[0]}'")
     kw: dict[str, Any] = {"snapshot_chunk_size": 100, "state_dir": tmp_path}
-    lost = mysql_source(server.url, [r"shop\..*"], snapshot_mode="no_data", **kw)
-    try:
-        with pytest.raises(SourcePositionLostError):
-            lost.read(held, threading.Event(), 2.0)
-    finally:
-        lost.close()
+    with mysql_source(server.url, [r"shop\..*"], snapshot_mode="no_data", **kw) as lost, \
+            pytest.raises(SourcePositionLostError):
+        lost.read(held, threading.Event(), 2.0)
     needed = mysql_source(server.url, [r"shop\..*"], snapshot_mode="when_needed", **kw)
     replica.src = needed
     try:  # instead of failing: stream from the end and snapshot every table
@@ -405,22 +369,16 @@ def test_when_needed_always_and_initial_only(server: MariaDB, tmp_path: Path) ->
     assert replica.tables["shop.t"] == _project(_rows(server, "shop.t"))
 
     # always: every start snapshots again, even a restart at a held position
-    again = mysql_source(server.url, [r"shop\..*"], snapshot_mode="always", **kw)
-    replica.src = again
-    try:
+    with mysql_source(server.url, [r"shop\..*"], snapshot_mode="always", **kw) as again:
+        replica.src = again
         _drive(again, replica, lambda: replica.kinds().count("COMPLETED") == 2)
-    finally:
-        again.close()
     assert replica.kinds().count("STARTED") == 2
 
     # initial_only: a new relay sends the existing rows, then nothing more
-    only = mysql_source(server.url, [r"shop\..*"], snapshot_mode="initial_only", **kw)
-    fresh = Replica(only)
-    try:
+    with mysql_source(server.url, [r"shop\..*"], snapshot_mode="initial_only", **kw) as only:
+        fresh = Replica(only)
         _drive(only, fresh, lambda: "COMPLETED" in fresh.kinds())
         server.execute("UPDATE shop.t SET v = 99 WHERE id = 3")
         after = fresh.after
         assert only.read(after, threading.Event(), 1.0) == []
-    finally:
-        only.close()
     assert len(fresh.tables["shop.t"]) == 300 and fresh.tables["shop.t"][3]["v"] != 99

@@ -69,28 +69,24 @@ def tables(server: MariaDB) -> MariaDB:
                    " v DECIMAL(30,10), secret TEXT)",
                    "CREATE TABLE types.ub (k BIGINT UNSIGNED PRIMARY KEY, v FLOAT)",
                    "CREATE TABLE types.bk (k VARBINARY(8) PRIMARY KEY, v INT)")
-    con = server.connect("types")
-    try:
-        with con.cursor() as cur:
-            cur.execute("SET time_zone = '+00:00'")
-            cur.execute("SET sql_mode = ''")  # allows zero dates
-            marks = ", ".join(["%s"] * len(COLUMNS))
-            cur.executemany(f"INSERT INTO t VALUES ({marks})", [*ROWS, *MORE])
-            cur.execute("INSERT INTO x (k1, k2, dz, dtz, g, n) VALUES"
-                        " (1, 'a\"b\\\\c\\n', '0000-00-00', '0000-00-00 00:00:00', NULL, 5),"
-                        " (1, 'a', '2020-00-00', '2024-01-02 03:04:05.678',"
-                        "  ST_GeomFromText('POINT(1 2)'), NULL),"
-                        " (2, 'ü😀', '2020-00-00', '2024-01-02 03:04:05.678',"
-                        "  ST_GeomFromText('POINT(1 2)'), NULL),"
-                        " (-3, '', '1000-01-01', '9999-12-31 23:59:59.999',"
-                        "  ST_GeomFromText('LINESTRING(0 0, 1 1, 2 5)'), -7)")
-            cur.execute("INSERT INTO lk VALUES ('Ä€\x81z', -12345678901234567890.0123456789,"
-                        " 's'), ('b', 0, NULL), ('', 1.5, 'x')")
-            cur.execute("INSERT INTO ub VALUES (18446744073709551615, 1.5), (0, -2.25),"
-                        " (9223372036854775808, NULL)")
-            cur.execute("INSERT INTO bk VALUES (x'00ff', 1), ('a', 2)")
-    finally:
-        con.close()
+    with server.connect("types") as con, con.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+        cur.execute("SET sql_mode = ''")  # allows zero dates
+        marks = ", ".join(["%s"] * len(COLUMNS))
+        cur.executemany(f"INSERT INTO t VALUES ({marks})", [*ROWS, *MORE])
+        cur.execute("INSERT INTO x (k1, k2, dz, dtz, g, n) VALUES"
+                    " (1, 'a\"b\\\\c\\n', '0000-00-00', '0000-00-00 00:00:00', NULL, 5),"
+                    " (1, 'a', '2020-00-00', '2024-01-02 03:04:05.678',"
+                    "  ST_GeomFromText('POINT(1 2)'), NULL),"
+                    " (2, 'ü😀', '2020-00-00', '2024-01-02 03:04:05.678',"
+                    "  ST_GeomFromText('POINT(1 2)'), NULL),"
+                    " (-3, '', '1000-01-01', '9999-12-31 23:59:59.999',"
+                    "  ST_GeomFromText('LINESTRING(0 0, 1 1, 2 5)'), -7)")
+        cur.execute("INSERT INTO lk VALUES ('Ä€\x81z', -12345678901234567890.0123456789,"
+                    " 's'), ('b', 0, NULL), ('', 1.5, 'x')")
+        cur.execute("INSERT INTO ub VALUES (18446744073709551615, 1.5), (0, -2.25),"
+                    " (9223372036854775808, NULL)")
+        cur.execute("INSERT INTO bk VALUES (x'00ff', 1), ('a', 2)")
     return server
 
 
@@ -160,15 +156,12 @@ def test_compiled_and_python_snapshot_rows_are_identical(
 
 
 def test_matrix_nulls_and_zero_dates_decode_as_expected(tables: MariaDB) -> None:
-    src = mysql_source(tables.url, [r"types\..*"], snapshot_mode="no_data")
-    try:
+    with mysql_source(tables.url, [r"types\..*"], snapshot_mode="no_data") as src:
         rows, shape = _chunks(src, "types.t", [], 100)
         reg = src.registry()
         chunk = inc.Chunk("o", "c", "types.t", {k: p for k, p, _ in rows}, None, True, shape)
         data, _ = src._snapshot_events(chunk, 1, 0)
         images = {e.key: decode_images(e, reg)[2] for e in ev.iter_events(data)}
-    finally:
-        src.close()
     assert set(images) == {1, 2, 3, *range(4, 40)}
     assert all(v is None for k, v in images[3].items() if k != "id")  # type: ignore[union-attr]
     four = images[4]

@@ -47,33 +47,25 @@ def _relay(m: MariaDB, tmp: Path, port: int) -> Relay:
 
 
 def _workload(m: MariaDB, rng: random.Random, n: int) -> None:
-    con = m.connect("shop")
-    try:
-        with con.cursor() as cur:
-            for _ in range(n):
-                cur.execute("BEGIN")
-                k = rng.randrange(1, 200)
-                cur.execute("INSERT INTO a VALUES (%s, %s, %s, %s) ON DUPLICATE KEY UPDATE"
-                            " amount = VALUES(amount), at = VALUES(at)",
-                            (k, f"name {k} é", f"{rng.randrange(10**6)}.{rng.randrange(100):02d}",
-                             f"2024-01-0{rng.randrange(1, 9)} 10:00:00.{rng.randrange(10**6):06d}"))
-                cur.execute("INSERT IGNORE INTO b VALUES (%s, %s, %s)",
-                            (f"k{rng.randrange(50)}", rng.randrange(5), rng.random()))
-                if rng.random() < 0.2:
-                    cur.execute("DELETE FROM a WHERE id = %s", (rng.randrange(1, 200),))
-                cur.execute("ROLLBACK" if rng.random() < 0.1 else "COMMIT")
-    finally:
-        con.close()
+    with m.connect("shop") as con, con.cursor() as cur:
+        for _ in range(n):
+            cur.execute("BEGIN")
+            k = rng.randrange(1, 200)
+            cur.execute("INSERT INTO a VALUES (%s, %s, %s, %s) ON DUPLICATE KEY UPDATE"
+                        " amount = VALUES(amount), at = VALUES(at)",
+                        (k, f"name {k} é", f"{rng.randrange(10**6)}.{rng.randrange(100):02d}",
+                         f"2024-01-0{rng.randrange(1, 9)} 10:00:00.{rng.randrange(10**6):06d}"))
+            cur.execute("INSERT IGNORE INTO b VALUES (%s, %s, %s)",
+                        (f"k{rng.randrange(50)}", rng.randrange(5), rng.random()))
+            if rng.random() < 0.2:
+                cur.execute("DELETE FROM a WHERE id = %s", (rng.randrange(1, 200),))
+            cur.execute("ROLLBACK" if rng.random() < 0.1 else "COMMIT")
 
 
 def _rows(m: MariaDB, replica: Path, table: str) -> tuple[list[Any], list[Any]]:
-    con = m.connect("shop")
-    try:
-        with con.cursor() as cur:
-            cur.execute(f"SELECT * FROM {table} ORDER BY 1, 2")
-            src = [tuple(str(v) for v in r) for r in cur.fetchall()]
-    finally:
-        con.close()
+    with m.connect("shop") as con, con.cursor() as cur:
+        cur.execute(f"SELECT * FROM {table} ORDER BY 1, 2")
+        src = [tuple(str(v) for v in r) for r in cur.fetchall()]
     lite = sqlite3.connect(replica)
     try:
         dst = [tuple(str(v) for v in r)

@@ -57,12 +57,9 @@ def test_crc_damage_is_detected(server: MariaDB) -> None:
     file = binary_logs(parse_mysql_url(server.url))[0][0]
     server.execute("CREATE DATABASE d", "CREATE TABLE d.t (id INT PRIMARY KEY)",
                    "INSERT INTO d.t VALUES (1)")
-    stream = BinlogStream(parse_mysql_url(server.url), server_id=98, file=file, pos=4)
-    try:
+    with BinlogStream(parse_mysql_url(server.url), server_id=98, file=file, pos=4) as stream:
         assert stream.checksum
         raws = [stream.read() for _ in range(6)]
-    finally:
-        stream.close()
     raw = bytearray(raws[-1] or b"")
     raw[20] ^= 0xFF
     with pytest.raises(Exception, match="CRC32"):
@@ -78,10 +75,7 @@ def test_purged_position_is_a_clear_error(server: MariaDB) -> None:
         return binary_logs(url)[0][0] != old
 
     wait_until(purged, 30, "the server to purge the old binlog", interval=0.2)
-    stream = BinlogStream(url, server_id=97, file=old, pos=4)
-    try:
-        with pytest.raises(SourcePositionLostError, match="gone"):
-            for _ in range(5):
-                stream.read()
-    finally:
-        stream.close()
+    with BinlogStream(url, server_id=97, file=old, pos=4) as stream, \
+            pytest.raises(SourcePositionLostError, match="gone"):
+        for _ in range(5):
+            stream.read()

@@ -14,6 +14,7 @@ from databus.client import ClientConfig, DatabusClient, MemoryCheckpointStore, R
 from databus.core import event as ev
 from databus.core.schema import ColumnSpec, TableSchema, table_schema
 from tests.support.memrelay import MemoryRelay, data_event
+from tests.support.sql import sql_engine
 
 
 def _version(version: int, *columns: ColumnSpec) -> TableSchema:
@@ -28,14 +29,10 @@ V3 = _version(3, ColumnSpec("name", "string"), ColumnSpec("tier", "long"))  # AD
 
 
 def _state(url: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as conn:
-            cols = sorted(c["name"] for c in sa.inspect(conn).get_columns("acct"))
-            res = conn.execute(sa.text(f"SELECT {', '.join(cols)} FROM acct ORDER BY id"))
-            return cols, [tuple(r) for r in res]
-    finally:
-        engine.dispose()
+    with sql_engine(url) as engine, engine.connect() as conn:
+        cols = sorted(c["name"] for c in sa.inspect(conn).get_columns("acct"))
+        res = conn.execute(sa.text(f"SELECT {', '.join(cols)} FROM acct ORDER BY id"))
+        return cols, [tuple(r) for r in res]
 
 
 def _run(relay: MemoryRelay, sink: ReplicateSink, windows: int, store: Any = None) -> None:
@@ -46,8 +43,7 @@ def _run(relay: MemoryRelay, sink: ReplicateSink, windows: int, store: Any = Non
 
 def test_dropped_and_added_columns_follow_the_source(sql_url: str) -> None:
     target = sql_url
-    relay = MemoryRelay(schemas=[V1, V2, V3], sources=[(7, "app.acct")]).start()
-    try:
+    with MemoryRelay(schemas=[V1, V2, V3], sources=[(7, "app.acct")]) as relay:
         relay.add_window(1, [data_event(V1, 1, ev.Op.INSERT, {"id": 1, "name": "a", "doc": "{}"}),
                              data_event(V1, 1, ev.Op.INSERT, {"id": 2, "name": "b", "doc": "[]"})])
         relay.add_window(2, [data_event(V2, 2, ev.Op.UPDATE, {"id": 1, "name": "a2"},
@@ -71,18 +67,13 @@ def test_dropped_and_added_columns_follow_the_source(sql_url: str) -> None:
             _run(relay, sink, 1)
         assert _state(target) == (["id", "name", "tier"],
                                   [(1, "a2", None), (2, "b", 5), (3, "c", None)])
-    finally:
-        relay.stop()
 
 
 def test_drop_columns_false_keeps_them(sql_url: str) -> None:
     target = sql_url
-    relay = MemoryRelay(schemas=[V1, V2], sources=[(7, "app.acct")]).start()
-    try:
+    with MemoryRelay(schemas=[V1, V2], sources=[(7, "app.acct")]) as relay:
         relay.add_window(1, [data_event(V1, 1, ev.Op.INSERT, {"id": 1, "name": "a", "doc": "{}"})])
         relay.add_window(2, [data_event(V2, 2, ev.Op.INSERT, {"id": 2, "name": "b"})])
         with ReplicateSink(target, drop_columns=False) as sink:
             _run(relay, sink, 2)
         assert _state(target) == (["doc", "id", "name"], [("{}", 1, "a"), (None, 2, "b")])
-    finally:
-        relay.stop()

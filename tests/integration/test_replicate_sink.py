@@ -31,6 +31,7 @@ from tests.support.memrelay import (
     MemoryRelay,
     data_event,
 )
+from tests.support.sql import sql_engine
 
 
 @pytest.fixture
@@ -39,12 +40,8 @@ def target(sql_url: str) -> str:
 
 
 def _rows(url: str, table: str, order: str) -> list[tuple[Any, ...]]:
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(sa.text(f"SELECT * FROM {table} ORDER BY {order}"))]
-    finally:
-        engine.dispose()
+    with sql_engine(url) as engine, engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(sa.text(f"SELECT * FROM {table} ORDER BY {order}"))]
 
 
 class Model:
@@ -113,16 +110,13 @@ def test_replicates_two_tables_exactly_once(memrelay: MemoryRelay, target: str) 
         _client(memrelay, sink, fetch_size=2048).run(max_windows=len(scns))
         assert sink.windows_applied == len(scns)
     _check_state(target, model)
-    engine = sa.create_engine(target)
-    try:
+    with sql_engine(target) as engine:
         with engine.connect() as conn:
             row = conn.execute(sa.text("SELECT name, checkpoint FROM databus_checkpoint")).one()
         assert row[0] == "replicate" and '"windowScn":3000' in row[1]
         # key columns form the primary key
         pk = sa.inspect(engine).get_pk_constraint("items")["constrained_columns"]
         assert pk == ["order_id", "line"]
-    finally:
-        engine.dispose()
 
     # a replay of every window (a consumer that lost its position) changes nothing
     with ReplicateSink(target) as again:
@@ -142,14 +136,11 @@ def test_replicates_two_tables_exactly_once(memrelay: MemoryRelay, target: str) 
 
 
 def test_a_failing_window_is_not_half_applied(memrelay: MemoryRelay, target: str) -> None:
-    engine = sa.create_engine(target)
-    try:
-        with engine.begin() as conn:  # the target already has items, with a CHECK the
-            conn.execute(sa.text(  # stream will violate
-                "CREATE TABLE items (order_id BIGINT NOT NULL, line INTEGER NOT NULL, "
-                "sku VARCHAR(50), qty INTEGER CHECK (qty < 1000), PRIMARY KEY (order_id, line))"))
-    finally:
-        engine.dispose()
+    # the target already has items, with a CHECK the stream will violate
+    with sql_engine(target) as engine, engine.begin() as conn:
+        conn.execute(sa.text(
+            "CREATE TABLE items (order_id BIGINT NOT NULL, line INTEGER NOT NULL, "
+            "sku VARCHAR(50), qty INTEGER CHECK (qty < 1000), PRIMARY KEY (order_id, line))"))
     ok = data_event(CUSTOMERS, 10, ev.Op.INSERT, {"id": 1, "name": "a", "balance": 1.0})
     memrelay.add_window(10, [ok])
     memrelay.add_window(20, [
@@ -187,8 +178,7 @@ WIDE = TableSchema(src_id=3, name="app.wide", version=1, avro=table_schema("app"
 
 
 def test_types_truncate_key_change_and_new_columns(target: str) -> None:
-    relay = MemoryRelay(schemas=[WIDE], sources=[(3, "app.wide")]).start()
-    try:
+    with MemoryRelay(schemas=[WIDE], sources=[(3, "app.wide")]) as relay:
         uid = uuid.uuid4()
         at = dt.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=dt.UTC)
         row = {"code": "k€y", "n": 1, "flag": True, "ratio": 2.5, "small": 0.5,
@@ -233,8 +223,6 @@ def test_types_truncate_key_change_and_new_columns(target: str) -> None:
         with ReplicateSink(target) as sink:
             _client(relay, sink).run(max_windows=1)
         assert [g[1] for g in _rows(target, "wide", "n")] == [10]
-    finally:
-        relay.stop()
 
 
 def _specs(schema: TableSchema) -> list[ColumnSpec]:

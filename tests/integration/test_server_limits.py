@@ -71,8 +71,7 @@ def _read_all(s: socket.socket, timeout: float) -> bytes:
 def test_a_client_that_stops_reading_is_cut_and_others_are_served(limited: Relay) -> None:
     request = (f"GET /stream?size={64 << 20}&timeout=0 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                "\r\n").encode()
-    stalled = _raw(limited, request, rcvbuf=4096)
-    try:
+    with _raw(limited, request, rcvbuf=4096) as stalled:
         time.sleep(0.5)
         # while it stalls, the relay answers everyone else
         t0 = time.monotonic()
@@ -80,8 +79,6 @@ def test_a_client_that_stops_reading_is_cut_and_others_are_served(limited: Relay
         assert time.monotonic() - t0 < 2
         time.sleep(2.5)  # send_timeout is 1 s: by now the relay has cut it
         got = _read_all(stalled, timeout=5)
-    finally:
-        stalled.close()
     head, _, body = got.partition(b"\r\n\r\n")
     length = int(next(h.split(b":")[1] for h in head.split(b"\r\n")
                       if h.lower().startswith(b"content-length")))

@@ -9,6 +9,7 @@ from kazoo.client import KazooClient
 from databus.javadeps import classpath
 from tests.support.mariadb import MariaDB
 from tests.support.postgres import PostgreSQL
+from tests.support.sql import sql_engine
 from tests.support.zookeeper import ZooKeeper
 
 
@@ -27,22 +28,13 @@ def test_zookeeper_from_the_pinned_bundle_serves_kazoo(zookeeper: ZooKeeper) -> 
 
 def test_postgres_is_private_logical_and_gives_fresh_databases(postgres: PostgreSQL) -> None:
     assert postgres.port != 5432
-    with postgres.fresh_database() as url:
-        engine = sa.create_engine(url)
-        try:
-            with engine.connect() as conn:
-                assert conn.execute(sa.text("SHOW wal_level")).scalar() == "logical"
-                conn.execute(sa.text("CREATE TABLE t (id int primary key)"))
-        finally:
-            engine.dispose()
+    with postgres.fresh_database() as url, sql_engine(url) as engine, engine.connect() as conn:
+        assert conn.execute(sa.text("SHOW wal_level")).scalar() == "logical"
+        conn.execute(sa.text("CREATE TABLE t (id int primary key)"))
 
 
 def test_mariadb_is_private_with_binlog(mariadb: MariaDB) -> None:
     assert mariadb.port != 3306
-    con = mariadb.connect()
-    try:
-        with con.cursor() as cur:
-            cur.execute("SELECT @@log_bin, @@binlog_format")
-            assert cur.fetchone() == (1, "ROW")
-    finally:
-        con.close()
+    with mariadb.connect() as con, con.cursor() as cur:
+        cur.execute("SELECT @@log_bin, @@binlog_format")
+        assert cur.fetchone() == (1, "ROW")

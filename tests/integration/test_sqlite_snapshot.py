@@ -104,11 +104,8 @@ class Replica:
 
 @contextmanager
 def _source(path: Path, **kw: Any) -> Iterator[SqliteSource]:
-    src = sqlite_source(path, ["a", "c", "n", "w"], poll_interval=0.01, **kw)
-    try:
+    with sqlite_source(path, ["a", "c", "n", "w"], poll_interval=0.01, **kw) as src:
         yield src
-    finally:
-        src.close()
 
 
 def drain(src: SqliteSource, replica: Replica, after: int, *, timeout: float = 0.0,

@@ -77,11 +77,8 @@ def _text(v: Any) -> Any:
 @contextmanager
 def _source(path: Path, tables: list[str], **kw: Any) -> Iterator[SqliteSource]:
     kw.setdefault("snapshot_mode", "no_data")  # these tests are about the stream
-    src = sqlite_source(path, tables, **kw)
-    try:
+    with sqlite_source(path, tables, **kw) as src:
         yield src
-    finally:
-        src.close()
 
 
 def _read_all(src: SqliteSource, after: int = -1, timeout: float = 0.0) -> list[Window]:

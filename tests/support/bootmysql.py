@@ -37,6 +37,7 @@ from tests.support.mysql_workload import (
 )
 from tests.support.pipeline import ProcessPipeline
 from tests.support.procs import DATABUS, free_port
+from tests.support.sql import sql_engine
 
 
 class Writer(threading.Thread):
@@ -231,14 +232,10 @@ def table_sums(url: str, tables: list[str] | None = None
 def snapshot_keys(store_url: str) -> dict[str, set[tuple[Any, ...]]]:
     """{table: primary-key tuples} of the rows in a bootstrap store's snapshot,
     decoded from the stored events with the store's schema registry."""
-    engine = sa.create_engine(store_url)
-    try:
-        with engine.connect() as conn:
-            reg = conn.execute(sa.text("SELECT v FROM dbus_bs_meta WHERE k = 'registry'")
-                               ).scalar_one()
-            evs = [bytes(r[0]) for r in conn.execute(sa.text("SELECT ev FROM dbus_bs_snapshot"))]
-    finally:
-        engine.dispose()
+    with sql_engine(store_url) as engine, engine.connect() as conn:
+        reg = conn.execute(sa.text("SELECT v FROM dbus_bs_meta WHERE k = 'registry'")
+                           ).scalar_one()
+        evs = [bytes(r[0]) for r in conn.execute(sa.text("SELECT ev FROM dbus_bs_snapshot"))]
     registry = SchemaRegistry.from_json(reg)
     out: dict[str, set[tuple[Any, ...]]] = {}
     for data in evs:
@@ -254,9 +251,8 @@ def snapshot_keys(store_url: str) -> dict[str, set[tuple[Any, ...]]]:
 
 
 def mariadb_keys(server: MariaDB) -> dict[str, set[tuple[Any, ...]]]:
-    con = server.connect("shop")
-    out: dict[str, set[tuple[Any, ...]]] = {}
-    try:
+    with server.connect("shop") as con:
+        out: dict[str, set[tuple[Any, ...]]] = {}
         with con.cursor() as cur:
             for table, key in KEYS.items():
                 try:
@@ -264,6 +260,4 @@ def mariadb_keys(server: MariaDB) -> dict[str, set[tuple[Any, ...]]]:
                 except pymysql.err.ProgrammingError:  # audit does not exist in every run
                     continue
                 out[table] = {tuple(r) for r in cur.fetchall()}
-    finally:
-        con.close()
     return out

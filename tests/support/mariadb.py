@@ -118,24 +118,16 @@ class MariaDB:
                                database=db, autocommit=True, connect_timeout=5)
 
     def execute(self, *sql: str) -> None:
-        con = self.connect()
-        try:
-            with con.cursor() as cur:
-                for stmt in sql:
-                    cur.execute(stmt)
-        finally:
-            con.close()
+        with self.connect() as con, con.cursor() as cur:
+            for stmt in sql:
+                cur.execute(stmt)
 
     def gtid_pos(self) -> str:
         """The server's binlog GTID state (``@@gtid_binlog_pos``), e.g. ``0-1-12``."""
-        con = self.connect()
-        try:
-            with con.cursor() as cur:
-                cur.execute("SELECT @@gtid_binlog_pos")
-                row = cur.fetchone()
-                return str(row[0]) if row else ""
-        finally:
-            con.close()
+        with self.connect() as con, con.cursor() as cur:
+            cur.execute("SELECT @@gtid_binlog_pos")
+            row = cur.fetchone()
+            return str(row[0]) if row else ""
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

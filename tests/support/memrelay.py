@@ -222,6 +222,13 @@ class MemoryRelay:
                    interval=0.01)
         return self
 
+    def __enter__(self) -> MemoryRelay:
+        """Started (unless it already was); stopped at exit."""
+        return self if self._thread is not None else self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         if self._server is not None:
             self._server.should_exit = True

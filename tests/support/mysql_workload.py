@@ -33,6 +33,8 @@ from typing import Any
 import pymysql
 from pymysql.constants import CLIENT
 
+from tests.support.sql import sql_engine
+
 Change = tuple[str, str, str]  # (table, op letter, key as JSON text)
 
 SCHEMA = [
@@ -444,16 +446,12 @@ def table_diff(port: int, url: str, table: str, limit: int = 5) -> str:
                    for r in cur.fetchall()}
     finally:
         con.close()
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as conn:
-            res = conn.execute(sa.text(f'SELECT * FROM "{table}"'))
-            tcols = list(res.keys())
-            dst = {tuple(r[tcols.index(k)] for k in key): dict(zip(tcols, map(_norm, r),
-                                                                   strict=True))
-                   for r in res.fetchall()}
-    finally:
-        engine.dispose()
+    with sql_engine(url) as engine, engine.connect() as conn:
+        res = conn.execute(sa.text(f'SELECT * FROM "{table}"'))
+        tcols = list(res.keys())
+        dst = {tuple(r[tcols.index(k)] for k in key): dict(zip(tcols, map(_norm, r),
+                                                               strict=True))
+               for r in res.fetchall()}
     out = []
     if sorted(cols) != sorted(tcols):
         out.append(f"columns: source {sorted(cols)}, target {sorted(tcols)}")

@@ -70,14 +70,10 @@ class ProcessPipeline:
         """Until a relay's replication connection streams from ``server`` (a new relay
         starts at the binlog's end: a workload must not begin before)."""
         def dumping() -> bool:
-            con = server.connect()
-            try:
-                with con.cursor() as cur:
-                    cur.execute("SELECT count(*) FROM information_schema.processlist"
-                                " WHERE command LIKE 'Binlog Dump%'")
-                    return bool(cur.fetchone()[0])
-            finally:
-                con.close()
+            with server.connect() as con, con.cursor() as cur:
+                cur.execute("SELECT count(*) FROM information_schema.processlist"
+                            " WHERE command LIKE 'Binlog Dump%'")
+                return bool(cur.fetchone()[0])
 
         self.wait("the relay to start its binlog dump", dumping, timeout)
 

@@ -25,6 +25,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from tests.support.procs import free_port
+from tests.support.sql import sql_engine
 from tests.support.wait import wait_until
 
 
@@ -105,13 +106,10 @@ class PostgreSQL:
                    interval=0.1)
 
     def execute(self, *sql: str, db: str = "postgres") -> None:
-        engine = sa.create_engine(self.url(db), isolation_level="AUTOCOMMIT")
-        try:
-            with engine.connect() as conn:
-                for stmt in sql:
-                    conn.execute(sa.text(stmt))
-        finally:
-            engine.dispose()
+        with sql_engine(self.url(db), isolation_level="AUTOCOMMIT") as engine, \
+                engine.connect() as conn:
+            for stmt in sql:
+                conn.execute(sa.text(stmt))
 
     @contextmanager
     def fresh_database(self, prefix: str = "databus_test") -> Iterator[str]:

@@ -66,6 +66,12 @@ class Writer:
         )
         self.txn = len(self.committed)
 
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         self.con.close()
 

@@ -49,21 +49,17 @@ class KeyChurn(threading.Thread):
     def run(self) -> None:
         rng = random.Random(self.seed)
         if self.mariadb is not None:
-            con = self.mariadb.connect(self.database)
-            try:
-                with con.cursor() as cur:
-                    while not self.stop.is_set():
-                        k = rng.randrange(self.keys)
-                        upsert = rng.random() < self.insert_ratio
-                        t0 = time.perf_counter()
-                        if upsert:
-                            cur.execute("INSERT INTO t VALUES (%s, %s, 'w') ON DUPLICATE KEY"
-                                        " UPDATE v = v + 1, s = %s", (k, k, self.marker))
-                        else:
-                            cur.execute("DELETE FROM t WHERE id = %s", (k,))
-                        self._done(t0)
-            finally:
-                con.close()
+            with self.mariadb.connect(self.database) as con, con.cursor() as cur:
+                while not self.stop.is_set():
+                    k = rng.randrange(self.keys)
+                    upsert = rng.random() < self.insert_ratio
+                    t0 = time.perf_counter()
+                    if upsert:
+                        cur.execute("INSERT INTO t VALUES (%s, %s, 'w') ON DUPLICATE KEY"
+                                    " UPDATE v = v + 1, s = %s", (k, k, self.marker))
+                    else:
+                        cur.execute("DELETE FROM t WHERE id = %s", (k,))
+                    self._done(t0)
             return
         assert self.db is not None
         with closing(sqlite3.connect(self.db, isolation_level=None, timeout=30)) as sq:

@@ -115,12 +115,9 @@ def test_wraps_many_times_against_a_model(tmp_path: Path, persistent: bool) -> N
     if path is not None:
         held = [s for s in model if s > buf.prev_scn]
         buf.close()
-        again = EventBuffer(32 * 1024, path=path, index_block=1024)
-        try:
+        with EventBuffer(32 * 1024, path=path, index_block=1024) as again:
             assert not again.recovered_from_corruption
             assert eops(drain(again, Checkpoint.flexible(), 4096)) == held
-        finally:
-            again.close()
 
 
 def test_source_selection_and_filters() -> None:
@@ -180,8 +177,7 @@ def test_corrupt_byte_is_refused_or_with_recover_drops_from_that_window_on(tmp_p
     with pytest.raises(BufferCorruptError, match=r"b\.buf is damaged.*refusing"):
         EventBuffer(64 * 1024, path=path)  # the default: refuse, file left as it is
     assert path.read_bytes() == damaged
-    buf = EventBuffer(64 * 1024, path=path, recover=True)
-    try:
+    with EventBuffer(64 * 1024, path=path, recover=True) as buf:
         assert buf.recovered_from_corruption and "dropped" in buf.recovery_report
         served = drain(buf, Checkpoint.flexible(), 1 << 20)
         assert eops(served) == list(range(1, 21))
@@ -189,8 +185,6 @@ def test_corrupt_byte_is_refused_or_with_recover_drops_from_that_window_on(tmp_p
             assert not e.is_control or e.is_eop
         buf.append_window(window(21, 2))  # capture continues after the valid prefix
         assert buf.max_scn == 21
-    finally:
-        buf.close()
 
 
 def test_bad_header_or_wrong_size_is_refused(tmp_path: Path) -> None:
@@ -218,12 +212,9 @@ def test_torn_header_slot_falls_back_to_the_other(tmp_path: Path) -> None:
     with path.open("r+b") as fh:  # damage one of the two slots
         fh.seek(512 + 10)
         fh.write(b"\xff\xff")
-    buf = EventBuffer(64 * 1024, path=path)
-    try:
+    with EventBuffer(64 * 1024, path=path) as buf:
         got = eops(drain(buf, Checkpoint.flexible(), 1 << 20))
         assert got == held[: len(got)] and len(got) >= len(held) - 1
-    finally:
-        buf.close()
 
 
 def test_a_buffer_without_a_known_position_serves_nothing_older_than_its_first_window() -> None:

@@ -16,6 +16,7 @@ from databus.client import (
 )
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import ConfigError, InvalidCheckpointError
+from tests.support.sql import sql_engine
 
 
 def test_file_store_round_trip_and_atomic_replace(tmp_path: Path) -> None:
@@ -97,15 +98,12 @@ def test_sql_store_on_sqlite(tmp_path: Path) -> None:
 
 
 def test_sql_store_with_a_callers_engine_and_table(tmp_path: Path) -> None:
-    engine = sa.create_engine(f"sqlite:///{tmp_path / 'x.db'}")
-    try:
+    with sql_engine(f"sqlite:///{tmp_path / 'x.db'}") as engine:
         store = SqlCheckpointStore(engine, "n", table="my_positions")
         store.save(Checkpoint.after(1))
         store.close()  # does not dispose a caller's engine
         with engine.connect() as conn:
             assert conn.execute(sa.text("SELECT count(*) FROM my_positions")).scalar() == 1
-    finally:
-        engine.dispose()
 
 
 def test_memory_store() -> None:

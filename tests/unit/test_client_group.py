@@ -115,29 +115,23 @@ def test_a_failing_worker_fails_the_window(result: ConsumerResult,
     windows, expected = _windows()
     shared: dict[str, Any] = {"lock": threading.Lock(), "seen": {}, "done": 0,
                               "expected_by_scn": expected, "result": result}
-    group = ConsumerGroup([Worker(i, shared) for i in range(4)])
-    d = Dispatcher(group, SchemaViews(REG))
-    try:
+    with ConsumerGroup([Worker(i, shared) for i in range(4)]) as group:
+        d = Dispatcher(group, SchemaViews(REG))
         with pytest.raises(error):
             d.dispatch(windows[0])
         d.rollback(0)  # clears the failure; the window can be replayed
         shared["result"] = None
         d.dispatch(windows[0])
-    finally:
-        group.close()
 
 
 def test_shared_consumer_and_sizes() -> None:
     shared: dict[str, Any] = {"lock": threading.Lock(), "seen": {}, "done": 0,
                               "expected_by_scn": {}}
     one = Worker(0, shared)
-    group = ConsumerGroup(one, threads=3)
-    assert group.size == 3
-    d = Dispatcher(group, SchemaViews(REG))
-    try:
+    with ConsumerGroup(one, threads=3) as group:
+        assert group.size == 3
+        d = Dispatcher(group, SchemaViews(REG))
         d.dispatch(DecodedWindow(5, [ev.decode(customer(5, k)) for k in range(30)]))
-    finally:
-        group.close()
     assert shared["done"] == 30 and len(one.threads) == 3
     with pytest.raises(ValueError):
         ConsumerGroup([one], threads=2)

@@ -118,6 +118,12 @@ class BootstrapStore:
                 md.create_all(conn, checkfirst=True)
         self._upsert = self._make_upsert()
 
+    def __enter__(self) -> BootstrapStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         self._w.dispose()
         if self._r is not self._w:

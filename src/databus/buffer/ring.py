@@ -442,6 +442,12 @@ class EventBuffer:
             with self._lock:
                 self._file.flush()
 
+    def __enter__(self) -> EventBuffer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         if self._file is not None:
             with self._lock:

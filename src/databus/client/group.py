@@ -146,6 +146,12 @@ class ConsumerGroup(Consumer):
             return ConsumerResult.CHECKPOINT
         return None
 
+    def __enter__(self) -> ConsumerGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         """Stop the worker threads after they finished their queued callbacks."""
         workers, self._workers = self._workers, None

@@ -214,6 +214,12 @@ class BinlogStream:
         except (OSError, ValueError):
             return False
 
+    def __enter__(self) -> BinlogStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         self._con.close()
 
