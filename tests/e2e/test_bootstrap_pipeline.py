@@ -26,6 +26,7 @@ from tests.support.bulk import BulkWriter
 from tests.support.pipeline import ProcessPipeline
 from tests.support.procs import DATABUS, free_port, kill9
 from tests.support.shop import TABLES, create_shop
+from tests.support.wait import wait_until
 
 
 @dataclass
@@ -240,10 +241,11 @@ def test_tail_with_bootstrap_prints_the_snapshot(pipeline: Pipeline) -> None:
              f"http://127.0.0.1:{p.bs_port}", "--max-windows", "1"],
             stdout=out, stderr=subprocess.DEVNULL, cwd=ROOT)
     try:
-        deadline = time.monotonic() + 60
-        while out_path.read_text().count("\n") < 5000:  # the preloaded customers
-            assert tail.poll() is None and time.monotonic() < deadline
-            time.sleep(0.1)
+        def printed_snapshot() -> bool:  # the preloaded customers
+            assert tail.poll() is None, "tail exited before printing the snapshot"
+            return out_path.read_text().count("\n") >= 5000
+
+        wait_until(printed_snapshot, 60, "tail to print the 5000 snapshot rows", interval=0.1)
         time.sleep(0.5)
         con = sqlite3.connect(p.db)
         con.execute("INSERT INTO customers VALUES (900001, 'after', 1.0, 1)")

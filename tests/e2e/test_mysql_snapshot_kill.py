@@ -100,18 +100,19 @@ def test_kill9_relay_mid_snapshot_resumes_and_replica_equals(tmp_path: Path) -> 
                 return [tuple(r) for r in cur.fetchall()]
 
         want = source_rows()
-        deadline = time.monotonic() + 120
-        while True:
+
+        def replica_rows() -> list[tuple[Any, ...]]:
             try:
                 lite = sqlite3.connect(replica)
-                got = [tuple(r) for r in lite.execute("SELECT id, v, s FROM t ORDER BY id")]
-                lite.close()
-            except sqlite3.Error:
-                got = []
-            if got == want or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        assert got == want
+                try:
+                    return [tuple(r) for r in lite.execute("SELECT id, v, s FROM t ORDER BY id")]
+                finally:
+                    lite.close()  # sqlite3's own context manager commits, it does not close
+            except sqlite3.Error:  # not created yet, or locked by the sink
+                return []
+
+        wait_until(lambda: replica_rows() == want, 120, "the replica to equal the source",
+                   interval=0.5)
         assert writer.count > 100
         lite = sqlite3.connect(replica)
         tables = {r[0] for r in lite.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -161,28 +162,23 @@ def test_tables_added_to_the_config_while_running_are_captured_and_snapshotted(
                     if x["source"]["table"] == table]
 
         m.execute("INSERT INTO shop.a VALUES (1)", "INSERT INTO shop.b VALUES (3, 'before')")
-        deadline = time.monotonic() + 30
         # the start's own (initial) snapshot of shop.a may also catch the row as "r"
-        while ("c", 1) not in rows_of("a"):
-            assert time.monotonic() < deadline
+        wait_until(lambda: ("c", 1) in rows_of("a"), 30, "the insert into shop.a")
         assert rows_of("b") == []  # not captured yet
         write_config([r"shop\.a", r"shop\.b"])
         relay.send_signal(sig.SIGHUP)
-        deadline = time.monotonic() + 30
-        while True:  # the reload takes effect between transactions
+        def reloaded() -> bool:  # the reload takes effect between transactions
             m.execute("INSERT INTO shop.a VALUES (2) ON DUPLICATE KEY UPDATE id = id")
             m.execute("INSERT INTO shop.b VALUES (4, 'after') ON DUPLICATE KEY UPDATE v = v")
-            if ("c", 4) in rows_of("b"):
-                break
-            assert time.monotonic() < deadline, "reload did not take effect"
-            time.sleep(0.5)
+            return ("c", 4) in rows_of("b")
+
+        wait_until(reloaded, 30, "the reloaded config to capture shop.b", interval=0.5)
         cli = subprocess.run([*DATABUS, "signal", "execute-snapshot", "--relay", url,
                               "--tables", r"shop\.b"], capture_output=True, text=True,
                              timeout=60)
         assert cli.returncode == 0, cli.stderr
-        deadline = time.monotonic() + 30
-        while sorted(i for op, i in rows_of("b") if op == "r") != [1, 2, 3, 4]:
-            assert time.monotonic() < deadline, rows_of("b")
+        wait_until(lambda: sorted(i for op, i in rows_of("b") if op == "r") == [1, 2, 3, 4],
+                   30, "the signalled snapshot of shop.b")
         assert relay.poll() is None
     finally:
         if relay is not None:

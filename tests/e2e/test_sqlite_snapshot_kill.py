@@ -101,17 +101,15 @@ def test_kill9_relay_mid_snapshot_resumes_and_replica_equals(tmp_path: Path) -> 
         assert ROWS * 0.9 <= reads < 2 * ROWS, (reads, kills)
 
         want = _rows(db)
-        deadline = time.monotonic() + 120
-        got: list[tuple[Any, ...]] = []
-        while time.monotonic() < deadline:
+
+        def replica_rows() -> list[tuple[Any, ...]]:
             try:
-                got = _rows(replica)
-            except sqlite3.Error:
-                got = []
-            if got == want:
-                break
-            time.sleep(0.5)
-        assert got == want
+                return _rows(replica)
+            except sqlite3.Error:  # not created yet, or locked by the sink
+                return []
+
+        wait_until(lambda: replica_rows() == want, 120, "the replica to equal the source",
+                   interval=0.5)
         assert writer.count > 100
     finally:
         writer.stop.set()

@@ -185,16 +185,15 @@ def test_json_transaction_metadata_and_ddl_through_the_relay(server: MariaDB,
                        "INSERT INTO shop.b VALUES (7)", "COMMIT",
                        "ALTER TABLE shop.a ADD COLUMN w TEXT",
                        "INSERT INTO shop.a VALUES (3, 3, 'x')")
-        deadline = time.monotonic() + 20
-        lines: list[dict[str, Any]] = []
-        while time.monotonic() < deadline:
+        def three_windows() -> list[dict[str, Any]] | None:
             r = httpx.get(f"http://127.0.0.1:{port}/stream",
                           params={"output": "json", "transactions": "true", "size": "1000000",
                                   "timeout": "1"})
             assert r.status_code == 200
-            lines = [json.loads(x) for x in r.text.splitlines()]
-            if sum(1 for x in lines if x.get("type") == "eop") >= 3:
-                break
+            got = [json.loads(x) for x in r.text.splitlines()]
+            return got if sum(1 for x in got if x.get("type") == "eop") >= 3 else None
+
+        lines = wait_until(three_windows, 20, "three windows on the stream")
         bad = httpx.get(f"http://127.0.0.1:{port}/stream",
                         params={"output": "json", "transactions": "maybe"})
         assert bad.status_code == 400 and bad.json()["error"] == "InvalidRequest"
