@@ -1,15 +1,32 @@
-"""Documented source options that had no test: ``exclude_tables`` and
-``include_columns`` (docs/mysql.md), on a real MariaDB."""
+"""Documented options that had no test: the MySQL source's ``exclude_tables`` and
+``include_columns`` (docs/mysql.md), the relay's ``stream.default_size`` and
+``stream.max_inflight_bytes`` (docs/relay.md), the bootstrap server's
+``default_batch`` (docs/bootstrap.md)."""
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import threading
 import uuid
+from pathlib import Path
 
+import httpx
+
+from databus.bootstrap.config import parse_config as parse_bootstrap
+from databus.bootstrap.service import BootstrapService
+from databus.core import event as ev
 from databus.core.envelope import decode_images
 from databus.core.event import iter_events
+from databus.relay.app import _Inflight
+from databus.relay.config import parse_config
+from databus.relay.relay import Relay
+from tests.support.bootstrap import bootstrap_config, preload
 from tests.support.mariadb import MariaDB
+from tests.support.relays import make_relay
+from tests.support.shop import TABLES, create_shop
 from tests.support.sources import mysql_source
+from tests.support.wait import wait_until
 
 
 def test_exclude_tables_and_include_columns(mariadb: MariaDB) -> None:
@@ -39,3 +56,55 @@ def test_exclude_tables_and_include_columns(mariadb: MariaDB) -> None:
     finally:
         src.close()
         mariadb.execute(f"DROP DATABASE {db}")
+
+
+def test_stream_default_size_bounds_an_answer_without_size(tmp_path: Path) -> None:
+    db = tmp_path / "shop.db"
+    create_shop(db)
+    cfg = parse_config({
+        "source": {"url": f"sqlite:///{db}", "tables": TABLES, "poll_interval": 0.01,
+                   "snapshot_mode": "no_data"},
+        "http": {"port": 0}, "stream": {"default_size": 4096}})
+    with Relay(cfg) as relay:
+        def everything() -> bytes:
+            return httpx.get(f"{relay.url}/stream", params={"timeout": "0",
+                                                            "size": str(1 << 20)}).content
+
+        for i in range(1, 11):  # ten windows of one 20 kB row each
+            with sqlite3.connect(db) as con:
+                con.execute("INSERT INTO orders (id, customer_id, payload, tx)"
+                            " VALUES (?, 0, ?, 0)", (i, bytes(20_000)))
+            # the relay joins commits it finds together: one at a time
+            wait_until(lambda i=i: sum(not e.is_control for e in ev.iter_events(everything()))
+                       == i, 30, f"row {i} in the relay")
+        default = httpx.get(f"{relay.url}/stream", params={"timeout": "0"}).content
+        sized = httpx.get(f"{relay.url}/stream", params={"timeout": "0", "size": "4096"}).content
+        # without size, the answer is the one for size=4096: not all ten windows
+        assert default == sized
+        assert 1 <= sum(e.is_eop for e in ev.iter_events(default)) < 10
+        assert sum(e.is_eop for e in ev.iter_events(everything())) == 10
+        assert list(ev.iter_events(default))[-1].is_eop  # whole windows
+
+
+def test_max_inflight_bytes_shrinks_answers_while_the_budget_is_held() -> None:
+    inflight = _Inflight(4 << 20)
+    assert inflight.size_for(1 << 20) == 1 << 20
+    inflight.held = (4 << 20) - 100_000
+    assert inflight.size_for(1 << 20) == 100_000
+    inflight.held = 4 << 20
+    assert inflight.size_for(1 << 20) == _Inflight.FLOOR  # every consumer still progresses
+
+
+def test_bootstrap_default_batch_is_the_rows_per_answer(tmp_path: Path) -> None:
+    db = tmp_path / "shop.db"
+    create_shop(db)
+    preload(db, 100)
+    with make_relay(db, tmp_path) as relay:
+        raw = {**bootstrap_config(db, tmp_path, relay), "default_batch": 7}
+        with BootstrapService(parse_bootstrap(raw)) as bs:
+            start = wait_until(lambda: (r := httpx.get(f"{bs.url}/startSCN", timeout=10))
+                               .status_code == 200 and r.json(), 60, "the bootstrap store")
+            r = httpx.get(f"{bs.url}/bootstrap", timeout=30,
+                          params={"checkPoint": json.dumps(start["checkpoint"])})
+            assert r.status_code == 200, r.text
+            assert len([e for e in ev.iter_events(r.content) if not e.is_control]) == 7

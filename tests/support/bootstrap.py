@@ -34,12 +34,10 @@ def replica_equal(db: Path, replica: Path) -> bool:
     return all(rows(db, t) == rows(replica, t) for t in TABLES)
 
 
-def make_bootstrap(db: Path, tmp: Path, relay: Relay, initial: bool = True,
-                   store_url: str | None = None,
-                   token_file: Path | None = None,
-                   relay_token_file: Path | None = None) -> BootstrapService:
-    """A bootstrap service (not started) of ``relay``; with ``token_file`` its server
-    needs tokens; ``relay_token_file``: the producer's token for the relay."""
+def bootstrap_config(db: Path, tmp: Path, relay: Relay, initial: bool = True,
+                     store_url: str | None = None, token_file: Path | None = None,
+                     relay_token_file: Path | None = None) -> dict[str, object]:
+    """The config mapping of :func:`make_bootstrap` (to change fields before building)."""
     http: dict[str, object] = {"port": 0}
     if token_file is not None:
         http["token_file"] = str(token_file)
@@ -51,7 +49,17 @@ def make_bootstrap(db: Path, tmp: Path, relay: Relay, initial: bool = True,
         raw["relay_token_file"] = str(relay_token_file)
     if initial:
         raw["initial_load"] = {"url": f"sqlite:///{db}", "tables": TABLES}
-    return BootstrapService(parse_config(raw))
+    return raw
+
+
+def make_bootstrap(db: Path, tmp: Path, relay: Relay, initial: bool = True,
+                   store_url: str | None = None,
+                   token_file: Path | None = None,
+                   relay_token_file: Path | None = None) -> BootstrapService:
+    """A bootstrap service (not started) of ``relay``; with ``token_file`` its server
+    needs tokens; ``relay_token_file``: the producer's token for the relay."""
+    return BootstrapService(parse_config(bootstrap_config(
+        db, tmp, relay, initial, store_url, token_file, relay_token_file)))
 
 
 class Consumer:
