@@ -209,7 +209,7 @@ def test_kill_relay_and_restart_mariadb_mid_stream(pipeline: Pipeline) -> None:
     stats = _assert_all(p, w, TABLES)
     assert kills >= 10 and restarts == 2 and len(w.ddl_done) == 3
     log = (p.tmp / "relay.log").read_text()
-    assert log.count("serving mysql://") == kills + 1
+    assert log.count("capturing mysql://") == kills + 1
     print(f"kills={kills} server restarts={restarts}: {stats}")
 
 
