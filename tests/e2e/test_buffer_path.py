@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from databus.buffer.persist import HEADER_SIZE, LAYOUT_VERSION, MAGIC
-from tests.support.procs import DATABUS, ROOT, free_port, spawn, stop, wait_http
+from tests.support.procs import DATABUS, ROOT, free_port, running, wait_http
 from tests.support.shop import TABLES
 
 
@@ -70,13 +70,10 @@ def test_a_device_is_refused(shop_db: Path) -> None:
 def test_a_new_buffer_file_is_0600(shop_db: Path, tmp_path: Path) -> None:
     port = free_port()
     path = tmp_path / "state" / "relay.buf"
-    proc = spawn([*DATABUS, "relay", "--source", f"sqlite:///{shop_db}", "--tables",
+    with running([*DATABUS, "relay", "--source", f"sqlite:///{shop_db}", "--tables",
                   ",".join(TABLES), "--buffer-path", str(path), "--port", str(port)],
-                 tmp_path / "relay.log")
-    try:
+                 tmp_path / "relay.log") as proc:
         wait_http(f"http://127.0.0.1:{port}/admin", proc)
-    finally:
-        stop(proc)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
     for state in path.parent.glob("*.json"):

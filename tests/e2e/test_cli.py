@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.procs import DATABUS, ROOT, free_port, spawn, stop, wait_http
+from tests.support.procs import DATABUS, ROOT, free_port, running, wait_http
 from tests.support.shop import Writer, create_shop
 from tests.support.wait import wait_until
 
@@ -30,9 +30,8 @@ def test_relay_from_flags_and_tail_prints_envelopes(tmp_path: Path) -> None:
     db = tmp_path / "shop.db"
     create_shop(db)
     port = free_port()
-    relay = spawn([*DATABUS, "relay", "--source", f"sqlite:///{db}", "--tables",
-                   "customers,orders", "--port", str(port)], tmp_path / "relay.log")
-    try:
+    with running([*DATABUS, "relay", "--source", f"sqlite:///{db}", "--tables",
+                   "customers,orders", "--port", str(port)], tmp_path / "relay.log") as relay:
         wait_http(f"http://127.0.0.1:{port}/admin", relay)
         _wait_snapshot_done(f"http://127.0.0.1:{port}")
         w = Writer(db, seed=2, rollback_ratio=0.0)
@@ -49,8 +48,6 @@ def test_relay_from_flags_and_tail_prints_envelopes(tmp_path: Path) -> None:
         assert [(x["source"]["table"], x["op"]) for x in lines] == [
             (t, op) for t, op, _ in want[: len(lines)]]
         assert all(x["transaction"]["total_order"] >= 1 for x in lines)
-    finally:
-        stop(relay)
 
 
 def test_bad_config_and_unknown_table_fail_clearly(tmp_path: Path) -> None:

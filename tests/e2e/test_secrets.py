@@ -17,7 +17,7 @@ import pytest
 from databus.core import event as ev
 from databus.core.errors import SourceUnavailableError
 from tests.support.mariadb import BINLOG_SETTINGS, MariaDB
-from tests.support.procs import DATABUS, free_port, spawn, stop, wait_http
+from tests.support.procs import DATABUS, free_port, running, spawn, stop, wait_http
 from tests.support.relays import make_relay
 from tests.support.shop import create_shop
 from tests.support.sources import mysql_source
@@ -43,11 +43,10 @@ def test_the_source_password_appears_nowhere(mariadb: MariaDB, tmp_path: Path) -
     relay_url = f"http://127.0.0.1:{port}"
     work = tmp_path / "work"
     work.mkdir()
-    relay = spawn([*DATABUS, "relay", "-v", "--source", url, "--tables", r"sec\..*",
+    with running([*DATABUS, "relay", "-v", "--source", url, "--tables", r"sec\..*",
                    "--port", str(port), "--buffer-path", str(work / "relay.buf")],
-                  tmp_path / "relay.log")
-    answers: list[bytes] = []
-    try:
+                  tmp_path / "relay.log") as relay:
+        answers: list[bytes] = []
         wait_http(f"{relay_url}/health", relay)
         mariadb.execute("INSERT INTO sec.t VALUES (2, 'after')")
         tail_log = tmp_path / "tail.log"
@@ -64,8 +63,6 @@ def test_the_source_password_appears_nowhere(mariadb: MariaDB, tmp_path: Path) -
             answers.append(httpx.get(f"{relay_url}{path}", timeout=30).content)
         # a bad signal makes the relay write errors too
         answers.append(httpx.post(f"{relay_url}/signal", json={"type": "nope"}).content)
-    finally:
-        stop(relay)
     # a refused login: the one-line error names the user, never the password
     wrong = f"mysql://cdc:{PASSWORD}x@127.0.0.1:{mariadb.port}"
     refused = subprocess.run([*DATABUS, "relay", "-v", "--source", wrong, "--tables", "sec.t",
@@ -148,14 +145,11 @@ def test_replicate_takes_the_target_password_from_a_file(mariadb: MariaDB,
     pw_file.write_text(target_pw + "\n")
     with make_relay(db, tmp_path, snapshot_mode="initial") as relay:
         log = tmp_path / "replicate.log"
-        proc = spawn([*DATABUS, "replicate", "-v", "--relay", relay.url, "--target",
+        with running([*DATABUS, "replicate", "-v", "--relay", relay.url, "--target",
                       f"mysql+pymysql://sink@127.0.0.1:{mariadb.port}/replica_pw",
-                      "--target-password-file", str(pw_file)], log)
-        try:
+                      "--target-password-file", str(pw_file)], log):
             wait_until(lambda: _count(mariadb, "replica_pw.customers") == 10, 120,
                        "the replica to hold the ten customers")
-        finally:
-            stop(proc)
     assert target_pw not in log.read_text()
 
 

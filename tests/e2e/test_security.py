@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.procs import DATABUS, free_port, spawn, stop, wait_http
+from tests.support.procs import DATABUS, free_port, running, spawn, stop, wait_http
 from tests.support.shop import create_shop
 from tests.support.tls import Certs, make_certs
 from tests.support.wait import wait_until
@@ -75,15 +75,12 @@ def secured(tmp_path: Path) -> Iterator[SecuredRelay]:
     assert token_file.stat().st_mode & 0o777 == 0o600
     port = free_port()
     log = tmp_path / "relay.log"
-    proc = spawn([*DATABUS, "relay", "--source", f"sqlite:///{db}", "--tables",
+    with running([*DATABUS, "relay", "--source", f"sqlite:///{db}", "--tables",
                   "customers,orders", "--port", str(port), "--token-file", str(token_file),
-                  "--buffer-path", str(tmp_path / "relay.buf")], log)
-    url = f"http://127.0.0.1:{port}"
-    try:
+                  "--buffer-path", str(tmp_path / "relay.buf")], log) as proc:
+        url = f"http://127.0.0.1:{port}"
         wait_http(f"{url}/health", proc)
         yield SecuredRelay(url, proc, tokens, token_file, db, log)
-    finally:
-        stop(proc)
 
 
 def test_no_token_is_401_and_only_health_and_metrics_are_open(secured: SecuredRelay) -> None:
@@ -187,13 +184,10 @@ def test_a_server_beyond_loopback_without_tokens_refuses_to_start(tmp_path: Path
     assert "without authentication" in lines[-1] and "--insecure" in lines[-1]
     assert "Traceback" not in done.stderr
     log = tmp_path / "insecure.log"
-    proc = spawn([*DATABUS, "relay", "--source", f"sqlite:///{db}", "--tables", "orders",
-                  "--port", port, "--host", "0.0.0.0", "--insecure"], log)
-    try:
+    with running([*DATABUS, "relay", "--source", f"sqlite:///{db}", "--tables", "orders",
+                  "--port", port, "--host", "0.0.0.0", "--insecure"], log) as proc:
         wait_http(f"http://127.0.0.1:{port}/health", proc)
         assert "WITHOUT AUTHENTICATION" in log.read_text()
-    finally:
-        stop(proc)
     assert proc.returncode == 0
 
 

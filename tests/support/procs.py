@@ -8,6 +8,8 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -32,6 +34,16 @@ def spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p))
     with log.open("ab") as fh:
         return subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+
+
+@contextmanager
+def running(args: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """:func:`spawn`, stopped (SIGTERM, then SIGKILL) at exit."""
+    proc = spawn(args, log)
+    try:
+        yield proc
+    finally:
+        stop(proc)
 
 
 def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
