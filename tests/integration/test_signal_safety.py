@@ -96,7 +96,10 @@ def test_deeply_nested_json_is_a_400(relay: tuple[str, str]) -> None:
         r = httpx.post(f"{base}/signal", content="[" * depth + "]" * depth,
                        headers={"Content-Type": "application/json"}, timeout=30)
         assert r.status_code == 400 and "nested deeper" in r.json()["message"], r.text
-    cp = "[" * 3_000 + "]" * 3_000  # a checkpoint query parameter
+    cp = "[" * 1_000 + "]" * 1_000  # a checkpoint query parameter (6 kB URL-encoded)
     r = httpx.get(f"{base}/stream", params={"checkPoint": cp}, timeout=30)
     assert r.status_code == 400, r.text
+    cp = "[" * 3_000 + "]" * 3_000  # 18 kB: over the request line and header limit
+    r = httpx.get(f"{base}/stream", params={"checkPoint": cp}, timeout=30)
+    assert r.status_code == 431 and r.json()["error"] == "HeadersTooLarge", r.text
     assert httpx.get(f"{base}/admin", timeout=10).status_code == 200
