@@ -15,7 +15,7 @@ import pymysql
 import pytest
 
 from databus.core import event as ev
-from databus.core.errors import SourceUnavailableError
+from databus.core.errors import DatabusError, SourceUnavailableError
 from tests.support.mariadb import BINLOG_SETTINGS, MariaDB
 from tests.support.procs import DATABUS, free_port, running, spawn, stop, wait_http
 from tests.support.relays import make_relay
@@ -95,7 +95,7 @@ def test_the_source_password_appears_nowhere(mariadb: MariaDB, tmp_path: Path) -
 
 
 @pytest.mark.slow
-def test_tls_to_mariadb_verifies_the_server(tmp_path: Path) -> None:
+def test_tls_to_mariadb_verifies_the_server_and_presents_a_client_certificate(tmp_path: Path) -> None:
     certs = make_certs(tmp_path / "certs")
     settings = {**BINLOG_SETTINGS, "ssl-ca": str(certs.ca), "ssl-cert": str(certs.server_cert),
                 "ssl-key": str(certs.server_key)}
@@ -127,6 +127,17 @@ def test_tls_to_mariadb_verifies_the_server(tmp_path: Path) -> None:
 
             wait_until(three, 60, "three rows over TLS")
             assert sorted(e.key for e in got) == [1, 2, 3]
+        # source.tls.cert_file / key_file: a user that needs a client certificate
+        server.execute("CREATE USER 'x509'@'127.0.0.1' REQUIRE X509",
+                       "GRANT ALL PRIVILEGES ON *.* TO 'x509'@'127.0.0.1'")
+        url = f"mysql://x509@127.0.0.1:{server.port}"
+        with pytest.raises(DatabusError, match=r"(?i)access denied"):
+            mysql_source(url, [r"app\..*"], snapshot_mode="no_data",
+                         tls={"ca_file": str(certs.ca)})
+        with mysql_source(url, [r"app\..*"], snapshot_mode="no_data",
+                          tls={"ca_file": str(certs.ca), "cert_file": str(certs.client_cert),
+                               "key_file": str(certs.client_key)}) as src:
+            assert src.read(-1, threading.Event(), 0.2) is not None  # reads the binlog
 
 
 @pytest.mark.slow

@@ -1,22 +1,29 @@
 """The bootstrap server applies the same tokens as the relay: 401 without one, a
 token sees only its tables (403 for another), /admin needs the admin flag, and the
-bootstrap client reads with a token given in its config."""
+bootstrap client reads with a token given in its config; its producer verifies a TLS
+relay against ``relay_ca_file``."""
 
 from __future__ import annotations
 
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 
 from databus.auth import add_token
+from databus.bootstrap.config import parse_config as parse_bootstrap
+from databus.bootstrap.service import BootstrapService
 from databus.client import ClientConfig, DatabusClient
 from databus.client.consumer import Consumer, DataEvent
 from databus.relay.config import parse_config
 from databus.relay.relay import Relay
-from tests.support.bootstrap import make_bootstrap
+from tests.support.bootstrap import bootstrap_config, make_bootstrap
+from tests.support.relays import make_relay
 from tests.support.shop import TABLES, create_shop
+from tests.support.tls import make_certs
 from tests.support.wait import wait_until
 
 
@@ -73,3 +80,34 @@ def test_bootstrap_tokens(tmp_path: Path) -> None:
             stop.set()
             worker.join(30)
         assert set(seen) == {"main.orders"}
+
+
+def test_relay_ca_file_lets_the_producer_verify_a_tls_relay(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DATABUS_CA_FILE", raising=False)
+    certs = make_certs(tmp_path / "certs")
+    db = tmp_path / "shop.db"
+    create_shop(db)
+    with sqlite3.connect(db) as con:
+        con.executemany("INSERT INTO orders (id, customer_id, tx) VALUES (?, 1, 0)",
+                        [(i,) for i in range(10)])
+    tls = {"cert_file": str(certs.server_cert), "key_file": str(certs.server_key)}
+    with make_relay(db, tmp_path, snapshot_mode="initial", http={"tls": tls}) as relay:
+        assert relay.url.startswith("https://")
+        wait_until(lambda: relay.buffer.max_scn >= 0, 30, "the relay's snapshot")
+        for name, ca in (("untrusted", None), ("trusted", certs.ca)):
+            (tmp_path / name).mkdir()
+            raw = {**bootstrap_config(db, tmp_path / name, relay, initial=False),
+                   "relay_ca_file": str(ca) if ca else None}
+            with BootstrapService(parse_bootstrap(raw)) as bs:
+                def status() -> dict[str, Any]:
+                    return httpx.get(f"{bs.url}/admin", timeout=10).json()
+
+                if ca is None:  # the system's CAs do not know the test CA: refused, said
+                    wait_until(lambda: "CERTIFICATE_VERIFY_FAILED" in str(
+                        status()["producer"]["error"]), 30, "the producer's refusal")
+                    assert status()["producer"]["windows"] == 0
+                else:
+                    wait_until(lambda: status()["applier"]["applied_scn"]
+                               >= relay.buffer.max_scn, 60, "the relay's windows applied")
+                    assert status()["producer"]["error"] is None

@@ -1,17 +1,20 @@
 """Documented options that had no test: the MySQL source's ``exclude_tables`` and
 ``include_columns`` (docs/mysql.md), the relay's ``stream.default_size`` and
 ``stream.max_inflight_bytes`` (docs/relay.md), the bootstrap server's
-``default_batch`` (docs/bootstrap.md)."""
+``default_batch`` (docs/bootstrap.md), the relay's ``retry_initial`` and ``retry_max``."""
 
 from __future__ import annotations
 
 import json
+import logging
+import re
 import sqlite3
 import threading
 import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 
 from databus.bootstrap.config import parse_config as parse_bootstrap
 from databus.bootstrap.service import BootstrapService
@@ -23,6 +26,7 @@ from databus.relay.config import parse_config
 from databus.relay.relay import Relay
 from tests.support.bootstrap import bootstrap_config, preload
 from tests.support.mariadb import MariaDB
+from tests.support.netcut import Cuttable
 from tests.support.relays import make_relay
 from tests.support.shop import TABLES, create_shop
 from tests.support.sources import mysql_source
@@ -108,3 +112,35 @@ def test_bootstrap_default_batch_is_the_rows_per_answer(tmp_path: Path) -> None:
                           params={"checkPoint": json.dumps(start["checkpoint"])})
             assert r.status_code == 200, r.text
             assert len([e for e in ev.iter_events(r.content) if not e.is_control]) == 7
+
+
+def test_retry_initial_and_retry_max_shape_the_backoff_after_source_errors(
+        mariadb: MariaDB, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    mariadb.execute("CREATE DATABASE IF NOT EXISTS retry",
+                    "CREATE TABLE IF NOT EXISTS retry.t (id INT PRIMARY KEY)")
+    with Cuttable(mariadb.port) as link:
+        cfg = parse_config({
+            "source": {"url": f"mysql://root@127.0.0.1:{link.port}/", "tables": [r"retry\..*"],
+                       "snapshot_mode": "no_data"},
+            "http": {"port": 0}, "state_dir": str(tmp_path / "state"),
+            "retry_initial": 0.1, "retry_max": 0.4})
+        caplog.set_level(logging.WARNING, logger="databus.relay")
+        with Relay(cfg) as relay:
+            mariadb.execute("INSERT INTO retry.t VALUES (1)")
+            wait_until(lambda: relay.buffer.max_scn >= 0, 30, "the first row")
+            link.cut()  # the database is unreachable now
+            wait_until(lambda: relay.fetcher.status["retries"] >= 6, 30, "six retries")
+            assert relay.fetcher.status["state"] == "retrying"
+            link.restore()
+            mariadb.execute("INSERT INTO retry.t VALUES (2)")
+            wait_until(lambda: relay.fetcher.status["state"] == "running"
+                       and _rows_in(relay) == 2, 30, "capture again after the cut")
+    waits = [float(m.group(1)) for r in caplog.records
+             if (m := re.search(r"retrying in ([0-9.]+)s", r.getMessage()))]
+    # doubling from retry_initial, then held at retry_max
+    assert waits[:6] == [0.1, 0.2, 0.4, 0.4, 0.4, 0.4], waits
+
+
+def _rows_in(relay: Relay) -> int:
+    body = httpx.get(f"{relay.url}/stream", params={"timeout": "0"}, timeout=10).content
+    return sum(not e.is_control for e in ev.iter_events(body))

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
 
 from databus.client.relay import RelayConnection
+from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import ConfigError, RelayProtocolError, RelayUnavailableError
 from databus.relay.relay import Relay
@@ -23,10 +27,10 @@ from databus.spark.reading import (
     relay_top,
     scan_limit,
 )
-from databus.spark.source import _Plan
+from databus.spark.source import DatabusStreamReader, _Plan
 from tests.support.procs import free_port
 from tests.support.shop import TABLES, Writer, create_shop
-from tests.support.sparkrelay import start_relay, wait_relay
+from tests.support.sparkrelay import relay_events, start_relay, wait_relay
 
 
 @pytest.fixture
@@ -119,3 +123,74 @@ def test_batches_hold_exactly_the_events_of_read_bucket(relay_db: Relay, fetch: 
                    for batch in read_bucket_batches(opts, src, b, cp, end, decoder)
                    for r in batch.to_pylist()]
             assert got == want
+
+
+# -- the documented options maxBytesPerBatch, prefetchBatches and httpTimeout ----------
+
+
+def _window_bytes(url: str, source: str) -> list[tuple[int, int]]:
+    """(scn, bytes) of each window as a reader of ``source`` receives it (with its EOP)."""
+    out: list[tuple[int, int]] = []
+    with RelayConnection(url) as conn:
+        src = [i for i, n in conn.sources() if n.endswith("." + source)]
+        data = conn.stream(Checkpoint.flexible(), src, size=64 << 20, timeout=0).data
+    off = size = 0
+    while off < len(data):
+        length = ev.peek_length(data, off)
+        size += length
+        if ev.peek_src_id(data, off) == ev.SRC_EOP:
+            out.append((ev.peek_scn(data, off), size))
+            size = 0
+        off += length
+    return out
+
+
+def test_max_bytes_per_batch_packs_whole_windows_up_to_the_byte_limit(relay_db: Relay) -> None:
+    windows = _window_bytes(relay_db.url, "customers")
+    limit = 3 * max(b for _, b in windows) // 2
+    reader = DatabusStreamReader(_Plan({"relay": relay_db.url, "sources": "customers",
+                                        "maxBytesPerBatch": str(limit)}))
+    read_limit = reader.getDefaultReadLimit()
+    assert isinstance(read_limit, ReadMaxBytes) and read_limit.max_bytes == limit
+    ends: list[int] = []
+    start = reader.initialOffset()
+    while (end := reader.latestOffset(start, read_limit)) != start:
+        ends.append(offset_scn(end, 1))
+        start = end
+    # expected: whole windows packed greedily up to the limit
+    want: list[tuple[int, int]] = []  # (last scn, bytes) of each batch
+    for scn, size in windows:
+        if want and want[-1][1] + size <= limit:
+            want[-1] = (scn, want[-1][1] + size)
+        else:
+            want.append((scn, size))
+    assert ends == [scn for scn, _ in want] and len(want) > 2
+
+
+@pytest.mark.parametrize("depth", [0, 2])
+def test_prefetch_batches_reads_ahead_in_a_thread_or_not_at_all(relay_db: Relay,
+                                                              depth: int) -> None:
+    reader = DatabusStreamReader(_Plan({"relay": relay_db.url, "sources": "customers",
+                                        "prefetchBatches": str(depth),
+                                        "rowsPerArrowBatch": "5"}))
+    top = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    (part,) = reader.partitions(reader.initialOffset(), top)
+    rows, threads_seen = 0, set()
+    for batch in reader.read(part):
+        rows += batch.num_rows
+        threads_seen |= {t.name for t in threading.enumerate()
+                         if t.name == "databus-spark-prefetch"}
+    assert rows == len(relay_events(relay_db.url, "customers")) > 10
+    assert threads_seen == ({"databus-spark-prefetch"} if depth else set())
+
+
+def test_http_timeout_bounds_a_relay_that_accepts_and_never_answers() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as mute:  # the kernel accepts; nobody reads
+        url = f"http://127.0.0.1:{mute.getsockname()[1]}"
+        opts = parse_options({"relay": url, "sources": "x", "httpTimeout": "0.3",
+                              "relayRetrySeconds": "0"})
+        started = time.monotonic()
+        with pytest.raises(RelayUnavailableError):
+            list(read_bucket(opts, [1], 0, offset_of(-1, -1, 1)["buckets"]["0"], 10))
+        took = time.monotonic() - started
+    assert took < 3, f"httpTimeout=0.3 gave up after {took:.1f} s"
