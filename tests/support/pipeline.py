@@ -55,7 +55,7 @@ class ProcessPipeline:
 
     def alive(self) -> None:
         for name, p in self.procs.items():
-            assert p.poll() is None, f"{name} died: see {self.log(name)}"
+            assert p.poll() is None, f"{name} died ({p.returncode}): see {self.log(name)}"
 
     def wait(self, what: str, pred: Callable[[], T], timeout: float = 180.0,
              interval: float = 0.1) -> T:

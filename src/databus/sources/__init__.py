@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
 def open_source(config: SourceConfig, relay_name: str = "relay",
                 state_dir: Path | None = None) -> Source:
-    """The source named by ``config.url`` (``sqlite:///PATH``, ``mysql://...``), built
+    """The source named by ``config.url`` (``sqlite:///PATH``, ``mysql://...``, a chain
+    relay's ``databus+http://HOST:PORT``), built
     from its config and not yet opened (the caller calls ``open()``; see
     :class:`~databus.sources.base.Source`).
 
@@ -37,4 +38,9 @@ def open_source(config: SourceConfig, relay_name: str = "relay",
             ) from exc
 
         return MysqlSource(config, name=relay_name, state_dir=state_dir)
-    raise ConfigError(f"unsupported source url scheme {scheme!r} (supported: sqlite, mysql)")
+    if scheme in ("databus+http", "databus+https"):
+        from databus.sources.chain import ChainSource
+
+        return ChainSource(config, name=relay_name)
+    raise ConfigError(f"unsupported source url scheme {scheme!r} (supported: sqlite, mysql,"
+                      " databus+http, databus+https)")

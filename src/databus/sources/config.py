@@ -68,11 +68,16 @@ class ColumnRule(FrozenModel):
 class SourceConfig(FrozenModel):
     """Where changes come from."""
 
-    url: str = Field(description="sqlite:///PATH.db, or mysql://USER[:PASS]@HOST:PORT")
+    url: str = Field(description="sqlite:///PATH.db, mysql://USER[:PASS]@HOST:PORT, or a"
+                     " chain relay's upstream: databus+http(s)://HOST:PORT")
     password_file: Path | None = Field(
         None, description="file whose first line is the source password (instead of one in"
         " the URL)")
-    tls: SourceTlsConfig | None = Field(None, description="TLS to the source database")
+    tls: SourceTlsConfig | None = Field(
+        None, description="TLS to the source database (a chain relay: to its upstream relay)")
+    token_file: Path | None = Field(
+        None, description="chain relay: file holding the token for the upstream relay"
+        " (default: DATABUS_TOKEN / DATABUS_TOKEN_FILE)")
     tables: list[str] = Field(
         default_factory=list,
         description="tables to capture (names for SQLite; regexes 'db\\.table' for MySQL)",
