@@ -295,6 +295,11 @@ def peek_length(buf: bytes | bytearray | memoryview, offset: int = 0) -> int:
     return int(_I32.unpack_from(buf, offset + OFF_TOTAL_LEN)[0])
 
 
+def peek_timestamp(buf: bytes | bytearray | memoryview, offset: int = 0) -> int:
+    """The timestamp (ns) of the event at ``offset`` without validating it."""
+    return int(_I64.unpack_from(buf, offset + OFF_TIMESTAMP)[0])
+
+
 def peek_key(buf: bytes | bytearray | memoryview, offset: int = 0) -> int | bytes:
     """The key of the event at ``offset`` without decoding the rest."""
     attributes = struct.unpack_from(">H", buf, offset + OFF_ATTRIBUTES)[0]
@@ -303,3 +308,17 @@ def peek_key(buf: bytes | bytearray | memoryview, offset: int = 0) -> int | byte
         klen = _I32.unpack_from(buf, pos)[0]
         return bytes(buf[pos + 4 : pos + 4 + klen])
     return int(_I64.unpack_from(buf, pos)[0])
+
+
+def peek_schema_id(buf: bytes | bytearray | memoryview, offset: int = 0) -> bytes:
+    """The payload's schema id (digest) of the event at ``offset``, reading only the
+    key and part headers (the event must have been checked: no bounds are tested)."""
+    attributes = struct.unpack_from(">H", buf, offset + OFF_ATTRIBUTES)[0]
+    pos = offset + HEADER_LEN
+    pos += 4 + _I32.unpack_from(buf, pos)[0] if attributes & ATTR_KEY_BYTES else 8
+    if attributes & ATTR_HAS_METADATA:
+        dlen, _sv, digest_len = _PART_HEAD.unpack_from(buf, pos)
+        pos += _PART_HEAD.size + digest_len + dlen
+    _dlen, _sv, digest_len = _PART_HEAD.unpack_from(buf, pos)
+    pos += _PART_HEAD.size
+    return bytes(buf[pos : pos + digest_len])

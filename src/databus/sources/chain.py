@@ -191,36 +191,43 @@ class ChainSource(Source):
             # only a part of a large window came: ask for the rest at once
 
     def _windows(self, data: bytes) -> list[Window]:
-        """Whole windows of an answer; a trailing part is kept for the next request."""
+        """Whole windows of an answer; a trailing part is kept for the next request.
+
+        All or nothing: on an error nothing changes, and the same request can be
+        repeated. Kept events are copied as runs of adjacent bytes (one slice per
+        window when nothing is left out), not one by one."""
         out: list[Window] = []
         position = self._position if self._position is not None else Checkpoint.flexible()
-        part, part_count = bytearray(self._part), self._part_count  # all or nothing
+        parts: list[bytes] = [bytes(self._part)] if self._part else []
+        part_count = self._part_count
         part_scn = position.window_scn if position.in_window else -1
         offset = position.window_offset if position.in_window else 0
         seen_in_part = 0
         last_done = self._done_scn
         left_out = 0
+        view = memoryview(data)
+        run = -1  # start of the run of kept events being collected
         off, end = 0, len(data)
         while off < end:
             length = ev.check_event(data, off)  # both CRCs: nothing damaged is stored
             src = ev.peek_src_id(data, off)
-            scn = ev.peek_scn(data, off)
             if src == ev.SRC_EOP:
+                scn = ev.peek_scn(data, off)
                 if part_scn not in (-1, scn) or scn <= last_done:
                     raise RelayProtocolError(
                         f"upstream {self.url}: window {scn} out of order (open window"
                         f" {part_scn}, last stored {last_done})")
-                ts = ev.decode(data, off, verify=False).timestamp_ns
-                out.append(Window(scn, bytes(part), part_count, ts))
+                if run >= 0:
+                    parts.append(view[run:off].tobytes())
+                    run = -1
+                ts = ev.peek_timestamp(data, off)
+                out.append(Window(scn, b"".join(parts), part_count, ts))
                 position = position.window_done(scn)
                 last_done = scn
-                part = bytearray()
+                parts = []
                 part_count, part_scn, offset, seen_in_part = 0, -1, 0, 0
-            elif src < 0:
-                if src <= ev.SRC_ERROR_FIRST:
-                    raise _control_error(data, off, self.url)
-                # other control events (checkpoints) carry nothing to store
-            else:
+            elif src >= 0:
+                scn = ev.peek_scn(data, off)
                 if part_scn == -1:
                     if scn <= last_done:
                         raise RelayProtocolError(
@@ -235,15 +242,28 @@ class ChainSource(Source):
                     self._refresh()
                 if src in self._wanted:
                     self._check_schema(data, off)
-                    part += data[off:off + length]
+                    if run < 0:
+                        run = off
                     part_count += 1
                 else:
                     left_out += 1
+                    if run >= 0:
+                        parts.append(view[run:off].tobytes())
+                        run = -1
+            else:
+                if src <= ev.SRC_ERROR_FIRST:
+                    raise _control_error(data, off, self.url)
+                # other control events (checkpoints) carry nothing to store
+                if run >= 0:
+                    parts.append(view[run:off].tobytes())
+                    run = -1
             off += length
+        if run >= 0:
+            parts.append(view[run:end].tobytes())
         if part_scn != -1 and seen_in_part:
             position = position.within(part_scn, offset + seen_in_part)
         self._position = position
-        self._part, self._part_count = part, part_count
+        self._part, self._part_count = bytearray(b"".join(parts)), part_count
         if out:
             self._done_scn = out[-1].scn
         if left_out:
@@ -254,7 +274,7 @@ class ChainSource(Source):
     def _check_schema(self, data: bytes, off: int) -> None:
         """Fetch ``/register`` again for a schema version this source has not served yet
         (a table changed upstream), so ``/register`` here always covers the events."""
-        schema_id = ev.decode(data, off, verify=False).schema_id
+        schema_id = ev.peek_schema_id(data, off)
         if self._registry.find(schema_id) is not None:
             return
         self._refresh()
