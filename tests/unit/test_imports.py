@@ -17,8 +17,10 @@ from pathlib import Path
 
 # -- the rule ------------------------------------------------------------------------------
 #
-#   core <- buffer <- sources <- relay      capture a database, serve its changes
-#   core <- client                          read relays over HTTP (client.sinks included)
+#   core <- buffer <- sources <- relay      capture a database, serve its changes (relay
+#                                           also on coord: cluster membership)
+#   core <- coord                           ZooKeeper: cluster addresses, members, epochs
+#   core, coord <- client                   read relays over HTTP (client.sinks included)
 #   core <- serving                         the HTTP server plumbing of relay and bootstrap
 #   client <- bootstrap, spark              consumers: through client, never relay or buffer
 #
@@ -31,10 +33,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     "core":       frozenset(),
     "buffer":     frozenset({"core"}),
     "sources":    frozenset({"core", "buffer", "client"}),  # client: a chain relay's source
-    "relay":      frozenset({"core", "buffer", "sources", "serving"}),
+    "relay":      frozenset({"core", "buffer", "sources", "serving",
+                             "coord"}),  # coord: a cluster member's election and fencing
     "serving":    frozenset({"core", "auth"}),
     "auth":       frozenset({"core"}),  # server side of tokens: the token file, checking
-    "client":     frozenset({"core"}),
+    "client":     frozenset({"core", "coord"}),  # coord: members of a zk:// cluster address
+    "coord":      frozenset({"core"}),  # ZooKeeper: cluster addresses, members, epochs
     "bootstrap":  frozenset({"core", "client", "serving",
                              "sources"}),  # sources: the initial load reads the source db
     "spark":      frozenset({"core", "client",

@@ -177,6 +177,12 @@ class RelayUnavailableError(TransientError):
     code = "RelayUnavailable"
 
 
+class CoordinatorUnavailableError(TransientError):
+    """ZooKeeper could not be reached, or the session was suspended or lost."""
+
+    code = "CoordinatorUnavailable"
+
+
 class StoreUnavailableError(TransientError):
     """A bootstrap store database could not be reached or failed a statement
     for a reason that may pass (lost connection, lock timeout)."""

@@ -242,7 +242,8 @@ def build_app(relay: ServedRelay) -> Starlette:
             {"status": "ok" if healthy else "degraded", "name": relay.config.name,
              "fetcher": status, "buffer": relay.buffer.stats(),
              "continuity": relay.stats()["continuity"],
-             "source": relay.source.stats()},  # snapshot counters (errors, aborts) included
+             "source": relay.source.stats(),  # snapshot counters (errors, aborts) included
+             **({"cluster": relay.cluster.status()} if relay.cluster is not None else {})},
             status_code=200 if healthy else 503,
         )
 

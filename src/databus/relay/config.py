@@ -19,9 +19,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from databus.coord.zk import ZkAddress
 from databus.core.config import FrozenModel, load_file, validate
+from databus.core.errors import ConfigError
 from databus.serving import HttpServerConfig
 from databus.sources.config import SnapshotMode, SourceConfig
 
@@ -67,6 +69,34 @@ class StreamConfig(_Model):
         " make the relay's memory grow with their number")
 
 
+class ClusterConfig(_Model):
+    """The ``cluster:`` section of a relay's config."""
+
+    address: str = Field(description="zk://HOST:PORT[,HOST:PORT...]/NAME")
+    member_id: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.-]+$",
+        description="this member's name in the cluster (default: host-port)")
+    advertise_url: str | None = Field(
+        None, description="URL other members and clients reach this relay at (default: the"
+        " URL it listens on)")
+    session_timeout: float = Field(
+        10.0, ge=2, le=120, description="ZooKeeper session timeout, s: how long a silent"
+        " leader keeps its role (bounds the failover time)")
+    leaders: int = Field(1, ge=1, le=1, description="leaders per cluster (1)")
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        try:
+            ZkAddress.parse(v)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return v
+
+    def zk_address(self) -> ZkAddress:
+        return ZkAddress.parse(self.address)
+
+
 class RelayConfig(_Model):
     """Everything a relay needs."""
 
@@ -80,6 +110,9 @@ class RelayConfig(_Model):
     )
     retry_initial: float = Field(0.2, gt=0, description="first backoff after a source error, s")
     retry_max: float = Field(10.0, gt=0, description="longest backoff after source errors, s")
+    cluster: ClusterConfig | None = Field(
+        None, description="join a relay cluster (docs/cluster.md): one member leads and"
+        " captures, the others chain from it and take over when it goes")
 
 
 def parse_config(raw: Any) -> RelayConfig:

@@ -23,6 +23,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,15 @@ class Fetcher:
         retry_initial: float,
         retry_max: float,
         protector: Protector | None = None,
+        guard: Callable[[], bool] | None = None,
+        ack_limit: Callable[[], int] | None = None,
     ) -> None:
+        """``guard`` (a cluster leader's fencing): asked before each batch of windows is
+        appended; False drops the batch and ends the run in state ``fenced``.
+        ``ack_limit``: the source is never told more than this SCN is durable (a
+        cluster leader must keep what its followers do not hold yet)."""
+        self._guard = guard
+        self._ack_limit = ack_limit
         self._source = source
         self._buffer = buffer
         self._metrics = metrics
@@ -137,6 +146,11 @@ class Fetcher:
                     if origin is not None:
                         self._buffer.declare_origin(origin)
                 windows = self._source.read(self._buffer.max_scn, self._stop, 0.5)
+                if windows and self._guard is not None and not self._guard():
+                    log.warning("not publishing %d window(s) from scn %d: this relay no longer"
+                                " leads its cluster", len(windows), windows[0].scn)
+                    self._set(state="fenced", last_error="leadership lost")
+                    break
                 for w in windows:
                     if self._protector is not None:  # before the buffer: no clear value kept
                         w = self._protector.window(w, self._source.registry())
@@ -168,7 +182,7 @@ class Fetcher:
                 self.checkpoint()
                 last_flush = time.monotonic()
         self.checkpoint()
-        if self._status["state"] != "failed":
+        if self._status["state"] not in ("failed", "fenced"):
             self._set(state="stopped")
 
     def checkpoint(self) -> None:
@@ -183,8 +197,14 @@ class Fetcher:
         self._metrics.min_scn.set(s["min_scn"])
         self._metrics.max_scn.set(s["max_scn"])
         self._metrics.used_bytes.set(s["used_bytes"])
-        if state.trim_scn >= 0:
+        trim = state.trim_scn
+        if self._ack_limit is not None and trim >= 0:
             try:
-                self._source.acknowledge(state.trim_scn)
+                trim = min(trim, self._ack_limit())
+            except TransientError:
+                trim = -1  # not knowing what followers hold: trim nothing
+        if trim >= 0:
+            try:
+                self._source.acknowledge(trim)
             except TransientError as exc:
-                log.warning("could not acknowledge scn %d to the source: %s", state.trim_scn, exc)
+                log.warning("could not acknowledge scn %d to the source: %s", trim, exc)

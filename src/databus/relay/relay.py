@@ -26,7 +26,9 @@ import asyncio
 import contextlib
 import logging
 import os
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ from starlette.applications import Starlette
 from databus.buffer import EventBuffer
 from databus.core.errors import BufferCorruptError, DatabusError
 from databus.relay.app import build_app as relay_app
+from databus.relay.cluster import ClusterMember, idle_source
 from databus.relay.config import RelayConfig, load_config, parse_config
 from databus.relay.fetcher import Fetcher, RelayState
 from databus.relay.metrics import RelayMetrics
@@ -57,6 +60,10 @@ class Relay(HttpService):
         self.config = config
         self.metrics = RelayMetrics()
         state_dir = config.state_dir or (config.buffer.path.parent if config.buffer.path else None)
+        self.state_dir = state_dir
+        self.cluster: ClusterMember | None = None
+        if source is None and config.cluster is not None:
+            source = idle_source()  # the member's role decides: database or chain
         self.source = (source if source is not None
                        else open_source(config.source, config.name, state_dir))
         self.state_path = state_dir / f"{config.name}.state.json" if state_dir else None
@@ -72,18 +79,59 @@ class Relay(HttpService):
             raise
         self.continuity = self._continuity(start_scn)
         self.metrics.capacity.set(config.buffer.capacity_bytes)
-        self.fetcher = Fetcher(
-            self.source, self.buffer, self.metrics,
-            state_path=self.state_path,
-            flush_interval=config.buffer.flush_interval,
-            retry_initial=config.retry_initial,
-            retry_max=config.retry_max,
-            protector=Protector(config.source.columns),
-        )
+        self.fetcher = self._fetcher(self.source)
         self.stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changed = asyncio.Event()
         self.buffer.add_listener(self._on_append)
+        self._switching = threading.Lock()
+        if config.cluster is not None:
+            self.cluster = ClusterMember(self, config.cluster)
+
+    def _fetcher(self, source: Source, guard: Callable[[], bool] | None = None,
+                 ack_limit: Callable[[], int] | None = None) -> Fetcher:
+        config = self.config
+        return Fetcher(source, self.buffer, self.metrics, state_path=self.state_path,
+                       flush_interval=config.buffer.flush_interval,
+                       retry_initial=config.retry_initial, retry_max=config.retry_max,
+                       protector=Protector(config.source.columns), guard=guard,
+                       ack_limit=ack_limit)
+
+    def switch_source(self, source: Source, *, guard: Callable[[], bool] | None = None,
+                      ack_limit: Callable[[], int] | None = None) -> None:
+        """Capture from ``source`` from now on (a cluster member changing role): the
+        running fetcher stops (its windows are in the buffer), ``source`` is opened and
+        a new fetcher continues after the buffer's MaxSCN. Raises what ``open()``
+        raises; the old source is closed either way."""
+        with self._switching:
+            self.fetcher.stop()
+            old, self.source = self.source, source
+            try:
+                source.open()
+            finally:
+                old.close()
+            self.fetcher = self._fetcher(source, guard, ack_limit)
+            if self._loop is not None and not self.stopping:
+                self.fetcher.start()
+
+    def reset_buffer(self) -> None:
+        """Drop every window and the recorded position (a cluster member whose windows
+        may differ from its new leader's): capture starts again from the source's
+        oldest window. Consumers with older checkpoints get ScnNotFound here."""
+        with self._switching:
+            self.fetcher.stop()
+            self.buffer.close()
+            path = self.config.buffer.path
+            for f in (path, self.state_path):
+                if f is not None:
+                    f.unlink(missing_ok=True)
+            self.buffer = self._open_buffer(-1)
+            self.buffer.add_listener(self._on_append)
+            self.fetcher = self._fetcher(self.source)
+            if self._loop is not None and not self.stopping:
+                self.fetcher.start()
+        log.warning("relay %s: buffer dropped; it starts again from its source's oldest"
+                    " window", self.config.name)
 
     def _open_buffer(self, start_scn: int) -> EventBuffer:
         cfg = self.config.buffer
@@ -154,6 +202,7 @@ class Relay(HttpService):
             # checkpoints below servable_from_scn get ScnNotFound (-1 before the first
             # window of a relay that started without a recorded position)
             "continuity": {"servable_from_scn": self.buffer.floor_scn, "note": self.continuity},
+            **({"cluster": self.cluster.status()} if self.cluster is not None else {}),
         }
 
     # -- serving (HttpService) ------------------------------------------------
@@ -165,6 +214,8 @@ class Relay(HttpService):
         self._loop = asyncio.get_running_loop()
         self._changed = asyncio.Event()
         self.fetcher.start()
+        if self.cluster is not None:
+            self.cluster.start()  # after the port is known: members advertise their URL
 
     async def on_exit_requested(self) -> None:
         # long polls wake and answer what they have: no request is left for uvicorn
@@ -175,7 +226,10 @@ class Relay(HttpService):
     async def on_shutdown(self) -> None:
         self.stopping = True
         self._notify()
-        await asyncio.get_running_loop().run_in_executor(None, self.fetcher.stop)
+        loop = asyncio.get_running_loop()
+        if self.cluster is not None:
+            await loop.run_in_executor(None, self.cluster.stop)
+        await loop.run_in_executor(None, self.fetcher.stop)
         self.buffer.close()
         self.source.close()
 

@@ -1,0 +1,396 @@
+"""A relay as a member of a relay cluster: one leader captures from the database, the
+other members chain from the leader; when the leader goes, a follower takes over.
+
+``databus relay --cluster zk://HOST:PORT/NAME --source ...`` (or ``cluster:`` in the
+config file). Coordination is ZooKeeper's, through kazoo's election recipe; the
+node layout is in :mod:`databus.coord.zk`.
+
+**Roles.** Every member registers an ephemeral node and joins the election. The
+elected member bumps the cluster's ``epoch`` (compare-and-set), records where its
+epoch starts (``epochs/<n>``: the SCN of the last window it holds), writes the
+``leader`` node and switches its relay's source to the database: capture continues
+right after the last window it holds, so a window has the same SCN on every
+member. Everyone else is a follower: its source is a chain source reading the
+leader's ``/stream`` (:mod:`databus.sources.chain`); when the ``leader`` node
+changes, it re-points.
+
+**Fencing.** A leader publishes a batch of windows only after the session is
+connected and the ``epoch`` node, read in that session, still holds its own epoch
+(:class:`~databus.relay.fetcher.Fetcher`'s guard). A leader whose session is
+suspended waits; one whose session was lost or whose epoch was replaced publishes
+nothing more (fetcher state ``fenced``) and becomes a follower. A member (old leader
+or follower) that holds windows past the point where the newest epoch starts (it
+copied or captured windows the new leader never had) drops its buffer and copies the
+new leader's: its windows could otherwise differ from the cluster's.
+
+**Trimming.** A leader lets its source trim only what every live member holds
+(the smallest ``max_scn`` members report), so a follower that takes over finds
+what it still needs in the source.
+
+Limits (docs/cluster.md): one leader per cluster (``leaders: 1``); positions are
+SCNs, so a new leader must read the same database the old one did (the same
+SQLite file, the same MySQL/MariaDB server), and capture resumes by SCN.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.protocol.states import KazooState
+
+from databus.coord.zk import ClusterView, translated, zk_client
+from databus.core.errors import CoordinatorUnavailableError, DatabusError
+from databus.core.schema import SchemaRegistry
+from databus.core.window import Window
+from databus.relay.config import ClusterConfig, RelayConfig
+from databus.sources import open_source
+from databus.sources.base import Source, SourceInfo
+from databus.sources.chain import ChainSource
+from databus.sources.config import SourceConfig
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from kazoo.client import KazooClient
+
+    from databus.buffer import EventBuffer
+    from databus.relay.fetcher import Fetcher
+
+
+class Member(Protocol):
+    """What a cluster member needs of its relay (:class:`databus.relay.relay.Relay`)."""
+
+    config: RelayConfig
+    source: Source
+    buffer: EventBuffer
+    fetcher: Fetcher
+    state_dir: Path | None
+
+    @property
+    def url(self) -> str: ...
+
+    def switch_source(self, source: Source, *, guard: Callable[[], bool] | None = None,
+                      ack_limit: Callable[[], int] | None = None) -> None: ...
+
+    def reset_buffer(self) -> None: ...
+
+log = logging.getLogger("databus.relay.cluster")
+
+
+class _Idle(Source):
+    """The source of a member before its role is known: nothing to read."""
+
+    def sources(self) -> list[SourceInfo]:
+        return []
+
+    def registry(self) -> SchemaRegistry:
+        return SchemaRegistry()
+
+    def read(self, after_scn: int, stop: threading.Event, timeout: float) -> list[Window]:
+        stop.wait(timeout)
+        return []
+
+
+def idle_source() -> Source:
+    return _Idle()
+
+
+class ClusterMember:
+    """Runs a relay's role in its cluster on a thread (see the module docstring)."""
+
+    def __init__(self, relay: Member, config: ClusterConfig) -> None:
+        self.relay = relay
+        self.config = config
+        self.address = config.zk_address()
+        self.path = self.address.path
+        self.member_id = config.member_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.role = "starting"
+        self.epoch = 0  # the epoch this member leads in (0: not leading)
+        self._synced_epoch = 0  # the epoch whose leader this member's windows come from
+        self.leader_url: str | None = None
+        self._zk: KazooClient | None = None
+        self._stop = threading.Event()
+        self._lost = threading.Event()  # the session was lost while leading
+        self._leader_changed = threading.Event()
+        self._roles = threading.RLock()  # one role change at a time (election vs watch)
+        self._thread = threading.Thread(target=self._run, name="databus-cluster", daemon=True)
+
+    # -- life cycle ------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return self.config.advertise_url or self.relay.url
+
+    def start(self) -> None:
+        zk = zk_client(self.address, session_timeout=self.config.session_timeout)
+        self._zk = zk
+        zk.add_listener(self._on_state)
+        with translated("creating the cluster's nodes"):
+            for sub in ("members", "election", "epochs"):
+                zk.ensure_path(f"{self.path}/{sub}")
+        self._register()
+        zk.DataWatch(f"{self.path}/leader", self._on_leader)
+        self._thread.start()
+        log.info("cluster %s: member %s joined at %s", self.address, self.member_id, self.url)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._leader_changed.set()
+        if self._thread.is_alive():
+            self._thread.join(15)
+        if self._zk is not None:
+            try:
+                self._zk.stop()
+                self._zk.close()
+            except Exception:  # closing: nothing to save
+                log.debug("closing the ZooKeeper client failed", exc_info=True)
+
+    def status(self) -> dict[str, Any]:
+        """For ``/admin``: this member, and the cluster as ZooKeeper shows it."""
+        out: dict[str, Any] = {"address": str(self.address), "member": self.member_id,
+                               "role": self.role, "epoch": self.epoch,
+                               "leader_url": self.leader_url}
+        if self._zk is not None:
+            try:
+                out["view"] = ClusterView(self._zk, self.address).status()
+            except CoordinatorUnavailableError as exc:
+                out["view_error"] = str(exc)
+        return out
+
+    # -- ZooKeeper callbacks (kazoo's threads) -----------------------------------------
+
+    def _on_state(self, state: str) -> None:
+        if state == KazooState.LOST:
+            self._lost.set()
+            self._leader_changed.set()
+        elif state == KazooState.CONNECTED and self._zk is not None:
+            # a new session after a lost one: the ephemeral member node is gone
+            threading.Thread(target=self._register_quietly, daemon=True).start()
+
+    def _on_leader(self, data: bytes | None, _stat: Any) -> None:
+        try:
+            leader = json.loads(data) if data else None
+        except ValueError:
+            leader = None
+        url = leader.get("url") if isinstance(leader, dict) else None
+        if url != self.leader_url:
+            self.leader_url = url
+            self._leader_changed.set()
+
+    # -- the member node ------------------------------------------------------------
+
+    def _member_data(self) -> bytes:
+        return json.dumps({"id": self.member_id, "url": self.url, "role": self.role,
+                           "epoch": self.epoch, "max_scn": self.relay.buffer.max_scn,
+                           "updated": time.time()}).encode()
+
+    def _register(self) -> None:
+        zk = self._zk
+        assert zk is not None
+        node = f"{self.path}/members/{self.member_id}"
+        with translated("registering the member"):
+            try:
+                zk.create(node, self._member_data(), ephemeral=True)
+            except NodeExistsError:
+                zk.set(node, self._member_data())
+
+    def _register_quietly(self) -> None:
+        try:
+            self._register()
+        except DatabusError as exc:
+            log.warning("cluster %s: re-registering failed: %s", self.address, exc)
+
+    def _publish_member(self) -> None:
+        zk = self._zk
+        if zk is None or zk.state != KazooState.CONNECTED:
+            return
+        try:
+            zk.set(f"{self.path}/members/{self.member_id}", self._member_data())
+        except NoNodeError:
+            self._register_quietly()
+        except Exception as exc:  # a heartbeat: the next one retries
+            log.debug("member heartbeat failed: %s", exc)
+
+    # -- roles -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        zk = self._zk
+        assert zk is not None
+        while not self._stop.is_set():
+            self._follow()
+            if self._stop.is_set():
+                break
+            election = zk.Election(f"{self.path}/election", self.member_id)
+            worker = threading.Thread(target=self._contend, args=(election,), daemon=True)
+            worker.start()
+            # follow the leader until elected (then _contend runs _lead) or stopped
+            while worker.is_alive() and not self._stop.is_set():
+                if self._leader_changed.wait(1.0):
+                    self._leader_changed.clear()
+                    if self.role == "follower":
+                        self._follow()
+                self._publish_member()
+            election.cancel()
+            worker.join(10)
+
+    def _contend(self, election: Any) -> None:
+        try:
+            election.run(self._lead)
+        except Exception as exc:  # a lost session ends the contention
+            log.info("cluster %s: left the election (%s); joining again", self.address, exc)
+            self._stop.wait(1.0)
+
+    def _follow(self) -> None:
+        """Be a follower of the current leader (none yet: wait for one)."""
+        with self._roles:
+            if self.role == "leader":
+                return
+            url = self.leader_url
+            if url == self.url:
+                url = None  # our own old leader node, until its session ends
+            self.role = "follower"
+            self.epoch = 0
+            self._reset_if_diverged()
+            source = self.relay.source
+            current = source.url if isinstance(source, ChainSource) else None
+            if url is None:
+                if current is None and not isinstance(source, _Idle):
+                    self.relay.switch_source(idle_source())
+                return  # else: keep retrying the old leader until a new one shows
+            upstream = url.rstrip("/")
+            if current == upstream:
+                return
+            log.info("cluster %s: following the leader at %s", self.address, upstream)
+            chain = open_source(SourceConfig(url=f"databus+{upstream}"), self.relay.config.name)
+            self.relay.switch_source(chain)
+        self._publish_member()
+
+    def _reset_if_diverged(self) -> None:
+        """Drop the buffer when it holds windows past where the newest epoch began and
+        they came from an earlier epoch's leader."""
+        zk = self._zk
+        assert zk is not None
+        try:
+            with translated("reading the epochs"):
+                epochs = zk.get_children(f"{self.path}/epochs")
+                if not epochs:
+                    return
+                newest = max(epochs, key=int)
+                data, _ = zk.get(f"{self.path}/epochs/{newest}")
+        except DatabusError as exc:
+            log.warning("cluster %s: %s", self.address, exc)
+            return
+        n = int(newest)
+        if n == self._synced_epoch:
+            return
+        after = int(json.loads(data)["after_scn"])
+        self._synced_epoch = n
+        if self.relay.buffer.max_scn > after:
+            log.warning("cluster %s: this relay holds windows after scn %d, where epoch %s"
+                        " began: they may differ from the new leader's; dropping the buffer"
+                        " and copying the leader's", self.address, after, newest)
+            self.relay.reset_buffer()
+
+    def _lead(self) -> None:
+        """Called by the election when this member leads; returns when it no longer does."""
+        self._lost.clear()
+        with self._roles:
+            self.role = "leader"
+            # copying from the old leader stops first: the epoch starts after what we hold
+            self.relay.switch_source(idle_source())
+            try:
+                epoch = self._new_epoch()
+                self.epoch = self._synced_epoch = epoch
+                source = open_source(self.relay.config.source, self.relay.config.name,
+                                     self.relay.state_dir)
+                self.relay.switch_source(source, guard=self._may_publish,
+                                         ack_limit=self._ack_limit)
+            except DatabusError as exc:
+                log.error("cluster %s: cannot capture as leader: %s", self.address, exc)
+                self.role = "follower"
+                self.epoch = 0
+                self._stop.wait(2.0)
+                return
+        log.info("cluster %s: member %s leads (epoch %d) after scn %d", self.address,
+                 self.member_id, epoch, self.relay.buffer.max_scn)
+        self._write_leader(epoch)
+        self._publish_member()
+        while not self._stop.is_set() and not self._lost.is_set():
+            if self.relay.fetcher.status["state"] == "fenced":
+                break
+            self._lost.wait(1.0)
+            self._publish_member()
+        log.warning("cluster %s: member %s no longer leads (epoch %d)", self.address,
+                    self.member_id, epoch)
+        with self._roles:
+            self.role = "follower"
+            self.epoch = 0
+            self.relay.switch_source(idle_source())  # capture stops: someone else leads
+
+    def _new_epoch(self) -> int:
+        zk = self._zk
+        assert zk is not None
+        node = f"{self.path}/epoch"
+        with translated("taking a new epoch"):
+            zk.ensure_path(node)
+            while True:
+                data, stat = zk.get(node)
+                epoch = int(data or b"0") + 1
+                try:
+                    zk.set(node, str(epoch).encode(), version=stat.version)
+                    break
+                except BadVersionError:  # another member moved it first: read again
+                    continue
+            zk.create(f"{self.path}/epochs/{epoch:010d}", json.dumps(
+                {"leader": self.member_id, "after_scn": self.relay.buffer.max_scn,
+                 "at": time.time()}).encode())
+        return epoch
+
+    def _write_leader(self, epoch: int) -> None:
+        zk = self._zk
+        assert zk is not None
+        node = f"{self.path}/leader"
+        data = json.dumps({"id": self.member_id, "url": self.url, "epoch": epoch}).encode()
+        with translated("writing the leader node"):
+            deadline = time.monotonic() + self.config.session_timeout * 2
+            while True:
+                try:
+                    zk.create(node, data, ephemeral=True)
+                    return
+                except NodeExistsError:
+                    # the old leader's node lives until its session ends
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+
+    # -- fencing and trimming (the fetcher's thread) ------------------------------------
+
+    def _may_publish(self) -> bool:
+        zk = self._zk
+        if zk is None or self.epoch == 0:
+            return False
+        while zk.state == KazooState.SUSPENDED and not self._stop.is_set():
+            time.sleep(0.05)  # connection lost, session maybe alive: wait for the verdict
+        if zk.state != KazooState.CONNECTED or self._lost.is_set():
+            return False
+        try:
+            data, _ = zk.get(f"{self.path}/epoch")
+        except Exception:  # cannot confirm: do not publish
+            return False
+        return int(data or b"0") == self.epoch
+
+    def _ack_limit(self) -> int:
+        zk = self._zk
+        if zk is None:
+            raise CoordinatorUnavailableError("no ZooKeeper session")
+        members = ClusterView(zk, self.address).members()
+        scns = [int(m.get("max_scn", -1)) for m in members if m.get("id") != self.member_id]
+        return min(scns, default=self.relay.buffer.max_scn)
