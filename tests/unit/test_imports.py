@@ -280,7 +280,7 @@ def test_the_scanner_sees_every_kind_of_import() -> None:
     ]
     assert forbidden([Edge("databus.client.x", "databus.relay.app", 3, "function")]) == [
         "databus.client.x -> databus.relay.app (line 3, function level): "
-        "client may import only core"]
+        "client may import only coord, core"]
     assert cycles([Edge("databus.a", "databus.b", 1, "module"),
                    Edge("databus.b", "databus.c", 1, "function"),
                    Edge("databus.c", "databus.a", 1, "TYPE_CHECKING"),
