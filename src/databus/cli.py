@@ -153,9 +153,16 @@ def relay(
     tls_cert: TlsCertOpt = None,
     tls_key: TlsKeyOpt = None,
     tls_client_ca: TlsClientCaOpt = None,
+    cluster: Annotated[str | None, typer.Option(
+        help="join a relay cluster: zk://HOST:PORT[,HOST:PORT]/NAME (docs/cluster.md)")] = None,
+    member_id: Annotated[str | None, typer.Option(
+        help="this relay's name in its cluster (default: host-pid)")] = None,
+    advertise_url: Annotated[str | None, typer.Option(
+        help="the URL other members and clients reach this relay at")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
-    """Run a relay: capture a source and serve its changes over HTTP."""
+    """Run a relay: capture a source (a database, or another relay with
+    --source databus+http://HOST:PORT) and serve its changes over HTTP."""
     from databus.relay.config import load_config, parse_config  # imported when run (see top)
     from databus.relay.relay import Relay, config_from_args
 
@@ -163,22 +170,29 @@ def relay(
     try:
         _private_files()
         http = _http_overrides(host, token_file, insecure, tls_cert, tls_key, tls_client_ca)
+        cluster_opts = {k: v for k, v in (("address", cluster), ("member_id", member_id),
+                                          ("advertise_url", advertise_url)) if v is not None}
+        if cluster_opts and "address" not in cluster_opts and config is None:
+            raise typer.BadParameter("--member-id and --advertise-url go with --cluster")
         if config is not None:
             if source is not None or tables is not None or snapshot_mode is not None:
                 raise typer.BadParameter(
                     "give either --config or --source/--tables/--snapshot-mode")
             cfg = load_config(config)
-            if http or password_file is not None:  # command-line options win over the file
+            if http or password_file is not None or cluster_opts:  # options win over the file
                 raw = cfg.model_dump(mode="json", exclude_unset=True)
                 raw["http"] = {**raw.get("http", {}), **http}
                 if password_file is not None:
                     raw["source"]["password_file"] = str(password_file)
+                if cluster_opts:
+                    raw["cluster"] = {**(raw.get("cluster") or {}), **cluster_opts}
                 cfg = parse_config(raw)
         else:
             if source is None:
                 raise typer.BadParameter("--config or --source is required")
             cfg = config_from_args(source, _csv(tables), port, buffer_path, buffer_size,
-                                   snapshot_mode, http=http, password_file=password_file)
+                                   snapshot_mode, http=http, password_file=password_file,
+                                   cluster=cluster_opts or None)
         redactor.add(url_password(cfg.source.url), cfg.source.password())
         r = Relay(cfg)
         cfg_path = config
@@ -315,6 +329,39 @@ def bootstrap_cmd(
         _serve_until_signal(service, service.reload_tokens)
     except DatabusError as exc:
         _fail(exc, redactor)
+
+
+cluster_app = typer.Typer(no_args_is_help=True, help="Relay clusters (docs/cluster.md)")
+app.add_typer(cluster_app, name="cluster")
+
+
+@cluster_app.command("status")
+def cluster_status(
+    address: Annotated[str, typer.Argument(help="zk://HOST:PORT[,HOST:PORT]/NAME")],
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Print a relay cluster's leader, epoch and members (their roles and positions)."""
+    from databus.coord.zk import ClusterView, ZkAddress, zk_client
+
+    try:
+        addr = ZkAddress.parse(address)
+        zk = zk_client(addr, connect_timeout=10.0)
+        try:
+            status = ClusterView(zk, addr).status()
+        finally:
+            zk.stop()
+            zk.close()
+    except DatabusError as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(json.dumps(status, indent=2))
+        return
+    leader = status["leader"] or {}
+    typer.echo(f"cluster {status['cluster']}: epoch {status['epoch']}, leader "
+               f"{leader.get('id', '(none)')} {leader.get('url', '')}".rstrip())
+    for m in status["members"]:
+        typer.echo(f"  {m.get('id', '?'):<20} {m.get('role', '?'):<9} max_scn"
+                   f" {m.get('max_scn', -1):<12} {m.get('url', '')}")
 
 
 token_app = typer.Typer(no_args_is_help=True, help="Manage the bearer tokens of a token file"

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
+from databus.client.endpoints import check_relay_spec
 from databus.core.config import FrozenModel, load_file, validate
 from databus.serving import HttpServerConfig
 
@@ -83,9 +84,7 @@ class BootstrapConfig(_Model):
     @field_validator("relay_url")
     @classmethod
     def _url(cls, v: str) -> str:
-        if not v.startswith(("http://", "https://")):
-            raise ValueError("relay_url must be an http:// or https:// URL")
-        return v.rstrip("/")
+        return check_relay_spec(v)  # a relay, a list of relays, or zk://HOST:PORT/NAME
 
 
 def parse_config(raw: Any) -> BootstrapConfig:

@@ -291,8 +291,10 @@ class EventBuffer:
 
     def read(self, checkpoint: Checkpoint, max_bytes: int, *,
              sources: frozenset[int] | None = None,
-             filter: ServerFilter | None = None) -> ReadResult:
-        """Windows after ``checkpoint`` within ``max_bytes`` (see :class:`ReadResult`)."""
+             filter: ServerFilter | None = None,
+             upto_scn: int | None = None) -> ReadResult:
+        """Windows after ``checkpoint`` within ``max_bytes`` (see :class:`ReadResult`);
+        with ``upto_scn``, none past that SCN (a cluster's replicated windows only)."""
         with self._lock:
             if not checkpoint.is_flexible:
                 if checkpoint.window_scn < self.floor_scn:
@@ -319,7 +321,7 @@ class EventBuffer:
                 start = self._find(checkpoint.window_scn + 1)
                 if start < 0:
                     return ReadResult(b"", 0, 0, 0, -1)
-            return self._collect(start, skip, max_bytes, sources, filter)
+            return self._collect(start, skip, max_bytes, sources, filter, upto_scn)
 
     def _not_found(self, cp: Checkpoint) -> ScnNotFoundError:
         return ScnNotFoundError(
@@ -327,7 +329,7 @@ class EventBuffer:
             f" scn {self.floor_scn}); the consumer must bootstrap")
 
     def _collect(self, off: int, skip: int, max_bytes: int, sources: frozenset[int] | None,
-                 filt: ServerFilter | None) -> ReadResult:
+                 filt: ServerFilter | None, upto_scn: int | None = None) -> ReadResult:
         mem = self._mem
         # slices are views; the one copy is the final join (done under the lock)
         mv = memoryview(mem)
@@ -336,9 +338,11 @@ class EventBuffer:
         last_scn = -1
         selective = sources is not None or filt is not None
         compiled = compile_selection(sources, filt) if selective else None
-        max_scn = self._max_scn
+        max_scn = self._max_scn if upto_scn is None else min(self._max_scn, upto_scn)
         while last_scn < max_scn:
             scn = ev.peek_scn(mem, off)
+            if scn > max_scn:
+                break
             if compiled is not None:
                 # the window's selection in one call (as the event-by-event path below)
                 spans, p, _n = compiled.window(mem, off, skip)

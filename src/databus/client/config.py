@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from databus.client.credentials import Credentials
+from databus.client.endpoints import check_relay_spec
 from databus.core.config import ConfigModel
 from databus.core.filters import ServerFilter
 
@@ -26,7 +27,10 @@ class ClientConfig(ConfigModel):
       same backoff, ``relay_max_retries`` times in a row or forever when None.
     """
 
-    relay_url: str = Field(description="base URL of the relay, e.g. http://127.0.0.1:11115")
+    relay_url: str = Field(
+        description="base URL of the relay (http://127.0.0.1:11115), a comma-separated list of"
+        " relays, or a relay cluster's address zk://HOST:PORT/NAME: on failure the client"
+        " moves to another member with its checkpoint")
     sources: list[str | int] = Field(
         default_factory=list,
         description="sources to consume, by name ('db.table') or id; empty = all of the relay's",
@@ -88,9 +92,7 @@ class ClientConfig(ConfigModel):
     @field_validator("relay_url")
     @classmethod
     def _url(cls, v: str) -> str:
-        if not v.startswith(("http://", "https://")):
-            raise ValueError("relay_url must be an http:// or https:// URL")
-        return v.rstrip("/")
+        return check_relay_spec(v)
 
     @field_validator("bootstrap_url")
     @classmethod

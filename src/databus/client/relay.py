@@ -18,12 +18,14 @@ Errors are typed (never inferred from message text):
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from databus.client.credentials import Credentials
+from databus.client.endpoints import Endpoints
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import (
     DatabusError,
@@ -34,6 +36,8 @@ from databus.core.errors import (
 )
 from databus.core.schema import SchemaRegistry
 
+log = logging.getLogger("databus.client")
+
 
 @dataclass(frozen=True, slots=True)
 class StreamResponse:
@@ -42,6 +46,7 @@ class StreamResponse:
     data: bytes
     max_scn: int = -1
     min_scn: int = -1
+    cluster_hw: int | None = None  # to cluster members: what every member holds
 
 
 def _header_int(headers: httpx.Headers, name: str) -> int:
@@ -56,18 +61,35 @@ class RelayConnection:
 
     def __init__(self, url: str, *, http_timeout: float = 30.0,
                  transport: httpx.BaseTransport | None = None,
-                 credentials: Credentials | None = None) -> None:
-        """``credentials``: the token and TLS files to present; None reads them from the
-        environment (:meth:`Credentials.from_env`)."""
-        self.url = url.rstrip("/")
+                 credentials: Credentials | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        """``url``: a relay, a comma-separated list of relays or a cluster address
+        ``zk://HOST:PORT/NAME`` (:mod:`databus.client.endpoints`): when the relay in use
+        fails, the next call goes to another one. ``credentials``: the token and TLS
+        files to present; None reads them from the environment
+        (:meth:`Credentials.from_env`)."""
+        self.endpoints = Endpoints(url.rstrip("/"))
+        self.url = self.endpoints.current
         self.http_timeout = http_timeout
         creds = credentials if credentials is not None else Credentials.from_env()
         self._http = httpx.Client(base_url=self.url, timeout=http_timeout, transport=transport,
-                                  headers={"User-Agent": "databus-client", **creds.headers()},
+                                  headers={"User-Agent": "databus-client", **creds.headers(),
+                                           **(headers or {})},
                                   verify=creds.ssl_context())
 
     def close(self) -> None:
         self._http.close()
+        self.endpoints.close()
+
+    def _failed_over(self) -> None:
+        """After a relay failure: the next call goes to the next member, if any."""
+        if self.endpoints.several:
+            try:
+                self.url = self.endpoints.advance()
+            except RelayUnavailableError as exc:
+                log.warning("no other relay to read: %s", exc)
+                return
+            self._http.base_url = httpx.URL(self.url)
 
     def __enter__(self) -> RelayConnection:
         return self
@@ -94,7 +116,8 @@ class RelayConnection:
 
     def stream(self, checkpoint: Checkpoint | None, source_ids: list[int] | None = None, *,
                size: int = 4 * 1024 * 1024, filter_json: str | None = None,
-               timeout: float = 10.0, from_latest: bool = False) -> StreamResponse:
+               timeout: float = 10.0, from_latest: bool = False,
+               headers: dict[str, str] | None = None) -> StreamResponse:
         """Windows after ``checkpoint`` (None = flexible), long-polling ``timeout`` s.
 
         The body is concatenated binary events; empty when nothing new came
@@ -110,9 +133,12 @@ class RelayConnection:
             params["filters"] = filter_json
         if from_latest:
             params["streamFromLatestScn"] = "true"
-        r = self._get("/stream", params, read_timeout=timeout + self.http_timeout)
+        r = self._get("/stream", params, read_timeout=timeout + self.http_timeout,
+                      headers=headers)
+        hw = r.headers.get("X-Databus-Cluster-Hw")
         return StreamResponse(r.content, _header_int(r.headers, "X-Databus-Max-Scn"),
-                              _header_int(r.headers, "X-Databus-Min-Scn"))
+                              _header_int(r.headers, "X-Databus-Min-Scn"),
+                              _header_int(r.headers, "X-Databus-Cluster-Hw") if hw else None)
 
     # -- plumbing ----------------------------------------------------------------
 
@@ -123,17 +149,22 @@ class RelayConnection:
         except ValueError as exc:
             raise RelayUnavailableError(f"{self.url}{path} did not answer JSON") from exc
 
-    def _get(self, path: str, params: dict[str, str],
-             read_timeout: float | None = None) -> httpx.Response:
+    def _get(self, path: str, params: dict[str, str], read_timeout: float | None = None,
+             headers: dict[str, str] | None = None) -> httpx.Response:
         timeout = (httpx.Timeout(self.http_timeout, read=read_timeout)
                    if read_timeout is not None else httpx.USE_CLIENT_DEFAULT)
         try:
-            r = self._http.get(path, params=params, timeout=timeout)
+            r = self._http.get(path, params=params, timeout=timeout, headers=headers)
         except httpx.HTTPError as exc:
-            raise RelayUnavailableError(
-                f"relay {self.url} unreachable ({path}): {type(exc).__name__}: {exc}") from exc
+            err = RelayUnavailableError(
+                f"relay {self.url} unreachable ({path}): {type(exc).__name__}: {exc}")
+            self._failed_over()
+            raise err from exc
         if r.status_code >= 400:
-            raise self._error(path, r)
+            error = self._error(path, r)
+            if isinstance(error, RelayUnavailableError):
+                self._failed_over()
+            raise error
         return r
 
     def _error(self, path: str, r: httpx.Response) -> DatabusError:

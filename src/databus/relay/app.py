@@ -43,6 +43,7 @@ from databus.core.errors import (
 )
 from databus.core.filters import ServerFilter
 from databus.core.schema import SchemaRegistry
+from databus.relay.cluster import ClusterMember
 from databus.relay.config import RelayConfig
 from databus.relay.metrics import RelayMetrics
 from databus.relay.openapi import relay_openapi
@@ -77,6 +78,13 @@ class ServedRelay(Protocol):
     def refresh_gauges(self) -> None: ...
 
     def fetcher_status(self) -> dict[str, Any]: ...
+
+    @property
+    def cluster(self) -> ClusterMember | None: ...
+
+    def wake(self) -> None:
+        """Wake long polls (e.g. more windows became servable)."""
+        ...
 
 
 class _CountRequests:
@@ -187,20 +195,38 @@ def build_app(relay: ServedRelay) -> Starlette:
             )
         if cp.is_flexible and bool_param(request, "streamFromLatestScn"):
             cp = Checkpoint.after(relay.buffer.max_scn)
+        # a cluster serves consumers only the windows every live member holds; its
+        # members (chain sources) read past that, and their reads say what they hold
+        member = request.headers.get("x-databus-member")
+        member_hw = (int_param_value(request.headers.get("x-databus-member-hw"))
+                     if member else None)
+        upto: int | None = None
+        if relay.cluster is not None:
+            if member:
+                held = -1 if cp.is_flexible else (cp.prev_scn if cp.in_window else cp.window_scn)
+                if relay.cluster.follower_at(member, held):
+                    relay.wake()  # consumers waiting for replicated windows
+            else:
+                upto = relay.cluster.serve_limit()
         # an unselected read is one copy of buffer bytes: cheaper than a thread hop
         # (which costs single consumers ~15% of their rate); a selection walks every event
         selecting = src_ids is not None or filt is not None
         deadline = time.monotonic() + timeout
         while True:
             changed = relay.changed_event()
+            if relay.cluster is not None and not member:
+                upto = relay.cluster.serve_limit()
             if selecting:
                 result = await run_in_threadpool(relay.buffer.read, cp, size,
-                                                 sources=src_ids, filter=filt)
+                                                 sources=src_ids, filter=filt, upto_scn=upto)
             else:
-                result = relay.buffer.read(cp, size)
+                result = relay.buffer.read(cp, size, upto_scn=upto)
             remaining = deadline - time.monotonic()
             if result.events or remaining <= 0 or relay.stopping:
                 break
+            if member_hw is not None and relay.cluster is not None \
+                    and relay.cluster.serve_limit() != member_hw:
+                break  # a member learns a new high-water mark at once
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), remaining)
         metrics.bytes_out.inc(len(result.data))
@@ -213,6 +239,8 @@ def build_app(relay: ServedRelay) -> Starlette:
             "X-Databus-Partial-Scn": str(result.partial_scn),
             "X-Databus-Partial-Count": str(result.partial_count),
         }
+        if member and relay.cluster is not None:
+            headers["X-Databus-Cluster-Hw"] = str(relay.cluster.serve_limit())
         if output == "json":
             body = await run_in_threadpool(_to_json_lines, relay.source.registry(), result.data,
                                            transactions=transactions)
@@ -238,12 +266,13 @@ def build_app(relay: ServedRelay) -> Starlette:
     def admin(_: Request) -> Response:
         status = relay.fetcher_status()
         healthy = status["state"] in ("running", "starting", "retrying")
+        stats = relay.stats()
         return JSONResponse(
             {"status": "ok" if healthy else "degraded", "name": relay.config.name,
              "fetcher": status, "buffer": relay.buffer.stats(),
-             "continuity": relay.stats()["continuity"],
+             "continuity": stats["continuity"],
              "source": relay.source.stats(),  # snapshot counters (errors, aborts) included
-             **({"cluster": relay.cluster.status()} if relay.cluster is not None else {})},
+             **({"cluster": stats["cluster"]} if "cluster" in stats else {})},
             status_code=200 if healthy else 503,
         )
 
@@ -292,6 +321,14 @@ def build_app(relay: ServedRelay) -> Starlette:
         signal: "signal"}
     return Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS,
                      middleware=[Middleware(_CountRequests, metrics=metrics, names=names)])
+
+
+def int_param_value(raw: str | None) -> int | None:
+    """An integer header, or None when absent or not an integer."""
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
 
 
 def _to_json_lines(reg: SchemaRegistry, data: bytes, *, transactions: bool = False) -> bytes:

@@ -82,6 +82,8 @@ class Member(Protocol):
 
     def reset_buffer(self) -> None: ...
 
+    def wake(self) -> None: ...
+
 log = logging.getLogger("databus.relay.cluster")
 
 
@@ -120,6 +122,11 @@ class ClusterMember:
         self._stop = threading.Event()
         self._lost = threading.Event()  # the session was lost while leading
         self._leader_changed = threading.Event()
+        self._last_hw = -1  # the last high-water mark a leader sent (followers)
+        self._positions: dict[str, int] = {}  # what each follower holds (its last read)
+        self._followers: set[str] = set()  # live members but this one (ZooKeeper's list)
+        self._view: dict[str, Any] = {}
+        self._view_at = 0.0
         self._roles = threading.RLock()  # one role change at a time (election vs watch)
         self._thread = threading.Thread(target=self._run, name="databus-cluster", daemon=True)
 
@@ -138,6 +145,7 @@ class ClusterMember:
                 zk.ensure_path(f"{self.path}/{sub}")
         self._register()
         zk.DataWatch(f"{self.path}/leader", self._on_leader)
+        zk.ChildrenWatch(f"{self.path}/members", self._on_members)
         self._thread.start()
         log.info("cluster %s: member %s joined at %s", self.address, self.member_id, self.url)
 
@@ -159,10 +167,14 @@ class ClusterMember:
                                "role": self.role, "epoch": self.epoch,
                                "leader_url": self.leader_url}
         if self._zk is not None:
-            try:
-                out["view"] = ClusterView(self._zk, self.address).status()
-            except CoordinatorUnavailableError as exc:
-                out["view_error"] = str(exc)
+            now = time.monotonic()
+            if now - self._view_at > 1.0:  # /containerStats is polled: ask ZooKeeper once a second
+                try:
+                    self._view = {"view": ClusterView(self._zk, self.address).status()}
+                except CoordinatorUnavailableError as exc:
+                    self._view = {"view_error": str(exc)}
+                self._view_at = now
+            out.update(self._view)
         return out
 
     # -- ZooKeeper callbacks (kazoo's threads) -----------------------------------------
@@ -184,6 +196,33 @@ class ClusterMember:
         if url != self.leader_url:
             self.leader_url = url
             self._leader_changed.set()
+
+    def _on_members(self, children: list[str]) -> None:
+        self._followers = {c for c in children if c != self.member_id}
+        self.relay.wake()  # a member gone can raise what consumers may read
+
+    # -- what consumers may read (the high-water mark) -----------------------------------
+
+    def follower_at(self, member: str, held: int) -> bool:
+        """A member's read says it holds every window up to ``held``; True when that
+        raised the high-water mark."""
+        before = self.serve_limit()
+        if held > self._positions.get(member, -2):
+            self._positions[member] = held
+        return self.serve_limit() > before
+
+    def serve_limit(self) -> int:
+        """The newest window every live member holds: consumers read no further, so a
+        window a consumer saw survives any one member's loss. A follower serves up to
+        what its leader last said."""
+        own = self.relay.buffer.max_scn
+        if self.role == "leader":
+            held = [self._positions.get(m, -1) for m in self._followers]
+            return min([own, *held])
+        source = self.relay.source
+        if isinstance(source, ChainSource) and source.cluster_hw is not None:
+            self._last_hw = source.cluster_hw
+        return min(own, self._last_hw)
 
     # -- the member node ------------------------------------------------------------
 
@@ -269,7 +308,8 @@ class ClusterMember:
             if current == upstream:
                 return
             log.info("cluster %s: following the leader at %s", self.address, upstream)
-            chain = open_source(SourceConfig(url=f"databus+{upstream}"), self.relay.config.name)
+            chain = ChainSource(SourceConfig(url=f"databus+{upstream}"),
+                                name=self.relay.config.name, member_id=self.member_id)
             self.relay.switch_source(chain)
         self._publish_member()
 

@@ -176,6 +176,10 @@ class Relay(HttpService):
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._notify)
 
+    def wake(self) -> None:
+        """Wake long polls (more windows became servable); safe from any thread."""
+        self._on_append()
+
     def _notify(self) -> None:
         old, self._changed = self._changed, asyncio.Event()
         old.set()
@@ -251,6 +255,7 @@ def config_from_args(
     source_url: str, tables: list[str], port: int, buffer_path: Path | None,
     capacity: int | None, snapshot_mode: str | None = None, *,
     http: dict[str, Any] | None = None, password_file: Path | None = None,
+    cluster: dict[str, Any] | None = None,
 ) -> RelayConfig:
     """A config for ``databus relay --source URL --tables ...`` (no file); ``http``:
     more fields of the ``http`` section (host, tokens, TLS)."""
@@ -260,6 +265,8 @@ def config_from_args(
     if password_file is not None:
         src["password_file"] = str(password_file)
     raw: dict[str, Any] = {"source": src, "http": {"port": port, **(http or {})}}
+    if cluster:
+        raw["cluster"] = cluster
     buf: dict[str, Any] = {}
     if buffer_path is not None:
         buf["path"] = str(buffer_path)

@@ -83,8 +83,14 @@ def upstream_url(url: str) -> str:
 class ChainSource(Source):
     """Reads the windows of the relay at ``config.url`` (see the module docstring)."""
 
-    def __init__(self, config: SourceConfig, *, name: str = "relay") -> None:
+    def __init__(self, config: SourceConfig, *, name: str = "relay",
+                 member_id: str | None = None) -> None:
+        """``member_id``: this relay is a member of the upstream's cluster (its reads
+        tell the leader what it holds, and the leader tells it what every member
+        holds: :attr:`cluster_hw`)."""
         self.config = config
+        self.member_id = member_id
+        self.cluster_hw: int | None = None
         self.name = name
         self.url = upstream_url(config.url)
         try:
@@ -116,7 +122,8 @@ class ChainSource(Source):
     def open(self) -> None:
         if self._conn is not None:
             return
-        self._conn = RelayConnection(self.url, credentials=self._credentials)
+        headers = {"X-Databus-Member": self.member_id} if self.member_id else None
+        self._conn = RelayConnection(self.url, credentials=self._credentials, headers=headers)
         try:
             self._refresh()
         except TransientError as exc:  # serve what the buffer holds; capture retries
@@ -177,16 +184,23 @@ class ChainSource(Source):
             self._part_count = 0
         deadline = time.monotonic() + timeout
         while True:
+            hw_before = self.cluster_hw
             position = self._position
             with _translated(self.url):
+                hw = ({"X-Databus-Member-Hw": str(self.cluster_hw)}
+                      if self.member_id and self.cluster_hw is not None else None)
                 resp = conn.stream(position, None, size=FETCH_BYTES,
-                                   timeout=max(0.0, min(timeout, deadline - time.monotonic())))
+                                   timeout=max(0.0, min(timeout, deadline - time.monotonic())),
+                                   headers=hw)
             windows = self._windows(resp.data)
+            if resp.cluster_hw is not None:
+                self.cluster_hw = resp.cluster_hw
             with self._lock:
                 self._stats["upstream_max_scn"] = float(resp.max_scn)
                 self._stats["upstream_bytes"] += len(resp.data)
                 self._stats["windows"] += len(windows)
-            if windows or not resp.data or stop.is_set() or time.monotonic() >= deadline:
+            if (windows or not resp.data or stop.is_set() or time.monotonic() >= deadline
+                    or resp.cluster_hw != hw_before):
                 return windows
             # only a part of a large window came: ask for the rest at once
 

@@ -1,0 +1,104 @@
+"""Where a relay is: one URL, a list of member URLs, or a relay cluster's address.
+
+``http://a:1``, ``http://a:1,http://b:2`` or ``zk://HOST:PORT/NAME`` name the
+relays a client may read. Every member of a relay cluster holds the same windows
+under the same SCNs, so a client moves to another member with the checkpoint it
+has: it repeats at most the window it was reading (at-least-once) and loses
+nothing. A list is tried in turn; a cluster address asks ZooKeeper for the live
+members, the leader first, each time a member fails.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from databus.core.errors import ConfigError, RelayUnavailableError
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+
+    from databus.coord.zk import ZkAddress
+
+log = logging.getLogger("databus.client")
+
+
+def check_relay_spec(spec: str) -> str:
+    """``spec`` when it names relays (see the module docstring); else ValueError."""
+    spec = spec.strip()
+    if spec.startswith("zk://"):
+        from databus.coord.zk import ZkAddress
+
+        try:
+            ZkAddress.parse(spec)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return spec
+    urls = [u.strip().rstrip("/") for u in spec.split(",")]
+    if not urls or not all(u.startswith(("http://", "https://")) for u in urls):
+        raise ValueError("a relay is an http:// or https:// URL, a comma-separated list of"
+                         " them, or a cluster address zk://HOST:PORT/NAME")
+    return ",".join(urls)
+
+
+class Endpoints:
+    """The relays behind a spec; :attr:`current` is the one in use."""
+
+    def __init__(self, spec: str) -> None:
+        self.spec = check_relay_spec(spec) if "://" in spec else spec
+        self._zk: KazooClient | None = None
+        self._address: ZkAddress | None = None
+        if self.spec.startswith("zk://"):
+            from databus.coord.zk import ZkAddress
+
+            self._address = ZkAddress.parse(self.spec)
+            self.urls: list[str] = []
+            self.current = ""
+            self.current = self._resolve()[0]
+        else:
+            self.urls = self.spec.split(",")
+            self.current = self.urls[0]
+
+    @property
+    def several(self) -> bool:
+        return self._address is not None or len(self.urls) > 1
+
+    def _resolve(self) -> list[str]:
+        from databus.coord.zk import ClusterView, zk_client
+        from databus.core.errors import CoordinatorUnavailableError
+
+        assert self._address is not None
+        try:
+            if self._zk is None:
+                self._zk = zk_client(self._address, connect_timeout=10.0)
+            urls = ClusterView(self._zk, self._address).urls()
+        except CoordinatorUnavailableError as exc:
+            raise RelayUnavailableError(f"cluster {self._address}: {exc}") from exc
+        if not urls:
+            raise RelayUnavailableError(f"cluster {self._address} has no live member")
+        self.urls = urls
+        return urls
+
+    def advance(self) -> str:
+        """The member to try after :attr:`current` failed (the same one when it is the
+        only one)."""
+        failed = self.current
+        if self._address is not None:
+            urls = self._resolve()
+            others = [u for u in urls if u != failed]
+            self.current = others[0] if others else urls[0]
+        else:
+            i = self.urls.index(failed) if failed in self.urls else -1
+            self.current = self.urls[(i + 1) % len(self.urls)]
+        if self.current != failed:
+            log.info("relay %s failed: reading %s now", failed, self.current)
+        return self.current
+
+    def close(self) -> None:
+        if self._zk is not None:
+            try:
+                self._zk.stop()
+                self._zk.close()
+            except Exception:  # closing: nothing to save
+                log.debug("closing the ZooKeeper client failed", exc_info=True)
+            self._zk = None
