@@ -124,7 +124,10 @@ class ClusterMember:
         self._leader_changed = threading.Event()
         self._last_hw = -1  # the last high-water mark a leader sent (followers)
         self._positions: dict[str, int] = {}  # what each follower holds (its last read)
-        self._followers: set[str] = set()  # live members but this one (ZooKeeper's list)
+        # the members that may lead next (in the election: only caught-up followers
+        # join it), but this one: consumers read only what all of them hold
+        self._contenders: set[str] = set()
+        self._contenders_stale = threading.Event()
         self._view: dict[str, Any] = {}
         self._view_at = 0.0
         self._roles = threading.RLock()  # one role change at a time (election vs watch)
@@ -145,7 +148,7 @@ class ClusterMember:
                 zk.ensure_path(f"{self.path}/{sub}")
         self._register()
         zk.DataWatch(f"{self.path}/leader", self._on_leader)
-        zk.ChildrenWatch(f"{self.path}/members", self._on_members)
+        zk.ChildrenWatch(f"{self.path}/election", self._on_election)
         self._thread.start()
         log.info("cluster %s: member %s joined at %s", self.address, self.member_id, self.url)
 
@@ -197,9 +200,25 @@ class ClusterMember:
             self.leader_url = url
             self._leader_changed.set()
 
-    def _on_members(self, children: list[str]) -> None:
-        self._followers = {c for c in children if c != self.member_id}
-        self.relay.wake()  # a member gone can raise what consumers may read
+    def _on_election(self, _children: list[str]) -> None:
+        self._contenders_stale.set()  # read by the member thread: no blocking call here
+
+    def _refresh_contenders(self) -> None:
+        zk = self._zk
+        if zk is None or not self._contenders_stale.is_set():
+            return
+        self._contenders_stale.clear()
+        try:
+            with translated("listing the election"):
+                ids = set(zk.Election(f"{self.path}/election").contenders())
+        except DatabusError as exc:
+            log.warning("cluster %s: %s", self.address, exc)
+            self._contenders_stale.set()
+            return
+        ids.discard(self.member_id)
+        if ids != self._contenders:
+            self._contenders = ids
+            self.relay.wake()  # one gone can raise what consumers may read
 
     # -- what consumers may read (the high-water mark) -----------------------------------
 
@@ -217,7 +236,7 @@ class ClusterMember:
         what its leader last said."""
         own = self.relay.buffer.max_scn
         if self.role == "leader":
-            held = [self._positions.get(m, -1) for m in self._followers]
+            held = [self._positions.get(m, -1) for m in self._contenders]
             return min([own, *held])
         source = self.relay.source
         if isinstance(source, ChainSource) and source.cluster_hw is not None:
@@ -267,6 +286,9 @@ class ClusterMember:
             self._follow()
             if self._stop.is_set():
                 break
+            self._catch_up()
+            if self._stop.is_set():
+                break
             election = zk.Election(f"{self.path}/election", self.member_id)
             worker = threading.Thread(target=self._contend, args=(election,), daemon=True)
             worker.start()
@@ -279,6 +301,29 @@ class ClusterMember:
                 self._publish_member()
             election.cancel()
             worker.join(10)
+
+    def _catch_up(self) -> None:
+        """Follow without contending until this member holds every window consumers may
+        have read (the leader's high-water mark): only then could it lead. With no
+        leader for two session timeouts, contend anyway (else nobody would lead)."""
+        leaderless_since: float | None = None
+        while not self._stop.is_set():
+            if self._leader_changed.wait(0.2):
+                self._leader_changed.clear()
+                self._follow()
+            self._publish_member()
+            source = self.relay.source
+            told = source.cluster_hw if isinstance(source, ChainSource) else None
+            if told is not None and self.relay.buffer.max_scn >= told:
+                return  # caught up with what the leader said
+            if self.leader_url is None or told is None:
+                now = time.monotonic()
+                leaderless_since = leaderless_since or now
+                if (self.leader_url is None and self.relay.buffer.max_scn >= self._last_hw) \
+                        or now - leaderless_since > 2 * self.config.session_timeout:
+                    return
+            else:
+                leaderless_since = None
 
     def _contend(self, election: Any) -> None:
         try:
@@ -363,11 +408,16 @@ class ClusterMember:
                  self.member_id, epoch, self.relay.buffer.max_scn)
         self._write_leader(epoch)
         self._publish_member()
+        self._contenders_stale.set()
+        beat = 0.0
         while not self._stop.is_set() and not self._lost.is_set():
             if self.relay.fetcher.status["state"] == "fenced":
                 break
-            self._lost.wait(1.0)
-            self._publish_member()
+            self._lost.wait(0.1)
+            self._refresh_contenders()
+            if time.monotonic() - beat >= 1.0:
+                self._publish_member()
+                beat = time.monotonic()
         log.warning("cluster %s: member %s no longer leads (epoch %d)", self.address,
                     self.member_id, epoch)
         with self._roles:
