@@ -80,8 +80,10 @@ class ClusterConfig(_Model):
         None, description="URL other members and clients reach this relay at (default: the"
         " URL it listens on)")
     session_timeout: float = Field(
-        10.0, ge=2, le=120, description="ZooKeeper session timeout, s: how long a silent"
-        " leader keeps its role (bounds the failover time)")
+        4.0, ge=2, le=120, description="ZooKeeper session timeout, s: how long a silent"
+        " leader keeps its role; it bounds the failover time (a pause longer than this, GC"
+        " or network, costs a failover). ZooKeeper grants 2 to 20 ticks (tickTime 2 s by"
+        " default: 4 s to 40 s)")
     leaders: int = Field(1, ge=1, le=1, description="leaders per cluster (1)")
 
     @field_validator("address")
