@@ -43,7 +43,15 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
 from databus.coord.zk import ClusterView, translated, zk_client
@@ -421,6 +429,7 @@ class ClusterMember:
         log.warning("cluster %s: member %s no longer leads (epoch %d)", self.address,
                     self.member_id, epoch)
         with self._roles:
+            self._last_hw = self.serve_limit()  # what consumers have been served stays
             self.role = "follower"
             self.epoch = 0
             self.relay.switch_source(idle_source())  # capture stops: someone else leads
@@ -464,18 +473,26 @@ class ClusterMember:
     # -- fencing and trimming (the fetcher's thread) ------------------------------------
 
     def _may_publish(self) -> bool:
+        """Whether this member still leads: its session is connected and the ``epoch``
+        node, read in that session, holds its epoch. While the connection is down but
+        the session may live (SUSPENDED), it waits: nothing is published that
+        ZooKeeper has not confirmed."""
         zk = self._zk
-        if zk is None or self.epoch == 0:
-            return False
-        while zk.state == KazooState.SUSPENDED and not self._stop.is_set():
-            time.sleep(0.05)  # connection lost, session maybe alive: wait for the verdict
-        if zk.state != KazooState.CONNECTED or self._lost.is_set():
-            return False
-        try:
-            data, _ = zk.get(f"{self.path}/epoch")
-        except Exception:  # cannot confirm: do not publish
-            return False
-        return int(data or b"0") == self.epoch
+        while zk is not None and self.epoch != 0 and not self._stop.is_set():
+            if zk.state == KazooState.SUSPENDED:
+                time.sleep(0.05)
+                continue
+            if zk.state != KazooState.CONNECTED or self._lost.is_set():
+                return False
+            try:
+                data, _ = zk.get(f"{self.path}/epoch")
+            except SessionExpiredError:
+                return False
+            except (ConnectionLoss, OperationTimeoutError, KazooTimeoutError):
+                time.sleep(0.05)  # the connection dropped under the read: ask again
+                continue
+            return int(data or b"0") == self.epoch
+        return False
 
     def _ack_limit(self) -> int:
         zk = self._zk
