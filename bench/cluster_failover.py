@@ -30,10 +30,10 @@ from typing import Any
 
 import httpx
 import yaml
-
-from databus.client import ClientConfig, Consumer, DatabusClient, MemoryCheckpointStore
 from tests.support.procs import free_port
 from tests.support.zookeeper import ZooKeeper
+
+from databus.client import ClientConfig, Consumer, DatabusClient, MemoryCheckpointStore
 
 
 class Arrivals(Consumer):

@@ -246,9 +246,18 @@ def signal_cmd(
     typer.echo(r.json()["id"])
 
 
+PartitionsOpt = Annotated[str | None, typer.Option(
+    help="static client cluster: MOD:N splits every source's keys into N buckets; this"
+    " process reads bucket --member (needs --sources)")]
+MemberOpt = Annotated[int | None, typer.Option(help="with --partitions: this member's bucket,"
+                                                    " 0 to N-1")]
+
+
 @app.command()
 def tail(
-    relay: Annotated[str, typer.Option(help="relay URL, e.g. http://127.0.0.1:11115")],
+    relay: Annotated[str, typer.Option(
+        help="relay URL (http://127.0.0.1:11115), comma-separated relays, or a relay"
+        " cluster zk://HOST:PORT/NAME")],
     sources: Annotated[str | None, typer.Option(help="comma-separated source names or ids")] = None,
     from_start: Annotated[bool, typer.Option(help="start with the oldest window the relay holds")] = False,
     max_windows: Annotated[int | None, typer.Option(help="stop after this many windows")] = None,
@@ -256,6 +265,8 @@ def tail(
     bootstrap: Annotated[str | None, typer.Option(
         help="bootstrap server URL: print the snapshot first (and use it if the relay "
         "no longer holds the checkpoint)")] = None,
+    partitions: PartitionsOpt = None,
+    member: MemberOpt = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Print every change as a JSON envelope, one per line.
@@ -270,14 +281,16 @@ def tail(
         # an interactive command: give up on an unreachable relay after a few tries
         run_tail(relay, sys.stdout, sources=_csv(sources), checkpoint=checkpoint,
                  from_start=from_start, bootstrap_url=bootstrap, relay_max_retries=5,
-                 max_windows=max_windows, stop=_stop_on_sigterm())
+                 max_windows=max_windows, stop=_stop_on_sigterm(), partitions=partitions,
+                 member=member)
     except DatabusError as exc:
         _fail(exc, redactor)
 
 
 @app.command()
 def replicate(
-    relay: Annotated[str, typer.Option(help="relay URL")],
+    relay: Annotated[str, typer.Option(
+        help="relay URL, comma-separated relays, or a relay cluster zk://HOST:PORT/NAME")],
     target: Annotated[str, typer.Option(help="SQLAlchemy URL of the target database")],
     sources: Annotated[str | None, typer.Option(help="comma-separated source names or ids")] = None,
     bootstrap: Annotated[str | None, typer.Option(
@@ -288,6 +301,8 @@ def replicate(
     target_password_file: Annotated[Path | None, typer.Option(
         help="file whose first line is the target's password (keeps it out of the URL"
         " and the process list); DATABUS_TARGET_PASSWORD works too")] = None,
+    partitions: PartitionsOpt = None,
+    member: MemberOpt = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Apply the change stream to same-named tables of a target database.
@@ -303,7 +318,8 @@ def replicate(
         target = _with_password(target, target_password_file, "DATABUS_TARGET_PASSWORD")
         redactor.add(url_password(target))
         run_replicate(relay, target, sources=_csv(sources), bootstrap_url=bootstrap,
-                      bootstrap_batch_size=bootstrap_batch, stop=_stop_on_sigterm())
+                      bootstrap_batch_size=bootstrap_batch, stop=_stop_on_sigterm(),
+                      partitions=partitions, member=member)
     except DatabusError as exc:
         _fail(exc, redactor)
 

@@ -341,7 +341,8 @@ class BootstrapRunner:
 
     def _fetch(self, conn: BootstrapConnection, cp: Checkpoint) -> Batch:
         """One ``/bootstrap`` request, parsed (runs on either thread; touches no state)."""
-        body = conn.bootstrap(cp, self._ids(), self.cfg.bootstrap_batch_size, self.cfg.filter)
+        body = conn.bootstrap(cp, self._ids(), self.cfg.bootstrap_batch_size,
+                              self.cfg.filter_for(self._ids() or []))
         return parse_batch(body, cp, self.cfg.verify_crc)
 
     def _ensure_schemas(self, batch: Batch) -> None:

@@ -312,7 +312,8 @@ class _Loop:
         position = self.asm.position
         try:
             resp = self.conn.stream(
-                position, client._request_ids, size=cfg.fetch_size, filter_json=cfg.filter,
+                position, client._request_ids, size=cfg.fetch_size,
+                filter_json=cfg.filter_for(client.source_ids),
                 timeout=cfg.poll_timeout, from_latest=self.from_latest and position.is_flexible)
             windows = self.asm.feed(resp.data)
         except ScnNotFoundError as exc:

@@ -38,6 +38,13 @@ class ClientConfig(ConfigModel):
     filter: str | None = Field(
         None, description="server-side filter, Databus JSON (see databus.core.filters)"
     )
+    partitions: str | None = Field(
+        None, pattern=r"^MOD:[1-9][0-9]{0,4}$",
+        description="static client cluster: 'MOD:N' splits every source's keys into N"
+        " buckets (server-side MOD filter); this member reads bucket ``member``. Needs"
+        " ``sources`` named (a table added later would reach every member)")
+    member: int | None = Field(None, ge=0, description="with ``partitions``: this member's"
+                               " bucket, 0 to N-1")
     fetch_size: int = Field(4 * 1024 * 1024, ge=1024, description="bytes per /stream response")
     poll_timeout: float = Field(10.0, ge=0, le=600, description="long-poll seconds per request")
     http_timeout: float = Field(
@@ -116,4 +123,23 @@ class ClientConfig(ConfigModel):
     def _backoff(self) -> ClientConfig:
         if self.backoff_max < self.backoff_initial:
             raise ValueError("backoff_max must be >= backoff_initial")
+        if (self.partitions is None) != (self.member is None):
+            raise ValueError("partitions and member go together")
+        if self.partitions is not None and self.member is not None:
+            n = int(self.partitions.split(":")[1])
+            if self.member >= n:
+                raise ValueError(f"member must be below the {n} partitions, got {self.member}")
+            if self.filter is not None:
+                raise ValueError("give either filter or partitions (a partition is a filter)")
+            if not self.sources:
+                raise ValueError("partitions need sources named: a table added later would"
+                                 " otherwise reach every member")
         return self
+
+    def filter_for(self, src_ids: list[int]) -> str | None:
+        """The server-side filter to send: ``filter``, or this member's MOD bucket of
+        every source in ``src_ids``."""
+        if self.partitions is None or self.member is None:
+            return self.filter
+        n = int(self.partitions.split(":")[1])
+        return ServerFilter.mod(src_ids, n, self.member, self.member + 1).to_json()

@@ -23,7 +23,8 @@ def tail(relay_url: str, out: TextIO, *, sources: Sequence[str | int] | None = N
          checkpoint: Path | None = None, from_start: bool = True,
          bootstrap_url: str | None = None, poll_timeout: float = 5.0,
          relay_max_retries: int | None = None, max_windows: int | None = None,
-         stop: threading.Event | None = None) -> DatabusClient:
+         stop: threading.Event | None = None, partitions: str | None = None,
+         member: int | None = None) -> DatabusClient:
     """Print every data event as a JSON envelope line to ``out``.
 
     Without ``checkpoint`` the position lives in memory: each run starts at the
@@ -34,7 +35,8 @@ def tail(relay_url: str, out: TextIO, *, sources: Sequence[str | int] | None = N
     """
     cfg = ClientConfig(relay_url=relay_url, sources=list(sources or []),
                        from_start=from_start, poll_timeout=poll_timeout,
-                       relay_max_retries=relay_max_retries, bootstrap_url=bootstrap_url)
+                       relay_max_retries=relay_max_retries, bootstrap_url=bootstrap_url,
+                       partitions=partitions, member=member)
     store = FileCheckpointStore(checkpoint) if checkpoint else MemoryCheckpointStore()
     client = DatabusClient(cfg, JsonLinesSink(out), store)
     client.run(stop=stop, max_windows=max_windows)
@@ -45,7 +47,8 @@ def replicate(relay_url: str, target_url: str, *, sources: Sequence[str | int] |
               name: str = "replicate", bootstrap_url: str | None = None,
               bootstrap_batch_size: int = 10_000, poll_timeout: float = 2.0,
               max_retries: int = 100, max_windows: int | None = None,
-              stop: threading.Event | None = None) -> DatabusClient:
+              stop: threading.Event | None = None, partitions: str | None = None,
+              member: int | None = None) -> DatabusClient:
     """Apply the relay's stream to same-named tables of ``target_url`` (see
     :mod:`databus.client.sinks.replicate`), from the relay's oldest window.
 
@@ -55,10 +58,16 @@ def replicate(relay_url: str, target_url: str, *, sources: Sequence[str | int] |
     it. A target that stays unreachable is retried ``max_retries`` times per
     window with backoff up to 30 s (about 35 minutes by default). Short long
     polls (``poll_timeout``) let a stop request end the run within seconds.
+    ``partitions``/``member``: one member of a static client cluster (its checkpoint
+    row is ``replicate-modN-I``).
     """
     cfg = ClientConfig(relay_url=relay_url, sources=list(sources or []), from_start=True,
                        poll_timeout=poll_timeout, max_retries=max_retries, backoff_max=30.0,
-                       bootstrap_url=bootstrap_url, bootstrap_batch_size=bootstrap_batch_size)
+                       bootstrap_url=bootstrap_url, bootstrap_batch_size=bootstrap_batch_size,
+                       partitions=partitions, member=member)
+    if partitions is not None and name == "replicate":
+        # each member of a static cluster keeps its own position in the target
+        name = f"replicate-{partitions.replace(':', '').lower()}-{member}"
     with ReplicateSink(target_url, name=name) as sink:
         client = DatabusClient(cfg, sink, sink.checkpoint_store)
         client.run(stop=stop, max_windows=max_windows)
