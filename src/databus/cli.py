@@ -303,6 +303,13 @@ def replicate(
         " and the process list); DATABUS_TARGET_PASSWORD works too")] = None,
     partitions: PartitionsOpt = None,
     member: MemberOpt = None,
+    group: Annotated[str | None, typer.Option(
+        help="dynamic client group zk://HOST:PORT/GROUP: the group's members share"
+        " --group-partitions partitions and rebalance as they come and go (needs"
+        " --sources)")] = None,
+    group_partitions: Annotated[int, typer.Option(help="partitions of the group")] = 8,
+    member_id: Annotated[str | None, typer.Option(
+        help="this member's name in its group (default: host-pid)")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Apply the change stream to same-named tables of a target database.
@@ -317,6 +324,15 @@ def replicate(
     try:
         target = _with_password(target, target_password_file, "DATABUS_TARGET_PASSWORD")
         redactor.add(url_password(target))
+        if group is not None:
+            from databus.client.runners import replicate_group
+
+            if partitions is not None or bootstrap is not None:
+                raise typer.BadParameter("--group takes neither --partitions nor --bootstrap")
+            replicate_group(relay, target, group, sources=_csv(sources) or [],
+                            partitions=group_partitions, member_id=member_id,
+                            stop=_stop_on_sigterm())
+            return
         run_replicate(relay, target, sources=_csv(sources), bootstrap_url=bootstrap,
                       bootstrap_batch_size=bootstrap_batch, stop=_stop_on_sigterm(),
                       partitions=partitions, member=member)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import threading
 from typing import Any
 
 from databus.client import ClientConfig, Consumer, DatabusClient, FileCheckpointStore
@@ -23,8 +24,11 @@ def event_key_text(key: int | bytes) -> str:
 
 
 class Recorder(Consumer):
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, owner: dict[str, Any] | None = None) -> None:
+        """``owner``: a group member's partition, name and epoch, written with each
+        window (to check that no partition had two owners at once)."""
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.owner = owner or {}
         self.current: list[list[Any]] = []
 
     def on_start_data_event_sequence(self, scn: int) -> None:
@@ -35,7 +39,7 @@ class Recorder(Consumer):
         self.current.append([table, event.op.letter, event_key_text(event.key)])
 
     def on_end_data_event_sequence(self, scn: int) -> None:
-        line = json.dumps({"scn": scn, "events": self.current}) + "\n"
+        line = json.dumps({"scn": scn, "events": self.current, **self.owner}) + "\n"
         os.write(self.fd, line.encode())  # one write: whole line or (crash) a cut line
 
 
@@ -44,7 +48,24 @@ def main() -> None:
     ap.add_argument("--relay", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--group", help="zk://HOST:PORT/GROUP: record as a dynamic group member")
+    ap.add_argument("--partitions", type=int, default=6)
+    ap.add_argument("--member-id")
+    ap.add_argument("--sources", default="")
     args = ap.parse_args()
+    if args.group:
+        from databus.client.membership import DynamicGroup, Ownership
+
+        def recorder(o: Ownership) -> Recorder:
+            return Recorder(args.out, {"p": o.partition, "owner": o.member, "epoch": o.epoch})
+
+        cfg = ClientConfig(relay_url=args.relay, poll_timeout=1.0,
+                           sources=args.sources.split(","))
+        # the partitions' checkpoints are files every member reads: a shared store
+        DynamicGroup(args.group, cfg, partitions=args.partitions, consumer_factory=recorder,
+                     store_factory=lambda p: FileCheckpointStore(f"{args.checkpoint}.p{p}"),
+                     member_id=args.member_id).run(threading.Event())
+        return
     client = DatabusClient(ClientConfig(relay_url=args.relay, poll_timeout=1.0),
                            Recorder(args.out), FileCheckpointStore(args.checkpoint))
     client.run()

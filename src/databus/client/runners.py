@@ -72,3 +72,32 @@ def replicate(relay_url: str, target_url: str, *, sources: Sequence[str | int] |
         client = DatabusClient(cfg, sink, sink.checkpoint_store)
         client.run(stop=stop, max_windows=max_windows)
     return client
+
+
+def replicate_group(relay_url: str, target_url: str, group: str, *,
+                    sources: Sequence[str | int], partitions: int = 8,
+                    member_id: str | None = None, poll_timeout: float = 2.0,
+                    max_retries: int = 100, stop: threading.Event | None = None) -> None:
+    """One member of a dynamic replicate group (:mod:`databus.client.membership`):
+    the group's members share ``partitions`` MOD buckets of ``sources`` and apply
+    them to ``target_url``, each partition's position in its own checkpoint row
+    ``replicate-GROUP-p<p>``, committed with each window."""
+    from databus.client._sql import make_engine
+    from databus.client.membership import DynamicGroup, Ownership
+
+    cfg = ClientConfig(relay_url=relay_url, sources=list(sources), from_start=True,
+                       poll_timeout=poll_timeout, max_retries=max_retries, backoff_max=30.0)
+    name = group.rstrip("/").rsplit("/", 1)[-1]
+    engine = make_engine(target_url)
+    sinks: dict[int, ReplicateSink] = {}
+
+    def sink_for(owner: Ownership) -> ReplicateSink:
+        sinks[owner.partition] = ReplicateSink(engine, name=f"replicate-{name}-p{owner.partition}")
+        return sinks[owner.partition]
+
+    try:
+        DynamicGroup(group, cfg, partitions=partitions, consumer_factory=sink_for,
+                     store_factory=lambda p: sinks[p], member_id=member_id).run(
+                         stop if stop is not None else threading.Event())
+    finally:
+        engine.dispose()
