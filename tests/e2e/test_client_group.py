@@ -20,10 +20,21 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
 from tests.support.pipeline import ProcessPipeline
-from tests.support.procs import DATABUS, free_port
-from tests.support.shop import TABLES, Change, Writer, create_shop, txlog_max
+from tests.support.postgres import PostgreSQL
+from tests.support.procs import DATABUS, free_port, spawn
+from tests.support.shop import (
+    TABLES,
+    Change,
+    Writer,
+    as_text,
+    create_shop,
+    table_rows,
+    target_rows,
+    txlog_max,
+)
 from tests.support.zookeeper import ZooKeeper
 
 PARTITIONS = 6
@@ -142,3 +153,57 @@ def test_group_churn_ten_times_under_writes(tmp_path: Path, zookeeper: ZooKeeper
         stats = _check(_lines(g.record), w.committed)
         print(f"group churn: {stats}")
         assert stats["owner_epochs"] > PARTITIONS  # ownership moved
+
+
+@pytest.mark.slow
+def test_replicate_group_into_postgresql(tmp_path: Path, zookeeper: ZooKeeper,
+                                         postgres: PostgreSQL) -> None:
+    """``databus replicate --group``: two members, one killed -9 and a third started
+    under writes; the target ends equal to the source, one checkpoint row per
+    partition."""
+    db = tmp_path / "shop.db"
+    create_shop(db)
+    with postgres.fresh_database("databus_group") as target, Writer(db, seed=53) as w, \
+            Group(tmp_path, db, zookeeper) as g:
+        engine = sa.create_engine(target)
+
+        def member(name: str) -> list[str]:
+            return [*DATABUS, "replicate", "--relay", g.url, "--target", target,
+                    "--sources", SOURCES, "--group", f"zk://{zookeeper.hosts}/rg",
+                    "--group-partitions", "4", "--member-id", name]
+
+        g.start("relay")
+        w.transaction()
+        g.procs["r1"] = spawn(member("r1"), g.log("r1"))
+        g.wait("the first member to create the tables", lambda: all(
+            sa.inspect(engine).has_table(t) for t in TABLES), 60)
+        g.procs["r2"] = spawn(member("r2"), g.log("r2"))
+        done = threading.Event()
+
+        def write() -> None:
+            while not done.is_set():
+                w.transaction()
+                done.wait(0.005)
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+            time.sleep(2.0)
+            g.kill("r1")
+            del g.procs["r1"]
+            g.procs["r3"] = spawn(member("r3"), g.log("r3"))
+            time.sleep(2.0)
+        finally:
+            done.set()
+            writer.join(30)
+
+        def equal() -> bool:
+            return all(set(target_rows(engine, t)) == {as_text(r) for r in table_rows(db, t)}
+                       for t in TABLES)
+
+        g.wait("the target to equal the source", equal, 120, interval=1.0)
+        with engine.connect() as con:
+            names = sorted(r[0] for r in con.execute(sa.text(
+                "SELECT name FROM databus_checkpoint")))
+        assert names == [f"replicate-rg-p{p}" for p in range(4)], names
+        engine.dispose()

@@ -5,7 +5,6 @@ own checkpoint row and applied only its bucket's keys."""
 
 from __future__ import annotations
 
-import base64
 import sqlite3
 import threading
 import time
@@ -20,7 +19,7 @@ from databus.core.filters import key_hash
 from tests.support.pipeline import ProcessPipeline
 from tests.support.postgres import PostgreSQL
 from tests.support.procs import DATABUS, free_port
-from tests.support.shop import TABLES, Writer, create_shop, table_rows
+from tests.support.shop import TABLES, Writer, as_text, create_shop, table_rows, target_rows
 
 N = 3
 SOURCES = ",".join(f"main.{t}" for t in TABLES)
@@ -46,12 +45,6 @@ class Members(ProcessPipeline):
 
     def ready_url(self, name: str) -> str | None:
         return f"{self.url}/admin" if name == "relay" else None
-
-
-def _target_rows(engine: sa.Engine, table: str) -> list[tuple[object, ...]]:
-    order = "order_id, line" if table == "items" else "id"
-    with engine.connect() as con:
-        return [tuple(r) for r in con.execute(sa.text(f"SELECT * FROM {table} ORDER BY {order}"))]
 
 
 def _checkpoints(engine: sa.Engine) -> dict[str, str]:
@@ -103,8 +96,8 @@ def test_three_static_members_share_the_keys(tmp_path: Path, postgres: PostgreSQ
             diff.clear()
             for t in TABLES:
                 # the target's keys are text: compare as sets (keys are unique)
-                got = set(_target_rows(engine, t))
-                want = {_as_text(r) for r in table_rows(db, t)}
+                got = set(target_rows(engine, t))
+                want = {as_text(r) for r in table_rows(db, t)}
                 if got != want:
                     extra, missing = got - want, want - got
                     diff.append(f"{t}: {len(got)} rows, want {len(want)}; extra"
@@ -130,13 +123,6 @@ def test_three_static_members_share_the_keys(tmp_path: Path, postgres: PostgreSQ
         engine.dispose()
         with sqlite3.connect(db) as con:
             assert con.execute("SELECT count(*) FROM customers").fetchone()[0] > 0
-
-
-def _as_text(row: tuple[object, ...]) -> tuple[object, ...]:
-    """A shop row as the target holds it: the shop's SQLite columns are declared
-    without strict types, so their values travel as text (blobs as base64)."""
-    return tuple(None if v is None else base64.b64encode(v).decode()
-                 if isinstance(v, bytes) else str(v) for v in row)
 
 
 def _bucket_filter(url: str, member: int) -> str:

@@ -8,11 +8,14 @@ are recorded separately and must never be seen.
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import sqlalchemy as sa
 
 SCHEMA = [
     "CREATE TABLE IF NOT EXISTS customers (id INTEGER PRIMARY KEY, name TEXT NOT NULL,"
@@ -163,3 +166,17 @@ def txlog_max(path: Path) -> int:
         return int(con.execute("SELECT max(scn) FROM _databus_txlog").fetchone()[0] or -1)
     finally:
         con.close()
+
+
+def target_rows(engine: sa.Engine, table: str) -> list[tuple[object, ...]]:
+    """Every row of ``table`` in a SQLAlchemy target (a replicate sink's)."""
+    order = "order_id, line" if table == "items" else "id"
+    with engine.connect() as con:
+        return [tuple(r) for r in con.execute(sa.text(f"SELECT * FROM {table} ORDER BY {order}"))]
+
+
+def as_text(row: tuple[object, ...]) -> tuple[object, ...]:
+    """A shop row as the target holds it: the shop's SQLite columns are declared
+    without strict types, so their values travel as text (blobs as base64)."""
+    return tuple(None if v is None else base64.b64encode(v).decode()
+                 if isinstance(v, bytes) else str(v) for v in row)
