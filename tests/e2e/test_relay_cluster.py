@@ -53,6 +53,10 @@ class Cluster(ProcessPipeline):
         if name == "recorder":
             return [*DATABUS_PY, "-m", "tests.support.recorder", "--relay", self.address,
                     "--out", str(self.record), "--checkpoint", str(self.tmp / "rec.ckpt")]
+        if name == "chain":  # not a member: a chain relay reading whichever member serves
+            port = self.ports.setdefault(name, free_port())
+            return [*DATABUS, "relay", "--source", f"databus+{self.address}", "--port",
+                    str(port), "--buffer-path", str(self.tmp / "chain.buf")]
         port = self.ports.setdefault(name, free_port())
         conf = self.tmp / f"{name}.yaml"
         conf.write_text(yaml.safe_dump({
@@ -69,12 +73,13 @@ class Cluster(ProcessPipeline):
     def ready_url(self, name: str) -> str | None:
         return None if name == "recorder" else f"{self.url(name)}/health"
 
+
     @property
     def record(self) -> Path:
         return self.tmp / "recorded.jsonl"
 
     def members(self) -> list[str]:
-        return [n for n in self.procs if n != "recorder"]
+        return [n for n in self.procs if n not in ("recorder", "chain")]
 
     def admin(self, member: str) -> dict[str, object]:
         r = httpx.get(f"{self.url(member)}/admin", timeout=10)
@@ -153,6 +158,7 @@ def _settled(c: Cluster, w: Writer) -> None:
 @pytest.mark.slow
 def test_leader_killed_five_times_under_writes(cluster: tuple[Cluster, Writer]) -> None:
     c, w = cluster
+    c.start("chain")
     done, errors = threading.Event(), []
 
     def write() -> None:
@@ -186,7 +192,10 @@ def test_leader_killed_five_times_under_writes(cluster: tuple[Cluster, Writer]) 
     stats = check_delivery(read_windows(c.record), w.committed, w.rolled_back)
     # at-least-once of the window in flight at each failover, nothing more
     assert stats["repeated_windows"] <= 5, stats
-    assert len(_same_windows(c)) > 100_000
+    windows = _same_windows(c)
+    assert len(windows) > 100_000
+    # a chain relay on the cluster address followed every failover
+    c.wait("the chain relay to hold the same windows", lambda: c.body("chain") == windows, 60)
     epochs = json.loads(httpx.get(f"{c.url('m1')}/admin", timeout=10).content)["cluster"]
     assert epochs["view"]["epoch"] >= 6, epochs  # five failovers after the first election
     print(f"leaders killed: {leaders}; {stats}")

@@ -38,9 +38,9 @@ def open_source(config: SourceConfig, relay_name: str = "relay",
             ) from exc
 
         return MysqlSource(config, name=relay_name, state_dir=state_dir)
-    if scheme in ("databus+http", "databus+https"):
+    if scheme in ("databus+http", "databus+https", "databus+zk"):
         from databus.sources.chain import ChainSource
 
         return ChainSource(config, name=relay_name)
     raise ConfigError(f"unsupported source url scheme {scheme!r} (supported: sqlite, mysql,"
-                      " databus+http, databus+https)")
+                      " databus+http, databus+https, databus+zk)")

@@ -1,6 +1,7 @@
 """A chain relay's source: another relay, read over HTTP like any client.
 
-``databus relay --source databus+http://HOST:PORT`` (or ``databus+https://``) serves
+``databus relay --source databus+http://HOST:PORT`` (or ``databus+https://``, or
+``databus+zk://HOST:PORT/NAME`` for any member of a relay cluster) serves
 the windows of the relay it reads: the same SCNs, the same window boundaries and
 the same event bytes (payload, metadata, key, timestamp, partition: every event is
 stored as it arrived, after both CRCs are checked), the EOP written again with the
@@ -66,18 +67,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("databus.sources.chain")
 
-SCHEMES = ("databus+http", "databus+https")
+SCHEMES = ("databus+http", "databus+https", "databus+zk")
 FETCH_BYTES = 8 << 20
 """Bytes asked for per upstream request: whole windows up to this, a part of a larger one."""
 
 
 def upstream_url(url: str) -> str:
-    """``databus+http://h:p/`` -> ``http://h:p`` (the upstream relay's base URL)."""
+    """``databus+http://h:p/`` -> ``http://h:p`` (the upstream relay's base URL);
+    ``databus+zk://HOST:PORT/NAME`` -> the relay cluster's address (any member)."""
     for scheme in SCHEMES:
         if url.startswith(scheme + "://"):
             return url[len("databus+"):].rstrip("/")
-    raise ConfigError(f"a chain relay's source URL starts with databus+http:// or"
-                      f" databus+https://, not {url!r}")
+    raise ConfigError(f"a chain relay's source URL starts with databus+http://,"
+                      f" databus+https:// or databus+zk://, not {url!r}")
 
 
 class ChainSource(Source):
