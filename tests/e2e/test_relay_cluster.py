@@ -25,6 +25,8 @@ import httpx
 import pytest
 import yaml
 
+from tests.support.mariadb import BINLOG_SETTINGS, MariaDB
+from tests.support.mysql_workload import SCHEMA, Workload, connect_writer
 from tests.support.pipeline import ProcessPipeline
 from tests.support.procs import DATABUS, free_port
 from tests.support.shop import TABLES, Writer, create_shop, txlog_max
@@ -41,6 +43,7 @@ class Cluster(ProcessPipeline):
     zk: ZooKeeper
     name: str
     ports: dict[str, int] = field(default_factory=dict)
+    source: dict[str, object] | None = None  # default: the SQLite shop
 
     @property
     def address(self) -> str:
@@ -61,8 +64,8 @@ class Cluster(ProcessPipeline):
         conf = self.tmp / f"{name}.yaml"
         conf.write_text(yaml.safe_dump({
             "name": "shop",
-            "source": {"url": f"sqlite:///{self.db}", "tables": TABLES,
-                       "snapshot_mode": "no_data", "poll_interval": 0.01},
+            "source": self.source or {"url": f"sqlite:///{self.db}", "tables": TABLES,
+                                      "snapshot_mode": "no_data", "poll_interval": 0.01},
             "buffer": {"path": str(self.tmp / name / "relay.buf"), "capacity_bytes": 64 << 20},
             "http": {"port": port},
             "cluster": {"address": self.address, "member_id": name,
@@ -269,3 +272,71 @@ def test_a_zookeeper_outage_of_ten_seconds(tmp_path: Path) -> None:
         check_delivery(read_windows(c.record), w.committed, w.rolled_back)
         _same_windows(c)
         assert c.leader() is not None
+
+
+@pytest.mark.slow
+def test_a_mariadb_cluster_fails_over_twice_through_ddl(tmp_path: Path,
+                                                       zookeeper: ZooKeeper) -> None:
+    """Three members capturing one MariaDB (SCN = binlog position): the leader killed
+    -9 twice under the workload with its DDL; the new leader continues the binlog after
+    its newest window and the schema versions the old leader published. A recorder on
+    ``zk://`` ends with exactly the committed transactions."""
+    server = MariaDB(tmp_path / "db", settings={**BINLOG_SETTINGS,
+                                                  "innodb-flush-log-at-trx-commit": "2"})
+    with server:
+        server.execute(*SCHEMA)
+        source = {"url": server.url, "tables": [r"shop\..*"], "snapshot_mode": "no_data"}
+        with Cluster(tmp_path, tmp_path / "unused.db", zookeeper, "mariadb",
+                     source=source) as c:
+            for m in ("m1", "m2", "m3"):
+                c.start(m)
+            c.wait("a leader", c.leader, 60)
+            c.wait_dump(server)
+            c.start("recorder")
+            w = Workload(connect_writer(server.port), seed=61)
+            progress = [0.0]
+            done, errors = threading.Event(), []
+
+            def write() -> None:
+                try:
+                    while not done.is_set():
+                        w.maybe_ddl(progress[0])
+                        w.transaction()
+                        progress[0] = min(1.0, progress[0] + 0.0015)
+                        done.wait(0.003)
+                except BaseException as exc:
+                    errors.append(exc)
+
+            writer = threading.Thread(target=write)
+            writer.start()
+            try:
+                for _ in range(2):
+                    time.sleep(2.0)
+                    leader = c.wait("a leader", c.leader, 60)
+                    c.kill(leader)
+                    del c.procs[leader]
+                    c.wait("a new leader", lambda old=leader: (n := c.leader()) not in
+                           (None, old) and n, 60)
+                    c.start(leader)
+                time.sleep(2.0)
+            finally:
+                done.set()
+                writer.join(30)
+            w.con.close()
+            assert not errors, errors
+            assert w.ddl_done, "the workload ran its schema changes"
+
+            def caught_up() -> bool:
+                tops = {c.max_scn(m) for m in c.members()}
+                recorded = read_windows(c.record)
+                return len(tops) == 1 and bool(recorded) and recorded[-1][0] == max(tops)
+
+            # the binlog moves on its own (heartbeats, progress windows): wait for quiet
+            c.wait("every member and the recorder to agree", caught_up, 120, interval=1.0)
+            time.sleep(2.0)
+            c.wait("every member and the recorder to agree", caught_up, 60, interval=1.0)
+            check_delivery(read_windows(c.record), w.committed, w.rolled_back)
+            _same_windows(c)
+            regs = {json.dumps(httpx.get(f"{c.url(m)}/register", timeout=10).json(),
+                               sort_keys=True) for m in c.members()}
+            assert len(regs) == 1, "members disagree on schema versions"

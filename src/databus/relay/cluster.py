@@ -397,6 +397,7 @@ class ClusterMember:
         self._lost.clear()
         with self._roles:
             self.role = "leader"
+            published = self.relay.source.registry()  # the versions copied from the old leader
             # copying from the old leader stops first: the epoch starts after what we hold
             self.relay.switch_source(idle_source())
             try:
@@ -404,6 +405,8 @@ class ClusterMember:
                 self.epoch = self._synced_epoch = epoch
                 source = open_source(self.relay.config.source, self.relay.config.name,
                                      self.relay.state_dir)
+                source.open()  # idempotent: switch_source opens it again
+                source.adopt_schemas(published)
                 self.relay.switch_source(source, guard=self._may_publish,
                                          ack_limit=self._ack_limit)
             except DatabusError as exc:

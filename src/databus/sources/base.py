@@ -107,6 +107,11 @@ class Source(ABC):
         is left, None when it starts at its end or with a snapshot."""
         return after_scn if after_scn >= 0 else None
 
+    def adopt_schemas(self, registry: SchemaRegistry) -> None:  # noqa: B027 - optional hook
+        """Take over schema versions other members already published (a relay cluster's
+        new leader, before it reads), so versions and ids continue where they were.
+        Sources whose versions live in the captured database itself need nothing."""
+
     def acknowledge(self, scn: int) -> None:  # noqa: B027 - optional hook
         """Everything up to ``scn`` is durable in the relay; the source may trim it."""
 

@@ -218,6 +218,14 @@ class MysqlSource(Source):
             for s in saved.versions(src):
                 self._add_version(s, save=False)
 
+    def adopt_schemas(self, registry: SchemaRegistry) -> None:
+        """Versions a former leader published (copied by this relay as a follower) join
+        the schema history, so numbering and ids continue after a failover."""
+        for src in registry.source_ids():
+            for s in registry.versions(src):
+                if s.id not in self._versions:
+                    self._add_version(s)
+
     def _add_version(self, schema: TableSchema, *, save: bool = True) -> Version:
         version = Version(schema)
         self._versions[schema.id] = version
