@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import random
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -212,6 +213,16 @@ def test_a_paused_leader_publishes_nothing_after_losing_the_lead(
         w.transaction()
     _settled(c, w)
     old = c.wait("a leader", c.leader, 60)
+    # roles and positions, as ZooKeeper shows them, from the command line
+    out = subprocess.run([*DATABUS, "cluster", "status", c.address, "--json"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    status = json.loads(out)
+    assert status["leader"]["id"] == old and status["epoch"] >= 1
+    assert sorted(m["id"] for m in status["members"]) == ["m1", "m2", "m3"]
+    assert {m["role"] for m in status["members"]} == {"leader", "follower"}
+    text = subprocess.run([*DATABUS, "cluster", "status", c.address], capture_output=True,
+                          text=True, timeout=60, check=True).stdout
+    assert f"leader {old}" in text and text.count("max_scn") == 3, text
     epoch_before = int(c.admin(old)["cluster"]["epoch"])  # type: ignore[index]
     proc = c.procs[old]
     proc.send_signal(signal.SIGSTOP)

@@ -13,6 +13,7 @@ import pytest
 from databus.client import ClientConfig, Consumer, DatabusClient, DataEvent, MemoryCheckpointStore
 from databus.core.errors import CorruptEventError, RetriesExhaustedError
 from tests.support.memrelay import MemoryRelay, customer
+from tests.support.procs import free_port
 
 
 class Names(Consumer):
@@ -33,11 +34,6 @@ def _config(relay_url: str, **kw: Any) -> ClientConfig:
     return ClientConfig(relay_url=relay_url, poll_timeout=0.2, backoff_initial=0.01,
                         backoff_max=0.05, **kw)
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])  # closed again: nobody listens there
 
 
 @pytest.mark.parametrize("verify", [True, False])
@@ -79,7 +75,7 @@ def test_bootstrap_new_consumers_decides_where_a_new_consumer_starts(
         memrelay: MemoryRelay, bootstrap_first: bool) -> None:
     memrelay.add_window(10, [customer(10, 1, name="a")])
     memrelay.add_window(20, [customer(20, 2, name="b")])
-    dead = f"http://127.0.0.1:{_free_port()}"  # a bootstrap server nobody runs
+    dead = f"http://127.0.0.1:{free_port()}"  # a bootstrap server nobody runs
     rec = Names()
     client = DatabusClient(
         _config(memrelay.url, bootstrap_url=dead, bootstrap_new_consumers=bootstrap_first,

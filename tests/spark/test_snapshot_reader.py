@@ -27,6 +27,7 @@ from databus.relay.relay import Relay
 from databus.spark import changes, read_table, register_snapshot, snapshot_scn
 from databus.spark.apply import ChangeApplier
 from databus.spark.spec import ApplySpec
+from tests.support.procs import free_port
 from tests.support.shop import TABLES, Writer, create_shop, table_rows, txlog_max
 from tests.support.sparkrelay import start_relay, wait_relay
 from tests.support.wait import wait_until
@@ -156,13 +157,6 @@ def test_table_from_snapshot_then_stream_after_its_scn(spark: SparkSession, pipe
         assert sum(n for _, n in seen) == changes_after(pipe.db, table, x)  # nothing missed
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 @pytest.mark.parametrize(("options", "message"), [
     ({"sources": "nosuchtable"}, "source 'nosuchtable' is not in the bootstrap store"),
@@ -181,7 +175,7 @@ def test_bad_options_fail_at_load(spark: SparkSession, pipe: Pipeline, tmp_path:
     if opts["store"] == "sqlite:///MISSING":
         opts["store"] = f"sqlite:///{tmp_path / 'missing.db'}"
     elif opts["store"] == "PG":  # nothing listens there
-        opts["store"] = f"postgresql+psycopg://postgres@127.0.0.1:{_free_port()}/x"
+        opts["store"] = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/x"
     started = time.monotonic()
     with pytest.raises(PySparkException) as info:
         spark.read.format("databus-snapshot").options(**opts).load().collect()

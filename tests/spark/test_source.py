@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from pyspark.sql import functions as F
 
 from databus.relay.relay import Relay
 from databus.spark import changes
+from tests.support.procs import free_port
 from tests.support.shop import TABLES, Writer, create_shop
 from tests.support.sparkrelay import relay_events, start_relay, stream, wait_relay
 
@@ -119,11 +119,6 @@ def test_flat_envelope_gives_exactly_what_changes_makes_of_the_full_one(
     assert {r["_op"] for r in got} >= {"c", "u", "d"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 @pytest.mark.parametrize(("options", "message"), [
     ({"sources": "nosuchtable"}, "'nosuchtable' is not served"),
@@ -144,7 +139,7 @@ def test_bad_options_fail_fast_with_a_clear_message(
     _db, relay, _w = shop
     opts = {"relay": relay.url, **options}
     if opts["relay"] == "UNREACHABLE":
-        opts["relay"] = f"http://127.0.0.1:{_free_port()}"
+        opts["relay"] = f"http://127.0.0.1:{free_port()}"
     started = time.monotonic()
     with pytest.raises(PySparkException) as info:
         df = spark.readStream.format("databus").options(**opts).load()

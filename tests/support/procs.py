@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,10 +22,29 @@ ROOT = Path(__file__).resolve().parents[2]
 DATABUS = [sys.executable, "-m", "databus"]
 
 
+# Ports handed out by this process: the kernel's bind(0) may give one port twice in a
+# row (two servers of one test then collide), and its ephemeral range is also where
+# outgoing connections take their local ports, so a port picked there can be taken
+# before the server binds it. Picks come from below that range, never twice.
+_PORT_RANGE = (20_000, 32_000)
+_given: set[int] = set()
+_pick = random.Random(os.getpid() ^ time.time_ns())
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback TCP port nobody listens on now and that this process never handed out."""
+    for _ in range(1000):
+        port = _pick.randrange(*_PORT_RANGE)
+        if port in _given:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _given.add(port)
+        return port
+    raise RuntimeError(f"no free port in {_PORT_RANGE} after 1000 tries")
 
 
 def spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
