@@ -198,6 +198,10 @@ def build_app(relay: ServedRelay) -> Starlette:
         # a cluster serves consumers only the windows every live member holds; its
         # members (chain sources) read past that, and their reads say what they hold
         member = request.headers.get("x-databus-member")
+        if member:
+            # a member's read moves the cluster's high-water mark: members read with an
+            # admin token, never with a consumer's
+            principal(request).check_admin("a cluster member's read (X-Databus-Member)")
         member_hw = (int_param_value(request.headers.get("x-databus-member-hw"))
                      if member else None)
         upto: int | None = None
@@ -251,6 +255,8 @@ def build_app(relay: ServedRelay) -> Starlette:
 
     def container_stats(request: Request) -> Response:
         stats = relay.stats()
+        who = principal(request)
+        stats["sources"] = [s for s in stats["sources"] if who.may_read(s["name"])]
         path = request.path_params.get("path", "")
         node: Any = stats
         for part in [p for p in path.split("/") if p]:

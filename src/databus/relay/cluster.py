@@ -361,7 +361,9 @@ class ClusterMember:
             if current == upstream:
                 return
             log.info("cluster %s: following the leader at %s", self.address, upstream)
-            chain = ChainSource(SourceConfig(url=f"databus+{upstream}"),
+            chain = ChainSource(SourceConfig(url=f"databus+{upstream}",
+                                             token_file=self.config.token_file,
+                                             tls=self.config.tls),
                                 name=self.relay.config.name, member_id=self.member_id)
             self.relay.switch_source(chain)
         self._publish_member()

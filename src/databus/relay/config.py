@@ -25,7 +25,7 @@ from databus.coord.zk import ZkAddress
 from databus.core.config import FrozenModel, load_file, validate
 from databus.core.errors import ConfigError
 from databus.serving import HttpServerConfig
-from databus.sources.config import SnapshotMode, SourceConfig
+from databus.sources.config import SnapshotMode, SourceConfig, SourceTlsConfig
 
 __all__ = ["BufferConfig", "RelayConfig", "RelayHttpConfig", "SnapshotMode", "SourceConfig",
            "StreamConfig", "load_config", "parse_config"]
@@ -85,6 +85,14 @@ class ClusterConfig(_Model):
         " or network, costs a failover). ZooKeeper grants 2 to 20 ticks (tickTime 2 s by"
         " default: 4 s to 40 s)")
     leaders: int = Field(1, ge=1, le=1, description="leaders per cluster (1)")
+    token_file: Path | None = Field(
+        None, description="file holding the admin token a follower reads its leader with"
+        " (default: DATABUS_TOKEN / DATABUS_TOKEN_FILE); needed when the members run with"
+        " tokens")
+    tls: SourceTlsConfig | None = Field(
+        None, description="CA file (and client certificate for mutual TLS) a follower"
+        " verifies its leader with (default: DATABUS_CA_FILE, DATABUS_CERT_FILE,"
+        " DATABUS_KEY_FILE)")
 
     @field_validator("address")
     @classmethod
