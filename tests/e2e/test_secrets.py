@@ -4,6 +4,7 @@ file, every HTTP answer); and TLS to MariaDB verifies the server."""
 
 from __future__ import annotations
 
+import os
 import socket
 import sqlite3
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 import httpx
 import pymysql
 import pytest
+import yaml
 
 from databus.core import event as ev
 from databus.core.errors import DatabusError, SourceUnavailableError
@@ -173,3 +175,42 @@ def _count(server: MariaDB, table: str) -> int:
             return -1
         row = cur.fetchone()
     return int(row[0]) if row else -1
+
+
+@pytest.mark.parametrize("form", ["password_file", "env"])
+def test_a_yaml_config_takes_the_source_password_from_a_file_or_the_environment(
+        mariadb: MariaDB, tmp_path: Path, form: str) -> None:
+    mariadb.execute(f"CREATE USER IF NOT EXISTS 'cdc'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}'",
+                    "GRANT ALL PRIVILEGES ON *.* TO 'cdc'@'127.0.0.1'",
+                    "CREATE DATABASE IF NOT EXISTS secyaml",
+                    "CREATE TABLE IF NOT EXISTS secyaml.t (id INT PRIMARY KEY, v VARCHAR(20))",
+                    "REPLACE INTO secyaml.t VALUES (1, 'kept')")
+    source: dict[str, object] = {"tables": [r"secyaml\..*"], "snapshot_mode": "initial"}
+    env = dict(os.environ)
+    if form == "password_file":
+        pw = tmp_path / "source.pw"
+        pw.write_text(PASSWORD + "\n")
+        source.update(url=f"mysql://cdc@127.0.0.1:{mariadb.port}", password_file=str(pw))
+    else:  # ${ENV} anywhere in the file, here inside the URL
+        env["DATABUS_TEST_SOURCE_PW"] = PASSWORD
+        source["url"] = f"mysql://cdc:${{DATABUS_TEST_SOURCE_PW}}@127.0.0.1:{mariadb.port}"
+    port = free_port()
+    conf = tmp_path / "relay.yaml"
+    conf.write_text(yaml.safe_dump({"source": source, "http": {"port": port}}))
+    assert PASSWORD not in conf.read_text()
+    log = tmp_path / "relay.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([*DATABUS, "relay", "-v", "--config", str(conf)], env=env,
+                                stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", proc)
+
+        def kept() -> bool:
+            r = httpx.get(f"http://127.0.0.1:{port}/stream",
+                          params={"output": "json", "timeout": "1"}, timeout=30)
+            return b'"kept"' in r.content
+
+        wait_until(kept, 120, "the snapshot row through the relay")
+    finally:
+        stop(proc)
+    assert PASSWORD not in log.read_text()

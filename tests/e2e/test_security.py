@@ -156,6 +156,39 @@ def test_tail_takes_its_token_from_the_environment(secured: SecuredRelay,
     assert done.returncode == 2 and "Unauthorized" in done.stderr, done.stderr
 
 
+def test_replicate_takes_its_token_from_the_environment(secured: SecuredRelay,
+                                                        tmp_path: Path) -> None:
+    token_path = tmp_path / "replicate.token"
+    token_path.write_text(secured.tokens["orders"] + "\n")
+    replica = tmp_path / "replica.db"
+    log = tmp_path / "replicate.log"
+    env = {**os.environ, "DATABUS_TOKEN_FILE": str(token_path)}
+    env.pop("DATABUS_TOKEN", None)
+    with log.open("wb") as out:
+        proc = subprocess.Popen([*DATABUS, "replicate", "-v", "--relay", secured.url,
+                                 "--target", f"sqlite:///{replica}"], env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+    try:
+        def orders() -> int:
+            assert proc.poll() is None, log.read_text()
+            if not replica.exists():
+                return 0
+            with sqlite3.connect(replica) as con:
+                names = {r[0] for r in con.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if "orders" not in names:
+                    return 0
+                return int(con.execute("SELECT count(*) FROM orders").fetchone()[0])
+
+        wait_until(lambda: orders() == 5, 60, "the five orders in the replica")
+    finally:
+        stop(proc)
+    with sqlite3.connect(replica) as con:
+        names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "customers" not in names  # its token does not read them
+    assert secured.tokens["orders"] not in log.read_text()
+
+
 def test_a_revoked_token_is_refused_after_sighup(secured: SecuredRelay) -> None:
     tok = secured.tokens["orders"]
     assert secured.get("/sources", tok).status_code == 200
