@@ -10,11 +10,15 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from databus.auth import add_token
+from databus.client.credentials import Credentials
 from databus.relay.relay import Relay
 from databus.spark import changes
 from tests.support.procs import free_port
+from tests.support.relays import make_relay
 from tests.support.shop import TABLES, Writer, create_shop
 from tests.support.sparkrelay import relay_events, start_relay, stream, wait_relay
+from tests.support.tls import make_certs
 
 
 def run_available_now(df: DataFrame, out: Path, ckpt: Path) -> list[int]:
@@ -174,3 +178,42 @@ def test_a_window_larger_than_every_budget_stays_whole(
                  .collect())
     assert got == sorted(relay_events(relay.url, "orders"))
     assert max(batches) >= 300  # the big window was not split across batches
+
+
+def test_the_source_reads_a_closed_relay_with_its_token_and_ca_files(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """Tokens and TLS from files (never inline): the orders token reads orders over
+    https; customers, which that token may not read, is an error naming what it may."""
+    db = tmp_path / "shop.db"
+    create_shop(db)
+    certs = make_certs(tmp_path / "certs")
+    tokens = tmp_path / "tokens.jsonl"
+    token_file = tmp_path / "orders.token"
+    token_file.write_text(add_token(tokens, "orders", [r"main\.orders"]) + "\n")
+    relay = make_relay(db, tmp_path, http={
+        "token_file": str(tokens),
+        "tls": {"cert_file": str(certs.server_cert), "key_file": str(certs.server_key)}})
+    with relay, Writer(db, seed=5) as w:
+        for _ in range(30):
+            w.transaction()
+        wait_relay(relay, db)
+        assert relay.url.startswith("https://")
+
+        def read(source: str) -> DataFrame:
+            return (spark.readStream.format("databus").option("relay", relay.url)
+                    .option("sources", source).option("tokenFile", str(token_file))
+                    .option("caFile", str(certs.ca)).load())
+
+        out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+        assert sum(run_available_now(read("orders").select("scn", "key", "op"), out, ckpt)) > 0
+        got = sorted((r.scn, r.key, r.op) for r in spark.read.parquet(str(out)).collect())
+        creds = Credentials(token=token_file.read_text().strip(), ca_file=certs.ca)
+        assert got == sorted(relay_events(relay.url, "orders", creds))
+        with pytest.raises(Exception, match=r"customers. is not served by relay https:.*it serves: main.orders"):
+            q = (read("customers").writeStream.format("parquet")
+                 .option("path", str(tmp_path / "out2"))
+                 .option("checkpointLocation", str(tmp_path / "ckpt2"))
+                 .trigger(availableNow=True).start())
+            q.awaitTermination(120)
+            if q.exception() is not None:
+                raise RuntimeError(str(q.exception()))

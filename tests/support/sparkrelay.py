@@ -11,6 +11,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
+from databus.client.credentials import Credentials
 from databus.client.relay import RelayConnection
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
@@ -53,10 +54,11 @@ def stream(spark: SparkSession, relay: Relay, source: str, **opts: object) -> Da
     return reader.load()
 
 
-def relay_events(url: str, source_name: str) -> list[Seen]:
+def relay_events(url: str, source_name: str,
+                 credentials: Credentials | None = None) -> list[Seen]:
     """Every data event of one source the relay at ``url`` holds, read directly over HTTP."""
     out: list[Seen] = []
-    with RelayConnection(url) as conn:
+    with RelayConnection(url, credentials=credentials) as conn:
         src = [i for i, n in conn.sources() if n.endswith("." + source_name)]
         cp = Checkpoint.flexible()
         while True:
