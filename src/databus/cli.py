@@ -126,6 +126,31 @@ def _csv(value: str | None) -> list[str]:
     return [p.strip() for p in value.split(",") if p.strip()] if value else []
 
 
+def _regexes(value: str | None) -> list[str]:
+    """Comma-separated regexes; a comma inside braces, brackets or parentheses belongs
+    to its regex (``x{1,3}``, ``[a,b]``), and ``\\,`` is a literal comma."""
+    out: list[str] = []
+    part, depth, escaped = "", 0, False
+    for ch in value or "":
+        if escaped:
+            part, escaped = part + ch, False
+            continue
+        if ch == "\\":
+            part, escaped = part + ch, True
+            continue
+        if ch in "{[(":
+            depth += 1
+        elif ch in "}])" and depth:
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(part)
+            part = ""
+            continue
+        part += ch
+    out.append(part)
+    return [p.strip() for p in out if p.strip()]
+
+
 def _stop_on_sigterm() -> threading.Event:
     """An event SIGTERM sets. From a helper thread: a signal handler must not wait for
     a lock the thread it interrupted may hold (the event's own)."""
@@ -190,7 +215,7 @@ def relay(
         else:
             if source is None:
                 raise typer.BadParameter("--config or --source is required")
-            cfg = config_from_args(source, _csv(tables), port, buffer_path, buffer_size,
+            cfg = config_from_args(source, _regexes(tables), port, buffer_path, buffer_size,
                                    snapshot_mode, http=http, password_file=password_file,
                                    cluster=cluster_opts or None)
         redactor.add(url_password(cfg.source.url), cfg.source.password())
@@ -230,7 +255,7 @@ def signal_cmd(
         except ValueError as exc:
             raise typer.BadParameter(f"--data is not JSON: {exc}") from exc
     if tables:
-        payload["data-collections"] = _csv(tables)
+        payload["data-collections"] = _regexes(tables)
     try:
         creds = Credentials.from_env()  # DATABUS_TOKEN(_FILE), DATABUS_CA_FILE, ...
         r = httpx.post(f"{relay.rstrip('/')}/signal", json={"type": kind, "data": payload},
@@ -419,7 +444,7 @@ def token_add(
 
     os.umask(0o077)
     try:
-        token = add_token(file, name, _csv(tables), admin=admin, replace=replace)
+        token = add_token(file, name, _regexes(tables), admin=admin, replace=replace)
     except DatabusError as exc:
         _fail(exc)
     typer.echo(token)

@@ -24,13 +24,22 @@ from pathlib import Path
 
 import httpx
 import pytest
+import sqlalchemy as sa
 import yaml
 
 from tests.support.mariadb import BINLOG_SETTINGS, MariaDB
 from tests.support.mysql_workload import SCHEMA, Workload, connect_writer
 from tests.support.pipeline import ProcessPipeline
 from tests.support.procs import DATABUS, free_port
-from tests.support.shop import TABLES, Writer, create_shop, txlog_max
+from tests.support.shop import (
+    TABLES,
+    Writer,
+    as_text,
+    create_shop,
+    table_rows,
+    target_rows,
+    txlog_max,
+)
 from tests.support.verify import check_delivery, read_windows
 from tests.support.zookeeper import ZooKeeper
 
@@ -57,6 +66,10 @@ class Cluster(ProcessPipeline):
         if name == "recorder":
             return [*DATABUS_PY, "-m", "tests.support.recorder", "--relay", self.address,
                     "--out", str(self.record), "--checkpoint", str(self.tmp / "rec.ckpt")]
+        if name == "replicate":  # the CLI on a list of member URLs instead of zk://
+            urls = ",".join(self.url(m) for m in ("m1", "m2", "m3"))
+            return [*DATABUS, "replicate", "--relay", urls, "--target",
+                    f"sqlite:///{self.tmp / 'replica.db'}"]
         if name == "chain":  # not a member: a chain relay reading whichever member serves
             port = self.ports.setdefault(name, free_port())
             return [*DATABUS, "relay", "--source", f"databus+{self.address}", "--port",
@@ -75,7 +88,7 @@ class Cluster(ProcessPipeline):
         return [*DATABUS, "relay", "--config", str(conf)]
 
     def ready_url(self, name: str) -> str | None:
-        return None if name == "recorder" else f"{self.url(name)}/health"
+        return None if name in ("recorder", "replicate") else f"{self.url(name)}/health"
 
 
     @property
@@ -83,7 +96,7 @@ class Cluster(ProcessPipeline):
         return self.tmp / "recorded.jsonl"
 
     def members(self) -> list[str]:
-        return [n for n in self.procs if n not in ("recorder", "chain")]
+        return [n for n in self.procs if n not in ("recorder", "chain", "replicate")]
 
     def admin(self, member: str) -> dict[str, object]:
         r = httpx.get(f"{self.url(member)}/admin", timeout=10)
@@ -163,6 +176,7 @@ def _settled(c: Cluster, w: Writer) -> None:
 def test_leader_killed_five_times_under_writes(cluster: tuple[Cluster, Writer]) -> None:
     c, w = cluster
     c.start("chain")
+    c.start("replicate")
     done, errors = threading.Event(), []
 
     def write() -> None:
@@ -200,6 +214,20 @@ def test_leader_killed_five_times_under_writes(cluster: tuple[Cluster, Writer]) 
     assert len(windows) > 100_000
     # a chain relay on the cluster address followed every failover
     c.wait("the chain relay to hold the same windows", lambda: c.body("chain") == windows, 60)
+    # replicate on a list of member URLs failed over too: its replica equals the source
+    replica = sa.create_engine(f"sqlite:///{c.tmp / 'replica.db'}")
+    try:
+        def replica_equal() -> bool:
+            try:
+                return all({as_text(r) for r in table_rows(w.path, t)}
+                           == set(target_rows(replica, t)) for t in TABLES)
+            except sa.exc.OperationalError:  # a table not created yet
+                return False
+
+        c.wait("the replica on a URL list to equal the source", replica_equal, 120,
+               interval=1.0)
+    finally:
+        replica.dispose()
     epochs = json.loads(httpx.get(f"{c.url('m1')}/admin", timeout=10).content)["cluster"]
     assert epochs["view"]["epoch"] >= 6, epochs  # five failovers after the first election
     print(f"leaders killed: {leaders}; {stats}")
