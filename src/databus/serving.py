@@ -20,8 +20,10 @@
 * **Security** (docs/security.md), from one :class:`HttpServerConfig` per server:
   bearer tokens (:mod:`databus.auth`; every path but ``/health``, ``/metrics`` and
   ``/openapi.json`` needs one, the service's admin paths an admin one), TLS and
-  mutual TLS, and limits: request body, header size, connections, idle keep-alive
-  and slow readers. A server bound beyond loopback without a token file refuses to
+  mutual TLS, and limits: request body, header size, connections, idle keep-alive,
+  slow senders (a request line and headers, and then a body, each get
+  ``read_timeout`` seconds: a client that trickles or stalls is cut) and slow
+  readers. A server bound beyond loopback without a token file refuses to
   start unless ``insecure`` (then it warns at every start). Endpoints ask
   :func:`principal` what the request may read.
 
@@ -45,12 +47,14 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
+import h11
 import uvicorn
 from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, ExceptionHandler, Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from databus.auth import ANONYMOUS, Authenticator, Principal
 from databus.core import jsonsafe
@@ -62,6 +66,7 @@ from databus.core.errors import (
     HeadersTooLargeError,
     InvalidRequestError,
     PayloadTooLargeError,
+    RequestTimeoutError,
     UnknownSourceError,
     UnsupportedMediaTypeError,
 )
@@ -210,6 +215,10 @@ class HttpServerConfig(FrozenModel):
         60.0, gt=0, le=3600, description="seconds one response part may wait for a client"
         " that does not read; then the connection is cut (the client resumes from its"
         " checkpoint)")
+    read_timeout: float = Field(
+        30.0, gt=0, le=3600, description="seconds a client may take to send a request"
+        " line and headers (from its connection, or the end of its previous answer), and"
+        " then its whole body; a client that stalls or trickles is cut (408 for a body)")
 
 
 def is_loopback(host: str) -> bool:
@@ -316,15 +325,30 @@ class _Guard:
     def _limited(self, receive: Receive) -> Receive:
         limit = self.config.max_body_bytes
         seen = 0
+        deadline: float | None = None  # for the whole body, from its first read
+        done = False
 
         async def receive_limited() -> Message:
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, deadline, done
+            if done:  # after the body: a wait for the client's disconnect, not timed
+                return await receive()
+            if deadline is None:
+                deadline = asyncio.get_running_loop().time() + self.config.read_timeout
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                raise RequestTimeoutError(
+                    f"request body not received whole within {self.config.read_timeout:g} s"
+                    " (this server's read_timeout)") from None
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:  # a chunked body that passed the Content-Length check
                     raise PayloadTooLargeError(
                         f"request body larger than {limit} bytes (this server's limit)")
+                done = not message.get("more_body", False)
+            else:
+                done = True
             return message
 
         return receive_limited
@@ -369,6 +393,53 @@ _SEND_CHUNK = 1024 * 1024
 
 class _SlowClient(Exception):
     """Raised through the app when a client stopped reading (see :class:`_Guard`)."""
+
+
+class _DeadlineH11(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with a deadline for each request's line and
+    headers, which uvicorn lacks: a connection that sends nothing, or a partial head,
+    would otherwise hold a connection slot for ever (a slowloris). The deadline runs
+    from the connection, then from the end of each answer; when it passes while the
+    client's side has not sent a whole request head (h11 state ``IDLE``), the
+    connection is closed. A request in progress (a long poll, a body being read,
+    which :class:`_Guard` times) is never cut by it. Subclassed per server with its
+    ``read_timeout`` (:meth:`HttpService._uvicorn_config`)."""
+
+    read_timeout: ClassVar[float] = 30.0
+    server_name: ClassVar[str] = "server"
+    _head_deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_head_deadline()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm_head_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._head_deadline is not None:
+            self._head_deadline.cancel()
+            self._head_deadline = None
+        super().connection_lost(exc)
+
+    def _arm_head_deadline(self) -> None:
+        if self._head_deadline is not None:
+            self._head_deadline.cancel()
+        self._head_deadline = None
+        if not self.transport.is_closing():
+            self._head_deadline = self.loop.call_later(self.read_timeout, self._head_late)
+
+    def _head_late(self) -> None:
+        self._head_deadline = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return
+        log.info("%s: closed a connection that sent no whole request in %g s (from %s)",
+                 self.server_name, self.read_timeout,
+                 "%s:%s" % self.client if self.client else "?")  # noqa: UP031
+        with contextlib.suppress(h11.LocalProtocolError):
+            self.conn.send(h11.ConnectionClosed())
+        self.transport.close()
 
 
 # -- lifecycle ----------------------------------------------------------------------------
@@ -451,7 +522,9 @@ class HttpService(ABC):
                         "ssl_cert_reqs": ssl.CERT_REQUIRED}
         config = uvicorn.Config(
             app, log_level="warning", lifespan="on", access_log=False,
-            timeout_graceful_shutdown=2, http="h11", limit_concurrency=http.max_connections,
+            timeout_graceful_shutdown=2, limit_concurrency=http.max_connections,
+            http=type("DeadlineH11", (_DeadlineH11,), {"read_timeout": http.read_timeout,
+                                                       "server_name": self.name}),
             timeout_keep_alive=int(max(1, http.idle_timeout)),
             h11_max_incomplete_event_size=http.max_header_bytes, **tls)
         try:

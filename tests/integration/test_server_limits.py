@@ -1,7 +1,9 @@
 """The limits every server applies to hostile or broken clients, on a real relay:
 request body size (413 before the body is read whole), header size, connections,
-idle keep-alive connections, and a client that stops reading a /stream answer (cut
-after ``send_timeout``; the same checkpoint then reads the same bytes)."""
+idle keep-alive connections, clients that send slowly (a request head or a body not
+whole within ``read_timeout``: cut, 408 for a body), and a client that stops reading
+a /stream answer (cut after ``send_timeout``; the same checkpoint then reads the
+same bytes)."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Relay]:
     create_shop(db)
     relay = make_relay(db, tmp, capacity_bytes=32 << 20, http={
         "max_body_bytes": 4096, "max_header_bytes": 8192, "max_connections": 20,
-        "idle_timeout": 1.0, "send_timeout": 1.0})
+        "idle_timeout": 1.0, "send_timeout": 1.0, "read_timeout": 1.0})
     with relay:
         with sqlite3.connect(db) as con:
             con.executemany("INSERT INTO orders (id, customer_id, note, payload, tx)"
@@ -127,6 +129,46 @@ def test_idle_connections_are_closed(limited: Relay) -> None:
         waited = time.monotonic() - t0
     assert b" 200 " in got.split(b"\r\n")[0]
     assert waited < 5, f"an idle keep-alive connection stayed open {waited:.1f} s"
+
+
+@pytest.mark.parametrize("sent", [
+    b"",  # connects and says nothing
+    b"GET /sources HTTP/1.1\r\nHost: 127.0.0.1\r\n",  # a head that never ends
+], ids=["nothing", "partial-head"])
+def test_a_client_that_sends_no_whole_request_is_cut(limited: Relay, sent: bytes) -> None:
+    t0 = time.monotonic()
+    with _raw(limited, sent) as s:
+        got = _read_all(s, timeout=15)  # returns when the server closes
+    waited = time.monotonic() - t0
+    assert got == b"" and waited < 10, f"held {waited:.1f} s, got {got[:60]!r}"
+
+
+def test_a_trickled_head_is_cut_at_its_deadline(limited: Relay) -> None:
+    """The deadline is for the whole head: a byte every 0.3 s does not extend it."""
+    t0 = time.monotonic()
+    with _raw(limited, b"G") as s:
+        try:
+            for b in b"ET /sources HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 60:
+                time.sleep(0.3)
+                s.sendall(bytes([b]))
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        got = _read_all(s, timeout=5)
+    assert b" 200 " not in got and time.monotonic() - t0 < 10
+
+
+def test_a_body_that_stalls_is_408_and_the_server_goes_on(limited: Relay) -> None:
+    s = _raw(limited, b"POST /signal HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+             b"application/json\r\nContent-Length: 100\r\n\r\n{\"type\"")
+    t0 = time.monotonic()
+    with s:
+        got = _read_all(s, timeout=15)
+    assert got.split(b"\r\n")[0].startswith(b"HTTP/1.1 408"), got[:100]
+    assert b"RequestTimeout" in got and time.monotonic() - t0 < 10
+    # a long poll outlives read_timeout: the deadline is for sending, not for waiting
+    r = httpx.get(f"{limited.url}/stream", params={"timeout": "2.5",
+                                                   "streamFromLatestScn": "true"}, timeout=30)
+    assert r.status_code == 200
 
 
 def test_connections_over_the_limit_get_503(limited: Relay) -> None:

@@ -315,3 +315,11 @@ class HeadersTooLargeError(InvalidRequestError):
 
     code = "HeadersTooLarge"
     http_status = 431
+
+
+class RequestTimeoutError(InvalidRequestError):
+    """A request body that did not arrive whole within the server's ``read_timeout``
+    (408); the server stops waiting for it."""
+
+    code = "RequestTimeout"
+    http_status = 408
