@@ -4,7 +4,10 @@ ZooKeeper, capturing a SQLite shop under a continuous multi-table writer.
 * Leader kill -9 five times (each killed leader comes back as a member): a consumer
   reading the cluster address (``zk://``) ends with exactly the committed
   transactions, in order, each whole (nothing lost, nothing repeated), and every
-  member serves the same windows under the same SCNs.
+  member serves the same windows under the same SCNs. The other clients fail over
+  too: a chain relay on ``databus+zk://``, ``replicate`` on a list of the members'
+  URLs (its replica ends equal to the source) and a bootstrap service whose producer
+  reads ``zk://`` (its log ends at the last window).
 * Fencing: a leader paused (SIGSTOP) until its ZooKeeper session expired publishes
   no window after it lost the lead; resumed, it becomes a follower whose windows
   are the new leader's.
@@ -70,6 +73,13 @@ class Cluster(ProcessPipeline):
             urls = ",".join(self.url(m) for m in ("m1", "m2", "m3"))
             return [*DATABUS, "replicate", "--relay", urls, "--target",
                     f"sqlite:///{self.tmp / 'replica.db'}"]
+        if name == "bootstrap":  # a bootstrap service whose producer reads zk://
+            port = self.ports.setdefault(name, free_port())
+            conf = self.tmp / "bootstrap.yaml"
+            conf.write_text(yaml.safe_dump({
+                "relay_url": self.address, "store": {"url": f"sqlite:///{self.tmp / 'bs.db'}"},
+                "http": {"port": port}, "poll_timeout": 0.5, "apply_interval": 0.05}))
+            return [*DATABUS, "bootstrap", "--config", str(conf)]
         if name == "chain":  # not a member: a chain relay reading whichever member serves
             port = self.ports.setdefault(name, free_port())
             return [*DATABUS, "relay", "--source", f"databus+{self.address}", "--port",
@@ -90,13 +100,19 @@ class Cluster(ProcessPipeline):
     def ready_url(self, name: str) -> str | None:
         return None if name in ("recorder", "replicate") else f"{self.url(name)}/health"
 
+    def target_scn(self) -> int:
+        """The newest SCN the bootstrap service's log holds."""
+        r = httpx.get(f"{self.url('bootstrap')}/targetSCN", timeout=10)
+        return int(r.json()["targetScn"]) if r.status_code == 200 else -1
+
 
     @property
     def record(self) -> Path:
         return self.tmp / "recorded.jsonl"
 
     def members(self) -> list[str]:
-        return [n for n in self.procs if n not in ("recorder", "chain", "replicate")]
+        return [n for n in self.procs if n not in ("recorder", "chain", "replicate",
+                                                   "bootstrap")]
 
     def admin(self, member: str) -> dict[str, object]:
         r = httpx.get(f"{self.url(member)}/admin", timeout=10)
@@ -177,6 +193,7 @@ def test_leader_killed_five_times_under_writes(cluster: tuple[Cluster, Writer]) 
     c, w = cluster
     c.start("chain")
     c.start("replicate")
+    c.start("bootstrap")
     done, errors = threading.Event(), []
 
     def write() -> None:
@@ -214,6 +231,9 @@ def test_leader_killed_five_times_under_writes(cluster: tuple[Cluster, Writer]) 
     assert len(windows) > 100_000
     # a chain relay on the cluster address followed every failover
     c.wait("the chain relay to hold the same windows", lambda: c.body("chain") == windows, 60)
+    # the bootstrap service's producer on zk:// followed every failover
+    top = max(c.max_scn(m) for m in c.members())
+    c.wait("the bootstrap log to hold the last window", lambda: c.target_scn() == top, 60)
     # replicate on a list of member URLs failed over too: its replica equals the source
     replica = sa.create_engine(f"sqlite:///{c.tmp / 'replica.db'}")
     try:
