@@ -4,7 +4,9 @@ started and killed -9 at random ten times. At the end the union of what members
 recorded is exactly what was committed (per key, in commit order, nothing lost,
 repeats only of whole windows), and no partition was run by two members at once:
 each recorded window carries its partition's owner and epoch, and a partition's
-epochs never go back in the order windows were recorded."""
+epochs never go back in the order windows were recorded. The members' listeners log
+each assignment and revocation in the same file: no member recorded a window of a
+partition it had not been told it holds."""
 
 from __future__ import annotations
 
@@ -74,9 +76,34 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().split("\n")[:-1]]
 
 
-def _check(lines: list[dict[str, Any]], committed: list[list[Change]]) -> dict[str, int]:
-    by_p: dict[int, list[dict[str, Any]]] = defaultdict(list)
+def _windows(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [rec for rec in lines if "scn" in rec]
+
+
+def _check_callbacks(lines: list[dict[str, Any]]) -> int:
+    """Every window a member recorded is of a partition it had been told was assigned
+    to it and not yet revoked (the listener's lines share the file, in time order)."""
+    held: dict[str, set[int]] = defaultdict(set)
+    told = 0
     for rec in lines:
+        if "joined" in rec:
+            held[rec["member"]] = set()
+        elif "assigned" in rec:
+            held[rec["member"]] |= set(rec["assigned"])
+            told += 1
+        elif "revoked" in rec:
+            held[rec["member"]] -= set(rec["revoked"])
+            told += 1
+        else:
+            assert rec["p"] in held[rec["owner"]], \
+                f"{rec['owner']} recorded partition {rec['p']} without holding it: {rec}"
+    return told
+
+
+def _check(lines: list[dict[str, Any]], committed: list[list[Change]]) -> dict[str, int]:
+    told = _check_callbacks(lines)
+    by_p: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for rec in _windows(lines):
         by_p[rec["p"]].append(rec)
     got: dict[Change, list[str]] = defaultdict(list)
     key_part: dict[tuple[str, str], int] = {}
@@ -101,7 +128,8 @@ def _check(lines: list[dict[str, Any]], committed: list[list[Change]]) -> dict[s
         for table, op, key in tx:
             want[(table, "", key)].append(op)
     assert got == want, "the members' union differs from what was committed"
-    return {"partitions": len(by_p), "owner_epochs": owners, "repeated_windows": repeats}
+    return {"partitions": len(by_p), "owner_epochs": owners, "repeated_windows": repeats,
+            "callbacks": told}
 
 
 @pytest.mark.slow
@@ -145,7 +173,7 @@ def test_group_churn_ten_times_under_writes(tmp_path: Path, zookeeper: ZooKeeper
 
         def recorded_all() -> bool:
             scns = defaultdict(int)
-            for rec in _lines(g.record):
+            for rec in _windows(_lines(g.record)):
                 scns[rec["p"]] = max(scns[rec["p"]], rec["scn"])
             return len(scns) == PARTITIONS and min(scns.values()) >= top
 
@@ -153,6 +181,8 @@ def test_group_churn_ten_times_under_writes(tmp_path: Path, zookeeper: ZooKeeper
         stats = _check(_lines(g.record), w.committed)
         print(f"group churn: {stats}")
         assert stats["owner_epochs"] > PARTITIONS  # ownership moved
+        # every member that started was told its partitions; rebalances revoked some
+        assert stats["callbacks"] > len(names) + next_name, stats
 
 
 @pytest.mark.slow

@@ -59,12 +59,26 @@ def main() -> None:
         def recorder(o: Ownership) -> Recorder:
             return Recorder(args.out, {"p": o.partition, "owner": o.member, "epoch": o.epoch})
 
+        fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+        def note(**what: Any) -> None:  # in the same file as the windows, in time order
+            os.write(fd, (json.dumps({"member": args.member_id, **what}) + "\n").encode())
+
+        class Listener:
+            def on_partitions_assigned(self, partitions: list[int]) -> None:
+                note(assigned=partitions)
+
+            def on_partitions_revoked(self, partitions: list[int]) -> None:
+                note(revoked=partitions)
+
+        note(joined=True)
+
         cfg = ClientConfig(relay_url=args.relay, poll_timeout=1.0,
                            sources=args.sources.split(","))
         # the partitions' checkpoints are files every member reads: a shared store
         DynamicGroup(args.group, cfg, partitions=args.partitions, consumer_factory=recorder,
                      store_factory=lambda p: FileCheckpointStore(f"{args.checkpoint}.p{p}"),
-                     member_id=args.member_id).run(threading.Event())
+                     member_id=args.member_id, listener=Listener()).run(threading.Event())
         return
     client = DatabusClient(ClientConfig(relay_url=args.relay, poll_timeout=1.0),
                            Recorder(args.out), FileCheckpointStore(args.checkpoint))

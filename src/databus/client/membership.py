@@ -32,7 +32,10 @@ resumes where the old one committed. Delivery stays at-least-once: a window the
 old owner applied but did not checkpoint is applied again.
 
 **Callbacks.** ``listener.on_partitions_assigned(ps)`` and
-``on_partitions_revoked(ps)`` tell the application which partitions it runs.
+``on_partitions_revoked(ps)`` tell the application which partitions it runs: the
+first before any window of those partitions runs, the second after their last
+window ended and before their owner nodes are released (so before another member
+can take them). A member that dies hears of nothing.
 """
 
 from __future__ import annotations
@@ -241,26 +244,29 @@ class DynamicGroup:
         if give_up:
             for p in give_up:
                 self.running[p].stop.set()
-            for p in give_up:
-                part = self.running.pop(p)
+            stopped = [self.running.pop(p) for p in give_up]
+            for part in stopped:
                 part.thread.join(60)
-                self._release(p, part.epoch)
-            log.info("member %s gave up partitions %s", self.member_id, give_up)
-            if self.listener is not None:
+            if self.listener is not None:  # before another member may take them
                 self.listener.on_partitions_revoked(give_up)
-        taken = []
+            for part in stopped:
+                self._release(part.p, part.epoch)
+            log.info("member %s gave up partitions %s", self.member_id, give_up)
+        taken: list[_Partition] = []
         for p in sorted(target - set(self.running)):
             epoch = self._take(p)
             if epoch is None:
                 continue  # its old owner has not let go yet: the next pass
-            part = _Partition(self, p, epoch)
-            self.running[p] = part
-            part.thread.start()
-            taken.append(p)
+            taken.append(_Partition(self, p, epoch))
         if taken:
-            log.info("member %s runs partitions %s", self.member_id, sorted(self.running))
+            # the listener hears of partitions before their first window runs, and of
+            # revoked ones after their last window ended (above)
             if self.listener is not None:
-                self.listener.on_partitions_assigned(taken)
+                self.listener.on_partitions_assigned([part.p for part in taken])
+            for part in taken:
+                self.running[part.p] = part
+                part.thread.start()
+            log.info("member %s runs partitions %s", self.member_id, sorted(self.running))
 
     def run(self, stop: threading.Event) -> None:
         """Join the group and run the assigned partitions until ``stop``."""
