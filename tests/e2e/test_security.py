@@ -302,6 +302,42 @@ def test_mutual_tls_needs_a_client_certificate(tmp_path: Path, certs: Certs) -> 
         stop(proc)
 
 
+def test_a_chain_relay_copies_a_tls_relay_with_its_ca_and_token_from_files(
+        tmp_path: Path, certs: Certs) -> None:
+    tokens = tmp_path / "tokens.jsonl"
+    chain_token = tmp_path / "chain.token"
+    chain_token.write_text(_add_token(tokens, "chain", "--tables", ".*") + "\n")
+    url, proc = _tls_relay(tmp_path, certs, "--token-file", str(tokens))
+    try:
+        wait_until(lambda: _answers(f"{url}/health", _ctx(certs.ca)), 30, "the TLS relay")
+    except AssertionError:
+        stop(proc)
+        raise
+    port = free_port()
+    conf = tmp_path / "chain.yaml"
+    conf.write_text(json.dumps({  # YAML is a superset of JSON
+        "source": {"url": url.replace("https://", "databus+https://"),
+                   "token_file": str(chain_token), "tls": {"ca_file": str(certs.ca)}},
+        "buffer": {"path": str(tmp_path / "chain.buf")}, "http": {"port": port}}))
+    chain = spawn([*DATABUS, "relay", "--config", str(conf)], tmp_path / "chain.log")
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", chain)
+        headers = {"Authorization": f"Bearer {chain_token.read_text().strip()}"}
+
+        def body(base: str, verify: ssl.SSLContext | bool = True) -> bytes:
+            return httpx.get(f"{base}/stream", params={"size": str(16 << 20), "timeout": "0"},
+                             headers=headers, verify=verify, timeout=30).content
+
+        upstream = body(url, _ctx(certs.ca))
+        assert upstream
+        wait_until(lambda: body(f"http://127.0.0.1:{port}") == upstream, 60,
+                   "the chain relay to hold the TLS relay's windows byte for byte")
+    finally:
+        stop(chain)
+        stop(proc)
+    assert chain_token.read_text().strip() not in (tmp_path / "chain.log").read_text()
+
+
 def test_a_bad_certificate_path_is_one_line(tmp_path: Path) -> None:
     db = tmp_path / "shop.db"
     create_shop(db)
