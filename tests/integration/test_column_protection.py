@@ -7,12 +7,17 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from databus.bootstrap.config import parse_config as parse_bootstrap
+from databus.bootstrap.service import BootstrapService
+from databus.client import ClientConfig, DatabusClient, FileCheckpointStore
+from databus.client.consumer import Consumer, DataEvent
 from databus.core.errors import ConfigError
 from databus.core.schema import ColumnSpec, TableSchema, table_schema
 from databus.relay.config import parse_config
@@ -91,6 +96,57 @@ def test_sqlite_stream_snapshot_tail_and_buffer_hold_only_protected_values(
     for clear in (CARD, NAME, EMAIL):
         assert clear.encode() not in raw, f"{clear!r} is in the buffer file"
         assert clear not in log.read_text()
+
+
+def test_a_bootstrap_initial_load_applies_the_rules_before_its_store(tmp_path: Path) -> None:
+    """The initial load reads the database itself, not the relay: with the relay's
+    rules repeated in ``initial_load.columns`` its store and its snapshot answers hold
+    only protected values."""
+    db = tmp_path / "app.db"
+    with sqlite3.connect(db) as con:
+        con.execute("CREATE TABLE people (id INTEGER PRIMARY KEY, card TEXT, name TEXT,"
+                    " email TEXT, note TEXT)")
+        con.executemany("INSERT INTO people VALUES (?, ?, ?, ?, 'kept')",
+                        [(i, CARD, NAME, EMAIL) for i in (1, 2, 4)])
+    rules = _rules(r"main\.people")
+    relay = Relay(parse_config({
+        "source": {"url": f"sqlite:///{db}", "tables": ["people"], "poll_interval": 0.01,
+                   "snapshot_mode": "no_data", "columns": rules},
+        "http": {"port": 0}}))
+    store = tmp_path / "bs.db"
+    with relay, BootstrapService(parse_bootstrap({
+            "relay_url": relay.url, "store": {"url": f"sqlite:///{store}"},
+            "http": {"port": 0}, "poll_timeout": 0.5, "apply_interval": 0.05,
+            "initial_load": {"url": f"sqlite:///{db}", "tables": ["people"],
+                             "columns": rules}})) as bs:
+        rec = _Rows()
+        client = DatabusClient(ClientConfig(relay_url=relay.url, bootstrap_url=bs.url,
+                                            bootstrap_new_consumers=True), rec,
+                               FileCheckpointStore(tmp_path / "c.ckpt"))
+        runner = threading.Thread(target=client.run, daemon=True)
+        runner.start()
+        try:
+            wait_until(lambda: len(rec.rows) >= 3, 60, "the three snapshot rows")
+        finally:
+            client.stop()
+            runner.join(30)
+    assert sorted(r["id"] for r in rec.rows) == [1, 2, 4]
+    for row in rec.rows:
+        assert {k: row[k] for k in ("card", "name", "email")} == _expected(NAME, EMAIL)
+        assert row["note"] == "kept"
+    raw = b"".join(p.read_bytes() for p in tmp_path.glob("bs.db*"))
+    assert b"kept" in raw
+    for clear in (CARD, NAME, EMAIL):
+        assert clear.encode() not in raw, f"{clear!r} is in the bootstrap store"
+
+
+class _Rows(Consumer):
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def on_bootstrap_event(self, event: DataEvent) -> None:
+        assert event.after is not None
+        self.rows.append(dict(event.after))
 
 
 @pytest.mark.slow

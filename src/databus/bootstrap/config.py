@@ -22,6 +22,7 @@ from pydantic import Field, field_validator
 from databus.client.endpoints import check_relay_spec
 from databus.core.config import FrozenModel, load_file, validate
 from databus.serving import HttpServerConfig
+from databus.sources.config import ColumnRule
 
 _Model = FrozenModel
 
@@ -35,6 +36,10 @@ class InitialLoadConfig(_Model):
 
     url: str = Field(description="the captured source, sqlite:///PATH.db")
     tables: list[str] = Field(min_length=1, description="tables to load (the relay's tables)")
+    columns: list[ColumnRule] = Field(
+        default_factory=list, description="the relay's column protection rules"
+        " (source.columns): the initial load reads the database itself, so it applies"
+        " them too; a load whose tables the relay protects must repeat them here")
 
     @field_validator("url")
     @classmethod

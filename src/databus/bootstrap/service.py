@@ -37,7 +37,9 @@ from databus.bootstrap.server import BootstrapServer, build_app
 from databus.bootstrap.store import BootstrapStore, key_bytes
 from databus.client.credentials import Credentials
 from databus.core.errors import DatabusError, ScnNotFoundError
+from databus.core.window import Window
 from databus.serving import HttpService
+from databus.sources.protect import Protector
 from databus.sources.txlog.initial import InitialSnapshot
 
 log = logging.getLogger("databus.bootstrap")
@@ -72,11 +74,16 @@ def initial_load(cfg: BootstrapConfig, store: BootstrapStore, force: bool = Fals
     if il is None or (not force and store.get("initial_scn") is not None):
         return None
     store.start_initial_load()
+    protector = Protector(il.columns)
     with InitialSnapshot(il.path, il.tables) as snap:
         progress = LoadProgress(f"initial load of {il.path}", snap.count(), cfg.progress_interval)
+        registry = snap.registry()
         batch: list[dict[str, Any]] = []
         for e in snap.events():
-            batch.append({"src": e.src_id, "k": key_bytes(e.key), "scn": snap.scn, "ev": e.data})
+            data = e.data
+            if protector:  # the clear value never reaches the store
+                data = bytes(protector.window(Window(snap.scn, data, 1, 0), registry).events)
+            batch.append({"src": e.src_id, "k": key_bytes(e.key), "scn": snap.scn, "ev": data})
             if len(batch) >= 5000:
                 store.load_rows(batch)
                 progress.add(len(batch))

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from databus.core.errors import TerminalError
+from databus.core.schema import SchemaRegistry
 from databus.sources.txlog import catalog as cat
 from databus.sources.txlog._db import connect, rollback_quietly, translated
 from databus.sources.txlog.rows import VersionCodec
@@ -73,6 +74,10 @@ class InitialSnapshot:
             return sum(int(self._con.execute(
                 f"SELECT count(*) FROM {cat.quote(tv.table)}").fetchone()[0])
                 for tv in self._versions)
+
+    def registry(self) -> SchemaRegistry:
+        """The schemas the snapshot's events are encoded with."""
+        return SchemaRegistry(VersionCodec(tv).schema for tv in self._versions)
 
     def events(self) -> Iterator[SnapshotEvent]:
         """Every row as a snapshot event, table by table (source id order), in key order."""
