@@ -378,7 +378,7 @@ def bootstrap_cmd(
     try:
         _private_files()
         cfg = load_config(config)
-        redactor.add(url_password(cfg.store.url))
+        redactor.add(url_password(cfg.store.url), url_password(cfg.store.connect_url()))
         service = BootstrapService(cfg)
         logging.getLogger("databus").info(
             "bootstrap %s: relay %s, store %s", cfg.name, cfg.relay_url,

@@ -214,3 +214,38 @@ def test_a_yaml_config_takes_the_source_password_from_a_file_or_the_environment(
     finally:
         stop(proc)
     assert PASSWORD not in log.read_text()
+
+
+def test_a_bootstrap_store_takes_its_password_from_a_file(mariadb: MariaDB,
+                                                          tmp_path: Path) -> None:
+    store_pw = "Store-pw-5150-abc"
+    mariadb.execute(f"CREATE USER IF NOT EXISTS 'bs'@'127.0.0.1' IDENTIFIED BY '{store_pw}'",
+                    "CREATE DATABASE IF NOT EXISTS bs_pw",
+                    "GRANT ALL PRIVILEGES ON bs_pw.* TO 'bs'@'127.0.0.1'")
+    db = tmp_path / "shop.db"
+    create_shop(db)
+    with sqlite3.connect(db) as con:
+        con.executemany("INSERT INTO customers VALUES (?, ?, 0, 0)",
+                        [(i, f"c{i}") for i in range(5)])
+    pw_file = tmp_path / "store.pw"
+    pw_file.write_text(store_pw + "\n")
+    port = free_port()
+    with make_relay(db, tmp_path, snapshot_mode="initial") as relay:
+        conf = tmp_path / "bootstrap.yaml"
+        conf.write_text(yaml.safe_dump({
+            "relay_url": relay.url, "http": {"port": port}, "poll_timeout": 0.5,
+            "apply_interval": 0.05,
+            "store": {"url": f"mysql+pymysql://bs@127.0.0.1:{mariadb.port}/bs_pw",
+                      "password_file": str(pw_file)}}))
+        log = tmp_path / "bootstrap.log"
+        with running([*DATABUS, "bootstrap", "-v", "--config", str(conf)], log) as proc:
+            wait_http(f"http://127.0.0.1:{port}/health", proc)
+
+            def target_scn() -> int:
+                r = httpx.get(f"http://127.0.0.1:{port}/targetSCN", timeout=10)
+                return int(r.json()["targetScn"]) if r.status_code == 200 else -1
+
+            wait_until(lambda: target_scn() >= relay.buffer.max_scn >= 0, 60,
+                       "the store to hold the relay's windows")
+            admin = httpx.get(f"http://127.0.0.1:{port}/admin", timeout=10).text
+    assert store_pw not in log.read_text() + admin

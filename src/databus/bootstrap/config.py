@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import Field, field_validator
+from sqlalchemy.engine import make_url
 
+from databus.client.credentials import read_secret_file
 from databus.client.endpoints import check_relay_spec
 from databus.core.config import FrozenModel, load_file, validate
 from databus.serving import HttpServerConfig
@@ -29,6 +31,16 @@ _Model = FrozenModel
 
 class StoreConfig(_Model):
     url: str = Field(description="SQLAlchemy URL of the log and snapshot store")
+    password_file: Path | None = Field(
+        None, description="file whose first line is the store's password (instead of one"
+        " in the URL, where process lists and configs show it)")
+
+    def connect_url(self) -> str:
+        """``url`` with the password of ``password_file`` when one is given."""
+        if self.password_file is None:
+            return self.url
+        password = read_secret_file(self.password_file, "password file")
+        return make_url(self.url).set(password=password).render_as_string(hide_password=False)
 
 
 class InitialLoadConfig(_Model):

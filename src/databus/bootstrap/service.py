@@ -105,7 +105,7 @@ class BootstrapService(HttpService):
     def __init__(self, config: BootstrapConfig) -> None:
         super().__init__(config.http, "bootstrap")
         self.config = config
-        self.store = BootstrapStore(config.store.url)
+        self.store = BootstrapStore(config.store.connect_url())
         creds = Credentials.from_env(token_file=config.relay_token_file,
                                      ca_file=config.relay_ca_file)
         self.producer = Producer(self.store, config.relay_url, fetch_size=config.fetch_size,

@@ -49,6 +49,7 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 from databus.client._sql import translate_db_errors
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import ConfigError, StoreUnavailableError
+from databus.core.redact import redact_url
 
 _PART = 1 << 20  # bytes per log row: keeps each statement well under packet limits
 _I64 = struct.Struct(">q")
@@ -88,7 +89,7 @@ class BootstrapStore:
         try:
             self._w = sa.create_engine(url, pool_pre_ping=True)
         except (sa_exc.ArgumentError, ImportError) as exc:
-            raise ConfigError(f"bootstrap store url {url!r}: {exc}") from exc
+            raise ConfigError(f"bootstrap store url {redact_url(url)!r}: {exc}") from exc
         self.dialect = self._w.dialect.name
         self._r = self._w
         if self.dialect == "sqlite":

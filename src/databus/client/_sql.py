@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
 from databus.core.errors import SinkUnavailableError, SqlStatementError, TransientError
+from databus.core.redact import redact_url
 
 # SQLSTATE classes and codes that may pass (PostgreSQL, and MySQL where it sets them)
 _TRANSIENT_SQLSTATE_CLASSES = ("08",)  # connection exceptions
@@ -56,8 +57,9 @@ def make_engine(url: str) -> sa.Engine:
 
 
 def redacted(engine: sa.Engine) -> str:
-    """The engine URL without its password, for messages."""
-    return engine.url.render_as_string(hide_password=True)
+    """The engine URL without its password, for messages (the one helper,
+    :func:`databus.core.redact.redact_url`)."""
+    return redact_url(engine.url.render_as_string(hide_password=False))
 
 
 def driver_codes(exc: BaseException) -> tuple[int | None, str | None]:
