@@ -22,15 +22,8 @@ import yaml
 
 from tests.support.procs import DATABUS, free_port, running, spawn, wait_http
 from tests.support.shop import TABLES, create_shop
-from tests.support.tls import Certs, make_certs
+from tests.support.tls import Certs, add_token, make_certs
 from tests.support.wait import wait_until
-
-
-def _add_token(file: Path, name: str, *extra: str) -> str:
-    done = subprocess.run([*DATABUS, "token", "add", name, "--file", str(file), *extra],
-                          capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
 
 
 def _ctx(ca: Path, cert: Path | None = None, key: Path | None = None) -> ssl.SSLContext:
@@ -65,9 +58,9 @@ def tls_relay(tmp_path: Path, certs: Certs) -> Iterator[tuple[str, dict[str, str
             con.execute("INSERT INTO orders (id, customer_id, note, tx) VALUES (?, ?, 'n', 0)",
                         (i, i))
     tokens_file = tmp_path / "tokens.jsonl"
-    tokens = {"admin": _add_token(tokens_file, "admin", "--tables", ".*", "--admin"),
-              "orders": _add_token(tokens_file, "orders", "--tables", r"main\.orders"),
-              "producer": _add_token(tokens_file, "producer", "--tables", ".*")}
+    tokens = {"admin": add_token(tokens_file, "admin", "--tables", ".*", "--admin"),
+              "orders": add_token(tokens_file, "orders", "--tables", r"main\.orders"),
+              "producer": add_token(tokens_file, "producer", "--tables", ".*")}
     port = free_port()
     with running([*DATABUS, "relay", "--source", f"sqlite:///{db}", "--tables",
                   ",".join(TABLES), "--port", str(port), "--token-file", str(tokens_file),

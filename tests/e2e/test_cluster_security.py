@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import ssl
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,15 +21,8 @@ import yaml
 from tests.support.pipeline import ProcessPipeline
 from tests.support.procs import DATABUS, free_port
 from tests.support.shop import create_shop
-from tests.support.tls import Certs, make_certs
+from tests.support.tls import Certs, add_token, make_certs
 from tests.support.zookeeper import ZooKeeper
-
-
-def _add_token(file: Path, name: str, *extra: str) -> str:
-    done = subprocess.run([*DATABUS, "token", "add", name, "--file", str(file), *extra],
-                          capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
 
 
 @dataclass
@@ -96,8 +88,8 @@ def closed(tmp_path: Path, zookeeper: ZooKeeper) -> Iterator[ClosedCluster]:
     db = tmp_path / "shop.db"
     create_shop(db)
     tokens_file = tmp_path / "tokens.jsonl"
-    tokens = {"member": _add_token(tokens_file, "member", "--tables", ".*", "--admin"),
-              "orders": _add_token(tokens_file, "orders", "--tables", r"main\.orders")}
+    tokens = {"member": add_token(tokens_file, "member", "--tables", ".*", "--admin"),
+              "orders": add_token(tokens_file, "orders", "--tables", r"main\.orders")}
     with ClosedCluster(tmp_path, db, zookeeper, make_certs(tmp_path / "certs"),
                        tokens) as c:
         yield c

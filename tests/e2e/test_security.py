@@ -20,7 +20,7 @@ import pytest
 
 from tests.support.procs import DATABUS, free_port, running, spawn, stop, wait_http
 from tests.support.shop import create_shop
-from tests.support.tls import Certs, make_certs
+from tests.support.tls import Certs, add_token, make_certs
 from tests.support.wait import wait_until
 
 
@@ -29,13 +29,6 @@ def _run(*args: str, env: dict[str, str] | None = None,
     return subprocess.run([*DATABUS, *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})}, check=False)
 
-
-def _add_token(file: Path, name: str, *extra: str) -> str:
-    done = _run("token", "add", name, "--file", str(file), *extra)
-    assert done.returncode == 0, done.stderr
-    token = done.stdout.strip()
-    assert token.startswith(f"{name}.") and token not in file.read_text()
-    return token
 
 
 def _write(db: Path, n: int, start: int = 0) -> None:
@@ -70,8 +63,8 @@ def secured(tmp_path: Path) -> Iterator[SecuredRelay]:
     create_shop(db)
     _write(db, 5)
     token_file = tmp_path / "tokens.jsonl"
-    tokens = {"orders": _add_token(token_file, "orders", "--tables", r"main\.orders"),
-              "admin": _add_token(token_file, "admin", "--tables", ".*", "--admin")}
+    tokens = {"orders": add_token(token_file, "orders", "--tables", r"main\.orders"),
+              "admin": add_token(token_file, "admin", "--tables", ".*", "--admin")}
     assert token_file.stat().st_mode & 0o777 == 0o600
     port = free_port()
     log = tmp_path / "relay.log"
@@ -200,7 +193,7 @@ def test_a_revoked_token_is_refused_after_sighup(secured: SecuredRelay) -> None:
                "the revoked token to be refused")
     assert secured.get("/sources", secured.tokens["admin"]).status_code == 200
     # a rotated token: the new one works after SIGHUP, the old one does not
-    new = _add_token(secured.token_file, "admin", "--tables", ".*", "--admin", "--replace")
+    new = add_token(secured.token_file, "admin", "--tables", ".*", "--admin", "--replace")
     secured.proc.send_signal(signal.SIGHUP)
     wait_until(lambda: secured.get("/sources", new).status_code == 200, 30, "the new token")
     assert secured.get("/sources", secured.tokens["admin"]).status_code == 401
@@ -306,7 +299,7 @@ def test_a_chain_relay_copies_a_tls_relay_with_its_ca_and_token_from_files(
         tmp_path: Path, certs: Certs) -> None:
     tokens = tmp_path / "tokens.jsonl"
     chain_token = tmp_path / "chain.token"
-    chain_token.write_text(_add_token(tokens, "chain", "--tables", ".*") + "\n")
+    chain_token.write_text(add_token(tokens, "chain", "--tables", ".*") + "\n")
     url, proc = _tls_relay(tmp_path, certs, "--token-file", str(tokens))
     try:
         wait_until(lambda: _answers(f"{url}/health", _ctx(certs.ca)), 30, "the TLS relay")

@@ -11,6 +11,7 @@
 * ``bootstrap``: an in-process bootstrap service, preloaded rows, replica checks.
 * ``procs``: ``databus`` processes (``spawn``, ``wait_http``, ``kill9``, ``stop``).
 * ``wait.wait_until``: the one deadline loop.
+* ``tls``: certificates (``make_certs``) and tokens (``add_token``) a test makes itself.
 * ``shop``, ``bulk``, ``mysql_workload``, ``bootmysql``: writer workloads and checks.
 * ``typematrix``: the MySQL type matrix; ``sparkrelay``: relays for the Spark tests.
 """

@@ -122,6 +122,15 @@ class MariaDB:
             for stmt in sql:
                 cur.execute(stmt)
 
+    def binlog_dumps(self) -> int:
+        """Replication connections streaming the binlog now (a relay that started
+        capturing at the binlog's end sees only what commits after its dump began)."""
+        with self.connect() as con, con.cursor() as cur:
+            cur.execute("SELECT count(*) FROM information_schema.processlist"
+                        " WHERE command LIKE 'Binlog Dump%'")
+            row = cur.fetchone()
+            return int(row[0]) if row else 0
+
     def gtid_pos(self) -> str:
         """The server's binlog GTID state (``@@gtid_binlog_pos``), e.g. ``0-1-12``."""
         with self.connect() as con, con.cursor() as cur:

@@ -69,13 +69,7 @@ class ProcessPipeline:
     def wait_dump(self, server: MariaDB, timeout: float = 120.0) -> None:
         """Until a relay's replication connection streams from ``server`` (a new relay
         starts at the binlog's end: a workload must not begin before)."""
-        def dumping() -> bool:
-            with server.connect() as con, con.cursor() as cur:
-                cur.execute("SELECT count(*) FROM information_schema.processlist"
-                            " WHERE command LIKE 'Binlog Dump%'")
-                return bool(cur.fetchone()[0])
-
-        self.wait("the relay to start its binlog dump", dumping, timeout)
+        self.wait("the relay to start its binlog dump", server.binlog_dumps, timeout)
 
     def close(self) -> None:
         for p in self.procs.values():

@@ -1,12 +1,16 @@
-"""Certificates a test makes itself (trustme): a CA, a server certificate for
-127.0.0.1/localhost and a client certificate, written as PEM files."""
+"""Credentials a test makes itself: certificates (trustme: a CA, a server certificate
+for 127.0.0.1/localhost and a client certificate, written as PEM files) and tokens
+(``databus token add``, the operator's command)."""
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import trustme
+
+from tests.support.procs import DATABUS
 
 
 @dataclass(frozen=True)
@@ -35,3 +39,14 @@ def make_certs(directory: Path) -> Certs:
     client.private_key_pem.write_to_path(str(paths.client_key))
     other.cert_pem.write_to_path(str(paths.other_ca))
     return paths
+
+
+def add_token(file: Path, name: str, *extra: str) -> str:
+    """``databus token add NAME --file FILE EXTRA...``: the new token, printed once
+    (the file gets only its hash)."""
+    done = subprocess.run([*DATABUS, "token", "add", name, "--file", str(file), *extra],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    token = done.stdout.strip()
+    assert token.startswith(f"{name}.") and token not in file.read_text()
+    return token
