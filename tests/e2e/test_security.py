@@ -131,6 +131,25 @@ def test_admin_endpoints_need_the_admin_flag(secured: SecuredRelay) -> None:
                    headers={"Authorization": f"Bearer {tok}"})
     assert r.status_code == 403 and r.json()["error"] == "Forbidden"
     assert httpx.post(f"{secured.url}/signal", json=body, timeout=30).status_code == 401
+    # an admin token limited to orders signals about orders only
+    ops = add_token(secured.token_file, "ops", "--tables", r"main\.orders", "--admin")
+    secured.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: secured.get("/admin", ops).status_code == 200, 30, "the ops token")
+
+    def signal_as(token: str, tables: list[str]) -> httpx.Response:
+        return httpx.post(f"{secured.url}/signal", timeout=30,
+                          headers={"Authorization": f"Bearer {token}"},
+                          json={"type": "execute-snapshot",
+                                "data": {"data-collections": tables}})
+
+    r = signal_as(ops, [r"main\.customers"])
+    assert r.status_code == 403 and "customers" in r.json()["message"], r.text
+    r = signal_as(ops, [r"main\..*"])  # a pattern that reaches a table it may not read
+    assert r.status_code == 403, r.text
+    # its own table passes the token check and reaches the source (SQLite takes no
+    # signals: the source's own 400, not the guard's 403)
+    r = signal_as(ops, [r"main\.orders"])
+    assert r.status_code == 400 and "takes no signals" in r.json()["message"], r.text
 
 
 def test_tail_takes_its_token_from_the_environment(secured: SecuredRelay,
