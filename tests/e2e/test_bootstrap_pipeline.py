@@ -54,6 +54,13 @@ class Pipeline(ProcessPipeline):
         port = {"relay": self.relay_port, "bootstrap": self.bs_port}.get(name)
         return f"http://127.0.0.1:{port}/admin" if port else None
 
+    def relay_buffer(self, capacity: int) -> None:
+        """Give the relay (not started yet) a buffer of ``capacity`` bytes."""
+        conf = self.tmp / "relay.yaml"
+        raw = yaml.safe_load(conf.read_text())
+        raw["buffer"]["capacity_bytes"] = capacity
+        conf.write_text(yaml.safe_dump(raw))
+
     def relay_min_scn(self) -> int:
         return int(httpx.get(f"http://127.0.0.1:{self.relay_port}/containerStats/buffer/min_scn",
                              timeout=10).json())
@@ -130,6 +137,10 @@ def _write_in_background(w: BulkWriter, upto: int, pause: float
 @pytest.mark.slow
 def test_consumer_started_after_100k_changes(pipeline: Pipeline) -> None:
     p = pipeline
+    # a SQLite window holds every transaction committed since the relay's last read: a
+    # relay starved of CPU for a second folds ~100 of these into one window, which must
+    # fit the buffer (2 MiB did not once); 6 MiB still lets 3/4 of the history fall off
+    p.relay_buffer(6 * 1024 * 1024)
     p.start("relay")
     p.start("bootstrap")
     w = BulkWriter(p.db, seed=21, per_tx=100)
