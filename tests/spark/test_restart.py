@@ -97,6 +97,14 @@ def test_kill_queries_and_relay_at_random_points(spark: SparkSession, tmp_path: 
     try:
         for round_ in range(6):
             queries = _start(spark, relay.url, tmp_path, {"processingTime": "300 milliseconds"})
+            if round_ == 0:
+                # Spark cannot restart a query stopped inside its very first batch (on the
+                # next start: STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY, "offsets should be
+                # empty on batch 0"; seen on a loaded machine): that is Spark's, not the
+                # source's, so the random stops start after each query committed batch 0
+                wait_until(lambda: all((tmp_path / c / "commits" / "0").exists()
+                                       for c in ("apply.ckpt", "raw.ckpt")), 120,
+                           "each query's first batch", interval=0.1)
             done.wait(rng.uniform(1.0, 5.0))
             if round_ % 2 == 1:
                 assert relay.proc is not None
