@@ -79,7 +79,9 @@ echo "leader: $L"
 write 300
 
 # 5. the leader dies; another member leads; the writer goes on
-eval "kill -9 \$PID_$L"
+eval "victim=\$PID_$L"
+kill -9 "$victim"
+wait "$victim" 2>/dev/null || true  # reaped quietly (bash would report "Killed")
 echo "killed $L with -9"
 for _ in $(seq 120); do N=$(leader); [ -n "$N" ] && [ "$N" != "$L" ] && break; sleep 0.5; done
 echo "new leader: $N"
