@@ -48,7 +48,9 @@ def test_bootstrap_tokens(tmp_path: Path) -> None:
             headers = {"Authorization": f"Bearer {token}"} if token else {}
             return httpx.get(f"{bs.url}{path}", params=params, headers=headers, timeout=30)
 
-        wait_until(lambda: get("/targetSCN", admin).status_code == 200, 60, "the store")
+        # /targetSCN answers once the initial load is in, /sources once the producer
+        # has copied the relay's sources: a moment later
+        wait_until(lambda: get("/sources", admin).status_code == 200, 60, "the store")
         ids = {s["name"]: s["id"] for s in get("/sources", admin).json()}
         assert get("/sources").status_code == 401
         assert [s["name"] for s in get("/sources", orders).json()] == ["main.orders"]
