@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import sys
 import threading
 import time
@@ -237,3 +238,31 @@ def test_replicate_group_into_postgresql(tmp_path: Path, zookeeper: ZooKeeper,
                 "SELECT name FROM databus_checkpoint")))
         assert names == [f"replicate-rg-p{p}" for p in range(4)], names
         engine.dispose()
+
+
+def test_a_member_stops_on_sigterm_while_zookeeper_is_gone(tmp_path: Path) -> None:
+    """Its owner nodes are ephemeral: with ZooKeeper unreachable a member asked to stop
+    lets them go with its session instead of waiting to delete them (it used to wait
+    for ever)."""
+    db = tmp_path / "shop.db"
+    create_shop(db)
+    with ZooKeeper() as zk, Writer(db, seed=3) as w, \
+            Group(tmp_path, db, zk) as g:
+        g.start("relay")
+        w.transaction()
+        replica = tmp_path / "replica.db"
+        log = g.log("member")
+        g.procs["member"] = spawn(
+            [*DATABUS, "replicate", "--relay", g.url, "--target", f"sqlite:///{replica}",
+             "--sources", SOURCES, "--group", f"zk://{zk.hosts}/stopping",
+             "--group-partitions", "4", "--member-id", "m"], log)
+        g.wait("the member to run its partitions", lambda: "runs partitions" in
+               log.read_text(), 60)
+        zk.stop()
+        time.sleep(1.0)
+        proc = g.procs.pop("member")
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(60)
+        assert code == 0, log.read_text()[-2000:]
+        assert time.monotonic() - t0 < 30

@@ -215,13 +215,19 @@ class DynamicGroup:
         return epoch
 
     def _release(self, p: int, epoch: int) -> None:
+        """Delete ``p``'s owner node if it is still this member's. Bounded: without a
+        connected session it does nothing (the node is ephemeral and goes with the
+        session), and each call waits at most a session timeout, so a member asked to
+        stop while ZooKeeper is unreachable still exits."""
         zk = self._zk
         assert zk is not None
+        if zk.state != "CONNECTED":
+            return
         node = f"{self.path}/partitions/{p}/owner"
         try:
-            data, stat = zk.get(node)
+            data, stat = zk.get_async(node).get(timeout=self.session_timeout)
             if data.decode() == f"{self.member_id} {epoch}":
-                zk.delete(node, version=stat.version)
+                zk.delete_async(node, version=stat.version).get(timeout=self.session_timeout)
         except Exception as exc:  # gone with the session, or already taken: nothing to free
             log.debug("releasing partition %d: %s", p, exc)
 

@@ -91,13 +91,16 @@ def zk_client(address: ZkAddress, *, session_timeout: float = 10.0,
 class ClusterView:
     """Read-only views of a cluster's nodes (members, leader, epoch)."""
 
-    def __init__(self, zk: KazooClient, address: ZkAddress) -> None:
+    def __init__(self, zk: KazooClient, address: ZkAddress, *, timeout: float = 10.0) -> None:
+        """``timeout``: seconds each read may wait (ZooKeeper unreachable: a
+        CoordinatorUnavailableError then, never a read that waits for ever)."""
         self.zk = zk
         self.address = address
+        self.timeout = timeout
 
     def _json(self, path: str) -> dict[str, Any] | None:
         try:
-            data, _ = self.zk.get(path)
+            data, _ = self.zk.get_async(path).get(timeout=self.timeout)
         except NoNodeError:
             return None
         try:
@@ -113,7 +116,8 @@ class ClusterView:
     def epoch(self) -> int:
         with translated("reading the epoch"):
             try:
-                data, _ = self.zk.get(f"{self.address.path}/epoch")
+                data, _ = self.zk.get_async(f"{self.address.path}/epoch").get(
+                    timeout=self.timeout)
             except NoNodeError:
                 return 0
         return int(data or b"0")
@@ -122,7 +126,7 @@ class ClusterView:
         base = f"{self.address.path}/members"
         with translated("listing members"):
             try:
-                names = sorted(self.zk.get_children(base))
+                names = sorted(self.zk.get_children_async(base).get(timeout=self.timeout))
             except NoNodeError:
                 return []
             found = [self._json(f"{base}/{n}") for n in names]
