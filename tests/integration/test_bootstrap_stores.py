@@ -24,6 +24,7 @@ from tests.support.bootstrap import (
 )
 from tests.support.bulk import BulkWriter
 from tests.support.relays import make_relay
+from tests.support.wait import wait_until
 
 
 @pytest.fixture
@@ -102,7 +103,9 @@ def test_bootstrap_through_each_store(store_url: str, shop_db: Path, tmp_path: P
     c = None
     try:
         w.run_until(12_000, threading.Event(), 0.001)
-        assert relay.buffer.min_scn > 2000
+        # the relay copies the writer's last windows a moment later: then the oldest
+        # have fallen off its 1 MiB
+        wait_until(lambda: relay.buffer.min_scn > 2000, 60, "the history to fall off the relay")
         c = Consumer(relay, bs, tmp_path / "replica.db", batch=300)
         w.run_until(14_000, threading.Event(), 0.01)
         wait_equal(shop_db, tmp_path / "replica.db", [c])
