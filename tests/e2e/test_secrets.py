@@ -142,20 +142,28 @@ def test_tls_to_mariadb_verifies_the_server_and_presents_a_client_certificate(tm
             assert src.read(-1, threading.Event(), 0.2) is not None  # reads the binlog
 
 
+def _user_and_shop(server: MariaDB, tmp: Path, user: str, password: str, database: str,
+                   customers: int) -> tuple[Path, Path]:
+    """A MariaDB user with ``password`` owning ``database``, a SQLite shop holding
+    ``customers`` customers, and a file with the password: (shop, password file)."""
+    server.execute(f"CREATE USER IF NOT EXISTS '{user}'@'127.0.0.1' IDENTIFIED BY '{password}'",
+                   f"CREATE DATABASE IF NOT EXISTS {database}",
+                   f"GRANT ALL PRIVILEGES ON {database}.* TO '{user}'@'127.0.0.1'")
+    db = tmp / "shop.db"
+    create_shop(db)
+    with sqlite3.connect(db) as con:
+        con.executemany("INSERT INTO customers VALUES (?, ?, 0, 0)",
+                        [(i, f"c{i}") for i in range(customers)])
+    pw_file = tmp / f"{user}.pw"
+    pw_file.write_text(password + "\n")
+    return db, pw_file
+
+
 @pytest.mark.slow
 def test_replicate_takes_the_target_password_from_a_file(mariadb: MariaDB,
                                                          tmp_path: Path) -> None:
     target_pw = "Tgt-pass-9931-xyz"
-    mariadb.execute(f"CREATE USER IF NOT EXISTS 'sink'@'127.0.0.1' IDENTIFIED BY '{target_pw}'",
-                    "CREATE DATABASE IF NOT EXISTS replica_pw",
-                    "GRANT ALL PRIVILEGES ON replica_pw.* TO 'sink'@'127.0.0.1'")
-    db = tmp_path / "shop.db"
-    create_shop(db)
-    with sqlite3.connect(db) as con:
-        con.executemany("INSERT INTO customers VALUES (?, ?, 0, 0)",
-                        [(i, f"c{i}") for i in range(10)])
-    pw_file = tmp_path / "target.pw"
-    pw_file.write_text(target_pw + "\n")
+    db, pw_file = _user_and_shop(mariadb, tmp_path, "sink", target_pw, "replica_pw", 10)
     with make_relay(db, tmp_path, snapshot_mode="initial") as relay:
         log = tmp_path / "replicate.log"
         with running([*DATABUS, "replicate", "-v", "--relay", relay.url, "--target",
@@ -219,16 +227,7 @@ def test_a_yaml_config_takes_the_source_password_from_a_file_or_the_environment(
 def test_a_bootstrap_store_takes_its_password_from_a_file(mariadb: MariaDB,
                                                           tmp_path: Path) -> None:
     store_pw = "Store-pw-5150-abc"
-    mariadb.execute(f"CREATE USER IF NOT EXISTS 'bs'@'127.0.0.1' IDENTIFIED BY '{store_pw}'",
-                    "CREATE DATABASE IF NOT EXISTS bs_pw",
-                    "GRANT ALL PRIVILEGES ON bs_pw.* TO 'bs'@'127.0.0.1'")
-    db = tmp_path / "shop.db"
-    create_shop(db)
-    with sqlite3.connect(db) as con:
-        con.executemany("INSERT INTO customers VALUES (?, ?, 0, 0)",
-                        [(i, f"c{i}") for i in range(5)])
-    pw_file = tmp_path / "store.pw"
-    pw_file.write_text(store_pw + "\n")
+    db, pw_file = _user_and_shop(mariadb, tmp_path, "bs", store_pw, "bs_pw", 5)
     port = free_port()
     with make_relay(db, tmp_path, snapshot_mode="initial") as relay:
         conf = tmp_path / "bootstrap.yaml"
