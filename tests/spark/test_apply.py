@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 
 from databus.core.errors import ConfigError
 from databus.spark.apply import ChangeApplier, read_table
+from databus.spark.lakehouse import TableApplier
 from databus.spark.spec import ApplySpec
 
 Change = tuple[int, int, str, str | None, int | None]  # id, seq, op, a, b
@@ -142,16 +143,15 @@ def test_unknown_columns_fail_before_writing(spark: SparkSession, tmp_path: Path
         app.apply(spark.createDataFrame([(1, 1, "u", "x", 1)], COLS))
 
 
-def test_merge_into_a_table_without_merge_support_is_a_clear_error(
+def test_a_table_not_made_by_apply_changes_is_refused(
         spark: SparkSession, tmp_path: Path) -> None:
-    # the MERGE path itself (Delta/Iceberg) cannot be tested here: no such jars
-    spark.sql(f"CREATE TABLE plain_merge_target (id long, a string, b long, __seq long,"
-              f" __deleted boolean) USING parquet LOCATION '{tmp_path / 'plain'}'")
+    spark.sql(f"CREATE TABLE plain_merge_target (id long, a string, b long, __seq long)"
+              f" USING parquet LOCATION '{tmp_path / 'plain'}'")
     try:
-        app = applier(tmp_path, merge_into=True)
-        app.spec.target = "plain_merge_target"
+        spec = ApplySpec(target="plain_merge_target", keys=("id",), sequence_by="seq",
+                         apply_as_deletes="op = 'd'", except_column_list=("op", "seq"))
         batch = spark.createDataFrame([(1, 1, "u", "x", 1)], COLS)
-        with pytest.raises(ConfigError, match="MERGE into plain_merge_target failed"):
-            app(batch, 0)
+        with pytest.raises(ConfigError, match="not made by apply_changes"):
+            TableApplier(spec, "delta", lambda: "app")(batch, 0)
     finally:
         spark.sql("DROP TABLE plain_merge_target")

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
 
 from databus.client.relay import RelayConnection
 from databus.core import event as ev
@@ -18,6 +17,7 @@ from databus.core.errors import ConfigError, RelayProtocolError, RelayUnavailabl
 from databus.relay.relay import Relay
 from databus.spark import arrow, fastread
 from databus.spark.fastread import ChunkDecoder
+from databus.spark.limits import ReadAllAvailable, ReadMaxBytes
 from databus.spark.options import parse_options
 from databus.spark.reading import (
     offset_of,

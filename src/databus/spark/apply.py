@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -39,7 +39,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from databus.core.atomic import write_atomic
 from databus.core.errors import ConfigError
-from databus.spark.merge import merge_batch
+from databus.spark.lakehouse import EvolvingQuery, TableApplier, query_app_id
 from databus.spark.scd import reduce_scd1, reduce_scd2
 from databus.spark.spec import BUCKET, ApplySpec
 
@@ -78,10 +78,7 @@ class ChangeApplier:
         self.root = Path(spec.target)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        if self.spec.merge_into:
-            merge_batch(batch, self.spec)
-        else:
-            self.apply(batch)
+        self.apply(batch)
 
     def _write_meta(self) -> None:
         meta = TableMeta(self.spec.keys, self.spec.stored_as_scd_type, self.spec.buckets)
@@ -157,7 +154,7 @@ def _bucket(spec: ApplySpec) -> Column:
 def apply_changes(
     *,
     target: str,
-    source: DataFrame,
+    source: DataFrame | Callable[[], DataFrame],
     keys: Sequence[str],
     sequence_by: str | Column,
     checkpoint_location: str,
@@ -170,18 +167,27 @@ def apply_changes(
     track_history_except_column_list: Sequence[str] | None = None,
     ignore_null_updates: bool = False,
     buckets: int = 16,
-    merge_into: bool = False,
+    format: Literal["parquet", "delta", "iceberg"] = "parquet",
+    app_id: str | None = None,
     trigger: dict[str, Any] | None = None,
     query_name: str | None = None,
-) -> StreamingQuery:
+) -> StreamingQuery | EvolvingQuery:
     """Start a streaming query that applies ``source``'s changes to the table at ``target``.
 
     ``source`` is a streaming DataFrame with the row's columns at top level
-    (see :func:`databus.spark.changes` for the databus envelope). The
-    arguments mean what they mean for ``create_auto_cdc_flow``; ``target`` is a
-    directory, or with ``merge_into=True`` the name of a MERGE-capable catalog
-    table (Delta, Iceberg; SCD1 only; see :mod:`databus.spark.merge`, not
-    tested here). ``trigger`` is passed to ``DataStreamWriter.trigger`` (e.g.
+    (see :func:`databus.spark.changes` for the databus envelope), or a
+    function that builds it: then the query is restarted from its checkpoint
+    with a newly built source when the source's table gains columns, and an
+    :class:`~databus.spark.lakehouse.EvolvingQuery` is returned. The
+    arguments mean what they mean for ``create_auto_cdc_flow``. ``format``:
+
+    * ``parquet``: ``target`` is a directory (this module);
+    * ``delta``: ``target`` is a directory or a table name of the session
+      catalog; ``iceberg``: a table name of an Iceberg catalog
+      (``local.db.customers``). One MERGE per batch, exactly once under the
+      query's id (``app_id`` overrides it); see :mod:`databus.spark.lakehouse`.
+
+    ``trigger`` is passed to ``DataStreamWriter.trigger`` (e.g.
     ``{"availableNow": True}``). Returns the started query.
     """
     spec = ApplySpec(
@@ -195,16 +201,30 @@ def apply_changes(
         track_history_except_column_list=(tuple(track_history_except_column_list)
                                           if track_history_except_column_list is not None
                                           else None),
-        ignore_null_updates=ignore_null_updates, buckets=buckets, merge_into=merge_into,
+        ignore_null_updates=ignore_null_updates, buckets=buckets,
     )
-    spec.columns(source)  # fail before starting on unknown columns
-    writer = source.writeStream.foreachBatch(ChangeApplier(spec)).option(
-        "checkpointLocation", checkpoint_location)
-    if trigger:
-        writer = writer.trigger(**trigger)
-    if query_name:
-        writer = writer.queryName(query_name)
-    return writer.start()
+    fn: Callable[[DataFrame, int], None]
+    if format == "parquet":
+        fn = ChangeApplier(spec)
+    elif format in ("delta", "iceberg"):
+        fn = TableApplier(spec, format,
+                          (lambda: app_id) if app_id else query_app_id(checkpoint_location))
+    else:
+        raise ConfigError(f"apply_changes: format must be parquet, delta or iceberg, not {format!r}")
+
+    def start() -> StreamingQuery:
+        df = source() if callable(source) else source
+        spec.columns(df)  # fail before starting on unknown columns
+        writer = df.writeStream.foreachBatch(fn).option("checkpointLocation", checkpoint_location)
+        if trigger:
+            writer = writer.trigger(**trigger)
+        if query_name:
+            writer = writer.queryName(query_name)
+        return writer.start()
+
+    if callable(source):
+        return EvolvingQuery(start)
+    return start()
 
 
 def read_table(spark: SparkSession, target: str, *, current_only: bool = False) -> DataFrame:

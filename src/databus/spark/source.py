@@ -26,13 +26,6 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxBytes,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
 from pyspark.sql.types import StructType
 
 from databus.client.relay import RelayConnection
@@ -41,6 +34,13 @@ from databus.core.errors import ConfigError, DatabusError
 from databus.core.schema import SchemaRegistry, TableSchema
 from databus.spark import arrow
 from databus.spark.fastread import ChunkDecoder
+from databus.spark.limits import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from databus.spark.options import StreamOptions, parse_options
 from databus.spark.planned import PlannedDataSource
 from databus.spark.reading import (
@@ -117,7 +117,7 @@ class BucketPartition(InputPartition):
         self.end_scn = end_scn
 
 
-class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
     """Offsets, admission control and partition reads; picklable to executors."""
 
     def __init__(self, plan: _Plan) -> None:
@@ -126,6 +126,9 @@ class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.registry_json = plan.registry_json
         self.arrow_schema = plan.arrow_schema
         self._target: int | None = None  # availableNow: never plan past this SCN
+        # Spark 4.1 does not pass the batch's start to latestOffset: the end of the
+        # batch this reader last planned, ran or committed stands in for it
+        self._start: dict[str, Any] | None = None
 
     # -- driver ---------------------------------------------------------------
 
@@ -154,7 +157,18 @@ class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with self._conn() as conn:
             self._target = relay_top(conn, self.src_ids, self.opts.relay_retry_seconds)
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+    def latestOffset(self, start: dict[str, Any] | None = None,
+                     limit: ReadLimit | None = None) -> dict[str, Any]:
+        if start is None:  # Spark 4.1 (see databus.spark.limits)
+            start, limit = self._start, self.getDefaultReadLimit()
+            if start is None:  # a fresh reader: the first batch is not capped
+                start, limit = offset_of(-1, -1, self.opts.partitions), ReadAllAvailable()
+        assert limit is not None
+        end = self._latest(start, limit)
+        self._start = end
+        return end
+
+    def _latest(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         start_scn = offset_scn(start, self.opts.partitions)
         start_cp = Checkpoint.from_dict(start["buckets"]["0"])
         with self._conn() as conn:
@@ -186,12 +200,14 @@ class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         offset_scn(start, self.opts.partitions)
+        self._start = end
         end_scn = offset_scn(end, self.opts.partitions)
         return [BucketPartition(b, start["buckets"][str(b)], end_scn)
                 for b in range(self.opts.partitions)]
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the relay keeps no consumer state."""
+        self._start = end
 
     # -- executor ---------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 
 Shared by the two ways a batch is applied: into a Parquet table
 (:mod:`databus.spark.apply`) and into a MERGE-capable catalog table
-(:mod:`databus.spark.merge`). Also names the table's hidden columns.
+(:mod:`databus.spark.lakehouse`). Also names the table's hidden columns.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ class ApplySpec:
     track_history_except_column_list: tuple[str, ...] | None = None
     ignore_null_updates: bool = False
     buckets: int = 16
-    merge_into: bool = False  # target is a MERGE-capable catalog table (untested here)
 
     def __post_init__(self) -> None:
         if not self.keys:

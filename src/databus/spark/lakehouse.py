@@ -1,0 +1,451 @@
+"""apply_changes into Delta Lake and Apache Iceberg tables: one MERGE per micro-batch.
+
+The ``foreachBatch`` function behind ``apply_changes(format="delta"|"iceberg")``
+(:class:`TableApplier`). Each batch is reduced per key in sequence order and
+merged into the table with one ``MERGE INTO``, so each batch is one ACID commit
+(one Delta version, one Iceberg snapshot) and the table's history is the
+batches' history (time travel: :func:`read_lakehouse` with ``version``).
+
+Table layout: the stored columns, then
+
+* SCD1: ``__seq`` (the sequence of the change that wrote the row). A delete
+  removes the row; an older change than the stored one is not applied.
+* SCD2: ``__START_AT``, ``__END_AT`` (the names of Spark's AUTO CDC flow; null
+  end = the current version) and ``__seq`` (the last change folded into the
+  version). A change to a tracked column starts a version; other changes update
+  the current one in place; a delete ends it (no row for the delete).
+
+The table is created at the first batch, with table properties
+``databus.keys`` and ``databus.scd_type``, checked at every later start.
+
+**Exactly once.** Spark may run a batch again after a crash between the table
+commit and the checkpoint. The commit carries the query's identity
+(``app_id``: by default the checkpoint's query id) and the batch id:
+
+* Delta: as an idempotent write (session confs
+  ``spark.databricks.delta.write.txnAppId``/``txnVersion``); Delta itself skips
+  a batch id it already committed for that app id.
+* Iceberg: as snapshot properties ``databus.app``/``databus.batch``; before
+  merging, the applier reads the table's snapshots and skips a batch id at or
+  below the newest one committed for that app id.
+
+The ``__seq`` guard (a change not newer than the stored row does nothing)
+makes a batch replayed by any other path harmless for SCD1 too.
+
+**Schema evolution.** A column the batch has and the table lacks is added
+(``ALTER TABLE ... ADD COLUMNS``) before the merge; a column the table has and
+the batch lacks (dropped at the source) is kept and written as null by later
+changes; a column whose type differs fails the batch with a
+:class:`~databus.core.errors.SchemaError` naming it (nothing is written). A
+stream's schema is fixed when its query starts: :class:`EvolvingQuery` restarts
+the query from its checkpoint when the source reports a new table version.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from pyspark.errors import PySparkException
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql.types import DataType, Row, StructType
+
+from databus.core.errors import ConfigError, SchemaError
+from databus.spark.spec import ApplySpec
+
+log = logging.getLogger(__name__)
+
+Format = Literal["delta", "iceberg"]
+TXN_APP = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+SNAP_PROP = "spark.sql.iceberg.snapshot-property."
+SEQ, START, END = "__seq", "__START_AT", "__END_AT"
+
+
+def q(name: str) -> str:
+    """``name`` as a quoted SQL identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def table_ident(target: str, fmt: Format) -> str:
+    """The SQL name of ``target``: a Delta path becomes ``delta.`path```."""
+    if fmt == "delta" and ("/" in target or target.startswith(".")):
+        return f"delta.{q(str(Path(target).absolute()))}"
+    return target
+
+
+def _sql_literal(value: Any) -> str:
+    """A sequence value as SQL (numbers, and structs of numbers such as ``_sequence``)."""
+    if isinstance(value, Row):
+        parts = ", ".join(f"'{k}', {_sql_literal(v)}" for k, v in value.asDict().items())
+        return f"named_struct({parts})"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"apply_changes: a truncate needs a numeric sequence, not {value!r}")
+    return repr(value)
+
+
+def _col(c: str | Column) -> Column:
+    return F.expr(c) if isinstance(c, str) else c
+
+
+def query_app_id(checkpoint_location: str) -> Callable[[], str]:
+    """The id of the streaming query that owns ``checkpoint_location`` (read when first asked).
+
+    Spark writes ``<checkpoint>/metadata`` (``{"id": ...}``) when the query first
+    starts and keeps it for every restart; a new checkpoint is a new id, so its
+    batch ids (which start again at 0) are never mistaken for committed ones.
+    """
+    found: list[str] = []
+
+    def get() -> str:
+        if not found:
+            path = Path(checkpoint_location) / "metadata"
+            try:
+                found.append("databus:" + json.loads(path.read_text())["id"])
+            except (OSError, ValueError, KeyError) as exc:
+                raise ConfigError(f"apply_changes: cannot read the query id in {path}: {exc}") \
+                    from exc
+        return found[0]
+
+    return get
+
+
+class TableApplier:
+    """The ``foreachBatch`` function: one batch, one MERGE, one table commit, once."""
+
+    def __init__(self, spec: ApplySpec, fmt: Format, app_id: Callable[[], str]) -> None:
+        if fmt not in ("delta", "iceberg"):
+            raise ConfigError(f"apply_changes: unknown table format {fmt!r}")
+        self.spec = spec
+        self.fmt: Format = fmt
+        self.ident = table_ident(spec.target, fmt)
+        self.app_id = app_id
+        self.batches = 0  # merged by this applier (skipped replays not counted)
+        self.skipped = 0
+
+    # -- the batch ---------------------------------------------------------------
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        self.apply(batch, batch_id)
+
+    def apply(self, batch: DataFrame, batch_id: int, app_id: str | None = None) -> bool:
+        """Merge ``batch`` as batch ``batch_id`` of ``app_id``; False when it was already."""
+        spark = batch.sparkSession
+        app = app_id or self.app_id()
+        changes = self._changes(batch)
+        columns = [c for c in changes.columns if not c.startswith("__")]
+        dropped = self._ensure_table(spark, changes.schema, columns)
+        if self.fmt == "iceberg" and self._iceberg_done(spark, app, batch_id):
+            log.info("apply_changes: batch %d of %s is already in %s: skipped", batch_id, app,
+                     self.ident)
+            self.skipped += 1
+            return False
+        changes = changes.persist()
+        try:
+            if changes.isEmpty():
+                return True
+            if self.spec.stored_as_scd_type == 1:
+                source, sql = self._scd1(changes, columns, dropped)
+            else:
+                source, sql = self._scd2(spark, changes, columns, dropped)
+            view = f"__databus_batch_{id(self)}"
+            source.createOrReplaceTempView(view)
+            try:
+                self._commit(spark, app, batch_id, sql.format(src=view))
+            finally:
+                spark.catalog.dropTempView(view)
+        finally:
+            changes.unpersist()
+        self.batches += 1
+        return True
+
+    def _changes(self, batch: DataFrame) -> DataFrame:
+        spec = self.spec
+        columns = spec.columns(batch)
+        deletes = _col(spec.apply_as_deletes) if spec.apply_as_deletes is not None else F.lit(False)
+        truncs = (_col(spec.apply_as_truncates) if spec.apply_as_truncates is not None
+                  else F.lit(False))
+        kind = (F.when(F.coalesce(truncs, F.lit(False)), F.lit("t"))
+                .when(F.coalesce(deletes, F.lit(False)), F.lit("d")).otherwise(F.lit("u")))
+        return batch.select(*[F.col(q(c)) for c in columns], _col(spec.sequence_by).alias(SEQ),
+                            kind.alias("__kind"))
+
+    def _commit(self, spark: SparkSession, app: str, batch_id: int, sql: str) -> None:
+        if self.fmt == "delta":
+            confs = {TXN_APP: app, TXN_VERSION: str(batch_id)}
+        else:
+            confs = {SNAP_PROP + "databus.app": app, SNAP_PROP + "databus.batch": str(batch_id)}
+        for k, v in confs.items():
+            spark.conf.set(k, v)
+        try:
+            spark.sql(sql)
+        except PySparkException as exc:
+            raise ConfigError(f"apply_changes: MERGE into {self.ident} failed: {exc}") from exc
+        finally:
+            for k in confs:  # Delta keeps them for every later write of the session
+                spark.conf.unset(k)
+
+    def _iceberg_done(self, spark: SparkSession, app: str, batch_id: int) -> bool:
+        row = spark.sql(
+            f"SELECT max(CAST(summary['databus.batch'] AS BIGINT)) FROM {self.ident}.snapshots "
+            f"WHERE summary['databus.app'] = '{app.replace(chr(39), '')}'").collect()[0]
+        return row[0] is not None and batch_id <= row[0]
+
+    # -- the table ---------------------------------------------------------------
+
+    def _ensure_table(self, spark: SparkSession, schema: StructType,
+                      columns: list[str]) -> list[str]:
+        """Create the table, check it is ours, add new columns, refuse changed types.
+
+        Returns the table's columns the batch lacks (dropped at the source).
+        """
+        types: dict[str, DataType] = {f.name: f.dataType for f in schema.fields}
+        seq_type = types[SEQ]
+        wanted = [(c, types[c]) for c in columns] + [(SEQ, seq_type)]
+        if self.spec.stored_as_scd_type == 2:
+            wanted += [(START, seq_type), (END, seq_type)]
+        if not self._exists(spark):
+            self._create(spark, wanted)
+            return []
+        table = spark.table(self.ident)
+        props = self._properties(spark)
+        keys = props.get("databus.keys")
+        scd = props.get("databus.scd_type")
+        if keys != json.dumps(list(self.spec.keys)) or scd != str(self.spec.stored_as_scd_type):
+            raise ConfigError(
+                f"apply_changes: {self.ident} holds keys={keys} scd_type={scd}, not keys="
+                f"{list(self.spec.keys)} scd_type={self.spec.stored_as_scd_type} (or it was not "
+                "made by apply_changes)")
+        have = {f.name: f.dataType for f in table.schema.fields}
+        changed = [f"{c} ({have[c].simpleString()} -> {t.simpleString()})"
+                   for c, t in wanted if c in have and have[c] != t]
+        if changed:
+            raise SchemaError(
+                f"apply_changes: columns of {self.ident} changed type at the source: "
+                f"{', '.join(changed)}; nothing of this batch was written. Convert the column "
+                "in the table (or start a new table) and restart the query")
+        added = [(c, t) for c, t in wanted if c not in have]
+        if added:
+            cols = ", ".join(f"{q(c)} {t.simpleString()}" for c, t in added)
+            log.info("apply_changes: adding columns to %s: %s", self.ident, cols)
+            spark.sql(f"ALTER TABLE {self.ident} ADD COLUMNS ({cols})")
+        hidden = {SEQ, START, END}
+        return [c for c in have if c not in hidden and c not in types]
+
+    def _exists(self, spark: SparkSession) -> bool:
+        if self.ident.startswith("delta.`"):
+            return (Path(self.spec.target) / "_delta_log").is_dir()
+        return bool(spark.catalog.tableExists(self.spec.target))
+
+    def _properties(self, spark: SparkSession) -> dict[str, str]:
+        return {r[0]: r[1] for r in spark.sql(f"SHOW TBLPROPERTIES {self.ident}").collect()}
+
+    def _create(self, spark: SparkSession, columns: list[tuple[str, DataType]]) -> None:
+        cols = ", ".join(f"{q(c)} {t.simpleString()}" for c, t in columns)
+        props = (f"'databus.keys' = '{json.dumps(list(self.spec.keys))}', "
+                 f"'databus.scd_type' = '{self.spec.stored_as_scd_type}'")
+        if self.fmt == "iceberg":
+            parts = self.spec.target.split(".")
+            if len(parts) > 2:
+                spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {'.'.join(parts[:-1])}")
+        log.info("apply_changes: creating %s table %s", self.fmt, self.ident)
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {self.ident} ({cols}) USING {self.fmt} "
+                  f"TBLPROPERTIES ({props})")
+
+    # -- SCD1 --------------------------------------------------------------------
+
+    def _scd1(self, changes: DataFrame, columns: list[str],
+              dropped: list[str]) -> tuple[DataFrame, str]:
+        keys = self.spec.keys
+        trunc = None
+        if self.spec.apply_as_truncates is not None:
+            trunc = changes.where("__kind = 't'").agg(F.max(SEQ)).collect()[0][0]
+            if trunc is not None:
+                changes = changes.where((F.col("__kind") != "t") & (F.col(SEQ) > F.lit(trunc)))
+        w = Window.partitionBy(*[F.col(q(k)) for k in keys]).orderBy(F.col(SEQ).desc())
+        top = changes.withColumn("__n", F.row_number().over(w)).where("__n = 1").drop("__n")
+        on = " AND ".join(f"t.{q(k)} <=> s.{q(k)}" for k in keys)
+        sets = ", ".join([f"{q(c)} = s.{q(c)}" for c in [*columns, SEQ]]
+                         + [f"{q(c)} = NULL" for c in dropped])
+        names = ", ".join(q(c) for c in [*columns, SEQ])
+        values = ", ".join(f"s.{q(c)}" for c in [*columns, SEQ])
+        sql = (f"MERGE INTO {self.ident} t USING {{src}} s ON {on} "
+               f"WHEN MATCHED AND s.{SEQ} > t.{SEQ} AND s.__kind = 'd' THEN DELETE "
+               f"WHEN MATCHED AND s.{SEQ} > t.{SEQ} THEN UPDATE SET {sets} "
+               f"WHEN NOT MATCHED AND s.__kind = 'u' THEN INSERT ({names}) VALUES ({values})")
+        if trunc is not None:
+            sql += (f" WHEN NOT MATCHED BY SOURCE AND t.{SEQ} < {_sql_literal(trunc)} "
+                    "THEN DELETE")
+        return top, sql
+
+    # -- SCD2 --------------------------------------------------------------------
+
+    def _scd2(self, spark: SparkSession, changes: DataFrame, columns: list[str],
+              dropped: list[str]) -> tuple[DataFrame, str]:
+        """The versions the batch creates or changes, merged on (keys, ``__START_AT``).
+
+        The key's current version (if any) joins the batch as its first event,
+        so a batch that continues it (untracked change) updates it in place and
+        one that starts a new version or deletes the key closes it.
+        """
+        keys = list(self.spec.keys)
+        kcols = [F.col(q(k)) for k in keys]
+        tracked = self.spec.tracked(columns)
+        ev = changes.select(*[F.col(q(c)) for c in columns], SEQ, "__kind",
+                            F.col(SEQ).alias("__at"))
+        ev = ev.dropDuplicates([*keys, SEQ])
+        touched = ev.select(*kcols).distinct()
+        cur = (spark.table(self.ident).where(F.col(END).isNull())
+               .join(touched, on=keys, how="left_semi"))
+        cur_ev = cur.select(*[F.col(q(c)) for c in columns], F.col(SEQ),
+                            F.lit("c").alias("__kind"), F.col(START).alias("__at"))
+        # a change already folded into the current version is a replay: not again
+        last = cur.select(*kcols, F.col(SEQ).alias("__cur_seq"))
+        ev = (ev.join(last, on=keys, how="left")
+              .where(F.col("__cur_seq").isNull() | (F.col(SEQ) > F.col("__cur_seq")))
+              .drop("__cur_seq"))
+        ev = cur_ev.unionByName(ev)
+        by_at = Window.partitionBy(*kcols).orderBy("__at")
+        if tracked:
+            now = F.struct(*[F.col(q(c)) for c in tracked])
+            same = now.eqNullSafe(F.lag(now).over(by_at))
+        else:
+            same = F.lit(True)
+        prev_kind = F.lag("__kind").over(by_at)
+        starts = (F.col("__kind") == "d") | prev_kind.isNull() | (prev_kind == "d") | ~same
+        ev = ev.withColumn("__vid", F.sum(F.when(starts, 1).otherwise(0)).over(
+            by_at.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
+        data = [c for c in columns if c not in keys]
+        last_ev = F.struct(*[F.col(q(c)) for c in data], F.col("__kind"), F.col(SEQ))
+        runs = ev.groupBy(*kcols, "__vid").agg(
+            F.min("__at").alias(START), F.max_by(last_ev, "__at").alias("__last"),
+            F.min(F.when(F.col("__kind") == "c", 1).otherwise(0)).alias("__only_cur"))
+        nxt = F.lead(START).over(Window.partitionBy(*kcols).orderBy(START))
+        runs = runs.withColumn(END, nxt)
+        versions = runs.where(
+            (F.col("__last.__kind") != "d")
+            & ~((F.col("__only_cur") == 1) & F.col(END).isNull()))  # unchanged current
+        src = versions.select(*kcols, *[F.col(f"__last.{q(c)}").alias(c) for c in data],
+                              F.col(f"__last.{SEQ}").alias(SEQ), START, END)
+        # computed before the MERGE starts: a MERGE whose source plan reads its own target
+        # through a temp view fails to plan on Spark 4.1 with Iceberg ("No plan for
+        # TableReference"), and the versions must be those of the table before this batch
+        src = src.localCheckpoint(eager=True)
+        on = " AND ".join([f"t.{q(k)} <=> s.{q(k)}" for k in keys] + [f"t.{START} = s.{START}"])
+        sets = ", ".join([f"{q(c)} = s.{q(c)}" for c in [*data, SEQ, END]]
+                         + [f"{q(c)} = NULL" for c in dropped])
+        names = ", ".join(q(c) for c in [*columns, SEQ, START, END])
+        values = ", ".join(f"s.{q(c)}" for c in [*columns, SEQ, START, END])
+        sql = (f"MERGE INTO {self.ident} t USING {{src}} s ON {on} "
+               f"WHEN MATCHED THEN UPDATE SET {sets} "
+               f"WHEN NOT MATCHED THEN INSERT ({names}) VALUES ({values})")
+        return src, sql
+
+
+def read_lakehouse(spark: SparkSession, target: str, fmt: Format, *,
+                   current_only: bool = False, version: int | None = None) -> DataFrame:
+    """The rows of a Delta or Iceberg ``apply_changes`` table, without ``__seq``.
+
+    SCD2: every version (``current_only`` keeps the open ones). ``version``
+    reads the table as it was at that Delta version or Iceberg snapshot id
+    (time travel; :func:`table_versions` lists them).
+    """
+    ident = table_ident(target, fmt)
+    at = f" VERSION AS OF {int(version)}" if version is not None else ""
+    df = spark.sql(f"SELECT * FROM {ident}{at}")
+    if current_only and END in df.columns:
+        df = df.where(F.col(END).isNull())
+    return df.drop(SEQ)
+
+
+def table_versions(spark: SparkSession, target: str, fmt: Format) -> list[dict[str, Any]]:
+    """The table's commits, oldest first: ``version`` (Delta version or Iceberg
+    snapshot id, for ``read_lakehouse(version=...)``), ``operation``, and for
+    Iceberg the ``app`` and ``batch`` that wrote it (Delta keeps those in its
+    log's transaction actions, not in its history)."""
+    ident = table_ident(target, fmt)
+    if fmt == "delta":
+        rows = spark.sql(f"DESCRIBE HISTORY {ident}").orderBy("version").collect()
+        return [{"version": r["version"], "operation": r["operation"], "app": None,
+                 "batch": None} for r in rows]
+    rows = spark.sql(f"SELECT snapshot_id, operation, summary FROM {ident}.snapshots "
+                     "ORDER BY committed_at").collect()
+    return [{"version": r["snapshot_id"], "operation": r["operation"],
+             "app": r["summary"].get("databus.app"),
+             "batch": int(r["summary"]["databus.batch"]) if "databus.batch" in r["summary"]
+             else None} for r in rows]
+
+
+class EvolvingQuery:
+    """A streaming query that restarts from its checkpoint when its source's table changes.
+
+    Spark fixes a stream's schema when the query starts; when the databus source
+    meets a table version with columns the query lacks, the batch fails with
+    "restart the query" and nothing of it is written. This wrapper then builds
+    the source again (``make_source``, which reads the relay's newest schema)
+    and starts the query again from the same checkpoint, so the new columns reach
+    the table without the user restarting anything. Any other failure ends it.
+    """
+
+    def __init__(self, start: Callable[[], StreamingQuery], *, max_restarts: int = 100) -> None:
+        self._start = start
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self._stopped = threading.Event()
+        self._error: BaseException | None = None
+        self.query = start()
+        self._thread = threading.Thread(target=self._watch, name="databus-evolving", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                self.query.awaitTermination()
+                return  # ended (availableNow done, or stopped)
+            except Exception as exc:
+                if "restart the query" not in str(exc) or self.restarts >= self.max_restarts:
+                    self._error = exc
+                    return
+                if self._stopped.is_set():
+                    return
+                self.restarts += 1
+                log.info("apply_changes: the source's table changed: restarting the query "
+                         "(restart %d)", self.restarts)
+                time.sleep(0.1)
+                self.query = self._start()
+
+    def awaitTermination(self, timeout: float | None = None) -> bool:
+        """Wait for the end (True) or ``timeout`` seconds (False); raises a final failure."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            return False
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def exception(self) -> BaseException | None:
+        """The failure that ended the query, if any."""
+        return self._error
+
+    @property
+    def isActive(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
+    def recentProgress(self) -> list[dict[str, Any]]:
+        return list(self.query.recentProgress)
+
+    def processAllAvailable(self) -> None:
+        self.query.processAllAvailable()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.query.stop()
+        self._thread.join(60)
