@@ -136,6 +136,10 @@ class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         return self.opts.connection()
 
     def initialOffset(self) -> dict[str, Any]:
+        self._start = self._initial()
+        return self._start
+
+    def _initial(self) -> dict[str, Any]:
         pos = self.opts.starting_position
         if pos == "earliest":
             return offset_of(-1, -1, self.opts.partitions)
