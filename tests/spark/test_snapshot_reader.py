@@ -24,8 +24,18 @@ from pyspark.sql import functions as F
 from databus.bootstrap.config import parse_config
 from databus.bootstrap.service import BootstrapService
 from databus.relay.relay import Relay
-from databus.spark import changes, read_table, register_snapshot, snapshot_scn
+from databus.spark import (
+    apply_changes,
+    changes,
+    initial_load,
+    read_lakehouse,
+    read_table,
+    register_snapshot,
+    snapshot_scn,
+    table_versions,
+)
 from databus.spark.apply import ChangeApplier
+from databus.spark.lakehouse import Format
 from databus.spark.spec import ApplySpec
 from tests.support.procs import free_port
 from tests.support.shop import TABLES, Writer, create_shop, table_rows, txlog_max
@@ -189,3 +199,29 @@ def test_json_values_read_several_sources(spark: SparkSession, pipe: Pipeline) -
     got = df.groupBy("source.table").count().collect()
     assert {r[0]: r[1] for r in got} == {t: len(table_rows(pipe.db, t))
                                          for t in ("customers", "items")}
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_initial_load_into_a_lakehouse_table_then_the_stream(
+        spark: SparkSession, pipe: Pipeline, tmp_path: Path, fmt: Format) -> None:
+    table = "customers"
+    target = str(tmp_path / "init") if fmt == "delta" else f"local.init{abs(hash(tmp_path))}.c"
+    x = initial_load(spark, target=target, format=fmt, store=pipe.store, source=table,
+                     keys=KEYS[table])
+    commits = len(table_versions(spark, target, fmt))
+    pipe.write(100)  # changes after X: the stream brings them
+    # a second call (as after a crash) returns the same X and writes nothing
+    assert initial_load(spark, target=target, format=fmt, store=pipe.store, source=table,
+                        keys=KEYS[table]) == x
+    assert len(table_versions(spark, target, fmt)) == commits
+    stream = (spark.readStream.format("databus").option("relay", pipe.relay.url)
+              .option("sources", table).option("partitions", 4)
+              .option("startingPosition", str(x)).load())
+    q = apply_changes(target=target, source=changes(stream), format=fmt, keys=KEYS[table],
+                      sequence_by="_sequence", apply_as_deletes="_op = 'd'",
+                      except_column_list=["_op", "_sequence"],
+                      checkpoint_location=str(tmp_path / "init.ckpt"),
+                      trigger={"availableNow": True})
+    assert q.awaitTermination(180)
+    assert q.exception() is None
+    assert rows_of(read_lakehouse(spark, target, fmt), table) == table_rows(pipe.db, table)

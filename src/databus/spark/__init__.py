@@ -17,21 +17,26 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from databus.spark.apply import apply_changes, read_table
-    from databus.spark.lakehouse import EvolvingQuery, read_lakehouse, table_versions
+    from databus.spark.lakehouse import (
+        EvolvingQuery,
+        initial_load,
+        read_lakehouse,
+        table_versions,
+    )
     from databus.spark.session import session
     from databus.spark.snapshot import SnapshotDataSource, register_snapshot, snapshot_scn
     from databus.spark.source import DatabusDataSource, changes, register
 
 _WHERE = {
     "apply_changes": "apply", "read_table": "apply",
-    "EvolvingQuery": "lakehouse", "read_lakehouse": "lakehouse", "table_versions": "lakehouse",
+    "EvolvingQuery": "lakehouse", "initial_load": "lakehouse", "read_lakehouse": "lakehouse", "table_versions": "lakehouse",
     "session": "session",
     "SnapshotDataSource": "snapshot", "register_snapshot": "snapshot", "snapshot_scn": "snapshot",
     "DatabusDataSource": "source", "changes": "source", "register": "source",
 }
 
 __all__ = ["DatabusDataSource", "EvolvingQuery", "SnapshotDataSource", "apply_changes", "changes",
-           "read_lakehouse", "read_table", "register", "register_snapshot", "session",
+           "initial_load", "read_lakehouse", "read_table", "register", "register_snapshot", "session",
            "snapshot_scn", "table_versions"]
 
 

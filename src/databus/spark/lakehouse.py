@@ -449,3 +449,51 @@ class EvolvingQuery:
         self._stopped.set()
         self.query.stop()
         self._thread.join(60)
+
+
+def initial_load(spark: SparkSession, *, target: str, format: Format,
+                 store: str, source: str, keys: tuple[str, ...] | list[str],
+                 stored_as_scd_type: int = 1, partitions: int = 4,
+                 app_id: str = "databus-initial") -> int:
+    """Load a bootstrap store's snapshot of ``source`` into a new table; returns its SCN X.
+
+    Then start the stream with ``.option("startingPosition", X)`` and
+    :func:`~databus.spark.apply_changes` into the same table: the snapshot holds
+    every key as of X (a key changed after X is left out and brought by the
+    stream), the stream every change after X: no gap, no duplicate.
+
+    Exactly once across a crash: X is fixed first, in the table's property
+    ``databus.initial_scn`` (a table created with it); a second call reads X
+    back and loads the snapshot as of that same X as one commit under
+    ``app_id``, which the table skips when it holds it already. So calling this
+    again after any failure is safe, and returns the same X.
+    """
+    from databus.spark.snapshot import register_snapshot, snapshot_scn
+    from databus.spark.source import changes
+
+    register_snapshot(spark)
+    spec = ApplySpec(target=target, keys=tuple(keys), sequence_by="_sequence",
+                     apply_as_deletes="_op = 'd'", except_column_list=("_op", "_sequence"),
+                     stored_as_scd_type=stored_as_scd_type)
+    applier = TableApplier(spec, format, lambda: app_id)
+
+    def read(x: int) -> DataFrame:
+        return changes(spark.read.format("databus-snapshot").option("store", store)
+                       .option("sources", source).option("partitions", partitions)
+                       .option("scn", x).load())
+
+    known = applier._properties(spark).get("databus.initial_scn") if applier._exists(spark) \
+        else None
+    if known is None:
+        x = snapshot_scn(store)
+        snap = read(x)
+        columns = spec.columns(snap)
+        applier._ensure_table(spark, applier._changes(snap).schema, columns)
+        spark.sql(f"ALTER TABLE {applier.ident} SET TBLPROPERTIES "
+                  f"('databus.initial_scn' = '{x}')")
+    else:
+        x = int(known)
+        snap = read(x)
+    if applier.apply(snap, 0):
+        log.info("apply_changes: %s loaded from the snapshot as of SCN %d", applier.ident, x)
+    return x
