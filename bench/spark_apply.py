@@ -78,14 +78,14 @@ def write_changes(db: Path, n: int, seed: int = 1) -> None:
 class RelayProcess:
     """``databus relay`` on a free port over ``db``, with a 1 GiB memory buffer."""
 
-    def __init__(self, db: Path, tmp: Path) -> None:
+    def __init__(self, db: Path, tmp: Path, tables: list[str] | None = None) -> None:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
         cfg = tmp / "relay.yaml"
         cfg.write_text(yaml.safe_dump({
-            "source": {"url": f"sqlite:///{db}", "tables": ["t"], "poll_interval": 0.01},
+            "source": {"url": f"sqlite:///{db}", "tables": tables or ["t"], "poll_interval": 0.01},
             "buffer": {"capacity_bytes": 1024 * 1024 * 1024}, "http": {"port": port},
             "state_dir": str(tmp / "state")}))
         self.proc = subprocess.Popen([sys.executable, "-m", "databus", "relay", "--config",

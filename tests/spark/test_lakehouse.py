@@ -93,15 +93,17 @@ def target_of(fmt: Format, tmp_path: Path, name: str) -> str:
 
 
 def run_once(spark: SparkSession, relay: Any, fmt: Format, target: str, ckpt: Path,
-             scd: int) -> None:
+             scd: int, partitions: int = 2) -> int:
+    """One availableNow run; the rows it read."""
     q = apply_changes(target=target, source=changes(stream(spark, relay, "accounts",
-                                                           partitions=2)),
+                                                           partitions=partitions)),
                       keys=["id"], stored_as_scd_type=scd, format=fmt,
                       checkpoint_location=str(ckpt), trigger={"availableNow": True},
                       sequence_by="_sequence", apply_as_deletes="_op = 'd'",
                       except_column_list=["_op", "_sequence"])
     assert q.awaitTermination(180)
     assert q.exception() is None
+    return sum(p["numInputRows"] for p in q.recentProgress)
 
 
 def current(df: DataFrame) -> list[tuple[Any, ...]]:
@@ -232,6 +234,12 @@ def test_a_table_made_with_other_keys_is_refused(spark: SparkSession, tmp_path: 
                                except_column_list=("seq",)), "delta", lambda: "a").apply(df, 1)
 
 
+def commits(ckpt: Path) -> int:
+    """Batches a checkpoint records as done."""
+    folder = ckpt / "commits"
+    return len([f for f in folder.iterdir() if f.name.isdigit()]) if folder.is_dir() else 0
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_driver_killed_five_times_mid_stream(spark: SparkSession, tmp_path: Path,
@@ -248,9 +256,9 @@ def test_driver_killed_five_times_mid_stream(spark: SparkSession, tmp_path: Path
     done = threading.Event()
 
     def write() -> None:
-        while not done.is_set() and w.counter < 6000:
+        while not done.is_set():  # until the last kill: each run has new changes to apply
             w.transaction()
-            done.wait(0.005)
+            done.wait(0.05)
 
     writer = threading.Thread(target=write)
     writer.start()
@@ -274,11 +282,12 @@ def test_driver_killed_five_times_mid_stream(spark: SparkSession, tmp_path: Path
                     proc.wait(240)  # it kills itself after its first table commit
                     replays += 1
                 else:
-                    def committed(proc: subprocess.Popen[bytes] = proc) -> bool:
+                    def committed(proc: subprocess.Popen[bytes] = proc,
+                                  before: int = commits(ckpt)) -> bool:
                         assert proc.poll() is None, "consumer died; see consumer.log"
-                        return (ckpt / "commits").is_dir() and any((ckpt / "commits").iterdir())
+                        return commits(ckpt) > before
 
-                    wait_until(committed, 240, "the consumer's first commit", interval=0.2)
+                    wait_until(committed, 240, "a batch committed by this run", interval=0.2)
                     done.wait(rng.uniform(0.5, 4.0))
             finally:
                 with contextlib.suppress(ProcessLookupError):
@@ -291,7 +300,11 @@ def test_driver_killed_five_times_mid_stream(spark: SparkSession, tmp_path: Path
     assert "killed after committing batch" in (tmp_path / "consumer.log").read_text()
     try:
         wait_relay(relay, db, 60)
-        run_once(spark, relay, fmt, target, ckpt, 2)
+        # on Spark 4.1 an availableNow run that finds an unfinished batch in its checkpoint
+        # ends after re-running it (docs/spark.md): run until one reads nothing
+        for _run in range(5):
+            if not run_once(spark, relay, fmt, target, ckpt, 2, partitions=4):  # as the driver
+                break
         want = rows(db, "SELECT id, v, note FROM accounts ORDER BY id")
         assert current(read_lakehouse(spark, target, fmt, current_only=True)) == want
         hist = read_lakehouse(spark, target, fmt).orderBy("id", "__START_AT").collect()

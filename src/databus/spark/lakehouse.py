@@ -129,6 +129,11 @@ class TableApplier:
         self.app_id = app_id
         self.batches = 0  # merged by this applier (skipped replays not counted)
         self.skipped = 0
+        # checked once per applier: the batch schema the table was last found to fit, and
+        # per app id the newest batch an Iceberg table holds (only the first batch after a
+        # (re)start can be a replay: later ones have ids this applier has not seen)
+        self._fits: tuple[StructType, list[str]] | None = None
+        self._iceberg_last: dict[str, int | None] = {}
 
     # -- the batch ---------------------------------------------------------------
 
@@ -141,16 +146,18 @@ class TableApplier:
         app = app_id or self.app_id()
         changes = self._changes(batch)
         columns = [c for c in changes.columns if not c.startswith("__")]
-        dropped = self._ensure_table(spark, changes.schema, columns)
+        if self._fits is not None and self._fits[0] == changes.schema:
+            dropped = self._fits[1]
+        else:
+            dropped = self._ensure_table(spark, changes.schema, columns)
+            self._fits = (changes.schema, dropped)
         if self.fmt == "iceberg" and self._iceberg_done(spark, app, batch_id):
             log.info("apply_changes: batch %d of %s is already in %s: skipped", batch_id, app,
                      self.ident)
             self.skipped += 1
             return False
-        changes = changes.persist()
+        changes = changes.persist()  # read the batch (from the relay) once
         try:
-            if changes.isEmpty():
-                return True
             if self.spec.stored_as_scd_type == 1:
                 source, sql = self._scd1(changes, columns, dropped)
             else:
@@ -186,6 +193,8 @@ class TableApplier:
             spark.conf.set(k, v)
         try:
             spark.sql(sql)
+            if self.fmt == "iceberg":
+                self._iceberg_last[app] = batch_id
         except PySparkException as exc:
             raise ConfigError(f"apply_changes: MERGE into {self.ident} failed: {exc}") from exc
         finally:
@@ -193,10 +202,16 @@ class TableApplier:
                 spark.conf.unset(k)
 
     def _iceberg_done(self, spark: SparkSession, app: str, batch_id: int) -> bool:
+        if app not in self._iceberg_last:
+            self._iceberg_last[app] = self._iceberg_newest(spark, app)
+        last = self._iceberg_last[app]
+        return last is not None and batch_id <= last
+
+    def _iceberg_newest(self, spark: SparkSession, app: str) -> int | None:
         row = spark.sql(
             f"SELECT max(CAST(summary['databus.batch'] AS BIGINT)) FROM {self.ident}.snapshots "
             f"WHERE summary['databus.app'] = '{app.replace(chr(39), '')}'").collect()[0]
-        return row[0] is not None and batch_id <= row[0]
+        return None if row[0] is None else int(row[0])
 
     # -- the table ---------------------------------------------------------------
 

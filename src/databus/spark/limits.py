@@ -9,8 +9,8 @@ This module gives the source one set of names on both:
 
 * on 4.2 and later, Spark's own classes;
 * on 4.1, plain stand-ins with the same attributes. The source then keeps the
-  batch's start itself (the end of the batch it last planned, ran or
-  committed) and applies ``maxRowsPerBatch``/``maxBytesPerBatch`` from it. Two
+  batch's start itself (the end offset it last returned) and applies
+  ``maxRowsPerBatch``/``maxBytesPerBatch`` from it. Two
   limits of 4.1, documented in docs/spark.md: the first batch a fresh reader
   plans (a new or restarted query) is not capped, and an ``availableNow`` run
   reads everything up to the relay's newest window in one batch (Spark asks a

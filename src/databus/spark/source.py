@@ -126,8 +126,11 @@ class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         self.registry_json = plan.registry_json
         self.arrow_schema = plan.arrow_schema
         self._target: int | None = None  # availableNow: never plan past this SCN
-        # Spark 4.1 does not pass the batch's start to latestOffset: the end of the
-        # batch this reader last planned, ran or committed stands in for it
+        # Spark 4.1 does not pass the batch's start to latestOffset: the end this reader
+        # last returned stands in for it. Only that: on 4.1 Spark also calls partitions()
+        # and commit() for batches of an earlier run when a query restarts, and an
+        # availableNow run then asks for one end offset that must not be capped
+        # (measured: remembering those made an availableNow run stop after one batch)
         self._start: dict[str, Any] | None = None
 
     # -- driver ---------------------------------------------------------------
@@ -136,10 +139,8 @@ class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         return self.opts.connection()
 
     def initialOffset(self) -> dict[str, Any]:
-        self._start = self._initial()
-        return self._start
-
-    def _initial(self) -> dict[str, Any]:
+        # not remembered as the start: Spark 4.1 asks for it on restarts too, where the
+        # query's real start is its checkpoint's offset (a cap from here would end behind it)
         pos = self.opts.starting_position
         if pos == "earliest":
             return offset_of(-1, -1, self.opts.partitions)
@@ -204,14 +205,16 @@ class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         offset_scn(start, self.opts.partitions)
-        self._start = end
         end_scn = offset_scn(end, self.opts.partitions)
         return [BucketPartition(b, start["buckets"][str(b)], end_scn)
                 for b in range(self.opts.partitions)]
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to do: the relay keeps no consumer state."""
-        self._start = end
+        """Nothing to do: the relay keeps no consumer state.
+
+        Not remembered as the next start either: Spark 4.1 also calls this when a
+        query restarts, before an availableNow run asks for its one end offset, which
+        must then be the relay's newest window, not a capped one."""
 
     # -- executor ---------------------------------------------------------------
 
