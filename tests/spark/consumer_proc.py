@@ -1,13 +1,15 @@
 """A Spark driver process for crash tests: applies a relay's changes to a table.
 
     python -m tests.spark.consumer_proc RELAY_URL TARGET CHECKPOINT
-    python -m tests.spark.consumer_proc RELAY_URL TARGET CHECKPOINT FORMAT SCD SOURCE WAREHOUSE
+    python -m tests.spark.consumer_proc RELAY_URL TARGETS CHECKPOINT FORMATS SCD SOURCE WAREHOUSE
 
 The first form applies ``customers`` into a Parquet table (SCD1); the second
-applies SOURCE into a Delta or Iceberg table (Iceberg catalog ``local`` at
-WAREHOUSE). With ``KILL_AFTER_COMMIT=N`` in the environment the process kills
-its own process group right after its N-th table commit, before Spark records
-the batch in the checkpoint: the crash the exactly-once argument is about.
+applies SOURCE into one table per format of FORMATS (``delta,iceberg``: one
+query each, TARGETS in the same order, checkpoints ``CHECKPOINT-<format>``;
+Iceberg catalog ``local`` at WAREHOUSE). With ``KILL_AFTER_COMMIT=N`` in the
+environment the process kills its own process group right after the N-th table
+commit of its queries, before Spark records that batch in the checkpoint: the
+crash the exactly-once argument is about.
 
 Runs until killed (the test SIGKILLs its whole process group: this Python
 driver, the JVM and the Python workers).
@@ -40,31 +42,40 @@ def main() -> None:
             spark = spark.config(k, v)
         s = spark.getOrCreate()
     else:
-        s = session("databus-crash", master="local[2]", lakehouse=[fmt], warehouse=warehouse,
-                    conf=CONF)
+        s = session("databus-crash", master="local[2]", lakehouse=fmt.split(","),
+                    warehouse=warehouse, conf=CONF)
     s.sparkContext.setLogLevel("ERROR")
     register(s)
-    src = changes(s.readStream.format("databus").option("relay", url)
-                  .option("sources", source).option("partitions", 4)
-                  .option("maxRowsPerBatch", 200).load())
+
+    def src() -> DataFrame:
+        return changes(s.readStream.format("databus").option("relay", url)
+                       .option("sources", source).option("partitions", 4)
+                       .option("maxRowsPerBatch", 200).load())
+
     flat = {"sequence_by": "_sequence", "apply_as_deletes": "_op = 'd'",
             "except_column_list": ("_op", "_sequence")}
     if fmt == "parquet":
-        q = apply_changes(target=target, source=src, keys=["id"], checkpoint_location=ckpt,
+        q = apply_changes(target=target, source=src(), keys=["id"], checkpoint_location=ckpt,
                           trigger={"processingTime": "200 milliseconds"}, **flat)  # type: ignore[arg-type]
     else:
-        applier = TableApplier(ApplySpec(target=target, keys=("id",), stored_as_scd_type=int(scd),
-                                         **flat), fmt, query_app_id(ckpt))  # type: ignore[arg-type]
         kill_after = int(os.environ.get("KILL_AFTER_COMMIT", "0"))
+        appliers: list[TableApplier] = []
+        for one, one_target in zip(fmt.split(","), target.split(","), strict=True):
+            one_ckpt = f"{ckpt}-{one}"
+            applier = TableApplier(ApplySpec(target=one_target, keys=("id",),
+                                             stored_as_scd_type=int(scd), **flat),  # type: ignore[arg-type]
+                                   one, query_app_id(one_ckpt))  # type: ignore[arg-type]
+            appliers.append(applier)
 
-        def batch(df: DataFrame, batch_id: int) -> None:
-            applier(df, batch_id)
-            if kill_after and applier.batches >= kill_after:
-                print(f"killed after committing batch {batch_id}", flush=True)
-                os.killpg(0, signal.SIGKILL)
+            def batch(df: DataFrame, batch_id: int, applier: TableApplier = applier) -> None:
+                applier(df, batch_id)
+                if kill_after and sum(a.batches for a in appliers) >= kill_after:
+                    print(f"killed after committing batch {batch_id} to {applier.ident}",
+                          flush=True)
+                    os.killpg(0, signal.SIGKILL)
 
-        q = (src.writeStream.foreachBatch(batch).option("checkpointLocation", ckpt)
-             .trigger(processingTime="200 milliseconds").start())
+            q = (src().writeStream.foreachBatch(batch).option("checkpointLocation", one_ckpt)
+                 .trigger(processingTime="200 milliseconds").start())
     print("started", flush=True)
     q.awaitTermination()
 

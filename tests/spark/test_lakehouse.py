@@ -118,8 +118,8 @@ def test_scd1_and_scd2_equal_the_source_over_several_runs(
     relay = start_relay(db, tmp_path, ["accounts"])
     t1, t2 = target_of(fmt, tmp_path, "scd1"), target_of(fmt, tmp_path, "scd2")
     try:
-        for _round in range(3):
-            for _ in range(60):
+        for _round in range(2):
+            for _ in range(80):
                 w.transaction()
             wait_relay(relay, db)
             run_once(spark, relay, fmt, t1, tmp_path / "c1", 1)
@@ -143,7 +143,7 @@ def test_scd1_and_scd2_equal_the_source_over_several_runs(
         # one table commit per batch (plus the creation): a replay would add commits
         commits = [c for c in table_versions(spark, t1, fmt) if c["operation"]
                    not in ("CREATE TABLE",)]
-        assert 1 <= len(commits) <= 3
+        assert 1 <= len(commits) <= 2
     finally:
         relay.stop()
 
@@ -241,14 +241,13 @@ def commits(ckpt: Path) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fmt", FORMATS)
-def test_driver_killed_five_times_mid_stream(spark: SparkSession, tmp_path: Path,
-                                             fmt: Format) -> None:
+def test_driver_killed_five_times_mid_stream(spark: SparkSession, tmp_path: Path) -> None:
     """The whole Spark application SIGKILLed 5 times while it applies SCD2 changes.
 
-    Kills 1, 3 and 5 come at random moments; kills 2 and 4 come right after a
-    table commit and before Spark records the batch in its checkpoint, so the
-    next run replays a batch the table already holds.
+    One driver runs two queries, into a Delta and an Iceberg table. Kills 1, 3
+    and 5 come at random moments; kills 2 and 4 come right after a table commit
+    and before Spark records the batch in its checkpoint, so the next run
+    replays a batch a table already holds.
     """
     db = tmp_path / "acc.db"
     w = KeyWriter(db, seed=31)
@@ -262,11 +261,11 @@ def test_driver_killed_five_times_mid_stream(spark: SparkSession, tmp_path: Path
 
     writer = threading.Thread(target=write)
     writer.start()
-    target = target_of(fmt, tmp_path, "crash")
+    targets = {fmt: target_of(fmt, tmp_path, "crash") for fmt in FORMATS}
     ckpt = tmp_path / "crash.ckpt"
+    ckpts = {fmt: Path(f"{ckpt}-{fmt}") for fmt in FORMATS}
     warehouse = spark.conf.get("spark.sql.catalog.local.warehouse") or ""
     rng = random.Random(5)
-    replays = 0
     try:
         for kill in range(5):
             env = dict(os.environ)
@@ -274,18 +273,18 @@ def test_driver_killed_five_times_mid_stream(spark: SparkSession, tmp_path: Path
                 env["KILL_AFTER_COMMIT"] = "1"
             log = (tmp_path / "consumer.log").open("ab")
             proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.spark.consumer_proc", relay.url, target, str(ckpt),
-                 fmt, "2", "accounts", warehouse], stdout=log, stderr=subprocess.STDOUT,
+                [sys.executable, "-m", "tests.spark.consumer_proc", relay.url,
+                 ",".join(targets.values()), str(ckpt), ",".join(targets), "2", "accounts",
+                 warehouse], stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, env=env, cwd=Path(__file__).resolve().parents[2])
             try:
                 if kill % 2 == 1:
                     proc.wait(240)  # it kills itself after its first table commit
-                    replays += 1
                 else:
                     def committed(proc: subprocess.Popen[bytes] = proc,
-                                  before: int = commits(ckpt)) -> bool:
+                                  before: int = sum(map(commits, ckpts.values()))) -> bool:
                         assert proc.poll() is None, "consumer died; see consumer.log"
-                        return commits(ckpt) > before
+                        return sum(map(commits, ckpts.values())) > before
 
                     wait_until(committed, 240, "a batch committed by this run", interval=0.2)
                     done.wait(rng.uniform(0.5, 4.0))
@@ -297,22 +296,24 @@ def test_driver_killed_five_times_mid_stream(spark: SparkSession, tmp_path: Path
     finally:
         done.set()
         writer.join()
-    assert "killed after committing batch" in (tmp_path / "consumer.log").read_text()
+    assert (tmp_path / "consumer.log").read_text().count("killed after committing batch") == 2
     try:
         wait_relay(relay, db, 60)
-        # on Spark 4.1 an availableNow run that finds an unfinished batch in its checkpoint
-        # ends after re-running it (docs/spark.md): run until one reads nothing
-        for _run in range(5):
-            if not run_once(spark, relay, fmt, target, ckpt, 2, partitions=4):  # as the driver
-                break
         want = rows(db, "SELECT id, v, note FROM accounts ORDER BY id")
-        assert current(read_lakehouse(spark, target, fmt, current_only=True)) == want
-        hist = read_lakehouse(spark, target, fmt).orderBy("id", "__START_AT").collect()
-        by_key: dict[int, list[int]] = {}
-        for r in hist:
-            by_key.setdefault(r["id"], []).append(r["v"])
-        # every version once: a replayed batch that merged again would repeat versions
-        assert by_key == {k: [v for v in h if v is not None] for k, h in w.history.items()
-                          if any(v is not None for v in h)}
+        history = {k: [v for v in h if v is not None] for k, h in w.history.items()
+                   if any(v is not None for v in h)}
+        for fmt, target in targets.items():
+            # on Spark 4.1 an availableNow run that finds an unfinished batch in its
+            # checkpoint ends after re-running it (docs/spark.md): run until one reads nothing
+            for _run in range(5):
+                if not run_once(spark, relay, fmt, target, ckpts[fmt], 2, partitions=4):
+                    break
+            assert current(read_lakehouse(spark, target, fmt, current_only=True)) == want, fmt
+            hist = read_lakehouse(spark, target, fmt).orderBy("id", "__START_AT").collect()
+            by_key: dict[int, list[int]] = {}
+            for r in hist:
+                by_key.setdefault(r["id"], []).append(r["v"])
+            # every version once: a replayed batch that merged again would repeat versions
+            assert by_key == history, fmt
     finally:
         relay.stop()
