@@ -31,7 +31,9 @@ def jars(bundle: str) -> list[Path]:
     found = sorted(folder.glob("*.jar")) if folder.is_dir() else []
     if not found:
         raise ConfigError(f"Java bundle {bundle!r} is not in {folder}: "
-                          f"run `bash scripts/setup.sh` (it fetches the pinned jars once)")
+                          f"run `bash scripts/java/fetch.sh {bundle}` (needs Maven) or "
+                          "`DATABUS_SETUP_SERVERS=1 bash scripts/setup.sh`: they fetch the "
+                          "pinned jars once")
     return found
 
 
