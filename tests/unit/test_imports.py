@@ -41,8 +41,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "coord":      frozenset({"core"}),  # ZooKeeper: cluster addresses, members, epochs
     "bootstrap":  frozenset({"core", "client", "serving",
                              "sources"}),  # sources: the initial load reads the source db
-    "spark":      frozenset({"core", "client",
-                             "bootstrap"}),  # bootstrap: the snapshot reader reads its store
+    "spark":      frozenset({"core", "client", "bootstrap",  # bootstrap: the snapshot reader
+                             "javadeps"}),  # javadeps: the Delta and Iceberg jars
     "javadeps":   frozenset({"core"}),
     "databus":    frozenset({"core"}),  # databus/__init__.py re-exports the core words
     "cli":        ANY,
