@@ -19,14 +19,16 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
 from databus.core.errors import ConfigError, SchemaError
-from databus.spark import apply_changes, changes, read_lakehouse, table_versions
+from databus.spark import EvolvingQuery, apply_changes, changes, read_lakehouse, table_versions
 from databus.spark.lakehouse import Format, TableApplier
 from databus.spark.spec import ApplySpec
 from tests.support.sparkrelay import rows, start_relay, stream, wait_relay
@@ -63,7 +65,7 @@ class KeyWriter:
             self.counter += 1
             roll = self.rng.random()
             if key not in self.live:
-                self.con.execute("INSERT INTO accounts VALUES (?,?,?)",
+                self.con.execute("INSERT INTO accounts (id, v, note) VALUES (?,?,?)",
                                  (key, self.counter, f"n{self.counter}"))
                 self.live.add(key)
                 self._note(key, self.counter)
@@ -315,5 +317,53 @@ def test_driver_killed_five_times_mid_stream(spark: SparkSession, tmp_path: Path
                 by_key.setdefault(r["id"], []).append(r["v"])
             # every version once: a replayed batch that merged again would repeat versions
             assert by_key == history, fmt
+    finally:
+        relay.stop()
+
+
+def test_a_column_added_at_the_source_reaches_the_table_without_a_restart(
+        spark: SparkSession, tmp_path: Path) -> None:
+    db = tmp_path / "acc.db"
+    w = KeyWriter(db, seed=9)
+    relay = start_relay(db, tmp_path, ["accounts"])
+    target = str(tmp_path / "evolving")
+    try:
+        for _ in range(20):
+            w.transaction()
+        wait_relay(relay, db)
+        q = apply_changes(
+            target=target, format="delta", keys=["id"], sequence_by="_sequence",
+            source=lambda: changes(stream(spark, relay, "accounts", partitions=2)),
+            apply_as_deletes="_op = 'd'", except_column_list=["_op", "_sequence"],
+            checkpoint_location=str(tmp_path / "ev.ckpt"),
+            trigger={"processingTime": "200 milliseconds"})
+        try:
+            def first_rows() -> bool:
+                try:
+                    got = current(read_lakehouse(spark, target, "delta"))
+                except AnalysisException:  # not created yet
+                    return False
+                return got == rows(db, "SELECT id, v, note FROM accounts ORDER BY id")
+
+            wait_until(first_rows, 180, "the first rows")
+            w.con.execute("ALTER TABLE accounts ADD COLUMN score INTEGER")
+            time.sleep(1.0)  # the relay re-installs its triggers for the new version
+            for i in range(10):
+                w.transaction()
+                w.con.execute("UPDATE accounts SET score = ? WHERE id IN "
+                              "(SELECT id FROM accounts ORDER BY id LIMIT 3)", (i,))
+            wait_relay(relay, db)
+            want = rows(db, "SELECT id, v, note, score FROM accounts ORDER BY id")
+
+            def caught_up() -> bool:
+                assert q.exception() is None, q.exception()
+                df = read_lakehouse(spark, target, "delta")
+                return "score" in df.columns and [tuple(r) for r in df.select(
+                    "id", "v", "note", "score").orderBy("id").collect()] == want
+
+            wait_until(caught_up, 240, "the new column in the table")
+            assert isinstance(q, EvolvingQuery) and q.restarts >= 1
+        finally:
+            q.stop()
     finally:
         relay.stop()
