@@ -28,9 +28,12 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
 from databus.core.errors import ConfigError, SchemaError
+from databus.relay.config import parse_config
+from databus.relay.relay import Relay
 from databus.spark import EvolvingQuery, apply_changes, changes, read_lakehouse, table_versions
 from databus.spark.lakehouse import Format, TableApplier
 from databus.spark.spec import ApplySpec
+from tests.support.mariadb import MariaDB
 from tests.support.sparkrelay import rows, start_relay, stream, wait_relay
 from tests.support.wait import wait_until
 
@@ -367,3 +370,71 @@ def test_a_column_added_at_the_source_reaches_the_table_without_a_restart(
             q.stop()
     finally:
         relay.stop()
+
+
+def test_a_mariadb_source_into_delta_and_iceberg_with_a_column_added(
+        spark: SparkSession, tmp_path: Path, mariadb: MariaDB) -> None:
+    """MariaDB binlog -> relay -> both formats (SCD1), a key change and an ALTER TABLE
+    ADD COLUMN on the way, the stream never restarted by hand."""
+    name = f"lake_{abs(hash(tmp_path)) % 10**8}"
+    mariadb.execute(f"CREATE DATABASE {name}",
+                    f"CREATE TABLE {name}.acct (id INT PRIMARY KEY, v INT, note VARCHAR(20))")
+    cfg = parse_config({"source": {"url": f"{mariadb.url}/", "tables": [rf"{name}\.acct"],
+                                   "snapshot_mode": "no_data"},
+                        "http": {"port": 0}, "state_dir": str(tmp_path / "state")})
+    con = mariadb.connect(name)
+    con.autocommit(True)
+    cur = con.cursor()
+    rng = random.Random(3)
+
+    def write(n: int, with_score: bool = False) -> None:
+        for i in range(n):
+            key = rng.randrange(1, 40)
+            cur.execute("INSERT INTO acct (id, v, note) VALUES (%s, %s, %s) ON DUPLICATE KEY "
+                        "UPDATE v = VALUES(v)", (key, i, f"n{i}"))
+            if i % 7 == 0:
+                cur.execute("DELETE FROM acct WHERE id = %s", (rng.randrange(1, 40),))
+            if i % 11 == 0:  # a key change
+                cur.execute("UPDATE IGNORE acct SET id = id + 100 WHERE id = %s",
+                            (rng.randrange(1, 40),))
+            if with_score:
+                cur.execute("UPDATE acct SET score = %s WHERE id = %s", (i, key))
+
+    def table_rows(cols: str) -> list[tuple[Any, ...]]:
+        cur.execute(f"SELECT {cols} FROM acct ORDER BY id")
+        return [tuple(r) for r in cur.fetchall()]
+
+    targets = {fmt: target_of(fmt, tmp_path, "maria") for fmt in FORMATS}
+    with Relay(cfg) as relay:
+        wait_until(lambda: mariadb.binlog_dumps() > 0, 60, "the relay's binlog dump")
+        write(60)
+        queries = [apply_changes(
+            target=targets[fmt], format=fmt, keys=["id"], sequence_by="_sequence",
+            source=lambda: changes(stream(spark, relay, f"{name}.acct", partitions=2)),
+            apply_as_deletes="_op = 'd'", except_column_list=["_op", "_sequence"],
+            checkpoint_location=str(tmp_path / f"{fmt}.ckpt"),
+            trigger={"processingTime": "300 milliseconds"}) for fmt in FORMATS]
+        try:
+            def equal(cols: list[str]) -> bool:
+                want = table_rows(", ".join(cols))
+                for fmt, q in zip(FORMATS, queries, strict=True):
+                    assert q.exception() is None, q.exception()
+                    try:
+                        df = read_lakehouse(spark, targets[fmt], fmt)
+                    except AnalysisException:  # not created yet
+                        return False
+                    if not set(cols) <= set(df.columns) or [tuple(r) for r in df.select(
+                            *cols).orderBy("id").collect()] != want:
+                        return False
+                return True
+
+            wait_until(lambda: equal(["id", "v", "note"]), 240, "both tables equal")
+            cur.execute("ALTER TABLE acct ADD COLUMN score INT")
+            write(40, with_score=True)
+            wait_until(lambda: equal(["id", "v", "note", "score"]), 300,
+                       "both tables equal with the new column")
+        finally:
+            for q in queries:
+                q.stop()
+    con.close()
+    mariadb.execute(f"DROP DATABASE {name}")
