@@ -66,9 +66,6 @@ class TableMeta:
             raise ConfigError(f"{path} is unreadable: {exc}") from exc
 
 
-def _col(c: str | Column) -> Column:
-    return F.expr(c) if isinstance(c, str) else c
-
 
 class ChangeApplier:
     """The ``foreachBatch`` function: merges one batch of changes into the target."""
@@ -97,13 +94,7 @@ class ChangeApplier:
         spec = self.spec
         self._write_meta()
         columns = spec.columns(batch)
-        deletes = _col(spec.apply_as_deletes) if spec.apply_as_deletes is not None else F.lit(False)
-        truncs = (_col(spec.apply_as_truncates) if spec.apply_as_truncates is not None
-                  else F.lit(False))
-        kind = (F.when(F.coalesce(truncs, F.lit(False)), F.lit("t"))
-                .when(F.coalesce(deletes, F.lit(False)), F.lit("d")).otherwise(F.lit("u")))
-        changes = batch.select(*[F.col(f"`{c}`") for c in columns],
-                               _col(spec.sequence_by).alias("__seq"), kind.alias("__kind"))
+        changes = spec.changes(batch)
         changes = changes.withColumn(BUCKET, _bucket(spec)).persist()  # read the source once
         try:
             self._merge(changes, columns)

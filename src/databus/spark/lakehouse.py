@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pyspark.errors import PySparkException
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import DataType, Row, StructType
@@ -90,9 +90,6 @@ def _sql_literal(value: Any) -> str:
         raise ConfigError(f"apply_changes: a truncate needs a numeric sequence, not {value!r}")
     return repr(value)
 
-
-def _col(c: str | Column) -> Column:
-    return F.expr(c) if isinstance(c, str) else c
 
 
 def query_app_id(checkpoint_location: str) -> Callable[[], str]:
@@ -174,15 +171,7 @@ class TableApplier:
         return True
 
     def _changes(self, batch: DataFrame) -> DataFrame:
-        spec = self.spec
-        columns = spec.columns(batch)
-        deletes = _col(spec.apply_as_deletes) if spec.apply_as_deletes is not None else F.lit(False)
-        truncs = (_col(spec.apply_as_truncates) if spec.apply_as_truncates is not None
-                  else F.lit(False))
-        kind = (F.when(F.coalesce(truncs, F.lit(False)), F.lit("t"))
-                .when(F.coalesce(deletes, F.lit(False)), F.lit("d")).otherwise(F.lit("u")))
-        return batch.select(*[F.col(q(c)) for c in columns], _col(spec.sequence_by).alias(SEQ),
-                            kind.alias("__kind"))
+        return self.spec.changes(batch)
 
     def _commit(self, spark: SparkSession, app: str, batch_id: int, sql: str) -> None:
         if self.fmt == "delta":

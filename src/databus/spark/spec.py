@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
 
 from databus.core.errors import ConfigError
 
@@ -69,6 +70,22 @@ class ApplySpec:
         if clash:
             raise ConfigError(f"apply_changes: source columns {clash} clash with table internals")
         return [*self.keys, *[c for c in chosen if c not in self.keys]]
+
+    def changes(self, batch: DataFrame) -> DataFrame:
+        """The batch as ``<stored columns>, __seq, __kind`` (``u`` upsert, ``d`` delete,
+        ``t`` truncate): what both ways of applying a batch start from."""
+
+        def expr(c: str | Column | None) -> Column:
+            if c is None:
+                return F.lit(False)
+            return F.coalesce(F.expr(c) if isinstance(c, str) else c, F.lit(False))
+
+        kind = (F.when(expr(self.apply_as_truncates), F.lit("t"))
+                .when(expr(self.apply_as_deletes), F.lit("d")).otherwise(F.lit("u")))
+        seq = F.expr(self.sequence_by) if isinstance(self.sequence_by, str) else self.sequence_by
+        return batch.select(*[F.col("`" + c.replace("`", "``") + "`")
+                              for c in self.columns(batch)],
+                            seq.alias("__seq"), kind.alias("__kind"))
 
     def tracked(self, columns: list[str]) -> list[str]:
         data = [c for c in columns if c not in self.keys]
