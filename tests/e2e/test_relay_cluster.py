@@ -57,6 +57,7 @@ class Cluster(ProcessPipeline):
     name: str
     ports: dict[str, int] = field(default_factory=dict)
     source: dict[str, object] | None = None  # default: the SQLite shop
+    leaders: int = 1
 
     @property
     def address(self) -> str:
@@ -93,7 +94,7 @@ class Cluster(ProcessPipeline):
             "buffer": {"path": str(self.tmp / name / "relay.buf"), "capacity_bytes": 64 << 20},
             "http": {"port": port},
             "cluster": {"address": self.address, "member_id": name,
-                        "session_timeout": SESSION}}))
+                        "session_timeout": SESSION, "leaders": self.leaders}}))
         (self.tmp / name).mkdir(exist_ok=True)
         return [*DATABUS, "relay", "--config", str(conf)]
 

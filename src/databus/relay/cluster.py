@@ -139,6 +139,7 @@ class ClusterMember:
         self._view: dict[str, Any] = {}
         self._view_at = 0.0
         self._roles = threading.RLock()  # one role change at a time (election vs watch)
+        self._lease_path = ""  # a co-leader's lease node
         self._thread = threading.Thread(target=self._run, name="databus-cluster", daemon=True)
 
     # -- life cycle ------------------------------------------------------------------
@@ -152,7 +153,7 @@ class ClusterMember:
         self._zk = zk
         zk.add_listener(self._on_state)
         with translated("creating the cluster's nodes"):
-            for sub in ("members", "election", "epochs"):
+            for sub in ("members", "election", "epochs", "coleaders"):
                 zk.ensure_path(f"{self.path}/{sub}")
         self._register()
         zk.DataWatch(f"{self.path}/leader", self._on_leader)
@@ -243,6 +244,10 @@ class ClusterMember:
         window a consumer saw survives any one member's loss. A follower serves up to
         what its leader last said."""
         own = self.relay.buffer.max_scn
+        if self.role == "coleader":
+            # its windows are the ones every capturer cuts (module docstring): any
+            # member that captures next makes the same ones
+            return own
         if self.role == "leader":
             held = [self._positions.get(m, -1) for m in self._contenders]
             return min([own, *held])
@@ -254,9 +259,11 @@ class ClusterMember:
     # -- the member node ------------------------------------------------------------
 
     def _member_data(self) -> bytes:
+        # read before max_scn: "no snapshot running" then covers every window up to it
+        snapshot = bool(self.relay.source.stats().get("snapshot_running", 0.0))
         return json.dumps({"id": self.member_id, "url": self.url, "role": self.role,
                            "epoch": self.epoch, "max_scn": self.relay.buffer.max_scn,
-                           "updated": time.time()}).encode()
+                           "snapshot_running": snapshot, "updated": time.time()}).encode()
 
     def _register(self) -> None:
         zk = self._zk
@@ -297,17 +304,27 @@ class ClusterMember:
             self._catch_up()
             if self._stop.is_set():
                 break
+            lease = self._colead_lease()
+            if lease is not None:
+                self._colead(lease)
+                continue
             election = zk.Election(f"{self.path}/election", self.member_id)
             worker = threading.Thread(target=self._contend, args=(election,), daemon=True)
             worker.start()
-            # follow the leader until elected (then _contend runs _lead) or stopped
+            # follow the leader until elected (then _contend runs _lead) or stopped, or
+            # until a co-leader's lease could be had
             while worker.is_alive() and not self._stop.is_set():
                 if self._leader_changed.wait(1.0):
                     self._leader_changed.clear()
                     if self.role == "follower":
                         self._follow()
                 self._publish_member()
+                if self.role == "follower" and self._colead_ready():
+                    break
             election.cancel()
+            # elected meanwhile: _lead runs until leadership ends (it never is cut short)
+            while worker.is_alive() and not self._stop.is_set():
+                worker.join(0.5)
             worker.join(10)
 
     def _catch_up(self) -> None:
@@ -405,10 +422,7 @@ class ClusterMember:
             try:
                 epoch = self._new_epoch()
                 self.epoch = self._synced_epoch = epoch
-                source = open_source(self.relay.config.source, self.relay.config.name,
-                                     self.relay.state_dir)
-                source.open()  # idempotent: switch_source opens it again
-                source.adopt_schemas(published)
+                source = self._capture_source(published)
                 self.relay.switch_source(source, guard=self._may_publish,
                                          ack_limit=self._ack_limit)
             except DatabusError as exc:
@@ -438,6 +452,142 @@ class ClusterMember:
             self.role = "follower"
             self.epoch = 0
             self.relay.switch_source(idle_source())  # capture stops: someone else leads
+
+    def _capture_source(self, published: SchemaRegistry, *, coleader: bool = False) -> Source:
+        """The database source this member captures with as (co-)leader, opened, with
+        the schema versions already published. With leaders > 1 every capturer cuts
+        windows the same way (SQLite: the database's shared cuts); a co-leader's starts
+        no snapshot (``no_data``: a lost position is an error, never a snapshot)."""
+        config = self.relay.config.source
+        update: dict[str, Any] = {}
+        if self.config.leaders > 1:
+            update["window_cuts"] = "shared"
+        if coleader:
+            update["snapshot_mode"] = "no_data"
+        if update:
+            config = config.model_copy(update=update)
+        source = open_source(config, self.relay.config.name, self.relay.state_dir)
+        try:
+            if coleader:
+                source.capture_only()
+            source.open()  # idempotent: switch_source opens it again
+            source.adopt_schemas(published)
+        except BaseException:
+            source.close()
+            raise
+        return source
+
+    # -- co-leaders (leaders > 1) ---------------------------------------------------------
+
+    def _colead_ready(self) -> bool:
+        """Whether this follower may capture beside the leader: leaders > 1, a free
+        co-leader lease, and it holds every window the leader held when the leader last
+        said no snapshot of its was running (so no snapshot window is missing here)."""
+        zk = self._zk
+        if self.config.leaders < 2 or zk is None or self.leader_url in (None, self.url):
+            return False
+        try:
+            view = ClusterView(zk, self.address, timeout=2.0)
+            leader = view.leader()
+            if leader is None:
+                return False
+            record = next((m for m in view.members() if m.get("id") == leader.get("id")), None)
+            with translated("counting co-leaders"):
+                held = len(zk.get_children(f"{self.path}/coleaders"))
+        except DatabusError as exc:
+            log.debug("cluster %s: %s", self.address, exc)
+            return False
+        if record is None or record.get("snapshot_running", True) or held >= self.config.leaders - 1:
+            return False
+        leader_scn = int(record.get("max_scn", -1))
+        return leader_scn >= 0 and self.relay.buffer.max_scn >= leader_scn
+
+    def _colead_lease(self) -> Any:
+        """A co-leader's lease (kazoo Semaphore), or None when none may be had now."""
+        zk = self._zk
+        if zk is None or not self._colead_ready():
+            return None
+        lease = zk.Semaphore(f"{self.path}/coleaders", self.member_id,
+                             max_leases=self.config.leaders - 1)
+        try:
+            with translated("taking a co-leader's lease"):
+                if lease.acquire(blocking=False):
+                    return lease
+        except DatabusError as exc:
+            log.info("cluster %s: %s", self.address, exc)
+        return None
+
+    def _colead(self, lease: Any) -> None:
+        """Capture beside the leader while the lease is held, then follow again."""
+        self._lease_path = lease.create_path
+        source: Source | None = None
+        with self._roles:
+            self.role = "coleader"
+            published = self.relay.source.registry()
+            self.relay.switch_source(idle_source())
+            try:
+                source = self._capture_source(published, coleader=True)
+                self.relay.switch_source(source, guard=self._may_colead,
+                                         ack_limit=self._ack_limit)
+            except DatabusError as exc:
+                log.error("cluster %s: cannot capture as co-leader: %s", self.address, exc)
+                source = None
+        leaderless_since: float | None = None
+        if source is not None:
+            log.info("cluster %s: member %s co-leads after scn %d", self.address,
+                     self.member_id, self.relay.buffer.max_scn)
+            self._publish_member()
+            beat = time.monotonic()
+            while not self._stop.is_set() and not self._lost.is_set():
+                if self.relay.fetcher.status["state"] in ("fenced", "failed"):
+                    break
+                if source.stats().get("snapshot_elsewhere"):
+                    log.info("cluster %s: the leader runs a snapshot; member %s follows"
+                             " it again", self.address, self.member_id)
+                    break
+                now = time.monotonic()
+                leaderless_since = (leaderless_since or now) if self.leader_url is None else None
+                if leaderless_since is not None \
+                        and now - leaderless_since > 2 * self.config.session_timeout:
+                    # nobody else is left to be elected: step down and stand for leader
+                    log.info("cluster %s: no leader; co-leader %s stands for election",
+                             self.address, self.member_id)
+                    break
+                self._lost.wait(0.1)
+                if now - beat >= 1.0:
+                    self._publish_member()
+                    beat = now
+        with self._roles:
+            self._last_hw = self.relay.buffer.max_scn
+            self.role = "follower"
+            self.relay.switch_source(idle_source())
+        self._lost.clear()
+        try:
+            with translated("releasing a co-leader's lease"):
+                if self._zk is not None and self._zk.state == KazooState.CONNECTED:
+                    lease.release()
+        except DatabusError as exc:  # ephemeral: it goes with the session anyway
+            log.info("cluster %s: %s", self.address, exc)
+        if source is None:
+            self._stop.wait(2.0)
+
+    def _may_colead(self) -> bool:
+        """A co-leader's fencing: its session is connected and its lease node, read in
+        that session, still exists (it went with an expired session)."""
+        zk = self._zk
+        while zk is not None and self.role == "coleader" and not self._stop.is_set():
+            if zk.state == KazooState.SUSPENDED:
+                time.sleep(0.05)
+                continue
+            if zk.state != KazooState.CONNECTED or self._lost.is_set():
+                return False
+            try:
+                return zk.exists(self._lease_path) is not None
+            except SessionExpiredError:
+                return False
+            except (ConnectionLoss, OperationTimeoutError, KazooTimeoutError):
+                time.sleep(0.05)
+        return False
 
     def _new_epoch(self) -> int:
         zk = self._zk

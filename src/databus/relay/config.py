@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from databus.coord.zk import ZkAddress
 from databus.core.config import FrozenModel, load_file, validate
@@ -84,7 +84,11 @@ class ClusterConfig(_Model):
         " leader keeps its role; it bounds the failover time (a pause longer than this, GC"
         " or network, costs a failover). ZooKeeper grants 2 to 20 ticks (tickTime 2 s by"
         " default: 4 s to 40 s)")
-    leaders: int = Field(1, ge=1, le=1, description="leaders per cluster (1)")
+    leaders: int = Field(
+        1, ge=1, le=16, description="members that capture from the database at once: the"
+        " primary (elected) and leaders-1 co-leaders (leases taken by caught-up followers);"
+        " every window is the same on each (SQLite: window_cuts shared). leaders > 1 needs"
+        " snapshot_mode initial or no_data")
     token_file: Path | None = Field(
         None, description="file holding the admin token a follower reads its leader with"
         " (default: DATABUS_TOKEN / DATABUS_TOKEN_FILE); needed when the members run with"
@@ -123,6 +127,18 @@ class RelayConfig(_Model):
     cluster: ClusterConfig | None = Field(
         None, description="join a relay cluster (docs/cluster.md): one member leads and"
         " captures, the others chain from it and take over when it goes")
+
+    @model_validator(mode="after")
+    def _leaders(self) -> RelayConfig:
+        c = self.cluster
+        if c is not None and c.leaders > 1 and self.source.snapshot_mode not in ("initial",
+                                                                                  "no_data"):
+            # a co-leader starts no snapshot of its own (snapshot rows depend on when
+            # they are read), so the primary's snapshots must all come at its first start
+            raise ValueError(
+                f"cluster.leaders {c.leaders} needs source.snapshot_mode initial or no_data"
+                f" (not {self.source.snapshot_mode}): only the first leader may snapshot")
+        return self
 
 
 def parse_config(raw: Any) -> RelayConfig:

@@ -93,6 +93,15 @@ class Source(ABC):
         config then stays."""
         raise ConfigError(f"{type(self).__name__} cannot change its config while running")
 
+    def capture_only(self) -> None:  # noqa: B027 - optional hook: most sources never snapshot mid-stream
+        """Make this source one of several capturing the same database at once (a relay
+        cluster's co-leader, docs/cluster.md): it runs no snapshot of its own, since
+        snapshot rows depend on when they are read and only one capturer may take
+        them. A source whose log can show that another capturer started one (MySQL: a
+        row of the signal table) returns nothing from that transaction on and reports
+        ``snapshot_elsewhere`` = 1 in :meth:`stats`; its owner then stops using it.
+        Call before the first :meth:`read`."""
+
     def stats(self) -> dict[str, float]:
         """Numbers the relay exports as ``databus_relay_source_stat{name=...}``;
         called from other threads, so it returns a fresh dict."""

@@ -169,6 +169,8 @@ class MysqlSource(Source):
         self._progress_every = config.progress_interval
         self._last_out = time.monotonic()  # when the last window left (progress windows)
         self._last_scn = -1
+        self._capture_only = False  # capture_only(): a cluster co-leader's source
+        self._halted = False  # another capturer's snapshot showed: nothing more is ours
         self._stream: BinlogStream | None = None
         self._stream_scn = -2
         self._file = ""
@@ -355,6 +357,7 @@ class MysqlSource(Source):
         and the running snapshot's state."""
         p = self._coord.progress if self._opened else None
         return {**self._stats, "snapshot_running": float(p is not None),
+                "snapshot_elsewhere": float(self._halted),
                 "snapshot_paused": float(bool(p and p.paused)),
                 "snapshot_tables_left": float(len(p.tables) if p else 0)}
 
@@ -424,7 +427,7 @@ class MysqlSource(Source):
     def _read(self, after_scn: int, stop: threading.Event, timeout: float) -> list[Window]:
         if self._stream is None or after_scn != self._stream_scn:
             self._open(after_scn)
-        if self._done_snapshotting():
+        if self._done_snapshotting() or self._halted:
             stop.wait(timeout)  # initial_only: nothing more after the snapshot
             return []
         assert self._stream is not None
@@ -450,6 +453,8 @@ class MysqlSource(Source):
             if raw is None:
                 raise SourceUnavailableError("the server ended the binlog stream")
             window = self._event(raw)
+            if self._halted:
+                break
             if window is not None:
                 self._stream_scn = self._last_scn = window.scn
                 self._last_out = time.monotonic()
@@ -534,9 +539,19 @@ class MysqlSource(Source):
             self._signals.append((str(row.get("id")), str(row.get("type")),
                                   None if row.get("data") is None else str(row["data"])))
 
+    def capture_only(self) -> None:
+        self._capture_only = True
+
     def _commit(self, h: be.EventHeader) -> Window | None:
         pending, signals = self._pending, self._signals
         self._reset_txn()
+        if signals and self._capture_only:
+            # another capturer's snapshot (its signal or watermark): its chunk windows
+            # cannot be reproduced here, so nothing from this transaction on is ours
+            self._halted = True
+            log.info("a signal-table row at %s:%d: another capturer runs a snapshot;"
+                     " this capture-only source stops here", self._file, h.next_pos)
+            return None
         if not pending and not signals and not self._notices and self._coord.chunk is None:
             return self._progress(h)  # a transaction of other tables: the position moved
         scn = self._scn(h.next_pos)
