@@ -116,6 +116,15 @@ class SourceConfig(FrozenModel):
                     " relay's restart position move and a purge never takes them")
     snapshot_chunk_size: int = Field(1024, ge=1, le=1_000_000,
                                      description="rows per snapshot chunk (SQLite and MySQL)")
+    window_cuts: Literal["local", "shared"] = Field(
+        "local",
+        description="SQLite: where window boundaries come from. local (the default): each"
+                    " poll's snapshot is one window, so relays reading the same database at"
+                    " different moments cut it differently; shared: boundaries are rows of"
+                    " _databus_cuts in the database, so every relay capturing it emits the"
+                    " same windows (a relay cluster with leaders > 1 turns it on); costs one"
+                    " short write transaction per poll that finds new data. MySQL ignores"
+                    " it: its windows are binlog transactions already")
     columns: list[ColumnRule] = Field(
         default_factory=list, description="columns masked, truncated or hashed before they"
         " are stored (docs/security.md)")

@@ -34,6 +34,11 @@ Tables (all named ``_databus_*``; format 2, recorded in ``_databus_meta``):
 ``_databus_relays(name, acked_scn, updated_at)``
     The position each relay acknowledged; the txlog is trimmed below the lowest.
 
+``_databus_cuts(scn)``
+    Window boundaries shared by every relay capturing the database with
+    ``window_cuts: shared``: each row is the SCN of a txlog row that ended a
+    window (see :mod:`databus.sources.txlog.sqlite`). Trimmed with the txlog.
+
 ``_databus_meta(k, v)``
     ``format`` (2), ``epoch`` (random id of this installation: a source notices
     capture removed or installed afresh under it) and ``trimmed_scn`` (highest
@@ -86,8 +91,9 @@ DDL = (
     """CREATE TABLE IF NOT EXISTS _databus_txlog (
         scn INTEGER PRIMARY KEY AUTOINCREMENT, src INTEGER NOT NULL, ver INTEGER NOT NULL,
         op INTEGER NOT NULL, ts INTEGER NOT NULL, rid INTEGER)""",
+    "CREATE TABLE IF NOT EXISTS _databus_cuts (scn INTEGER PRIMARY KEY)",
 )
-TABLES = ("txlog", "sources", "versions", "relays", "meta")
+TABLES = ("txlog", "sources", "versions", "relays", "cuts", "meta")
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,37 @@ whole transactions (one, when the reader keeps up with the writer; the whole
 backlog after a restart), never a part of one. For the same reason there is no
 ``max_window_rows``: any cap could cut a transaction.
 
+**Shared window cuts** (``window_cuts="shared"``; the default ``"local"`` is the
+above). With local cuts a window ends where this reader's snapshot ended, so two
+relays capturing the same database cut it differently. With shared cuts window
+boundaries are rows of ``_databus_cuts`` (SCNs of txlog rows), a property of the
+database, and every shared-cut reader emits the same windows:
+
+* the window after position ``S`` holds exactly the txlog rows with
+  ``S < scn <= c``, ``c`` the smallest cut above ``S``; its SCN is ``c``, its
+  timestamp the ``ts`` of the txlog row at ``c`` (so its bytes are the same on
+  every reader);
+* a reader that finds txlog rows above ``S`` but no cut above ``S`` adds one at
+  the txlog's highest SCN in a ``BEGIN IMMEDIATE`` transaction of its writer
+  connection, re-reading the highest SCN and the newest cut inside it (nothing is
+  inserted when another reader cut there or above first). SQLite has one writer:
+  holding the write lock, no application transaction is half-written, so a cut
+  always falls between transactions. The transaction waits ``busy_timeout`` for
+  the application's write lock like the other writes;
+* one read returns every window of the cuts already present above ``S`` (a
+  reader behind a backlog: several), up to ``_CUTS_PER_READ`` windows or about
+  ``_ROWS_PER_READ`` own rows (always at least one whole window);
+* a window without own rows is not sent (the next one covers its range: positions
+  are compared with ``>``), except as the empty progress window below, whose SCN
+  is then a cut. Which empty windows a reader sends depends on its timing; the
+  windows with events do not;
+* snapshot chunk windows (one reader snapshots) keep the SCN of their read
+  transaction (as does the empty window that may follow a snapshot's last,
+  eventless chunk); the window after one again ends at the smallest cut above it.
+
+The cost: one short write transaction (a commit) per poll that finds new data
+without a cut, taking the application's write lock briefly.
+
 **Restart.** ``read(after_scn=S)`` returns exactly the rows with SCN > S.
 ``S < 0`` means "from the oldest row the txlog still has" (a new relay starts
 there, whatever was trimmed for others) with ``snapshot_mode="no_data"``; the
@@ -33,14 +64,15 @@ snapshot instead).
 **Trimming.** Each source registers its relay name in ``_databus_relays`` when
 it starts (position -1, or kept from before) and :meth:`acknowledge` moves it.
 Txlog rows at or below the lowest position of all registered relays are
-deleted, in batches of short write transactions. A relay that is gone for good
-must be removed (:func:`databus.sources.txlog.catalog.forget_relay`) or the
-txlog keeps growing.
+deleted, with the cuts at or below them, in batches of short write
+transactions. A relay that is gone for good must be removed
+(:func:`databus.sources.txlog.catalog.forget_relay`) or the txlog keeps
+growing.
 
 **Several relays, several table sets.** Install never removes capture of
 tables it was not given, so the txlog may hold rows of tables this source does
 not capture: they are skipped, but still count for positions (a window's SCN is
-the snapshot's highest SCN). When only such rows arrive for a while
+the snapshot's highest SCN, or a cut). When only such rows arrive for a while
 (``_PROGRESS_AFTER`` seconds) an empty window (no events) moves the position on,
 so the relay acknowledges them and they can be trimmed.
 
@@ -65,8 +97,8 @@ timestamp is that of its newest txlog row.
 
 **Connections.** Two per source, both to the file in autocommit mode with a
 busy timeout: a reader (never blocks writers in WAL mode) and a writer (trim,
-re-install; short transactions). ``sqlite3`` errors never escape: see
-:mod:`databus.sources.txlog._db`.
+re-install, markers, shared cuts; short transactions). ``sqlite3`` errors never
+escape: see :mod:`databus.sources.txlog._db`.
 
 **Snapshot modes** (``snapshot_mode``, as for the MySQL source; see
 docs/snapshots.md): ``initial`` (the default) makes a relay without a position
@@ -118,6 +150,10 @@ _OPS = {cat.OP_INSERT: ev.Op.INSERT, cat.OP_UPDATE: ev.Op.UPDATE, cat.OP_DELETE:
 _PROGRESS_AFTER = 1.0  # seconds of rows of other tables only before an empty window
 _TRIM_BATCH = 5000  # txlog rows deleted per write transaction
 _TRIM_PAUSE = 0.002  # seconds between trim batches, so application writers get the lock
+# shared cuts: what one read returns at most (a relay behind a backlog catches up in
+# steps, each a bounded amount of memory); at least one whole window, whatever its size
+_CUTS_PER_READ = 1000
+_ROWS_PER_READ = 20_000
 
 
 class _Retry(Exception):
@@ -133,7 +169,8 @@ class SqliteSource(Source):
     and registers ``name`` (the relay's) for trimming. ``poll_interval`` (config) is
     the pause between polls of an idle txlog (an idle poll costs one
     ``PRAGMA data_version``); ``busy_timeout`` is how long a statement waits for the
-    application's locks; ``state_dir`` is where snapshot progress is kept.
+    application's locks; ``state_dir`` is where snapshot progress is kept;
+    ``window_cuts`` (config) whether windows end at cuts shared by every relay.
     """
 
     def __init__(self, config: SourceConfig, *, name: str = "relay",
@@ -150,6 +187,7 @@ class SqliteSource(Source):
         self.relay_name = name
         self.snapshot_mode = config.snapshot_mode
         self.chunk_size = config.snapshot_chunk_size
+        self.shared_cuts = config.window_cuts == "shared"
         self.busy_timeout = busy_timeout
         self._records_path = (Path(state_dir) / f"{name}.sqlite-snapshot.json"
                               if state_dir else None)
@@ -159,7 +197,8 @@ class SqliteSource(Source):
         self._lost: int | None = None  # a lost position when_needed replaced by a snapshot
         # every key present from the start: stats() copies it from other threads
         self._stats = dict.fromkeys(("snapshot_started_total", "snapshot_chunks_total",
-                                     "snapshot_rows_total", "snapshot_completed_total"), 0.0)
+                                     "snapshot_rows_total", "snapshot_completed_total",
+                                     "window_cuts_total"), 0.0)
         self._infos: list[SourceInfo] = []
         self._own: frozenset[int] = frozenset()
         self._tables: dict[int, str] = {}
@@ -216,20 +255,22 @@ class SqliteSource(Source):
         return self._registry
 
     def read(self, after_scn: int, stop: threading.Event, timeout: float) -> list[Window]:
-        """The next window after ``after_scn``, waiting up to ``timeout`` seconds for one."""
+        """The next window after ``after_scn`` (shared cuts: possibly several), waiting
+        up to ``timeout`` seconds for one."""
         deadline = time.monotonic() + timeout
         while not stop.is_set():
             try:
                 with self._read_lock:
                     if after_scn != self._pos:
                         self._open(after_scn)
-                    window = None
+                    windows: list[Window] = []
                     if self._snap is not None:
-                        window = self._chunk_window(after_scn)
+                        chunk = self._chunk_window(after_scn)
+                        windows = [chunk] if chunk is not None else []
                     elif self.snapshot_mode != "initial_only":
-                        window = self._poll(after_scn)
-                    if window is not None:
-                        self._pos = window.scn
+                        windows = self._poll(after_scn)
+                    if windows:
+                        self._pos = windows[-1].scn
             except _Retry:
                 continue
             except SourcePositionLostError:
@@ -242,8 +283,8 @@ class SqliteSource(Source):
                     self._lost = after_scn
                     self._begin(fresh=True)
                 continue
-            if window is not None:
-                return [window]
+            if windows:
+                return windows
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
@@ -401,14 +442,17 @@ class SqliteSource(Source):
 
     # -- reading ---------------------------------------------------------------
 
-    def _poll(self, after_scn: int) -> Window | None:
+    def _poll(self, after_scn: int) -> list[Window]:
         if self._skip is not None and self._skip[0] != after_scn:
             self._skip = None
         con = self._reader
         with translated("reading the txlog"):
+            # changes when another connection commits, this source's writer included
             dv = int(con.execute("PRAGMA data_version").fetchone()[0])
             if self._idle == (dv, after_scn):
                 return self._progress()
+            if self.shared_cuts:
+                return self._poll_cuts(dv, after_scn)
             con.execute("BEGIN")
             try:
                 got = self._snapshot(con, after_scn)
@@ -424,7 +468,93 @@ class SqliteSource(Source):
             self._skip = (after_scn, top, top_ts, since)
             return self._progress()
         self._skip = None
-        return self._window(top, top_ts, rows)
+        return [self._window(top, top_ts, rows)]
+
+    def _poll_cuts(self, dv: int, after_scn: int) -> list[Window]:
+        """:meth:`_poll` with shared cuts: the windows of the cuts above the position,
+        after adding a cut when the txlog goes on past the newest one."""
+        con = self._reader
+        for _ in range(2):  # a second read only after adding a cut
+            con.execute("BEGIN")
+            try:
+                got, uncut = self._read_cuts(con, after_scn)
+            finally:
+                rollback_quietly(con)
+            if got or not uncut:
+                break
+            self._add_cut()
+        if not got:
+            self._idle = (dv, after_scn)
+            return self._progress()
+        self._idle = None
+        out: list[Window] = []
+        for cut, ts, rows in got:
+            if rows:
+                out.append(self._window(cut, ts, rows))
+                self._skip = None
+            else:  # rows of other tables only: the next window covers them
+                at = out[-1].scn if out else after_scn  # the position read() gets next
+                since = (self._skip[3] if self._skip is not None and self._skip[0] == at
+                         else time.monotonic())
+                self._skip = (at, cut, ts, since)
+        return out or self._progress()
+
+    def _read_cuts(self, con: sqlite3.Connection, after_scn: int
+                   ) -> tuple[list[tuple[int, int, list[tuple[Any, ...]]]], bool]:
+        """In the open read transaction: ([(cut, its ts, own rows up to it), ...] above
+        the position, whether the txlog has rows above it that no cut ends)."""
+        self._check_schema(con)
+        if self._lost != after_scn:
+            self._check_position(con, after_scn)
+        start = after_scn
+        if self._skip is not None:
+            start = max(start, self._skip[1])
+        # a cut's txlog row is trimmed with the cut; LEFT JOIN only guards the bytes
+        cuts = con.execute(
+            "SELECT c.scn, coalesce(t.ts, 0) FROM _databus_cuts c LEFT JOIN _databus_txlog t"
+            " ON t.scn = c.scn WHERE c.scn > ? ORDER BY c.scn LIMIT ?",
+            (start, _CUTS_PER_READ)).fetchall()
+        if not cuts:
+            top = con.execute("SELECT max(scn) FROM _databus_txlog").fetchone()[0]
+            return [], top is not None and top > start
+        rows = self._own_rows(con, start, int(cuts[-1][0]), limit=_ROWS_PER_READ)
+        if len(rows) >= _ROWS_PER_READ:  # keep the windows whose rows were all read
+            edge = rows[-1][0]
+            whole = [c for c in cuts if c[0] <= edge]
+            if whole:
+                cuts = whole
+                rows = [r for r in rows if r[0] <= whole[-1][0]]
+            else:  # one window larger than the budget: whole all the same
+                cuts = cuts[:1]
+                rows = self._own_rows(con, start, int(cuts[0][0]))
+        out: list[tuple[int, int, list[tuple[Any, ...]]]] = []
+        i = 0
+        for cut, ts in cuts:
+            j = i
+            while j < len(rows) and rows[j][0] <= cut:
+                j += 1
+            out.append((int(cut), int(ts), rows[i:j]))
+            i = j
+        return out, False
+
+    def _add_cut(self) -> None:
+        """Commit a cut at the txlog's highest SCN, unless the newest cut is there or
+        above already (another reader cut first)."""
+        with self._write_lock, translated("writing a window cut"):
+            con = self._writer
+            # holding the write lock, no application transaction is half-written:
+            # the highest SCN read here ends a committed transaction
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                cur = con.execute(
+                    "INSERT INTO _databus_cuts (scn) SELECT top FROM (SELECT max(scn) AS top"
+                    " FROM _databus_txlog) WHERE top > coalesce((SELECT max(scn) FROM"
+                    " _databus_cuts), -1)")
+                con.execute("COMMIT")
+            except BaseException:
+                rollback_quietly(con)
+                raise
+        self._count("window_cuts_total", cur.rowcount)
 
     def _snapshot(self, con: sqlite3.Connection, after_scn: int
                   ) -> tuple[int, int, list[tuple[Any, ...]]] | None:
@@ -471,23 +601,25 @@ class SqliteSource(Source):
                 f"{self.path}: SCN {after_scn} is ahead of every SCN this database's txlog"
                 " ever assigned (the database was replaced or capture re-installed)")
 
-    def _own_rows(self, con: sqlite3.Connection, start: int, top: int) -> list[tuple[Any, ...]]:
-        """Txlog rows of the captured tables with ``start < scn <= top``."""
+    def _own_rows(self, con: sqlite3.Connection, start: int, top: int,
+                  limit: int = -1) -> list[tuple[Any, ...]]:
+        """Txlog rows of the captured tables with ``start < scn <= top``, the first
+        ``limit`` (-1: all)."""
         slots = "".join(f", v{i}" for i in range(self._width))
         own = ",".join(str(i) for i in sorted(self._own))
         rows = con.execute(
             f"SELECT scn, src, ver, op, ts, rid{slots} FROM _databus_txlog"
-            f" WHERE scn > ? AND scn <= ? AND src IN ({own}) ORDER BY scn",
-            (start, top)).fetchall()
+            f" WHERE scn > ? AND scn <= ? AND src IN ({own}) ORDER BY scn LIMIT ?",
+            (start, top, limit)).fetchall()
         return rows
 
-    def _progress(self) -> Window | None:
+    def _progress(self) -> list[Window]:
         """An empty window over rows of other tables only, once they waited long enough."""
         skip = self._skip
         if skip is None or time.monotonic() - skip[3] < _PROGRESS_AFTER:
-            return None
+            return []
         self._skip = None
-        return Window(skip[1], b"", 0, skip[2] * 1_000_000)
+        return [Window(skip[1], b"", 0, skip[2] * 1_000_000)]
 
     def _window(self, top: int, top_ts: int, rows: list[tuple[Any, ...]]) -> Window:
         meta = WindowMetadata(self._meta, f"sqlite:{top}")
@@ -577,7 +709,8 @@ class SqliteSource(Source):
 
 
 def _trim_batch(con: sqlite3.Connection) -> bool:
-    """Delete up to one batch of txlog rows all relays acknowledged; True when none are left."""
+    """Delete up to one batch of txlog rows all relays acknowledged, and the cuts at or
+    below them; True when none are left."""
     low = con.execute("SELECT min(acked_scn) FROM _databus_relays").fetchone()[0]
     if low is None:
         return True
@@ -591,6 +724,7 @@ def _trim_batch(con: sqlite3.Connection) -> bool:
     if hi is None:
         return True
     con.execute("DELETE FROM _databus_txlog WHERE scn <= ?", (hi,))
+    con.execute("DELETE FROM _databus_cuts WHERE scn <= ?", (hi,))
     con.execute("INSERT INTO _databus_meta VALUES ('trimmed_scn', ?) ON CONFLICT(k)"
                 " DO UPDATE SET v = max(v, excluded.v)", (hi,))
     return last
