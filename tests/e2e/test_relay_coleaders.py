@@ -14,6 +14,7 @@ the txlog at the same places (the database's shared cuts).
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -25,7 +26,9 @@ import httpx
 import pytest
 
 from tests.e2e.test_relay_cluster import DATABUS_PY, Cluster, _same_windows
-from tests.support.shop import Writer, create_shop, txlog_max
+from tests.support.mariadb import BINLOG_SETTINGS, MariaDB
+from tests.support.mysql_workload import SCHEMA, Workload, connect_writer
+from tests.support.shop import Change, Writer, create_shop, txlog_max
 from tests.support.verify import check_delivery, read_windows
 from tests.support.zookeeper import ZooKeeper
 
@@ -151,3 +154,106 @@ def test_two_leaders_killed_in_turn_under_writes(
     coled = [m for m in MEMBERS if "co-leads after scn" in " ".join(c.log(m).read_text().split())]
     assert len(coled) >= 2, coled
     print(f"killed: {killed}")
+
+
+def _without_snapshot_rows(windows: list[tuple[int, list[Change]]]
+                           ) -> list[tuple[int, list[Change]]]:
+    """The windows' source changes: incremental-snapshot rows (``r``) and its
+    notifications left out, and windows left empty by that."""
+    out = []
+    for scn, events in windows:
+        kept = [e for e in events if e[1] != "r" and e[0] != "notifications"]
+        if kept:
+            out.append((scn, kept))
+    return out
+
+
+@pytest.mark.slow
+def test_two_leaders_on_mariadb_through_ddl_and_an_incremental_snapshot(
+        tmp_path: Path, zookeeper: ZooKeeper) -> None:
+    """Four members, two capturing one MariaDB (SCN = binlog position) under the
+    workload with its DDL. An incremental snapshot is signalled mid-run: its chunks
+    depend on when they are read, so only the leader takes them; the co-leader stops
+    at the signal, copies the chunk windows from the leader as a follower, and takes
+    its lease again when the snapshot is over. The leader and then the co-leader are
+    killed -9. Every member ends with the same windows; both recorders receive exactly
+    the committed transactions (besides the snapshot's rows)."""
+    server = MariaDB(tmp_path / "db", settings={**BINLOG_SETTINGS,
+                                                  "innodb-flush-log-at-trx-commit": "2"})
+    with server:
+        server.execute(*SCHEMA, "CREATE DATABASE databus",
+                       "CREATE TABLE databus.signals (id VARCHAR(64) PRIMARY KEY,"
+                       " type VARCHAR(32) NOT NULL, data TEXT)")
+        source = {"url": server.url, "tables": [r"shop\..*"], "snapshot_mode": "no_data",
+                  "snapshot_chunk_size": 50}
+        with TwoLeaders(tmp_path, tmp_path / "unused.db", zookeeper, "mariadb2",
+                        source=source) as c:
+            for m in MEMBERS:
+                c.start(m)
+            c.wait("a leader", lambda: c.with_role("leader"), 60)
+            c.wait_dump(server)
+            w = Workload(connect_writer(server.port), seed=67)
+            for _ in range(20):
+                w.transaction()
+            coleader = c.wait("a co-leader", lambda: c.with_role("coleader"), 60)
+            c.order = [coleader] + [m for m in MEMBERS if m != coleader]
+            c.start("recorder")
+            c.start("recorder2")
+            progress = [0.0]
+            done, errors = threading.Event(), []
+
+            def write() -> None:
+                try:
+                    while not done.is_set():
+                        w.maybe_ddl(progress[0])
+                        w.transaction()
+                        progress[0] = min(1.0, progress[0] + 0.0015)
+                        done.wait(0.003)
+                except BaseException as exc:
+                    errors.append(exc)
+
+            writer = threading.Thread(target=write)
+            writer.start()
+            try:
+                time.sleep(2.0)
+                with server.connect() as con, con.cursor() as cur:
+                    cur.execute("INSERT INTO databus.signals VALUES (%s, %s, %s)",
+                                ("snap1", "execute-snapshot",
+                                 json.dumps({"data-collections": [r"shop\.accounts"]})))
+                c.wait("the co-leader to stop at the snapshot and co-lead again", lambda:
+                       any("the leader runs a snapshot" in " ".join(c.log(m).read_text()
+                                                                     .split())
+                           for m in MEMBERS) and c.with_role("coleader"), 90)
+                for role in ("leader", "coleader"):
+                    time.sleep(2.0)
+                    victim = c.wait(f"a {role}", lambda r=role: c.with_role(r), 60)
+                    c.kill(victim)
+                    del c.procs[victim]
+                    c.wait(f"a new {role}", lambda r=role, v=victim: c.with_role(r, but=v),
+                           60)
+                    c.start(victim)
+                time.sleep(2.0)
+            finally:
+                done.set()
+                writer.join(30)
+            w.con.close()
+            assert not errors, errors
+            assert w.ddl_done, "the workload ran its schema changes"
+
+            def caught_up() -> bool:
+                tops = {c.max_scn(m) for m in c.members()}
+                recs = [read_windows(c.record), read_windows(c.record2)]
+                return len(tops) == 1 and all(r and r[-1][0] == max(tops) for r in recs)
+
+            # the binlog moves on its own (heartbeats, progress windows): wait for quiet
+            c.wait("every member and both recorders to agree", caught_up, 120, interval=1.0)
+            time.sleep(2.0)
+            c.wait("every member and both recorders to agree", caught_up, 60, interval=1.0)
+            for record in (c.record, c.record2):
+                windows = read_windows(record)
+                assert any(e[1] == "r" for _, events in windows for e in events)
+                check_delivery(_without_snapshot_rows(windows), w.committed, w.rolled_back)
+            _same_windows(c)
+            regs = {json.dumps(httpx.get(f"{c.url(m)}/register", timeout=10).json(),
+                               sort_keys=True) for m in c.members()}
+            assert len(regs) == 1, "members disagree on schema versions"
