@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import random
+import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -28,6 +30,7 @@ import pytest
 from tests.e2e.test_relay_cluster import DATABUS_PY, Cluster, _same_windows
 from tests.support.mariadb import BINLOG_SETTINGS, MariaDB
 from tests.support.mysql_workload import SCHEMA, Workload, connect_writer
+from tests.support.procs import DATABUS
 from tests.support.shop import Change, Writer, create_shop, txlog_max
 from tests.support.verify import check_delivery, read_windows
 from tests.support.zookeeper import ZooKeeper
@@ -154,6 +157,38 @@ def test_two_leaders_killed_in_turn_under_writes(
     coled = [m for m in MEMBERS if "co-leads after scn" in " ".join(c.log(m).read_text().split())]
     assert len(coled) >= 2, coled
     print(f"killed: {killed}")
+
+
+@pytest.mark.slow
+def test_a_paused_coleader_publishes_nothing_after_losing_its_lease(
+        two_leaders: tuple[TwoLeaders, Writer]) -> None:
+    """The co-leader paused (SIGSTOP) until its ZooKeeper session expired: a follower
+    takes the free lease; the old co-leader, resumed, refuses the windows it read while
+    it slept and follows the leader again; every member ends with the same windows."""
+    c, w = two_leaders
+    old = c.wait("a co-leader", lambda: c.with_role("coleader"), 60)
+    status = json.loads(subprocess.run(
+        [*DATABUS, "cluster", "status", c.address, "--json"], capture_output=True,
+        text=True, timeout=60, check=True).stdout)
+    assert sorted(m["role"] for m in status["members"]) == [
+        "coleader", "follower", "follower", "leader"], status
+    proc = c.procs[old]
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        for _ in range(30):  # committed while the co-leader sleeps
+            w.transaction()
+        c.wait("another co-leader", lambda: c.with_role("coleader", but=old), 60)
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    for _ in range(30):
+        w.transaction()
+    _settled(c, w)
+    c.wait("the old co-leader to follow", lambda: c.roles().get(old) == "follower", 30)
+    log = " ".join(c.log(old).read_text().split())  # the console log wraps long lines
+    assert "this relay no longer leads its cluster" in log, log[-3000:]
+    for record in (c.record, c.record2):
+        check_delivery(read_windows(record), w.committed, w.rolled_back)
+    _same_windows(c)
 
 
 def _without_snapshot_rows(windows: list[tuple[int, list[Change]]]

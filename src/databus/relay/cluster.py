@@ -27,9 +27,21 @@ new leader's: its windows could otherwise differ from the cluster's.
 (the smallest ``max_scn`` members report), so a follower that takes over finds
 what it still needs in the source.
 
-Limits (docs/cluster.md): one leader per cluster (``leaders: 1``); positions are
-SCNs, so a new leader must read the same database the old one did (the same
-SQLite file, the same MySQL/MariaDB server), and capture resumes by SCN.
+**Co-leaders** (``leaders: k`` > 1). Up to k-1 followers that hold every window the
+leader held when it last reported no snapshot running take a lease (kazoo's
+Semaphore on ``coleaders``) and capture from the database too, right after their
+newest window. Every capturer cuts the same windows (MySQL: one binlog transaction
+each; SQLite: the database's shared cuts, ``window_cuts: shared``), so a co-leader
+serves all it captured and needs no high-water mark; it leaves the election while
+it co-leads. It runs no snapshot (snapshots depend on when rows are read): its
+source is ``no_data`` and ``capture_only``, and when that source meets another
+capturer's snapshot signal the member follows the leader again until the snapshot
+is over. Fencing: it publishes only while its session is connected and its lease
+node, read in that session, exists.
+
+Limits (docs/cluster.md): positions are SCNs, so a new leader must read the same
+database the old one did (the same SQLite file, the same MySQL/MariaDB server), and
+capture resumes by SCN; with k leaders, snapshots are the leader's alone.
 """
 
 from __future__ import annotations

@@ -126,7 +126,8 @@ class RelayConfig(_Model):
     retry_max: float = Field(10.0, gt=0, description="longest backoff after source errors, s")
     cluster: ClusterConfig | None = Field(
         None, description="join a relay cluster (docs/cluster.md): one member leads and"
-        " captures, the others chain from it and take over when it goes")
+        " captures (with leaders > 1, co-leaders capture beside it), the others chain"
+        " from it and take over when it goes")
 
     @model_validator(mode="after")
     def _leaders(self) -> RelayConfig:
