@@ -6,15 +6,13 @@ and compares what the source emits, decoded, with what ``SELECT`` returns.
 
 from __future__ import annotations
 
-import json
 import random
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -28,29 +26,16 @@ from databus.core.errors import (
     TerminalError,
 )
 from databus.core.window import Window
-from databus.sources.txlog import SqliteSource, forget_relay, install, uninstall
+from databus.sources.txlog import forget_relay, install, uninstall
 from databus.sources.txlog import sqlite as sqlite_mod
 from tests.support.sources import sqlite_source
+from tests.support.txlog import changes as _changes
+from tests.support.txlog import commit as _exec
+from tests.support.txlog import make_db as _db
+from tests.support.txlog import read_all as _read_all
+from tests.support.txlog import stream_source as _source
 
 Row = dict[str, Any]
-
-
-def _db(path: Path, *ddl: str) -> Path:
-    with closing(sqlite3.connect(path)) as con:
-        for stmt in ddl:
-            con.execute(stmt)
-        con.commit()
-    return path
-
-
-def _exec(path: Path, *stmts: tuple[str, tuple[Any, ...]] | str) -> None:
-    """Run the statements in one committed transaction of a new connection."""
-    with closing(sqlite3.connect(path, isolation_level=None, timeout=30)) as con:
-        con.execute("BEGIN IMMEDIATE")
-        for s in stmts:
-            sql, args = (s, ()) if isinstance(s, str) else s
-            con.execute(sql, args)
-        con.execute("COMMIT")
 
 
 def _select(path: Path, sql: str) -> list[Row]:
@@ -72,45 +57,6 @@ def _text(v: Any) -> Any:
         except UnicodeDecodeError:
             return bytes(v)
     return v
-
-
-@contextmanager
-def _source(path: Path, tables: list[str], **kw: Any) -> Iterator[SqliteSource]:
-    kw.setdefault("snapshot_mode", "no_data")  # these tests are about the stream
-    with sqlite_source(path, tables, **kw) as src:
-        yield src
-
-
-def _read_all(src: SqliteSource, after: int = -1, timeout: float = 0.0) -> list[Window]:
-    out: list[Window] = []
-    while True:
-        got = src.read(out[-1].scn if out else after, threading.Event(), timeout)
-        if not got:
-            return out
-        out.extend(got)
-
-
-def _changes(src: SqliteSource, windows: list[Window]) -> list[tuple[str, str, Any, Any, Any]]:
-    """(table, op letter, key, before, after) of every event, decoded."""
-    reg = src.registry()
-    names = {s.id: s.name.split(".", 1)[1] for s in src.sources()}
-    out: list[tuple[str, str, Any, Any, Any]] = []
-    for w in windows:
-        for i, e in enumerate(ev.iter_events(w.events)):
-            assert e.scn == w.scn
-            schema = reg.get(e.schema_id)
-            assert (schema.src_id, schema.version) == (e.src_id, e.schema_version)
-            row = schema.decode(e.payload)
-            assert e.metadata is not None
-            meta = reg.metadata.decode(e.metadata)
-            assert meta["row"] == i and meta["txid"] == f"sqlite:{w.scn}"
-            before = schema.decode(meta["before"]) if meta["before"] is not None else None
-            key = json.loads(e.key) if isinstance(e.key, bytes) else e.key
-            if e.op == ev.Op.DELETE:
-                out.append((names[e.src_id], "d", key, row, None))
-            else:
-                out.append((names[e.src_id], e.op.letter, key, before, row))
-    return out
 
 
 def _exact(rows: list[Row] | Row | None) -> Any:
