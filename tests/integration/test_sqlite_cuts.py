@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import random
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from contextlib import closing
@@ -394,3 +396,33 @@ def test_shared_cuts_after_a_snapshot_and_when_the_position_is_lost(tmp_path: Pa
         _exec(db, "INSERT INTO b VALUES (9, 0, 'p')")
         more = _read_all(again, got[-1].scn)
         assert [w.count for w in more] == [1] and more[0].scn in _cuts(db)
+
+
+HOT_WRITER = """
+import sqlite3, sys, time
+con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+until, tx = time.monotonic() + float(sys.argv[2]), 0
+while time.monotonic() < until:  # back to back: the write lock is free for microseconds
+    tx += 1
+    con.execute("BEGIN IMMEDIATE")
+    con.execute("INSERT INTO b VALUES (?, 0, 'p')", (tx,))
+    con.execute("COMMIT")
+print(tx)
+"""
+
+
+def test_cuts_are_taken_between_back_to_back_application_transactions(tmp_path: Path) -> None:
+    """An application committing without pause for longer than the busy timeout:
+    the source still cuts (and emits) while it runs, never failing with "locked"."""
+    db = _setup(tmp_path / "h.db")
+    with _source(db, TABLES, name="hot", window_cuts="shared", busy_timeout=0.5) as src:
+        writer = subprocess.Popen([sys.executable, "-c", HOT_WRITER, str(db), "2.0"],
+                                  stdout=subprocess.PIPE, text=True)
+        windows: list[Window] = []
+        while writer.poll() is None:
+            windows.extend(src.read(windows[-1].scn if windows else -1, threading.Event(), 0.1))
+        during = len(windows)
+        txs = int(writer.communicate()[0])
+        windows.extend(_read_all(src, windows[-1].scn if windows else -1))
+    assert during >= 20, f"only {during} windows while the writer ran"
+    assert sum(w.count for w in windows) == txs

@@ -140,7 +140,12 @@ from databus.sources.base import Source, SourceInfo
 from databus.sources.config import SourceConfig
 from databus.sources.progress import ProgressRecords
 from databus.sources.txlog import catalog as cat
-from databus.sources.txlog._db import connect, rollback_quietly, translated
+from databus.sources.txlog._db import (
+    begin_immediate,
+    connect,
+    rollback_quietly,
+    translated,
+)
 from databus.sources.txlog.rows import VersionCodec, WindowMetadata
 from databus.sources.txlog.snapshot import MARKER_SRC, SnapshotState, read_chunks
 
@@ -544,7 +549,7 @@ class SqliteSource(Source):
             con = self._writer
             # holding the write lock, no application transaction is half-written:
             # the highest SCN read here ends a committed transaction
-            con.execute("BEGIN IMMEDIATE")
+            begin_immediate(con, busy_timeout=self.busy_timeout)
             try:
                 cur = con.execute(
                     "INSERT INTO _databus_cuts (scn) SELECT top FROM (SELECT max(scn) AS top"
