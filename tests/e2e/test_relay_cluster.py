@@ -22,18 +22,16 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
 import sqlalchemy as sa
-import yaml
 
 from tests.support.mariadb import BINLOG_SETTINGS, MariaDB
 from tests.support.mysql_workload import SCHEMA, Workload, connect_writer
-from tests.support.pipeline import ProcessPipeline
-from tests.support.procs import DATABUS, free_port
+from tests.support.procs import DATABUS
+from tests.support.relay_cluster import Cluster, same_windows
 from tests.support.shop import (
     TABLES,
     Writer,
@@ -45,111 +43,6 @@ from tests.support.shop import (
 )
 from tests.support.verify import check_delivery, read_windows
 from tests.support.zookeeper import ZooKeeper
-
-SESSION = 4.0  # ZooKeeper session timeout of the members: it bounds each failover
-
-
-@dataclass
-class Cluster(ProcessPipeline):
-    tmp: Path
-    db: Path
-    zk: ZooKeeper
-    name: str
-    ports: dict[str, int] = field(default_factory=dict)
-    source: dict[str, object] | None = None  # default: the SQLite shop
-    leaders: int = 1
-
-    @property
-    def address(self) -> str:
-        return f"zk://{self.zk.hosts}/{self.name}"
-
-    def url(self, member: str) -> str:
-        return f"http://127.0.0.1:{self.ports[member]}"
-
-    def args(self, name: str) -> list[str]:
-        if name == "recorder":
-            return [*DATABUS_PY, "-m", "tests.support.recorder", "--relay", self.address,
-                    "--out", str(self.record), "--checkpoint", str(self.tmp / "rec.ckpt")]
-        if name == "replicate":  # the CLI on a list of member URLs instead of zk://
-            urls = ",".join(self.url(m) for m in ("m1", "m2", "m3"))
-            return [*DATABUS, "replicate", "--relay", urls, "--target",
-                    f"sqlite:///{self.tmp / 'replica.db'}"]
-        if name == "bootstrap":  # a bootstrap service whose producer reads zk://
-            port = self.ports.setdefault(name, free_port())
-            conf = self.tmp / "bootstrap.yaml"
-            conf.write_text(yaml.safe_dump({
-                "relay_url": self.address, "store": {"url": f"sqlite:///{self.tmp / 'bs.db'}"},
-                "http": {"port": port}, "poll_timeout": 0.5, "apply_interval": 0.05}))
-            return [*DATABUS, "bootstrap", "--config", str(conf)]
-        if name == "chain":  # not a member: a chain relay reading whichever member serves
-            port = self.ports.setdefault(name, free_port())
-            return [*DATABUS, "relay", "--source", f"databus+{self.address}", "--port",
-                    str(port), "--buffer-path", str(self.tmp / "chain.buf")]
-        port = self.ports.setdefault(name, free_port())
-        conf = self.tmp / f"{name}.yaml"
-        conf.write_text(yaml.safe_dump({
-            "name": "shop",
-            "source": self.source or {"url": f"sqlite:///{self.db}", "tables": TABLES,
-                                      "snapshot_mode": "no_data", "poll_interval": 0.01},
-            "buffer": {"path": str(self.tmp / name / "relay.buf"), "capacity_bytes": 64 << 20},
-            "http": {"port": port},
-            "cluster": {"address": self.address, "member_id": name,
-                        "session_timeout": SESSION, "leaders": self.leaders}}))
-        (self.tmp / name).mkdir(exist_ok=True)
-        return [*DATABUS, "relay", "--config", str(conf)]
-
-    def ready_url(self, name: str) -> str | None:
-        return None if name in ("recorder", "replicate") else f"{self.url(name)}/health"
-
-    def target_scn(self) -> int:
-        """The newest SCN the bootstrap service's log holds."""
-        r = httpx.get(f"{self.url('bootstrap')}/targetSCN", timeout=10)
-        return int(r.json()["targetScn"]) if r.status_code == 200 else -1
-
-
-    @property
-    def record(self) -> Path:
-        return self.tmp / "recorded.jsonl"
-
-    def members(self) -> list[str]:
-        return [n for n in self.procs if n not in ("recorder", "chain", "replicate",
-                                                   "bootstrap")]
-
-    def admin(self, member: str) -> dict[str, object]:
-        r = httpx.get(f"{self.url(member)}/admin", timeout=10)
-        return dict(r.json())
-
-    def leader(self) -> str | None:
-        for m in self.members():
-            try:
-                if self.admin(m)["cluster"]["role"] == "leader":  # type: ignore[index]
-                    return m
-            except httpx.HTTPError:
-                continue
-        return None
-
-    def leader_among(self, but: str) -> str | None:
-        """The leader among the members other than ``but``."""
-        for m in self.members():
-            if m == but:
-                continue
-            try:
-                if self.admin(m)["cluster"]["role"] == "leader":  # type: ignore[index]
-                    return m
-            except httpx.HTTPError:
-                continue
-        return None
-
-    def max_scn(self, member: str) -> int:
-        return int(httpx.get(f"{self.url(member)}/containerStats/buffer/max_scn",
-                             timeout=10).json())
-
-    def body(self, member: str) -> bytes:
-        return httpx.get(f"{self.url(member)}/stream", params={"size": str(64 << 20),
-                                                              "timeout": "0"}, timeout=30).content
-
-
-DATABUS_PY = DATABUS[:1]
 
 
 @pytest.fixture
@@ -164,16 +57,6 @@ def cluster(tmp_path: Path, zookeeper: ZooKeeper,
         c.wait("a leader", c.leader, 60)
         c.start("recorder")
         yield c, w
-
-
-def _same_windows(c: Cluster) -> bytes:
-    """Every member serves the same windows (each learns the high-water mark from its
-    leader's next answer: wait for that)."""
-    def same() -> bytes | None:
-        bodies = {c.body(m) for m in c.members()}
-        return bodies.pop() if len(bodies) == 1 else None
-
-    return c.wait("every member to serve the same windows", same, 30)
 
 
 def _settled(c: Cluster, w: Writer) -> None:
@@ -228,7 +111,7 @@ def test_leader_killed_five_times_under_writes(cluster: tuple[Cluster, Writer]) 
     stats = check_delivery(read_windows(c.record), w.committed, w.rolled_back)
     # at-least-once of the window in flight at each failover, nothing more
     assert stats["repeated_windows"] <= 5, stats
-    windows = _same_windows(c)
+    windows = same_windows(c)
     assert len(windows) > 100_000
     # a chain relay on the cluster address followed every failover
     c.wait("the chain relay to hold the same windows", lambda: c.body("chain") == windows, 60)
@@ -297,7 +180,7 @@ def test_a_paused_leader_publishes_nothing_after_losing_the_lead(
     # diverged and it would have dropped its buffer on becoming a follower
     assert "dropping the buffer" not in log, log[-3000:]
     check_delivery(read_windows(c.record), w.committed, w.rolled_back)
-    _same_windows(c)
+    same_windows(c)
     assert int(c.admin(c.leader() or old)["cluster"]["epoch"]) > epoch_before  # type: ignore[index]
 
 
@@ -332,7 +215,7 @@ def test_a_zookeeper_outage_of_ten_seconds(tmp_path: Path) -> None:
             w.transaction()
         _settled(c, w)
         check_delivery(read_windows(c.record), w.committed, w.rolled_back)
-        _same_windows(c)
+        same_windows(c)
         assert c.leader() is not None
 
 
@@ -398,7 +281,7 @@ def test_a_mariadb_cluster_fails_over_twice_through_ddl(tmp_path: Path,
             time.sleep(2.0)
             c.wait("every member and the recorder to agree", caught_up, 60, interval=1.0)
             check_delivery(read_windows(c.record), w.committed, w.rolled_back)
-            _same_windows(c)
+            same_windows(c)
             regs = {json.dumps(httpx.get(f"{c.url(m)}/register", timeout=10).json(),
                                sort_keys=True) for m in c.members()}
             assert len(regs) == 1, "members disagree on schema versions"

@@ -27,10 +27,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.test_relay_cluster import DATABUS_PY, Cluster, _same_windows
 from tests.support.mariadb import BINLOG_SETTINGS, MariaDB
 from tests.support.mysql_workload import SCHEMA, Workload, connect_writer
 from tests.support.procs import DATABUS
+from tests.support.relay_cluster import DATABUS_PY, Cluster, same_windows
 from tests.support.shop import Change, Writer, create_shop, txlog_max
 from tests.support.verify import check_delivery, read_windows
 from tests.support.zookeeper import ZooKeeper
@@ -149,7 +149,7 @@ def test_two_leaders_killed_in_turn_under_writes(
         stats = check_delivery(read_windows(record), w.committed, w.rolled_back)
         # at-least-once of the window in flight when a consumer's member died
         assert stats["repeated_windows"] <= 6, stats
-    windows = _same_windows(c)
+    windows = same_windows(c)
     assert len(windows) > 50_000
     roles = c.roles()
     assert sorted(roles.values()) == ["coleader", "follower", "follower", "leader"], roles
@@ -188,7 +188,7 @@ def test_a_paused_coleader_publishes_nothing_after_losing_its_lease(
     assert "this relay no longer leads its cluster" in log, log[-3000:]
     for record in (c.record, c.record2):
         check_delivery(read_windows(record), w.committed, w.rolled_back)
-    _same_windows(c)
+    same_windows(c)
 
 
 def _without_snapshot_rows(windows: list[tuple[int, list[Change]]]
@@ -288,7 +288,7 @@ def test_two_leaders_on_mariadb_through_ddl_and_an_incremental_snapshot(
                 windows = read_windows(record)
                 assert any(e[1] == "r" for _, events in windows for e in events)
                 check_delivery(_without_snapshot_rows(windows), w.committed, w.rolled_back)
-            _same_windows(c)
+            same_windows(c)
             regs = {json.dumps(httpx.get(f"{c.url(m)}/register", timeout=10).json(),
                                sort_keys=True) for m in c.members()}
             assert len(regs) == 1, "members disagree on schema versions"

@@ -5,7 +5,7 @@ relays a client may read. Every member of a relay cluster holds the same windows
 under the same SCNs, so a client moves to another member with the checkpoint it
 has: it repeats at most the window it was reading (at-least-once) and loses
 nothing. A list is tried in turn; a cluster address asks ZooKeeper for the live
-members, the leader first, each time a member fails.
+members, the leader first, then the co-leaders, each time a member fails.
 """
 
 from __future__ import annotations

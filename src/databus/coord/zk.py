@@ -133,9 +133,12 @@ class ClusterView:
         return [m for m in found if m is not None]
 
     def urls(self) -> list[str]:
-        """Member URLs, the leader's first: where a client should read."""
+        """Member URLs, the leader's first, then the co-leaders' (they capture, so they
+        hold the newest windows when the leader is gone): where a client should read."""
         leader = self.leader()
-        urls = [str(m["url"]) for m in self.members() if m.get("url")]
+        members = [m for m in self.members() if m.get("url")]
+        capturing = sorted(members, key=lambda m: m.get("role") != "coleader")  # stable
+        urls = [str(m["url"]) for m in capturing]
         if leader and leader.get("url") in urls:
             urls.remove(leader["url"])
             urls.insert(0, str(leader["url"]))

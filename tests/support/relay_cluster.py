@@ -1,0 +1,130 @@
+"""A relay cluster of ``databus relay --cluster zk://...`` processes for e2e tests
+(members, a recorder on ``zk://``, and the clients the leader-kill tests run)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import yaml
+
+from tests.support.pipeline import ProcessPipeline
+from tests.support.procs import DATABUS, free_port
+from tests.support.shop import TABLES
+from tests.support.zookeeper import ZooKeeper
+
+SESSION = 4.0  # ZooKeeper session timeout of the members: it bounds each failover
+
+
+@dataclass
+class Cluster(ProcessPipeline):
+    tmp: Path
+    db: Path
+    zk: ZooKeeper
+    name: str
+    ports: dict[str, int] = field(default_factory=dict)
+    source: dict[str, object] | None = None  # default: the SQLite shop
+    leaders: int = 1
+
+    @property
+    def address(self) -> str:
+        return f"zk://{self.zk.hosts}/{self.name}"
+
+    def url(self, member: str) -> str:
+        return f"http://127.0.0.1:{self.ports[member]}"
+
+    def args(self, name: str) -> list[str]:
+        if name == "recorder":
+            return [*DATABUS_PY, "-m", "tests.support.recorder", "--relay", self.address,
+                    "--out", str(self.record), "--checkpoint", str(self.tmp / "rec.ckpt")]
+        if name == "replicate":  # the CLI on a list of member URLs instead of zk://
+            urls = ",".join(self.url(m) for m in ("m1", "m2", "m3"))
+            return [*DATABUS, "replicate", "--relay", urls, "--target",
+                    f"sqlite:///{self.tmp / 'replica.db'}"]
+        if name == "bootstrap":  # a bootstrap service whose producer reads zk://
+            port = self.ports.setdefault(name, free_port())
+            conf = self.tmp / "bootstrap.yaml"
+            conf.write_text(yaml.safe_dump({
+                "relay_url": self.address, "store": {"url": f"sqlite:///{self.tmp / 'bs.db'}"},
+                "http": {"port": port}, "poll_timeout": 0.5, "apply_interval": 0.05}))
+            return [*DATABUS, "bootstrap", "--config", str(conf)]
+        if name == "chain":  # not a member: a chain relay reading whichever member serves
+            port = self.ports.setdefault(name, free_port())
+            return [*DATABUS, "relay", "--source", f"databus+{self.address}", "--port",
+                    str(port), "--buffer-path", str(self.tmp / "chain.buf")]
+        port = self.ports.setdefault(name, free_port())
+        conf = self.tmp / f"{name}.yaml"
+        conf.write_text(yaml.safe_dump({
+            "name": "shop",
+            "source": self.source or {"url": f"sqlite:///{self.db}", "tables": TABLES,
+                                      "snapshot_mode": "no_data", "poll_interval": 0.01},
+            "buffer": {"path": str(self.tmp / name / "relay.buf"), "capacity_bytes": 64 << 20},
+            "http": {"port": port},
+            "cluster": {"address": self.address, "member_id": name,
+                        "session_timeout": SESSION, "leaders": self.leaders}}))
+        (self.tmp / name).mkdir(exist_ok=True)
+        return [*DATABUS, "relay", "--config", str(conf)]
+
+    def ready_url(self, name: str) -> str | None:
+        return None if name in ("recorder", "replicate") else f"{self.url(name)}/health"
+
+    def target_scn(self) -> int:
+        """The newest SCN the bootstrap service's log holds."""
+        r = httpx.get(f"{self.url('bootstrap')}/targetSCN", timeout=10)
+        return int(r.json()["targetScn"]) if r.status_code == 200 else -1
+
+
+    @property
+    def record(self) -> Path:
+        return self.tmp / "recorded.jsonl"
+
+    def members(self) -> list[str]:
+        return [n for n in self.procs if n not in ("recorder", "chain", "replicate",
+                                                   "bootstrap")]
+
+    def admin(self, member: str) -> dict[str, object]:
+        r = httpx.get(f"{self.url(member)}/admin", timeout=10)
+        return dict(r.json())
+
+    def leader(self) -> str | None:
+        for m in self.members():
+            try:
+                if self.admin(m)["cluster"]["role"] == "leader":  # type: ignore[index]
+                    return m
+            except httpx.HTTPError:
+                continue
+        return None
+
+    def leader_among(self, but: str) -> str | None:
+        """The leader among the members other than ``but``."""
+        for m in self.members():
+            if m == but:
+                continue
+            try:
+                if self.admin(m)["cluster"]["role"] == "leader":  # type: ignore[index]
+                    return m
+            except httpx.HTTPError:
+                continue
+        return None
+
+    def max_scn(self, member: str) -> int:
+        return int(httpx.get(f"{self.url(member)}/containerStats/buffer/max_scn",
+                             timeout=10).json())
+
+    def body(self, member: str) -> bytes:
+        return httpx.get(f"{self.url(member)}/stream", params={"size": str(64 << 20),
+                                                              "timeout": "0"}, timeout=30).content
+
+
+DATABUS_PY = DATABUS[:1]
+
+
+def same_windows(c: Cluster) -> bytes:
+    """Every member serves the same windows (each learns the high-water mark from its
+    leader's next answer: wait for that)."""
+    def same() -> bytes | None:
+        bodies = {c.body(m) for m in c.members()}
+        return bodies.pop() if len(bodies) == 1 else None
+
+    return c.wait("every member to serve the same windows", same, 30)
