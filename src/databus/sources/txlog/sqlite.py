@@ -36,8 +36,9 @@ database, and every shared-cut reader emits the same windows:
   connection, re-reading the highest SCN and the newest cut inside it (nothing is
   inserted when another reader cut there or above first). SQLite has one writer:
   holding the write lock, no application transaction is half-written, so a cut
-  always falls between transactions. The transaction waits ``busy_timeout`` for
-  the application's write lock like the other writes;
+  always falls between transactions. The lock is asked for every 0.1 ms for up to
+  ``busy_timeout`` (:func:`~databus.sources.txlog._db.begin_immediate`), then
+  the read fails with SourceUnavailableError;
 * one read returns every window of the cuts already present above ``S`` (a
   reader behind a backlog: several), up to ``_CUTS_PER_READ`` windows or about
   ``_ROWS_PER_READ`` own rows (always at least one whole window);
