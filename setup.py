@@ -1,10 +1,11 @@
 """Build of the optional C accelerators (the binlog row codec, which also reads
-snapshot chunk rows, the relay buffer's event selection, the Spark event decoder).
+snapshot chunk rows, the relay buffer's event selection, the Spark event decoder, the
+client's batch decoder).
 
 Everything else is in pyproject.toml. The extensions are optional: where one
 cannot be compiled, databus installs without it and uses its pure-Python path
 (same output, slower): the MySQL source's decoder, the buffer's
-selection, the Spark source's reader.
+selection, the Spark source's reader, the client's ``wiredecode``.
 """
 
 from setuptools import Extension, setup
@@ -28,6 +29,13 @@ setup(
         Extension(
             "databus.spark._fastdecode",
             ["src/databus/spark/_fastdecode.c"],
+            optional=True,
+            libraries=["z"],  # CRC-32, as zlib.crc32
+            extra_compile_args=["-O2", "-std=c99", "-Wall"],
+        ),
+        Extension(
+            "databus.client._wiredecode",
+            ["src/databus/client/_wiredecode.c"],
             optional=True,
             libraries=["z"],  # CRC-32, as zlib.crc32
             extra_compile_args=["-O2", "-std=c99", "-Wall"],

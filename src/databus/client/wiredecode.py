@@ -1,0 +1,182 @@
+"""The client's batch decoder: ``/stream`` bodies to events, Avro rows to Python values.
+
+Two functions every consumer path goes through, each with a compiled half
+(``_wiredecode.c``, built by setup.py where a C compiler is available) and a
+pure-Python half with the same output:
+
+* :func:`scan` - every event of a body in one call: version, magic, lengths and
+  (``verify``) both CRCs, header, key, metadata and payload parts, as
+  :func:`databus.core.event.iter_events` does. A damaged or truncated body raises
+  :class:`~databus.core.errors.CorruptEventError`, the same error with the same
+  message on both halves (the compiled half hands any body it does not accept to
+  the Python half, which raises).
+* :class:`RowDecoder` - one table version's Avro rows into ``dict`` rows keyed by
+  column name (``row``, ``rows``) or into one list per column (``columns``, no
+  dict per row on the compiled half), with the values fastavro gives (``Decimal``,
+  ``date``, ``datetime`` through fastavro's own logical-type readers). Bad row
+  bytes raise :class:`~databus.core.errors.SchemaError` on both halves. The
+  compiled half handles flat records of null, boolean, int, long, float, double,
+  string, bytes and unions of them (every schema the sources write); other
+  schemas, and any value it does not read exactly as fastavro (an int beyond 32
+  bits, a boolean byte other than 0/1), go to fastavro.
+
+Zero-copy: ``scan`` reads the body through the buffer protocol (the HTTP
+response's bytes, or a memoryview of them) and ``RowDecoder`` reads each payload
+in place (bytes or any buffer); the only copies are the per-event ``payload`` and
+``key`` bytes that :class:`~databus.core.event.Event` holds.
+
+One decoder for every consumer (issue #18): the Spark source's
+``databus/spark/_fastdecode.c`` walks the same wire format and checks it the
+same way but writes Arrow buffers. The next step is one C walk with two sinks
+(Python objects here, Arrow buffers there): its ``Plan``/``decode_row`` and this
+module's ``RowDecoder`` describe a field the same way (branch type codes, below,
+are the same numbers), so Spark would call :func:`scan`'s walk and get
+columns from a ``RowDecoder`` whose sink is Arrow. The bootstrap client
+(``client/bootstrap.py``) and the replicate sink use :class:`DataEvent` and so
+get the compiled row decoder already; the bootstrap client's body decoding is
+still ``core.event.iter_events``.
+
+Thread safety: both are safe to call from any thread; a ``RowDecoder`` holds no
+mutable state.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from databus.core import event as ev
+from databus.core.schema import TableSchema
+
+try:
+    _native: Any = importlib.import_module("databus.client._wiredecode")
+except ImportError:  # no C compiler where databus was installed
+    _native = None
+
+# Avro type -> code; the C side's T_* (the same codes as spark/_fastdecode.c)
+_CODES = {"null": 0, "boolean": 1, "int": 2, "long": 3, "float": 4, "double": 5,
+          "string": 6, "bytes": 7}
+
+Buffer = bytes | bytearray | memoryview
+
+
+def compiled() -> bool:
+    """Whether the compiled half was built."""
+    return _native is not None
+
+
+def scan(body: Buffer, *, verify: bool = True, native: bool = True) -> list[ev.Event]:
+    """Every event of ``body`` (concatenated binary events), in order.
+
+    Both CRCs are checked unless ``verify`` is false; a damaged, truncated or
+    malformed body raises :class:`~databus.core.errors.CorruptEventError` and
+    returns nothing. ``native=False`` forces the Python half.
+    """
+    if native and _native is not None:
+        out: list[ev.Event] | None = _native.scan(body, verify, ev.Event)
+        if out is not None:
+            return out
+    return list(ev.iter_events(body, verify=verify))
+
+
+def _branch(t: Any) -> tuple[int, Callable[[Any], Any] | None] | None:
+    """The type code and logical-type converter of one union branch; None when the
+    compiled half does not decode this type."""
+    from fastavro.read import LOGICAL_READERS
+
+    if isinstance(t, str):
+        code = _CODES.get(t)
+        return None if code is None else (code, None)
+    if isinstance(t, dict) and isinstance(t.get("type"), str):
+        code = _CODES.get(t["type"])
+        if code is None:
+            return None
+        logical = t.get("logicalType")
+        reader = LOGICAL_READERS.get(f"{t['type']}-{logical}") if logical else None
+        if reader is None:
+            return code, None
+
+        def convert(value: Any, _read: Any = reader, _schema: Any = t) -> Any:
+            return _read(value, _schema, None)
+
+        return code, convert
+    return None
+
+
+def _plan(schema: TableSchema, names: Sequence[str]) -> tuple[Any, ...] | None:
+    """The compiled decoder's field plan, or None when a field is not flat."""
+    fields = schema.avro.get("fields")
+    if schema.avro.get("type") != "record" or not isinstance(fields, list):
+        return None
+    out = []
+    for f, name in zip(fields, names, strict=True):
+        t = f["type"]
+        branches = t if isinstance(t, list) else [t]
+        decoded = [_branch(b) for b in branches]
+        if not branches or len(branches) > 16 or any(d is None for d in decoded):
+            return None
+        codes = bytes(d[0] for d in decoded if d is not None)
+        convs = tuple(d[1] for d in decoded if d is not None)
+        out.append((name, isinstance(t, list), codes, convs))
+    return tuple(out)
+
+
+class RowDecoder:
+    """Avro rows of one table version -> values keyed by the table's column names.
+
+    ``row``/``rows`` give dicts (in schema order), ``columns`` a dict of lists.
+    Output and errors are the same on both halves; ``native=False`` forces fastavro.
+    """
+
+    __slots__ = ("_c", "_renamed", "names", "schema")
+
+    def __init__(self, schema: TableSchema, *, native: bool = True) -> None:
+        self.schema = schema
+        self.names: tuple[str, ...] = tuple(schema.column_names)
+        self._renamed = self.names != tuple(f["name"] for f in schema.avro["fields"])
+        plan = _plan(schema, self.names) if native and _native is not None else None
+        self._c: Any = _native.RowDecoder(plan) if plan is not None else None
+
+    @property
+    def native(self) -> bool:
+        """Whether rows of this schema are decoded by the compiled half."""
+        return self._c is not None
+
+    def _py_row(self, data: Buffer) -> dict[str, Any]:
+        raw = self.schema.decode(bytes(data))
+        if not self._renamed:
+            return raw
+        return dict(zip(self.names, raw.values(), strict=True))
+
+    def row(self, data: Buffer) -> dict[str, Any]:
+        """One row; :class:`SchemaError` when ``data`` is not a row of this schema."""
+        if self._c is not None:
+            out: dict[str, Any] | None = self._c.row(data)
+            if out is not None:
+                return out
+        return self._py_row(data)
+
+    def rows(self, payloads: Sequence[Buffer]) -> list[dict[str, Any]]:
+        """Many rows, one dict each."""
+        if self._c is not None:
+            out: list[dict[str, Any]] | None = self._c.rows(payloads)
+            if out is not None:
+                return out
+        return [self._py_row(p) for p in payloads]
+
+    def columns(self, payloads: Sequence[Buffer]) -> dict[str, list[Any]]:
+        """Many rows as one list per column (keys in schema order)."""
+        if self._c is not None:
+            cols: tuple[list[Any], ...] | None = self._c.columns(payloads)
+            if cols is not None:
+                return dict(zip(self.names, cols, strict=True))
+        out: dict[str, list[Any]] = {name: [] for name in self.names}
+        lists = list(out.values())
+        for p in payloads:
+            for lst, v in zip(lists, self._py_row(p).values(), strict=True):
+                lst.append(v)
+        return out
+
+
+__all__ = ["RowDecoder", "compiled", "scan"]
