@@ -55,6 +55,7 @@ from databus.client.dispatcher import SchemaViews, call, check_result
 from databus.client.relay import RelayConnection
 from databus.client.retry import Backoff, Stopped, retry_transient
 from databus.client.stats import ClientStats
+from databus.client.wiredecode import scan
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint, ConsumptionMode
 from databus.core.errors import (
@@ -125,7 +126,7 @@ def parse_batch(body: bytes, current: Checkpoint, verify: bool = True) -> Batch:
     out = Batch()
     pending: list[ev.Event] = []
     snapshot = current.consumption_mode == ConsumptionMode.BOOTSTRAP_SNAPSHOT
-    for e in ev.iter_events(body, verify=verify):
+    for e in scan(body, verify=verify):
         if e.src_id == ev.SRC_CHECKPOINT:
             try:
                 out.checkpoint = Checkpoint.from_dict(json.loads(e.payload))

@@ -6,7 +6,7 @@ calls, on one thread (see :mod:`databus.client.client`)::
 
     on_start_data_event_sequence(scn)
       on_start_source(name, schema)      # one run of events of one source+schema
-        on_data_event(event) ...
+        on_data_event(event) ...         # or, if overridden, on_data_events(batch) once
       on_end_source(name, schema)
       ...                                # further runs, in commit order
     on_end_data_event_sequence(scn)
@@ -31,6 +31,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from databus.client.wiredecode import RowDecoder
 from databus.core.envelope import envelope
 from databus.core.event import ATTR_OPCODE_MASK, Event, Op
 
@@ -55,27 +56,21 @@ _DELETE = int(Op.DELETE)
 class SchemaView:
     """A table schema plus what data events need to present rows by column name.
 
-    Shared by all events of one schema version; immutable.
+    Shared by all events of one schema version; immutable. ``decoder`` is the
+    version's :class:`~databus.client.wiredecode.RowDecoder` (compiled where built).
     """
 
-    __slots__ = ("metadata_codec", "registry", "renames", "schema")
+    __slots__ = ("decoder", "metadata_codec", "registry", "schema")
 
     def __init__(self, schema: TableSchema, registry: SchemaRegistry) -> None:
         self.schema = schema
         self.registry = registry
         self.metadata_codec: MetadataCodec = registry.metadata
-        pairs = [(f["name"], f.get("column", f["name"])) for f in schema.avro["fields"]]
-        # None when every column name is its Avro field name (the common case)
-        self.renames: tuple[tuple[str, str], ...] | None = (
-            tuple(pairs) if any(a != c for a, c in pairs) else None
-        )
+        self.decoder = RowDecoder(schema)
 
     def row(self, data: bytes) -> dict[str, Any]:
         """Decode Avro row bytes into a dict keyed by column names."""
-        raw = self.schema.decode(data)
-        if self.renames is None:
-            return raw
-        return {col: raw.get(field) for field, col in self.renames}
+        return self.decoder.row(data)
 
 
 class DataEvent:
@@ -190,6 +185,97 @@ class DataEvent:
                 f"key={self.key!r})")
 
 
+class DataBatch:
+    """A run of data events of one source and schema version, within one window.
+
+    What :meth:`Consumer.on_data_events` receives: the events between one
+    ``on_start_source`` and its ``on_end_source``, in commit order. The row
+    images are decoded on first access, all at once, by the compiled batch
+    decoder where it was built; the consumer picks the shape by what it reads:
+
+    * ``rows``: one dict per event, keyed by column name (as ``DataEvent.after``);
+    * ``columns``: one list per column, keyed by column name, in schema order
+      (``columns["id"][i]`` is event i's value); no dict is built per row.
+
+    Both hold the row image each event carries: the row after the change
+    (insert, update, snapshot read), the deleted row for a delete (``ops[i]``
+    says which); ``None`` (rows) or ``None`` in every column (columns) for an
+    event without a row (a truncate). The before image of an update, the
+    source position and the envelope are on the per-event view
+    (:meth:`data_events`). ``events`` are the core
+    :class:`~databus.core.event.Event` objects. A batch is handed to one thread;
+    it is not meant to be shared, nor kept after the callback (a replay
+    delivers new batches).
+    """
+
+    __slots__ = ("_columns", "_first_collection", "_first_total", "_rows", "_view", "events",
+                 "scn")
+
+    def __init__(self, scn: int, events: list[Event], view: SchemaView, first_total: int = 1,
+                 first_collection: int = 1) -> None:
+        self.scn = scn
+        self.events = events
+        self._view = view
+        self._first_total = first_total
+        self._first_collection = first_collection
+        self._rows: list[dict[str, Any] | None] | None = None
+        self._columns: dict[str, list[Any]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    @property
+    def source(self) -> str:
+        """The logical source name, ``db.table``."""
+        return self._view.schema.name
+
+    @property
+    def schema(self) -> TableSchema:
+        return self._view.schema
+
+    @property
+    def ops(self) -> list[Op]:
+        return [Op(e.attributes & ATTR_OPCODE_MASK) for e in self.events]
+
+    @property
+    def keys(self) -> list[int | bytes]:
+        return [e.key for e in self.events]
+
+    @property
+    def rows(self) -> list[dict[str, Any] | None]:
+        if self._rows is None:
+            events = self.events
+            decoder = self._view.decoder
+            if all(e.payload for e in events):
+                self._rows = list(decoder.rows([e.payload for e in events]))
+            else:
+                self._rows = [decoder.row(e.payload) if e.payload else None for e in events]
+        return self._rows
+
+    @property
+    def columns(self) -> dict[str, list[Any]]:
+        if self._columns is None:
+            events = self.events
+            decoder = self._view.decoder
+            if all(e.payload for e in events):
+                self._columns = decoder.columns([e.payload for e in events])
+            else:
+                cols: dict[str, list[Any]] = {name: [] for name in decoder.names}
+                for row in self.rows:
+                    for name, lst in cols.items():
+                        lst.append(None if row is None else row[name])
+                self._columns = cols
+        return self._columns
+
+    def data_events(self) -> list[DataEvent]:
+        """The per-event views (``before``, ``metadata``, ``envelope()``, orders)."""
+        view, t, c = self._view, self._first_total, self._first_collection
+        return [DataEvent(e, view, t + i, c + i) for i, e in enumerate(self.events)]
+
+    def __repr__(self) -> str:
+        return f"DataBatch(scn={self.scn}, source={self.source!r}, events={len(self.events)})"
+
+
 class Consumer:
     """Base consumer: every callback does nothing and returns None (= SUCCESS).
 
@@ -220,6 +306,17 @@ class Consumer:
 
     def on_data_event(self, event: DataEvent) -> Result:
         """One row change."""
+        return None
+
+    def on_data_events(self, batch: DataBatch) -> Result:
+        """A run of row changes of one source (see :class:`DataBatch`).
+
+        Override it to receive batches: the client then calls it once per run,
+        between ``on_start_source`` and ``on_end_source``, and never calls
+        ``on_data_event``. Results and errors count for the whole run, as one
+        ``on_data_event`` result would: ERROR or an exception rolls back and
+        replays the whole window.
+        """
         return None
 
     def on_end_source(self, source_name: str, schema: TableSchema) -> Result:

@@ -15,7 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from databus.client.consumer import Consumer, ConsumerResult, DataEvent, SchemaView
+from databus.client.consumer import (
+    Consumer,
+    ConsumerResult,
+    DataBatch,
+    DataEvent,
+    SchemaView,
+)
 from databus.client.window import DecodedWindow
 from databus.core.errors import ConsumerCallbackError, ConsumerFatalError, SchemaError
 from databus.core.event import Event
@@ -96,11 +102,37 @@ class Dispatched:
 
 
 class Dispatcher:
-    """Delivers whole windows to one consumer (see :mod:`databus.client.consumer`)."""
+    """Delivers whole windows to one consumer (see :mod:`databus.client.consumer`).
+
+    A consumer that overrides ``on_data_events`` gets one :class:`DataBatch` per
+    run of one source (``batched``); any other gets ``on_data_event`` per event.
+    """
 
     def __init__(self, consumer: Consumer, views: SchemaViews) -> None:
         self.consumer = consumer
         self.views = views
+        self.batched = type(consumer).on_data_events is not Consumer.on_data_events
+
+    def _runs(self, events: list[Event]) -> list[tuple[SchemaView, int, int]]:
+        """``(view, start, end)`` of each run of events with the same schema view."""
+        view_of = self.views.view
+        runs: list[tuple[SchemaView, int, int]] = []
+        current: SchemaView | None = None
+        last_sid = b""
+        start = 0
+        for i, event in enumerate(events):
+            sid = event.schema_id
+            if sid and sid is last_sid:  # the scan shares one digest object per body
+                continue
+            view = view_of(event)
+            last_sid = sid
+            if view is not current:
+                if current is not None:
+                    runs.append((current, start, i))
+                current, start = view, i
+        if current is not None:
+            runs.append((current, start, len(events)))
+        return runs
 
     def dispatch(self, window: DecodedWindow) -> Dispatched:
         """Call the sequence, source and data callbacks of ``window``, in order."""
@@ -108,22 +140,43 @@ class Dispatcher:
         scn = window.scn
         force = call("on_start_data_event_sequence", c.on_start_data_event_sequence,
                      scn) is _CHECKPOINT
-        on_data = c.on_data_event
-        view_of = self.views.view
-        current: SchemaView | None = None
+        events = window.events
         total = window.first_offset
         per_source: dict[int, int] = {}
-        for event in window.events:
-            view = view_of(event)
-            if view is not current:
-                if current is not None:
-                    force |= call("on_end_source", c.on_end_source, current.schema.name,
-                                  current.schema) is _CHECKPOINT
-                force |= call("on_start_source", c.on_start_source, view.schema.name,
-                              view.schema) is _CHECKPOINT
-                current = view
+        for view, start, end in self._runs(events):
+            name = view.schema.name
+            force |= call("on_start_source", c.on_start_source, name, view.schema) is _CHECKPOINT
+            run = events[start:end]
+            src_id = run[0].src_id
+            n = per_source.get(src_id, 0)
+            if self.batched:
+                batch = DataBatch(scn, run, view, total + 1, n + 1)
+                try:
+                    result = c.on_data_events(batch)
+                except (ConsumerFatalError, ConsumerCallbackError):
+                    raise
+                except Exception as exc:
+                    raise ConsumerCallbackError(
+                        f"on_data_events raised {type(exc).__name__}: {exc} "
+                        f"(scn {scn}, {name}, {len(run)} events)") from exc
+                if result is not None and result is not _SUCCESS:
+                    force |= check_result(result, "on_data_events") is _CHECKPOINT
+            else:
+                force |= self._each(run, view, scn, total, n)
+            total += len(run)
+            per_source[src_id] = n + len(run)
+            force |= call("on_end_source", c.on_end_source, name, view.schema) is _CHECKPOINT
+        force |= call("on_end_data_event_sequence", c.on_end_data_event_sequence,
+                      scn) is _CHECKPOINT
+        return Dispatched(len(events), force)
+
+    def _each(self, run: list[Event], view: SchemaView, scn: int, total: int, n: int) -> bool:
+        """``on_data_event`` for each event of a run; True if one answered CHECKPOINT."""
+        on_data = self.consumer.on_data_event
+        force = False
+        for event in run:
             total += 1
-            n = per_source[event.src_id] = per_source.get(event.src_id, 0) + 1
+            n += 1
             try:
                 result = on_data(DataEvent(event, view, total, n))
             except (ConsumerFatalError, ConsumerCallbackError):
@@ -134,12 +187,7 @@ class Dispatcher:
                     f"(scn {scn}, {view.schema.name}, key {event.key!r})") from exc
             if result is not None and result is not _SUCCESS:
                 force |= check_result(result, "on_data_event") is _CHECKPOINT
-        if current is not None:
-            force |= call("on_end_source", c.on_end_source, current.schema.name,
-                          current.schema) is _CHECKPOINT
-        force |= call("on_end_data_event_sequence", c.on_end_data_event_sequence,
-                      scn) is _CHECKPOINT
-        return Dispatched(len(window.events), force)
+        return force
 
     def checkpoint(self, scn: int) -> bool:
         """``on_checkpoint``; False when it answered SKIP_CHECKPOINT."""

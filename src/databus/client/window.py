@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from databus.client.wiredecode import scan
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import DatabusError, RelayProtocolError, error_from_code
@@ -63,8 +64,11 @@ class WindowAssembler:
         """Events of an unfinished window held in memory."""
         return len(self._pending)
 
-    def feed(self, data: bytes) -> list[DecodedWindow]:
+    def feed(self, data: bytes | memoryview) -> list[DecodedWindow]:
         """The windows that ``data`` completes, in order.
+
+        The whole body is decoded in one call (:func:`databus.client.wiredecode.scan`,
+        both CRCs unless ``verify`` is off) before any window is formed.
 
         All-or-nothing: when the body is corrupt
         (:class:`~databus.core.errors.CorruptEventError`) or breaks the
@@ -77,7 +81,7 @@ class WindowAssembler:
         offset = self._offset
         out: list[DecodedWindow] = []
         last_done = -1 if position.is_flexible or position.in_window else position.window_scn
-        for e in ev.iter_events(data, verify=self.verify):
+        for e in scan(data, verify=self.verify):
             if e.src_id == ev.SRC_EOP:
                 if pending_scn not in (-1, e.scn):
                     raise RelayProtocolError(
