@@ -225,9 +225,21 @@ def check_event(buf: bytes | bytearray | memoryview, offset: int = 0) -> int:
     return total
 
 
+def _check_length(buf: bytes | bytearray | memoryview, offset: int) -> int:
+    """The event's total length, checked against ``buf`` (no version, magic or CRC)."""
+    end = len(buf)
+    if end - offset < HEADER_LEN:
+        raise CorruptEventError(f"truncated header at offset {offset}")
+    total = int(_I32.unpack_from(buf, offset + OFF_TOTAL_LEN)[0])
+    if total < HEADER_LEN + 8 + _PART_HEAD.size or offset + total > end:
+        raise CorruptEventError(f"bad total length {total} at offset {offset}")
+    return total
+
+
 def decode(buf: bytes | bytearray | memoryview, offset: int = 0, *, verify: bool = True) -> Event:
-    """Decode the event at ``offset``. Both CRCs are checked unless ``verify`` is false."""
-    total = check_event(buf, offset) if verify else _I32.unpack_from(buf, offset + OFF_TOTAL_LEN)[0]
+    """Decode the event at ``offset``. Both CRCs are checked unless ``verify`` is false;
+    lengths always are: a truncated or malformed event is a :class:`CorruptEventError`."""
+    total = check_event(buf, offset) if verify else _check_length(buf, offset)
     (_v, _m, _hl, _hc, _bc, _t, attributes, ts, src_id, partition, scn) = _HEADER.unpack_from(
         buf, offset
     )
