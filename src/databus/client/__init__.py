@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     )
     from databus.client.client import DatabusClient
     from databus.client.config import ClientConfig
-    from databus.client.consumer import Consumer, ConsumerResult, DataEvent
+    from databus.client.consumer import Consumer, ConsumerResult, DataBatch, DataEvent
     from databus.client.group import ConsumerGroup
     from databus.client.relay import RelayConnection
     from databus.client.sinks import JsonLinesSink, ReplicateSink
@@ -52,6 +52,7 @@ _WHERE = {
     "ClientConfig": "databus.client.config",
     "Consumer": "databus.client.consumer",
     "ConsumerResult": "databus.client.consumer",
+    "DataBatch": "databus.client.consumer",
     "DataEvent": "databus.client.consumer",
     "ConsumerGroup": "databus.client.group",
     "RelayConnection": "databus.client.relay",
@@ -70,6 +71,7 @@ __all__ = [
     "Consumer",
     "ConsumerGroup",
     "ConsumerResult",
+    "DataBatch",
     "DataEvent",
     "DatabusClient",
     "FileCheckpointStore",

@@ -24,6 +24,12 @@ and persists the checkpoint only after all of these succeeded. Results:
   replayed (at-least-once), with bounded retries.
 * ERROR_FATAL (or raising :class:`~databus.core.errors.ConsumerFatalError`):
   consumption stops with ``ConsumerFatalError``.
+
+Batches: a consumer that overrides ``on_data_events`` gets one
+:class:`DataBatch` per run of a source instead of ``on_data_event`` calls; it
+reads ``batch.rows`` (dicts) or ``batch.columns`` (one list per column),
+decoded on access by the compiled decoder (:mod:`databus.client.wiredecode`).
+Its result counts for the whole run; the checkpoint rules above are unchanged.
 """
 
 from __future__ import annotations
