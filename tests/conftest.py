@@ -3,7 +3,7 @@ and in-process relays.
 
 Servers that tests use as plain targets (a fresh database per test) start once per
 session, privately (free port, temp dir), and stop at the end: ``postgres``,
-``mariadb`` and ``zookeeper``. Tests that need their own server settings (binlog options, restarts,
+``mariadb``, ``zookeeper`` and ``kafka``. Tests that need their own server settings (binlog options, restarts,
 kills) build a ``tests.support.mariadb.MariaDB`` themselves. Every test that runs
 against several SQL databases takes its list from ``SQL_KINDS`` through the
 ``sql_url`` fixture, so what runs where is decided here.
@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from databus.relay.relay import Relay
+from tests.support.kafka import KafkaBroker
 from tests.support.mariadb import MariaDB
 from tests.support.memrelay import MemoryRelay
 from tests.support.postgres import PostgreSQL
@@ -49,6 +50,15 @@ def zookeeper() -> Iterator[ZooKeeper]:
     tests that stop or pause it make their own."""
     with ZooKeeper() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[KafkaBroker]:
+    """A private single-node KRaft Kafka broker shared by the session (pinned Java bundle);
+    each test uses its own topic prefix. A test that restarts it restarts the shared one
+    and waits until it serves again."""
+    with KafkaBroker() as broker:
+        yield broker
 
 
 @pytest.fixture(params=SQL_KINDS)
