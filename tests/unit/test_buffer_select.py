@@ -103,3 +103,61 @@ def test_a_length_leaving_the_buffer_is_refused() -> None:
     assert sel is not None
     with pytest.raises(ValueError, match="offset 0"):
         sel.window(bytes(data), 0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_unselected_reads_are_byte_identical_with_and_without_the_compiled_walk(
+        seed: int, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    rng = random.Random(100 + seed)
+    # small: wraps and evicts; odd seeds use a memory-mapped (persistent) buffer
+    buf = EventBuffer(1 << 16, path=tmp_path / "buf" if seed % 2 else None)
+    for scn in range(10, 700, 3):
+        buf.append_window(window(rng, scn))
+    assert buf.prev_scn > 10  # evicted: the data wraps
+    for _ in range(12):
+        cp = rng.choice([Checkpoint.flexible(),
+                         Checkpoint.after(rng.randrange(buf.prev_scn, 700), -1)])
+        size = rng.choice([100, 700, 3000, 20_000, 1 << 20])
+        upto = rng.choice([None, None, rng.randrange(buf.prev_scn, 720)])
+        with monkeypatch.context() as m:
+            compiled = reads(buf, cp, size, upto_scn=upto)
+            m.setattr(select, "walk_windows", None)
+            python = reads(buf, cp, size, upto_scn=upto)
+        assert compiled == python
+        assert compiled or upto is not None or cp.window_scn >= 697
+        if compiled and upto is None:  # a drain ends at the newest window
+            assert compiled[-1].last_scn == buf.max_scn or compiled[-1].partial
+
+
+def test_the_compiled_walk_stops_at_scn_budget_and_count() -> None:
+    walk = select.walk_windows
+    if walk is None:
+        pytest.skip("the _select extension is not built")
+    rng = random.Random(3)
+    ws = [window(rng, scn) for scn in (5, 6, 9)]
+    parts = [w.events + ev.encode_eop(w.scn) for w in ws]
+    data = b"".join(parts)
+    ends = [sum(map(len, parts[: i + 1])) for i in range(3)]
+    counts = [w.count for w in ws]
+    assert walk(data, 0, len(data), 1 << 30, 1 << 62, 1 << 30) == (ends[2], 3, sum(counts), 9)
+    assert walk(data, 0, len(data), 1 << 30, 8, 1 << 30) == (ends[1], 2, sum(counts[:2]), 6)
+    assert walk(data, 0, len(data), ends[1], 1 << 62, 1 << 30) == (ends[1], 2, sum(counts[:2]), 6)
+    assert walk(data, 0, len(data), ends[1] - 1, 1 << 62, 9) == (ends[0], 1, counts[0], 5)
+    assert walk(data, 0, len(data), 1 << 30, 1 << 62, 1) == (ends[0], 1, counts[0], 5)
+    assert walk(data, ends[0], len(data), 10, 1 << 62, 9) == (ends[0], 0, 0, -1)
+    assert walk(data, 0, len(data), 1 << 30, 4, 9) == (0, 0, 0, -1)
+
+
+def test_the_compiled_walk_refuses_a_window_leaving_the_buffer_or_its_segment() -> None:
+    walk = select.walk_windows
+    if walk is None:
+        pytest.skip("the _select extension is not built")
+    good = ev.encode(scn=1, src_id=1, key=1, payload=b"x" * 20) + ev.encode_eop(1)
+    data = bytearray(good)
+    data[17:21] = (10_000).to_bytes(4, "big")
+    with pytest.raises(ValueError, match="offset 0"):
+        walk(bytes(data), 0, len(data), 1 << 30, 1 << 62, 9)
+    with pytest.raises(ValueError):  # the window crosses the end of its segment
+        walk(good, 0, len(good) - 1, 1 << 30, 1 << 62, 9)
+    with pytest.raises(ValueError, match="leaves the buffer"):
+        walk(good + b"\0" * 10, len(good), len(good) + 10, 1 << 30, 1 << 62, 9)

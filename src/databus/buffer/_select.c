@@ -9,6 +9,14 @@
  * of adjacent events, so a window kept whole is one span; the first `skip`
  * selected events (already delivered: an in-window checkpoint) are left out.
  *
+ * walk_windows() is the unselected read's half: it walks whole windows from
+ * an offset (their event headers, to find each EOP) and returns where they
+ * end, so a read without a selection makes one Python call for all the
+ * windows of an answer instead of a Python step per event. Measured
+ * (bench/relay_fanout.py, ~190-byte events, 10 per window): the Python walk
+ * cost 0.9 ms of the relay's 1.75 ms of CPU per 1 MiB answer, against
+ * 0.3 ms for a bare server sending the same bytes; this walk costs ~0.01 ms.
+ *
  * The buffer holds only events the relay wrote and checked, but every read
  * is still bounds-checked: a length that leaves the buffer makes it raise
  * ValueError.
@@ -20,7 +28,11 @@
 #include <zlib.h>
 
 #define HEADER_LEN 45
+#define OFF_TOTAL_LEN 17
+#define OFF_SRC_ID 31
+#define OFF_SCN 37
 #define SRC_EOP (-2)
+#define PREFETCH_AHEAD 2048 /* bytes the walk asks the cache for ahead of itself */
 #define MAX_RANGES 1024
 
 typedef struct {
@@ -178,7 +190,67 @@ done:
     return result;
 }
 
+static uint64_t be64(const uint8_t *p) { return ((uint64_t)be32(p) << 32) | be32(p + 4); }
+
+/* walk_windows(mem, off, stop, max_bytes, max_scn, max_windows): see methods[] */
+static PyObject *walk_windows(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    Py_ssize_t off, stop, max_bytes, max_windows;
+    long long max_scn;
+    if (!PyArg_ParseTuple(args, "y*nnnLn", &view, &off, &stop, &max_bytes, &max_scn,
+                          &max_windows))
+        return NULL;
+    const uint8_t *mem = view.buf;
+    Py_ssize_t n = view.len < stop ? view.len : stop;
+    Py_ssize_t used = 0, windows = 0, events = 0;
+    long long last_scn = -1;
+    Py_ssize_t p = off;
+    /* each header's address depends on the length read before it: without
+       prefetching, a walk of memory not in cache waits for one miss per event */
+    Py_ssize_t ahead = off;
+    while (windows < max_windows && off < n) {
+        if (off < 0 || n - off < HEADER_LEN + 8) goto leaves;
+        long long scn = (long long)be64(mem + off + OFF_SCN);
+        if (scn > max_scn) break;
+        Py_ssize_t count = 0;
+        p = off;
+        for (;;) {
+            if (n - p < HEADER_LEN + 8) goto leaves;
+            for (; ahead < p + PREFETCH_AHEAD && ahead < n; ahead += 64)
+                __builtin_prefetch(mem + ahead);
+            int32_t length = (int32_t)be32(mem + p + OFF_TOTAL_LEN);
+            if (length < HEADER_LEN + 8 || length > n - p) goto bad_length;
+            int32_t src = (int32_t)be32(mem + p + OFF_SRC_ID);
+            p += length;
+            if (src == SRC_EOP) break;
+            count++;
+        }
+        if (p - off > max_bytes - used) break; /* the next window does not fit */
+        used += p - off;
+        windows++;
+        events += count;
+        last_scn = scn;
+        off = p;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(nnnL)", off, windows, events, last_scn);
+leaves:
+    PyErr_Format(PyExc_ValueError, "event at offset %zd leaves the buffer", p);
+    PyBuffer_Release(&view);
+    return NULL;
+bad_length:
+    PyErr_Format(PyExc_ValueError, "bad event length at offset %zd", p);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"walk_windows", walk_windows, METH_VARARGS,
+     "walk_windows(mem, off, stop, max_bytes, max_scn, max_windows) -> (end, windows, data "
+     "events, last scn): the whole windows from `off`, none reaching past `stop`, each with an "
+     "SCN <= max_scn, together at most max_bytes, at most max_windows of them; `end` is where "
+     "the last ends (`off` and -1 for none)"},
     {"select_window", select_window, METH_VARARGS,
      "select_window(mem, off, sources, filters, skip=0) -> ([(start, end, count), ...], eop "
      "offset, data events of the window); the first `skip` selected events are left out"},

@@ -18,7 +18,8 @@ Contract:
   again at offset 0 and ``limit`` marks where the valid data ended.
 * A sparse SCN index holds at most one (scn, offset) entry per
   ``index_block`` bytes: the first window starting in that block. Lookups
-  bisect it and then walk event headers.
+  bisect it and then walk event headers (in C when the ``_select`` extension
+  is built, :data:`databus.buffer.select.walk_windows`).
 * One writer thread, any number of reader threads; readers copy bytes out
   under a short lock.
 * With a ``path`` the region is a memory-mapped file, recovered on open (see
@@ -28,6 +29,7 @@ Contract:
 from __future__ import annotations
 
 import struct
+import sys
 import threading
 from array import array
 from bisect import bisect_right
@@ -35,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from databus.buffer import select
 from databus.buffer.persist import HEADER_SIZE, BufferFile, scan_windows
 from databus.buffer.select import Span, compile_selection
 from databus.core import event as ev
@@ -49,6 +52,7 @@ from databus.core.filters import ServerFilter
 from databus.core.window import Window
 
 _EOP = ev.SRC_EOP
+_MAX_SCN = (1 << 63) - 1
 # total length (offset 17) and source id (offset 31) of an event header
 _LEN_SRC = struct.Struct(">17xi10xi")
 assert _LEN_SRC.size == ev.OFF_SRC_ID + 4
@@ -175,9 +179,13 @@ class EventBuffer:
 
     def _window_end(self, off: int) -> tuple[int, int]:
         """(offset after the window starting at ``off``, its data-event count)."""
-        # the hot loop of every read: one struct call per event, names bound locally
-        unpack = _LEN_SRC.unpack_from
         mem = self._mem
+        walk = select.walk_windows
+        if walk is not None:
+            end, _w, n, _s = walk(mem, off, len(mem), sys.maxsize, _MAX_SCN, 1)
+            return end, n
+        # without the extension: one struct call per event, names bound locally
+        unpack = _LEN_SRC.unpack_from
         n = 0
         length, src = unpack(mem, off)
         while src != _EOP:
@@ -185,6 +193,11 @@ class EventBuffer:
             n += 1
             length, src = unpack(mem, off)
         return off + length, n
+
+    def _segment_end(self, off: int) -> int:
+        """Where the contiguous data holding ``off`` ends: ``limit`` for the windows
+        before the wrap, else ``tail``."""
+        return self._limit if self._wrapped and off >= self._head else self._tail
 
     def _after_window(self, end: int) -> int:
         if self._wrapped and end == self._limit and end != self._tail:
@@ -280,13 +293,20 @@ class EventBuffer:
         i = bisect_right(self._ix_scn, scn, lo) - 1
         off = self._head if i < lo else self._ix_off[i]
         mem = self._mem
+        walk = select.walk_windows
         while True:
             found = ev.peek_scn(mem, off)
             if found >= scn:
                 return off
             if found >= self._max_scn:  # walked the newest window: the end of the data
                 return -1
-            end, _ = self._window_end(off)
+            if walk is None:
+                end, _ = self._window_end(off)
+            else:  # every window before scn up to the wrap (or the end) in one call
+                end, _w, _n, found = walk(mem, off, self._segment_end(off), sys.maxsize,
+                                          scn - 1, sys.maxsize)
+                if found >= self._max_scn:
+                    return -1
             off = self._after_window(end)
 
     def read(self, checkpoint: Checkpoint, max_bytes: int, *,
@@ -339,7 +359,24 @@ class EventBuffer:
         selective = sources is not None or filt is not None
         compiled = compile_selection(sources, filt) if selective else None
         max_scn = self._max_scn if upto_scn is None else min(self._max_scn, upto_scn)
+        walk = select.walk_windows if not selective else None
         while last_scn < max_scn:
+            if walk is not None and not skip:
+                # whole windows, up to the wrap, in one call: one slice of the buffer
+                end, n_windows, n_data, last = walk(mem, off, self._segment_end(off),
+                                                    max_bytes - used, max_scn, sys.maxsize)
+                if n_windows:
+                    out.append(mv[off:end])
+                    used += end - off
+                    events += n_data + n_windows
+                    data_events += n_data
+                    windows += n_windows
+                    last_scn = last
+                    off = self._after_window(end)
+                    if off == 0 and end != 0:
+                        continue  # the data goes on at the start of the region
+                    break  # the newest window, the budget or upto_scn ends the read
+                # nothing taken: the first window is past upto_scn or alone too large
             scn = ev.peek_scn(mem, off)
             if scn > max_scn:
                 break

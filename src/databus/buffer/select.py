@@ -1,5 +1,9 @@
 """Which events of a buffered window a read selects, compiled when possible.
 
+:data:`walk_windows` walks whole windows in C for reads without a selection
+(see its docstring); None without the extension, and the buffer walks event
+headers in Python (same result, slower).
+
 :func:`compile_selection` turns a read's source ids and server-side filter
 into a :class:`Selection` backed by the optional C extension ``_select``
 (built by setup.py where a C compiler and zlib's headers exist). It keeps
@@ -12,6 +16,7 @@ the buffer selects event by event in Python (same result, slower).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from databus.core.filters import ServerFilter
@@ -20,6 +25,16 @@ try:
     from databus.buffer import _select  # type: ignore[attr-defined]
 except ImportError:  # not built: the Python path only
     _select = None
+
+WalkWindows = Callable[[bytes | bytearray | memoryview, int, int, int, int, int],
+                       tuple[int, int, int, int]]
+walk_windows: WalkWindows | None = None if _select is None else _select.walk_windows
+"""``walk_windows(mem, off, stop, max_bytes, max_scn, max_windows)`` ->
+``(end, windows, data_events, last_scn)``: the whole windows starting at ``off``,
+each ending at or before ``stop``, each with an SCN <= ``max_scn``, taken while
+they fit in ``max_bytes`` together, at most ``max_windows``; ``end`` is where the
+last taken one ends (``off``, and ``last_scn`` -1, when none was). An event header
+that leaves ``mem`` or ``stop`` raises ValueError."""
 
 Span = tuple[int, int, int]
 """``(start, end, events)``: adjacent selected events of a window."""
