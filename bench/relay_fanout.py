@@ -6,15 +6,20 @@ server that serves the very response bodies the relay produced, pre-cut, with no
 buffer lookup, no checkpoint parsing and no framework. The ratio relay/raw shows
 what the relay's own work costs on top of moving the bytes.
 
-Each consumer is a separate process pulling the whole buffer with 1 MiB requests.
+Each consumer is a separate process pulling the whole buffer with 1 MiB requests;
+the clock starts once every process has imported and built its client. Each
+consumer count runs ``--rounds`` times, relay and raw alternating, and each side
+keeps its best time (the machine is shared: the best run is the least disturbed).
+The last line is machine-readable: ``RESULT {"relay_raw": {"1": r1, ...}, ...}``.
 
-    .venv/bin/python -m bench.relay_fanout [--buffer-mb 64] [--consumers 1,4,16]
+    .venv/bin/python -m bench.relay_fanout [--buffer-mb 64] [--consumers 1,4,16] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing as mp
 import os
 import socket
@@ -110,7 +115,10 @@ def drain_raw(url: str, chunks: int) -> int:
     return total
 
 
-def _worker(kind: str, url: str, arg: int, start: mp.synchronize.Event, out: mp.Queue) -> None:  # type: ignore[type-arg]
+def _worker(kind: str, url: str, arg: int, start: mp.synchronize.Event, ready: mp.Queue,  # type: ignore[type-arg]
+            out: mp.Queue) -> None:  # type: ignore[type-arg]
+    httpx.Client().close()  # imports done and a client built before the clock starts
+    ready.put(os.getpid())
     start.wait()
     t0 = time.perf_counter()
     n = drain_relay(url, arg) if kind == "relay" else drain_raw(url, arg)
@@ -120,11 +128,15 @@ def _worker(kind: str, url: str, arg: int, start: mp.synchronize.Event, out: mp.
 def run_consumers(kind: str, url: str, arg: int, n: int) -> tuple[int, float]:
     ctx = mp.get_context("spawn")
     start = ctx.Event()
+    ready: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
     out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
-    procs = [ctx.Process(target=_worker, args=(kind, url, arg, start, out)) for _ in range(n)]
+    procs = [ctx.Process(target=_worker, args=(kind, url, arg, start, ready, out))
+             for _ in range(n)]
     for p in procs:
         p.start()
-    time.sleep(1.0)  # let every process import and connect before the clock starts
+    for _ in procs:
+        ready.get()
+    time.sleep(0.2)  # the last one reaches start.wait()
     t0 = time.perf_counter()
     start.set()
     results = [out.get() for _ in procs]
@@ -167,6 +179,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--buffer-mb", type=int, default=64)
     ap.add_argument("--consumers", default="1,4,16")
+    ap.add_argument("--rounds", type=int, default=3, help="best of this many runs per side")
     args = ap.parse_args()
     windows, schema, n_events = make_windows(args.buffer_mb * 1024 * 1024)
     capacity = args.buffer_mb * 1024 * 1024 + 4 * 1024 * 1024
@@ -188,17 +201,27 @@ def main() -> None:
     stats = relay.buffer.stats()
     total_mb = sum(map(len, chunks)) / 1e6
     print(f"buffer: {stats['windows']} windows, {n_events} events, {total_mb:.1f} MB;"
-          f" {os.cpu_count()} cores; 1 MiB requests")
+          f" {os.cpu_count()} cores; 1 MiB requests; best of {args.rounds}")
     print(f"{'consumers':>9} | {'relay ev/s':>12} | {'relay MB/s':>10} | {'raw ev/s':>12} |"
           f" {'raw MB/s':>9} | relay/raw")
+    ratios: dict[str, float] = {}
+    rates: dict[str, list[float]] = {}
     for n in [int(x) for x in args.consumers.split(",")]:
-        rb, rt = run_consumers("relay", relay.url, last, n)
-        bb, bt = run_consumers("raw", f"http://127.0.0.1:{raw.port}", len(chunks), n)
-        assert rb == bb == n * sum(map(len, chunks)), (rb, bb)
+        rt = bt = float("inf")
+        for _ in range(args.rounds):
+            rb, t = run_consumers("relay", relay.url, last, n)
+            rt = min(rt, t)
+            bb, t = run_consumers("raw", f"http://127.0.0.1:{raw.port}", len(chunks), n)
+            bt = min(bt, t)
+            assert rb == bb == n * sum(map(len, chunks)), (rb, bb)
         rev, bev = n * n_events / rt, n * n_events / bt
+        ratios[str(n)] = round(rev / bev, 3)
+        rates[str(n)] = [round(rev), round(bev)]
         print(f"{n:>9} | {rev:>12,.0f} | {rb / rt / 1e6:>10.1f} | {bev:>12,.0f} |"
               f" {bb / bt / 1e6:>9.1f} | {rev / bev:.2f}")
     relay.stop()
+    print("RESULT " + json.dumps({"relay_raw": ratios, "events_per_s": rates,
+                                  "buffer_mb": args.buffer_mb, "rounds": args.rounds}))
 
 
 if __name__ == "__main__":
