@@ -9,4 +9,11 @@ echo "== ruff"
 echo "== mypy (strict, src/)"
 .venv/bin/mypy
 echo "== pytest"
-.venv/bin/python -m pytest -q "$@"
+# two workers (pytest-xdist): the Spark tests on one (one group, first), everything
+# else on the other; DATABUS_TEST_WORKERS=0 runs the suite in one process
+workers=${DATABUS_TEST_WORKERS:-2}
+if [ "$workers" = "0" ]; then
+  .venv/bin/python -m pytest -q "$@"
+else
+  .venv/bin/python -m pytest -q -n "$workers" --dist loadgroup "$@"
+fi

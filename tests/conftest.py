@@ -25,6 +25,20 @@ from tests.support.relays import make_relay
 from tests.support.shop import create_shop
 from tests.support.zookeeper import ZooKeeper
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (scripts/test.sh runs two workers): the Spark tests form one
+    group, run by one worker, first, while the other worker takes the rest. One
+    Spark JVM at a time (two would only fight over the two cores), and the longest
+    run starts at once instead of last."""
+    spark = [i for i in items if "/tests/spark/" in str(i.path)]
+    if not spark:
+        return
+    for item in spark:
+        item.add_marker(pytest.mark.xdist_group("spark"))
+    others = [i for i in items if "/tests/spark/" not in str(i.path)]
+    items[:] = spark + others
+
+
 SQL_KINDS = ("sqlite", "postgresql", "mariadb")
 """The SQL databases a store or sink is tested on (the ``sql_url`` fixture)."""
 

@@ -26,7 +26,12 @@ DATABUS = [sys.executable, "-m", "databus"]
 # row (two servers of one test then collide), and its ephemeral range is also where
 # outgoing connections take their local ports, so a port picked there can be taken
 # before the server binds it. Picks come from below that range, never twice.
-_PORT_RANGE = (20_000, 32_000)
+# under pytest-xdist each worker process takes ports from its own slice, so two
+# workers never pick the same port between one's probe and its server's bind
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0)
+_WORKERS = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+_SPAN = (32_000 - 20_000) // _WORKERS
+_PORT_RANGE = (20_000 + _WORKER * _SPAN, 20_000 + (_WORKER + 1) * _SPAN)
 _given: set[int] = set()
 _pick = random.Random(os.getpid() ^ time.time_ns())
 
