@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
 import uuid
@@ -121,14 +122,31 @@ class PostgreSQL:
         finally:
             self.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
-    def stop(self) -> None:
+    def source_url(self, db: str, user: str = "postgres") -> str:
+        """The ``postgresql://`` URL of database ``db`` for the PostgreSQL source."""
+        return f"postgresql://{user}@127.0.0.1:{self.port}/{db}"
+
+    def shutdown(self, mode: str = "fast") -> None:
+        """Stop the server and keep its data directory (``mode``: ``fast``, SIGINT,
+        ends sessions and checkpoints; ``smart``, SIGTERM, waits for them)."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()  # SIGTERM: smart shutdown
+            if mode == "fast":
+                self.proc.send_signal(signal.SIGINT)
+            else:
+                self.proc.terminate()
             try:
                 self.proc.wait(60)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(30)
+
+    def restart(self) -> None:
+        """Stop (fast) and start again on the same port and data directory."""
+        self.shutdown("fast")
+        self.start()
+
+    def stop(self) -> None:
+        self.shutdown("smart")
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> PostgreSQL:

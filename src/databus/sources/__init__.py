@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
 def open_source(config: SourceConfig, relay_name: str = "relay",
                 state_dir: Path | None = None) -> Source:
-    """The source named by ``config.url`` (``sqlite:///PATH``, ``mysql://...``, a chain
+    """The source named by ``config.url`` (``sqlite:///PATH``, ``mysql://...``,
+    ``postgresql://USER@HOST:PORT/DB``, a chain
     relay's ``databus+http://HOST:PORT``), built
     from its config and not yet opened (the caller calls ``open()``; see
     :class:`~databus.sources.base.Source`).
@@ -38,9 +39,18 @@ def open_source(config: SourceConfig, relay_name: str = "relay",
             ) from exc
 
         return MysqlSource(config, name=relay_name, state_dir=state_dir)
+    if scheme in ("postgresql", "postgres"):
+        try:
+            from databus.sources.postgres.source import PostgresSource
+        except ImportError as exc:
+            raise ConfigError(
+                "the PostgreSQL source needs its driver: pip install 'databus[postgresql]'"
+                f" ({exc})") from exc
+
+        return PostgresSource(config, name=relay_name, state_dir=state_dir)
     if scheme in ("databus+http", "databus+https", "databus+zk"):
         from databus.sources.chain import ChainSource
 
         return ChainSource(config, name=relay_name)
     raise ConfigError(f"unsupported source url scheme {scheme!r} (supported: sqlite, mysql,"
-                      " databus+http, databus+https, databus+zk)")
+                      " postgresql, databus+http, databus+https, databus+zk)")

@@ -68,8 +68,9 @@ class ColumnRule(FrozenModel):
 class SourceConfig(FrozenModel):
     """Where changes come from."""
 
-    url: str = Field(description="sqlite:///PATH.db, mysql://USER[:PASS]@HOST:PORT, or a"
-                     " chain relay's upstream: databus+http(s)://HOST:PORT")
+    url: str = Field(description="sqlite:///PATH.db, mysql://USER[:PASS]@HOST:PORT,"
+                     " postgresql://USER[:PASS]@HOST:PORT/DB, or a chain relay's upstream:"
+                     " databus+http(s)://HOST:PORT")
     password_file: Path | None = Field(
         None, description="file whose first line is the source password (instead of one in"
         " the URL)")
@@ -80,7 +81,8 @@ class SourceConfig(FrozenModel):
         " (default: DATABUS_TOKEN / DATABUS_TOKEN_FILE)")
     tables: list[str] = Field(
         default_factory=list,
-        description="tables to capture (names for SQLite; regexes 'db\\.table' for MySQL)",
+        description="tables to capture (names for SQLite; regexes 'db\\.table' for MySQL,"
+                    " 'schema\\.table' for PostgreSQL)",
     )
     poll_interval: float = Field(0.05, gt=0, le=60, description="seconds between idle polls")
     exclude_tables: list[str] = Field(
@@ -99,6 +101,18 @@ class SourceConfig(FrozenModel):
                       r"(,[0-9a-fA-F-]{36}(:\d+(-\d+)?)+)*)$",
         description="MySQL: a new relay starts right after this GTID state instead of at the"
                     " binlog's end: MariaDB '0-1-1234', MySQL 'uuid:1-1234'")
+    slot: str | None = Field(
+        None, pattern=r"^[a-z0-9_]{1,63}$",
+        description="PostgreSQL only: the logical replication slot this relay owns (created on"
+                    " a fresh start; default databus_<relay name>)")
+    publication: str | None = Field(
+        None, pattern=r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$",
+        description="PostgreSQL only: the publication whose changes are read (default"
+                    " databus_<relay name>); it must cover every captured table")
+    create_publication: bool = Field(
+        False, description="PostgreSQL only: create the publication (or add the missing"
+                           " tables to it) at start instead of refusing with the statement to"
+                           " run; needs the right to do so")
     snapshot_mode: SnapshotMode = Field(
         "initial",
         description="initial (existing rows as a snapshot, then stream; the default),"

@@ -1,0 +1,225 @@
+"""The PostgreSQL source's only contact with its driver, psycopg2.
+
+Why psycopg2 and not psycopg 3 (which the replicate sink and the bootstrap
+store use): psycopg 3 has no API for the streaming replication protocol, only
+its libpq enum; psycopg2's ``LogicalReplicationConnection`` is maintained, runs
+``START_REPLICATION`` and answers the server's keepalives itself. Everything
+here is translated once (:func:`translated`): a connection that fails or goes
+away is :class:`~databus.core.errors.SourceUnavailableError` (the relay retries),
+a missing right is :class:`~databus.core.errors.ConfigError`, anything else the
+server refuses is :class:`~databus.core.errors.StatementError`; no psycopg2
+exception leaves this module.
+
+Every connection (SQL and replication) sets the same session settings
+(:data:`SESSION_SETTINGS`), so values are rendered the same way whatever the
+server's or role's defaults: ISO dates, timestamps with time zone in UTC,
+``bytea`` as hex, shortest exact floats.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import psycopg2
+import psycopg2.errors
+import psycopg2.extensions
+import psycopg2.extras
+
+from databus.core.errors import (
+    ConfigError,
+    SourceUnavailableError,
+    StatementError,
+)
+from databus.core.redact import redact_url
+
+SESSION_SETTINGS = {"DateStyle": "ISO, MDY", "IntervalStyle": "postgres", "TimeZone": "UTC",
+                    "bytea_output": "hex", "extra_float_digits": "1"}
+"""Settings of every session of the source: the text form of values depends on them."""
+
+_OBJECT_IN_USE = "55006"
+_INSUFFICIENT_PRIVILEGE = "42501"
+_INVALID_PASSWORD = "28P01"
+_INVALID_AUTHORIZATION = "28000"
+
+
+@dataclass(frozen=True)
+class PgUrl:
+    """Where and how to connect; ``repr`` never shows the password."""
+
+    host: str
+    port: int
+    user: str
+    database: str
+    password: str = field(default="", repr=False)
+
+    def where(self) -> str:
+        return f"{self.user}@{self.host}:{self.port}/{self.database}"
+
+    def connect_args(self) -> dict[str, Any]:
+        options = " ".join(f"-c {k.replace(' ', '')}={v.replace(' ', '')}"
+                           for k, v in SESSION_SETTINGS.items())
+        args: dict[str, Any] = {"host": self.host, "port": self.port, "user": self.user,
+                                "dbname": self.database, "options": options,
+                                "connect_timeout": 10, "application_name": "databus"}
+        if self.password:
+            args["password"] = self.password
+        return args
+
+
+def parse_pg_url(url: str, *, password: str | None = None) -> PgUrl:
+    """``postgresql://USER[:PASS]@HOST[:PORT]/DB`` (URL-encoded parts); ``password``
+    (from a file) replaces the URL's."""
+    u = urlparse(url)
+    if u.scheme not in ("postgresql", "postgres"):
+        raise ConfigError(f"not a postgresql:// URL: {redact_url(url)!r}")
+    if not u.hostname:
+        raise ConfigError(f"postgresql URL needs a host: {redact_url(url)!r}")
+    database = unquote(u.path.lstrip("/"))
+    if not database:
+        raise ConfigError(f"postgresql URL needs a database: {redact_url(url)!r}"
+                          " (postgresql://USER@HOST:PORT/DB)")
+    try:
+        port = u.port or 5432
+    except ValueError:
+        raise ConfigError(f"bad port in postgresql URL {redact_url(url)!r}") from None
+    pw = password if password is not None else unquote(u.password or "")
+    return PgUrl(u.hostname, port, unquote(u.username or "postgres"), database, pw)
+
+
+def _first_line(exc: BaseException) -> str:
+    diag = getattr(exc, "diag", None)
+    primary = getattr(diag, "message_primary", None)
+    text = primary if primary else str(exc)
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a psycopg2 error (None for client-side errors)."""
+    code = getattr(exc, "pgcode", None)
+    return code if isinstance(code, str) else None
+
+
+@contextlib.contextmanager
+def translated(what: str, url: PgUrl | None = None) -> Iterator[None]:
+    """Translate psycopg2 (and socket) errors raised inside (see the module docstring)."""
+    where = f" at {url.where()}" if url is not None else ""
+    try:
+        yield
+    except psycopg2.Error as exc:
+        code = sqlstate(exc)
+        text = _first_line(exc)
+        if code in (_INSUFFICIENT_PRIVILEGE, _INVALID_PASSWORD, _INVALID_AUTHORIZATION):
+            raise ConfigError(f"{what}{where}: {text}") from exc
+        if code == _OBJECT_IN_USE:
+            raise SourceUnavailableError(f"{what}{where}: {text}") from exc
+        if code is None or isinstance(exc, (psycopg2.OperationalError,
+                                            psycopg2.InterfaceError)):
+            if "password authentication failed" in text or "no pg_hba.conf entry" in text:
+                # libpq reports a refused login without an SQLSTATE
+                raise ConfigError(f"{what}{where}: {text}") from exc
+            raise SourceUnavailableError(f"{what} failed{where}: {text}") from exc
+        raise StatementError(f"{what} failed{where} ({code}): {text}") from exc
+    except OSError as exc:
+        raise SourceUnavailableError(f"{what} failed{where}: {exc}") from exc
+
+
+class SqlSession:
+    """One autocommit SQL connection, opened on first use and again after it broke."""
+
+    def __init__(self, url: PgUrl) -> None:
+        self.url = url
+        self._conn: Any = None
+
+    def _connection(self) -> Any:
+        if self._conn is None or self._conn.closed:
+            with translated("connecting", self.url):
+                conn = psycopg2.connect(**self.url.connect_args())
+                conn.autocommit = True
+            self._conn = conn
+        return self._conn
+
+    def query(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+        """Rows of one statement (none for statements without a result)."""
+        conn = self._connection()
+        try:
+            with translated("a query", self.url), conn.cursor() as cur:
+                cur.execute(sql, params)
+                return list(cur.fetchall()) if cur.description is not None else []
+        except SourceUnavailableError:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(psycopg2.Error):
+                self._conn.close()
+            self._conn = None
+
+
+def quote_ident(name: str) -> str:
+    """An SQL identifier, quoted (``"`` doubled)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+class ReplicationStream:
+    """``START_REPLICATION`` of a logical slot with pgoutput, protocol version 1.
+
+    :meth:`read` returns the payload of the next message, waiting at most
+    ``timeout`` seconds; :attr:`server_lsn` is where the server says it has
+    decoded to (its keepalives); :meth:`confirm` tells the server the slot may
+    move to an LSN (it keeps that value and repeats it every ``status_interval``).
+    """
+
+    def __init__(self, url: PgUrl, *, slot: str, publication: str, start_lsn: int,
+                 status_interval: float = 10.0) -> None:
+        self.url = url
+        self._conn: Any = None
+        self._cur: Any = None
+        with translated(f"starting replication of slot {slot}", url):
+            conn = psycopg2.connect(
+                connection_factory=psycopg2.extras.LogicalReplicationConnection,
+                **url.connect_args())
+            try:
+                cur = conn.cursor()
+                cur.start_replication(
+                    slot_name=slot, decode=False, start_lsn=max(start_lsn, 0),
+                    status_interval=status_interval,
+                    options={"proto_version": "1", "publication_names": publication})
+            except BaseException:
+                conn.close()
+                raise
+        self._conn, self._cur = conn, cur
+
+    def read(self, timeout: float) -> tuple[int, bytes] | None:
+        """(the message's WAL position, its payload), or None after ``timeout``."""
+        cur = self._cur
+        with translated("reading the replication stream", self.url):
+            msg = cur.read_message()
+            if msg is None and timeout > 0:
+                select.select([self._conn], [], [], timeout)
+                msg = cur.read_message()
+        if msg is None:
+            return None
+        return int(msg.data_start), bytes(msg.payload)
+
+    @property
+    def server_lsn(self) -> int:
+        """The server's last reported position (keepalives and commits)."""
+        return int(self._cur.wal_end or 0)
+
+    def confirm(self, lsn: int) -> None:
+        """Let the slot's confirmed flush LSN move up to ``lsn``."""
+        with translated("confirming a position to the slot", self.url):
+            self._cur.send_feedback(flush_lsn=lsn, force=True)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(psycopg2.Error, OSError):
+                self._conn.close()
+            self._conn = self._cur = None

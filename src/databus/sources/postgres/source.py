@@ -1,0 +1,525 @@
+"""PostgreSQL source: logical decoding through a replication slot and pgoutput.
+
+Guarantees (the :class:`~databus.sources.base.Source` contract, made concrete):
+
+* **SCN** = the LSN just past the transaction's commit record (pgoutput's
+  Commit ``end_lsn``): unique per transaction and increasing in commit order.
+  ``read(after_scn=S)`` starts replication at S; the server skips every
+  transaction whose commit record starts before S, i.e. exactly those with an
+  SCN up to S (and the source drops any it would still send).
+* **Window** = one transaction, whole (the server decodes a transaction only at
+  its commit; rolled-back work is never sent). Events carry the commit time.
+* **Slot** (``slot``, default ``databus_<relay name>``): created on a fresh
+  start (``after_scn < 0``); its confirmed flush LSN moves only to SCNs the
+  relay passed to :meth:`acknowledge` (which the relay calls with what its
+  buffer no longer needs, docs/postgresql.md), so the server keeps the WAL of
+  everything after. A slot that is gone, or whose confirmed LSN is past the
+  relay's position, raises :class:`~databus.core.errors.SourcePositionLostError`.
+* **Progress**: when no captured change arrives for ``progress_interval``
+  seconds but the server reports (keepalives) that it decoded further, an
+  empty window at that position is sent, so acknowledgements, and with them
+  the slot, follow the server and an idle table holds no WAL. A position from
+  a keepalive is safe to restart after: every commit before it was sent.
+* **Schemas**: a Relation message gives a table's columns; each distinct shape
+  (names, types, key) is a table version, numbered per table (kept in
+  ``<state_dir>/<relay>.postgres-schemas.json``). An ``ALTER TABLE`` that adds
+  or drops a column gives a new version from the next change on.
+* **Keys**: the primary key; else the replica identity's index columns; else
+  (FULL without a primary key) the row's index in its window.
+* **Events**: insert, update (the after image; the before image when the
+  server sends one: REPLICA IDENTITY FULL, or the key columns when the key
+  changed; a key change is a delete of the old key then an insert), delete
+  (the old row: only its key columns unless FULL), truncate (op ``t``, one per
+  table). Metadata: ``txid`` the transaction id, ``pos`` the SCN, ``gtid`` the
+  replication origin (``name/LSN``) of a transaction that came from another
+  server through logical replication.
+* **Unchanged TOASTed values** in an update are not sent by the server. With
+  REPLICA IDENTITY FULL they are carried from the old row the server sends
+  (exact). Otherwise they are fetched from the table by key when the update
+  is decoded: the value is then the current one, which is newer than the
+  update's when a later transaction changed that column again (that change
+  follows as its own event); a row deleted since gives NULL, counted in
+  ``toast_unavailable_total``. Tables with large values that must be exact
+  per event: REPLICA IDENTITY FULL.
+* **Types**: see :mod:`.types`; values are PostgreSQL's text of them.
+
+Not yet: snapshots (``snapshot_mode`` must be ``no_data``), protocol version 2
+(streamed large transactions), tables added to the database after start.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from databus.core import event as ev
+from databus.core.atomic import write_atomic
+from databus.core.errors import (
+    ConfigError,
+    DatabusError,
+    SchemaError,
+    SourcePositionLostError,
+)
+from databus.core.schema import MetadataCodec, SchemaRegistry, TableSchema
+from databus.core.window import Window
+from databus.sources.base import Source, SourceInfo
+from databus.sources.config import SourceConfig
+from databus.sources.postgres import checks
+from databus.sources.postgres import pgoutput as po
+from databus.sources.postgres.connection import (
+    PgUrl,
+    ReplicationStream,
+    SqlSession,
+    parse_pg_url,
+    quote_ident,
+)
+from databus.sources.postgres.types import TableVersion, version_schema
+
+log = logging.getLogger("databus.sources.postgres")
+
+_META = MetadataCodec()
+_MAX_WINDOWS_PER_READ = 64
+
+
+def pg_url(config: SourceConfig) -> PgUrl:
+    return parse_pg_url(config.url, password=config.password())
+
+
+def default_name(relay_name: str) -> str:
+    """``databus_<relay name>`` as a slot/publication name (lowercase, [a-z0-9_])."""
+    base = re.sub(r"[^a-z0-9_]", "_", relay_name.lower())
+    return f"databus_{base}"[:63]
+
+
+@dataclass
+class _Rel:
+    """A relation of this session: its message and, when captured, its version."""
+
+    msg: po.Relation
+    version: TableVersion | None
+
+
+@dataclass
+class _Txn:
+    xid: int
+    commit_ts_us: int
+    origin: str | None = None
+    # events waiting for the commit's SCN: op, version, key, payload, before image
+    pending: list[tuple[ev.Op, TableVersion, int | bytes, bytes, bytes | None]] = field(
+        default_factory=list)
+
+
+def _regexes(patterns: list[str]) -> list[re.Pattern[str]]:
+    try:
+        return [re.compile(p) for p in patterns]
+    except re.error as exc:
+        raise ConfigError(f"bad table regex: {exc}") from exc
+
+
+class PostgresSource(Source):
+    """Captures the tables matching ``tables`` (regexes on ``schema.table``) of the
+    database in the URL; see the module docstring."""
+
+    def __init__(self, config: SourceConfig, *, name: str = "relay",
+                 state_dir: Path | None = None, slot_wait: float = 10.0) -> None:
+        """Describes the capture and does no I/O: :meth:`open` checks the server, the
+        publication and the slot. ``slot_wait``: how long a start waits for a slot held
+        by another process (a killed relay's server process) before refusing."""
+        self.config = config
+        self.url = pg_url(config)
+        self.slot = config.slot or default_name(name)
+        self.publication = config.publication or default_name(name)
+        self._include = _regexes(config.tables or [".*"])
+        self._exclude = _regexes(config.exclude_tables)
+        self._slot_wait = slot_wait
+        self._history = state_dir / f"{name}.postgres-schemas.json" if state_dir else None
+        self._registry = SchemaRegistry()
+        self._by_src: dict[int, SourceInfo] = {}
+        self._versions: dict[tuple[Any, ...], TableVersion] = {}
+        self._rels: dict[int, _Rel] = {}
+        self._types: dict[int, str] = {}  # Type messages: oid -> namespace.name
+        self._progress_every = config.progress_interval
+        self._sql: SqlSession | None = None
+        self._stream: ReplicationStream | None = None
+        self._stream_scn = -2
+        self._last_scn = -1
+        self._last_out = time.monotonic()
+        self._txn: _Txn | None = None
+        self._server_lsn = 0  # the server's position between transactions
+        self._lock = threading.Lock()
+        self._ack = -1  # what the relay acknowledged
+        self._confirmed = -1  # what was confirmed to the slot
+        self._opened = False
+        self._stats: dict[str, float] = dict.fromkeys(
+            ["slot_confirmed_lsn", "slot_lag_bytes", "server_lsn", "toast_fetched_total",
+             "toast_carried_total", "toast_unavailable_total", "truncates_total"], 0.0)
+
+    # -- life cycle ----------------------------------------------------------------
+
+    def open(self) -> None:
+        """Checks the server (wal_level, REPLICATION right, encoding), the tables'
+        replica identity, the publication (created or extended when allowed) and the
+        slot (free, or not held by another process); loads the schema history."""
+        if self._opened:
+            return
+        if self.config.snapshot_mode != "no_data":
+            raise ConfigError(
+                f"snapshot_mode {self.config.snapshot_mode} is not supported by the PostgreSQL"
+                " source yet: set snapshot_mode: no_data (changes from the slot's creation on)")
+        sql = SqlSession(self.url)
+        try:
+            facts = checks.server_facts(sql)
+            log.info("PostgreSQL %d at %s, wal_level=%s, slots %d/%d", facts.version_num,
+                     self.url.where(), facts.wal_level, facts.used_slots, facts.max_slots)
+            checks.check_server(facts)
+            tables = checks.matching_tables(sql, self._include, self._exclude)
+            checks.check_tables(tables, self.config.tables)
+            checks.ensure_publication(sql, self.publication, tables,
+                                      create=self.config.create_publication)
+            checks.check_slot(sql, self.slot, self.url.database, facts, wait=self._slot_wait)
+        except BaseException:
+            sql.close()
+            raise
+        self._sql = sql
+        self._load_history()
+        self._opened = True
+
+    def close(self) -> None:
+        self._close_stream()
+        if self._sql is not None:
+            self._sql.close()
+            self._sql = None
+        self._opened = False
+
+    def _close_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+        self._txn = None
+        self._stream_scn = -2
+
+    # -- schemas -------------------------------------------------------------------
+
+    def _load_history(self) -> None:
+        if self._history is None or not self._history.exists():
+            return
+        try:
+            saved = SchemaRegistry.from_json(self._history.read_bytes())
+        except (OSError, SchemaError) as exc:
+            raise SchemaError(f"schema history {self._history} is unreadable: {exc}") from exc
+        for src in saved.source_ids():
+            for s in saved.versions(src):
+                self._add_version(s, save=False)
+
+    def _add_version(self, schema: TableSchema, *, save: bool = True) -> None:
+        self._registry.add(schema)
+        self._by_src[schema.src_id] = SourceInfo(schema.src_id, schema.name)
+        if save and self._history is not None:
+            write_atomic(self._history, self._registry.to_json().encode())
+
+    def sources(self) -> list[SourceInfo]:
+        return sorted(self._by_src.values(), key=lambda s: s.id)
+
+    def registry(self) -> SchemaRegistry:
+        return self._registry
+
+    def _wanted(self, name: str) -> bool:
+        return (any(p.fullmatch(name) for p in self._include)
+                and not any(p.fullmatch(name) for p in self._exclude))
+
+    def _relation(self, msg: po.Relation) -> None:
+        name = f"{msg.namespace}.{msg.name}"
+        if not self._wanted(name):
+            self._rels[msg.oid] = _Rel(msg, None)
+            return
+        sig = (msg.namespace, msg.name, msg.replica_identity,
+               tuple((c.name, c.type_oid, c.typmod, c.flags) for c in msg.columns))
+        version = self._versions.get(sig)
+        if version is None:
+            version = self._new_version(msg, sig)
+        self._rels[msg.oid] = _Rel(msg, version)
+
+    def _new_version(self, msg: po.Relation, sig: tuple[Any, ...]) -> TableVersion:
+        assert self._sql is not None
+        names = [c.name for c in msg.columns]
+        oids = [c.type_oid for c in msg.columns]
+        rows = self._sql.query(
+            "SELECT format_type(t.oid, NULLIF(t.mod, -1)) FROM unnest(%s::oid[], %s::int[])"
+            " WITH ORDINALITY AS t(oid, mod, n) ORDER BY t.n",
+            (oids, [c.typmod for c in msg.columns]))
+        sql_types = [str(r[0]) for r in rows]
+        pk = [str(r[0]) for r in self._sql.query(
+            "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid"
+            " AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s AND i.indisprimary"
+            " ORDER BY array_position(i.indkey, a.attnum)", (msg.oid,))]
+        if pk and all(k in names for k in pk):
+            keys = pk
+        elif msg.replica_identity in ("d", "i"):
+            keys = [c.name for c in msg.columns if c.in_identity]
+        else:
+            keys = []
+        probe = version_schema(msg.namespace, msg.name, names, oids, sql_types, keys, 0)
+        src = probe.src_id
+        known = self._registry.versions(src) if src in self._registry.source_ids() else []
+        schema = next((s for s in known if s.id == probe.id and s.key_columns == tuple(keys)),
+                      None)
+        if schema is None:
+            number = max((s.version for s in known), default=0) + 1
+            schema = version_schema(msg.namespace, msg.name, names, oids, sql_types, keys,
+                                    number)
+            self._add_version(schema)
+            log.info("table %s.%s: version %d (%d columns)", msg.namespace, msg.name,
+                     number, len(names))
+        version = TableVersion(schema, oids, [names.index(k) for k in keys])
+        self._versions[sig] = version
+        return version
+
+    # -- the stream ----------------------------------------------------------------
+
+    def _start(self, after_scn: int) -> None:
+        """Check the slot against ``after_scn`` (create it on a fresh start) and start
+        replication after it."""
+        self._close_stream()
+        assert self._sql is not None
+        found = checks.slot_facts(self._sql, self.slot)
+        if found is None:
+            if after_scn >= 0:
+                raise SourcePositionLostError(
+                    f"replication slot {self.slot} is gone: the changes after scn {after_scn}"
+                    " (LSN {}) cannot be read; consumers must bootstrap".format(
+                        po.lsn_text(after_scn)))
+            (row,) = self._sql.query(
+                "SELECT (lsn - '0/0')::bigint FROM pg_create_logical_replication_slot(%s,"
+                " 'pgoutput')", (self.slot,))
+            log.info("created replication slot %s at %s", self.slot, po.lsn_text(int(row[0])))
+        elif after_scn >= 0 and found.confirmed_lsn is not None \
+                and found.confirmed_lsn > after_scn:
+            raise SourcePositionLostError(
+                f"replication slot {self.slot} was confirmed up to"
+                f" {po.lsn_text(found.confirmed_lsn)}, past this relay's position"
+                f" {po.lsn_text(after_scn)}: the changes between are gone; consumers must"
+                " bootstrap")
+        self._stream = ReplicationStream(self.url, slot=self.slot,
+                                         publication=self.publication,
+                                         start_lsn=max(after_scn, 0))
+        self._stream_scn = after_scn
+        self._last_scn = after_scn
+        self._rels.clear()  # the server sends every Relation again in a new session
+        self._txn = None
+        with self._lock:
+            self._confirmed = -1  # a new session: say it again
+        log.info("replication of slot %s started after %s", self.slot,
+                 po.lsn_text(after_scn) if after_scn >= 0 else "its confirmed position")
+
+    def read(self, after_scn: int, stop: threading.Event, timeout: float) -> list[Window]:
+        try:
+            return self._read(after_scn, stop, timeout)
+        except DatabusError:
+            # the next read starts again at the relay's position (a partly read
+            # transaction is dropped and sent again whole)
+            self._close_stream()
+            raise
+
+    def _read(self, after_scn: int, stop: threading.Event, timeout: float) -> list[Window]:
+        if not self._opened:
+            self.open()
+        if self._stream is None or after_scn != self._stream_scn:
+            self._start(after_scn)
+        stream = self._stream
+        assert stream is not None
+        deadline = time.monotonic() + timeout
+        out: list[Window] = []
+        while not stop.is_set() and len(out) < _MAX_WINDOWS_PER_READ:
+            self._confirm(stream)
+            wait = 0.0 if out else max(0.0, min(deadline - time.monotonic(), 0.25))
+            got = stream.read(wait)
+            if got is None:
+                if self._txn is None:
+                    self._server_lsn = max(self._server_lsn, stream.server_lsn)
+                if out:
+                    break
+                progress = self._progress()
+                if progress is not None:
+                    out.append(progress)
+                    break
+                if time.monotonic() >= deadline:
+                    break
+                continue
+            window = self._message(po.decode(got[1]))
+            if window is not None and window.scn > after_scn:
+                out.append(window)
+        if out:
+            self._stream_scn = self._last_scn = out[-1].scn
+            self._last_out = time.monotonic()
+        self._stats["server_lsn"] = float(self._server_lsn)
+        return out
+
+    def _progress(self) -> Window | None:
+        if (not self._progress_every or self._txn is not None
+                or time.monotonic() - self._last_out < self._progress_every
+                or self._server_lsn <= max(self._last_scn, self._stream_scn)):
+            return None
+        return Window(self._server_lsn, b"", 0, time.time_ns())
+
+    def _message(self, msg: po.Message) -> Window | None:
+        if isinstance(msg, po.Begin):
+            self._txn = _Txn(msg.xid, msg.commit_ts_us)
+        elif isinstance(msg, po.Commit):
+            return self._commit(msg)
+        elif isinstance(msg, po.Relation):
+            self._relation(msg)
+        elif isinstance(msg, (po.Insert, po.Update, po.Delete)):
+            self._change(msg)
+        elif isinstance(msg, po.Truncate):
+            self._truncate(msg)
+        elif isinstance(msg, po.Origin):
+            if self._txn is not None:
+                self._txn.origin = f"{msg.name}/{po.lsn_text(msg.lsn)}"
+        elif isinstance(msg, po.TypeInfo):
+            self._types[msg.oid] = f"{msg.namespace}.{msg.name}"
+        # LogicalMessage: only sent when asked for (messages option), never here
+        return None
+
+    def _version_of(self, rel: int) -> TableVersion | None:
+        entry = self._rels.get(rel)
+        if entry is None:
+            raise SchemaError(f"pgoutput change of relation {rel} before its Relation message")
+        return entry.version
+
+    def _change(self, msg: po.Insert | po.Update | po.Delete) -> None:
+        txn = self._txn
+        if txn is None:
+            raise SchemaError("pgoutput change outside a transaction")
+        version = self._version_of(msg.rel)
+        if version is None:
+            return
+        index = len(txn.pending)
+        if isinstance(msg, po.Insert):
+            after = version.values(msg.new)
+            txn.pending.append((ev.Op.INSERT, version, version.key(after, index),
+                                version.encode(after), None))
+        elif isinstance(msg, po.Delete):
+            before = version.values(msg.old)
+            txn.pending.append((ev.Op.DELETE, version, version.key(before, index),
+                                version.encode(before), None))
+        else:
+            new = self._untoasted(msg, version)
+            after = version.values(new)
+            old = version.values(msg.old) if msg.old is not None else None
+            new_key = version.key(after, index)
+            if old is not None and version.key_index:
+                old_key = version.key(old, index)
+                if old_key != new_key:
+                    txn.pending.append((ev.Op.DELETE, version, old_key, version.encode(old),
+                                        None))
+                    txn.pending.append((ev.Op.INSERT, version, new_key, version.encode(after),
+                                        None))
+                    return
+            image = version.encode(old) if old is not None and msg.old_kind == "O" else None
+            txn.pending.append((ev.Op.UPDATE, version, new_key, version.encode(after), image))
+
+    def _untoasted(self, msg: po.Update, version: TableVersion) -> list[Any]:
+        """The new tuple with unchanged TOASTed values filled in (module docstring)."""
+        new = list(msg.new)
+        missing = [i for i, v in enumerate(new) if v is po.UNCHANGED]
+        if not missing:
+            return new
+        if msg.old_kind == "O" and msg.old is not None:
+            for i in missing:
+                new[i] = msg.old[i]
+            if all(new[i] is not po.UNCHANGED for i in missing):
+                self._stats["toast_carried_total"] += len(missing)
+                return new
+            missing = [i for i in missing if new[i] is po.UNCHANGED]
+        fetched = self._fetch(version, new, missing)
+        for i in missing:
+            new[i] = fetched.get(i) if fetched is not None else None
+        if fetched is None:
+            self._stats["toast_unavailable_total"] += len(missing)
+            log.warning("%s: unchanged TOASTed column(s) %s of an updated row not found (row"
+                        " deleted since?): sent as NULL", version.schema.name,
+                        [version.fields[i] for i in missing])
+        else:
+            self._stats["toast_fetched_total"] += len(missing)
+        return new
+
+    def _fetch(self, version: TableVersion, new: list[Any], columns: list[int]
+               ) -> dict[int, Any] | None:
+        assert self._sql is not None
+        names = version.schema.column_names
+        if not version.key_index:
+            return None
+        schema, _, table = version.schema.name.partition(".")
+        select = ", ".join(f"CASE WHEN {quote_ident(names[i])} IS NULL THEN NULL"
+                           f" ELSE concat({quote_ident(names[i])}) END" for i in columns)
+        where = " AND ".join(f"{quote_ident(names[i])} = %s" for i in version.key_index)
+        rows = self._sql.query(
+            f"SELECT {select} FROM {quote_ident(schema)}.{quote_ident(table)} WHERE {where}",
+            tuple(new[i] for i in version.key_index))
+        if not rows:
+            return None
+        return dict(zip(columns, rows[0], strict=True))
+
+    def _truncate(self, msg: po.Truncate) -> None:
+        txn = self._txn
+        if txn is None:
+            raise SchemaError("pgoutput truncate outside a transaction")
+        for rel in msg.rels:
+            version = self._version_of(rel)
+            if version is not None:
+                txn.pending.append((ev.Op.TRUNCATE, version, 0, b"", None))
+                self._stats["truncates_total"] += 1
+
+    def _commit(self, msg: po.Commit) -> Window | None:
+        txn, self._txn = self._txn, None
+        self._server_lsn = max(self._server_lsn, msg.end_lsn)
+        if txn is None or not txn.pending:
+            return None
+        scn = msg.end_lsn
+        ts_ns = (msg.commit_ts_us + po.PG_EPOCH_US) * 1000
+        parts = []
+        for row, (op, version, key, payload, before) in enumerate(txn.pending):
+            s = version.schema
+            if op == ev.Op.TRUNCATE:
+                parts.append(ev.encode(scn=scn, src_id=s.src_id, key=0, payload=b"",
+                                       schema_id=s.id, schema_version=s.version, op=op,
+                                       timestamp_ns=ts_ns))
+                continue
+            meta = _META.encode({"before": before, "txid": str(txn.xid), "file": None,
+                                 "pos": scn, "gtid": txn.origin, "server_id": None,
+                                 "row": row})
+            parts.append(ev.encode(scn=scn, src_id=s.src_id, key=key, payload=payload,
+                                   schema_id=s.id, schema_version=s.version, op=op,
+                                   timestamp_ns=ts_ns, metadata=meta,
+                                   metadata_schema_id=MetadataCodec.ID))
+        return Window(scn, b"".join(parts), len(parts), ts_ns)
+
+    # -- positions -----------------------------------------------------------------
+
+    def acknowledge(self, scn: int) -> None:
+        """The relay no longer needs what is up to ``scn``: the slot may move there (sent
+        by the capture thread with its next read)."""
+        with self._lock:
+            self._ack = max(self._ack, scn)
+
+    def _confirm(self, stream: ReplicationStream) -> None:
+        with self._lock:
+            ack = self._ack
+            if ack <= self._confirmed:
+                return
+            self._confirmed = ack
+        stream.confirm(ack)
+        self._stats["slot_confirmed_lsn"] = float(ack)
+
+    def stats(self) -> dict[str, float]:
+        """The slot's confirmed LSN and its lag behind the server's decoded position
+        (bytes of WAL the server keeps for this relay), TOAST fill-ins, truncates."""
+        out = dict(self._stats)
+        confirmed = out["slot_confirmed_lsn"]
+        out["slot_lag_bytes"] = max(0.0, out["server_lsn"] - confirmed) if confirmed else 0.0
+        return out

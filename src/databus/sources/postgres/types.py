@@ -1,0 +1,124 @@
+"""PostgreSQL types -> Avro: the table version of a pgoutput Relation, row encoding.
+
+pgoutput sends every value as text, the output of the column type's output
+function, i.e. what ``SELECT col::text`` returns in a session with the source's
+settings (:data:`~databus.sources.postgres.connection.SESSION_SETTINGS`).
+A value keeps that text unless a plain Avro type holds it exactly:
+
+============================  ==========  ===================================
+PostgreSQL                    Avro        value
+============================  ==========  ===================================
+smallint, integer, bigint,    long        the integer
+oid
+boolean                       boolean     ``t`` -> true
+real, double precision        double      the number; NaN and +-Infinity too
+bytea                         bytes       the bytes (hex text decoded)
+everything else               string      the text, unchanged: numeric (any
+                                          precision, NaN, +-Infinity), money,
+                                          char/varchar/text, date/time types
+                                          (infinity too), interval, uuid,
+                                          json/jsonb, arrays, enums, domains,
+                                          network and bit types, tsvector,
+                                          types of extensions
+============================  ==========  ===================================
+
+Each field's ``sql_type`` is the column's type as ``format_type`` names it. A
+domain or an enum is the text of its base type or label.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from databus.core.errors import SchemaError
+from databus.core.schema import AvroType, ColumnSpec, TableSchema, table_schema
+
+BOOL, BYTEA, INT8, INT2, INT4, OID, FLOAT4, FLOAT8 = 16, 17, 20, 21, 23, 26, 700, 701
+INTEGERS = frozenset({INT8, INT2, INT4, OID})
+
+_AVRO: dict[int, AvroType] = {BOOL: "boolean", BYTEA: "bytes", INT8: "long", INT2: "long",
+                              INT4: "long", OID: "long", FLOAT4: "double", FLOAT8: "double"}
+
+
+def source_id(name: str) -> int:
+    """The logical source id of ``schema.table`` (CRC-32, 31 bits, as for MySQL)."""
+    return zlib.crc32(name.encode()) & 0x7FFFFFFF
+
+
+def avro_type(type_oid: int) -> AvroType:
+    return _AVRO.get(type_oid, "string")
+
+
+def _bytea(text: str) -> bytes:
+    if text.startswith("\\x"):
+        return bytes.fromhex(text[2:])
+    raise SchemaError(f"bytea value not in hex form: {text[:20]!r}")
+
+
+def _bool(text: str) -> bool:
+    return text == "t"
+
+
+def converter(type_oid: int) -> Callable[[str], Any]:
+    """Text of a value -> the Python value its Avro type takes."""
+    if type_oid in INTEGERS:
+        return int
+    if type_oid in (FLOAT4, FLOAT8):
+        return float
+    if type_oid == BOOL:
+        return _bool
+    if type_oid == BYTEA:
+        return _bytea
+    return str
+
+
+def _key_json(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return {"hex": v.hex()}
+    if isinstance(v, float):
+        return repr(v)
+    return v
+
+
+class TableVersion:
+    """One shape of one table (columns, types, key) and its Avro schema."""
+
+    def __init__(self, schema: TableSchema, type_oids: list[int], key_index: list[int]) -> None:
+        self.schema = schema
+        self.type_oids = type_oids
+        self.fields = [f["name"] for f in schema.avro["fields"]]
+        self.convert = [converter(t) for t in type_oids]
+        self.key_index = key_index  # positions of the key columns; empty: row index
+        self.int_key = len(key_index) == 1 and type_oids[key_index[0]] in INTEGERS
+
+    def values(self, texts: list[Any]) -> list[Any]:
+        """Texts (None for NULL) -> typed values."""
+        return [None if t is None else c(t) for t, c in zip(texts, self.convert, strict=True)]
+
+    def record(self, values: list[Any]) -> dict[str, Any]:
+        return dict(zip(self.fields, values, strict=True))
+
+    def encode(self, values: list[Any]) -> bytes:
+        return self.schema.encode(self.record(values))
+
+    def key(self, values: list[Any], row_index: int) -> int | bytes:
+        if not self.key_index:
+            return row_index
+        if self.int_key and values[self.key_index[0]] is not None:
+            return int(values[self.key_index[0]])
+        return json.dumps([_key_json(values[i]) for i in self.key_index], ensure_ascii=False,
+                          separators=(",", ":")).encode()
+
+
+def version_schema(namespace: str, table: str, names: list[str], type_oids: list[int],
+                   sql_types: list[str], keys: list[str], number: int) -> TableSchema:
+    """The Avro schema of one table version (every column nullable, as pgoutput may
+    send NULL for any column of a key-only old tuple)."""
+    specs = [ColumnSpec(n, avro_type(t), nullable=True, sql_type=s)
+             for n, t, s in zip(names, type_oids, sql_types, strict=True)]
+    name = f"{namespace}.{table}"
+    return TableSchema(source_id(name), name, number, table_schema(namespace, table, specs),
+                       tuple(keys))
