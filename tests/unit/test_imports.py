@@ -23,6 +23,7 @@ from pathlib import Path
 #   core, coord <- client                   read relays over HTTP (client.sinks included)
 #   core <- serving                         the HTTP server plumbing of relay and bootstrap
 #   client <- bootstrap, spark              consumers: through client, never relay or buffer
+#   client <- kafka                         the publisher (relay -> Kafka) is a client too
 #
 # A package is databus.<first name>; top-level modules (cli.py) are packages of their own.
 # A package may import itself and what its row lists. A new package fails the test until
@@ -43,6 +44,8 @@ ALLOWED: dict[str, frozenset[str]] = {
                              "sources"}),  # sources: the initial load reads the source db
     "spark":      frozenset({"core", "client", "bootstrap",  # bootstrap: the snapshot reader
                              "javadeps"}),  # javadeps: the Delta and Iceberg jars
+    "kafka":      frozenset({"core", "client",
+                             "databus"}),  # databus: __version__ in each message's source
     "javadeps":   frozenset({"core"}),
     "databus":    frozenset({"core"}),  # databus/__init__.py re-exports the core words
     "cli":        ANY,

@@ -212,10 +212,45 @@ class SinkUnavailableError(TransientError):
     code = "SinkUnavailable"
 
 
+class KafkaContext(DatabusError):
+    """Base of the Kafka errors: the Kafka error's name and flags kept as attributes
+    (``kafka_code``, ``fatal``, ``retriable``, ``txn_requires_abort``)."""
+
+    def __init__(self, message: str = "", *, kafka_code: str = "", fatal: bool = False,
+                 retriable: bool = False, txn_requires_abort: bool = False) -> None:
+        super().__init__(message)
+        self.kafka_code = kafka_code
+        self.fatal = fatal
+        self.retriable = retriable
+        self.txn_requires_abort = txn_requires_abort
+
+
+class KafkaUnavailableError(KafkaContext, TransientError):
+    """A Kafka broker could not be reached, timed out, or failed a request in a way that
+    may pass (leader moving, coordinator loading, a transaction that must be aborted);
+    the publisher aborts the window's transaction and publishes it again."""
+
+    code = "KafkaUnavailable"
+
+
 class CheckpointStoreError(TransientError):
     """Persisting or loading a checkpoint failed for a reason that may pass (I/O)."""
 
     code = "CheckpointStoreError"
+
+
+class KafkaFencedError(KafkaContext, TerminalError):
+    """Another publisher started with the same name (the same ``transactional.id``) and
+    fenced this one: two publishers must never write one name's topics at once."""
+
+    code = "KafkaFenced"
+
+
+class KafkaRequestError(KafkaContext, TerminalError):
+    """Kafka refused a request for a reason retrying cannot fix (authentication,
+    authorization, an invalid setting, a message larger than the broker takes)."""
+
+    code = "KafkaRequest"
 
 
 class RelayProtocolError(TerminalError):

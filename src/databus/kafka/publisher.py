@@ -1,0 +1,369 @@
+"""``databus publish``: a relay's windows into Kafka topics, exactly once per window.
+
+The publisher is a relay client like any other (:class:`~databus.client.DatabusClient`
+drives it; it never reaches into a relay), and is its own checkpoint store:
+
+* **One Kafka transaction per window.** At a window's end the publisher opens a
+  transaction (``transactional.id`` = ``databus-publish-<name>``), writes the window's
+  messages (data, tombstones, transaction metadata) and the window's checkpoint to the
+  offsets topic (:mod:`databus.kafka.offsets`), and commits. A ``read_committed``
+  consumer sees the whole window and the checkpoint, or neither.
+* **Start and restart.** :meth:`Publisher.load` makes the producer and calls
+  ``init_transactions``, which fences an older instance of the same name and resolves
+  its last transaction (an unfinished commit is completed, anything else aborted);
+  only then is the checkpoint read back (``read_committed``, to the high-water mark).
+  The client resumes after it, so a publisher killed at any point publishes each window
+  once: windows before the checkpoint are in Kafka, the window of a transaction that
+  was aborted is published again, whole.
+* **Failures.** A Kafka error inside a window aborts its transaction and raises; the
+  client rolls back and replays the window after a backoff (``max_retries``). When a
+  transaction's outcome is unknown to this process (a commit that timed out, a fatal
+  producer error), the producer is dropped and a new one is made for the replay: its
+  ``init_transactions`` settles the old transaction and the checkpoint is read again,
+  and a replayed window at or before it is skipped. A fenced publisher (another with
+  the same name started) stops with :class:`~databus.core.errors.KafkaFencedError`.
+* **Heartbeats** go from a second, non-transactional producer on a thread, outside
+  the exactly-once contract: one per ``heartbeat_interval`` while no window is
+  published.
+
+Threading: the client's thread calls the callbacks; only the heartbeat thread runs
+beside it, with its own producer.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from databus.client.checkpoints import CheckpointStore
+from databus.client.client import DatabusClient
+from databus.client.config import ClientConfig
+from databus.client.consumer import Consumer, DataEvent, Result
+from databus.core.checkpoint import Checkpoint
+from databus.core.errors import (
+    ConsumerFatalError,
+    DatabusError,
+    KafkaContext,
+    KafkaUnavailableError,
+    TerminalError,
+)
+from databus.core.schema import INTERNAL_PREFIX
+from databus.kafka.config import PublishConfig
+from databus.kafka.envelope import MessageEncoder, TxPosition
+from databus.kafka.errors import kafka_errors
+from databus.kafka.offsets import ensure_topic, offset_record, read_position
+
+log = logging.getLogger("databus.kafka.publisher")
+
+Message = tuple[str, bytes | None, bytes | None]  # (topic, key, value)
+
+
+@dataclass
+class PublishStats:
+    """Counters of one publisher process."""
+
+    windows: int = 0
+    skipped_windows: int = 0
+    messages: int = 0
+    aborted: int = 0
+    producers: int = 0
+    heartbeats: int = 0
+    last_scn: int = -1
+
+
+class Publisher(Consumer, CheckpointStore):
+    """See the module docstring. Building one does no I/O; :meth:`load` (called by the
+    client when it starts) connects."""
+
+    def __init__(self, config: PublishConfig) -> None:
+        self.cfg = config
+        self.encoder = MessageEncoder(config)
+        self.stats = PublishStats()
+        self._kafka: dict[str, Any] = {"bootstrap.servers": config.bootstrap_servers,
+                                       **config.kafka_config}
+        self._producer: Producer | None = None
+        self._admin: AdminClient | None = None
+        self._committed: Checkpoint | None = None
+        self._known = False  # _committed is what Kafka holds (False: read it again)
+        self._events: list[DataEvent] = []
+        self._ready_topics: set[str] = set()
+        self._last_activity = time.monotonic()
+        self._closing = threading.Event()
+        self._heartbeat_thread: threading.Thread | None = None
+
+    # -- connecting ----------------------------------------------------------------------
+
+    @property
+    def admin(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient(dict(self._kafka))
+        return self._admin
+
+    def _open(self) -> None:
+        """A producer with its transactions initialised, and the committed checkpoint
+        known (see the module docstring)."""
+        if self._producer is not None and self._known:
+            return
+        cfg = self.cfg
+        if self._producer is None:
+            producer = Producer({
+                **self._kafka, "transactional.id": cfg.transactional_id,
+                "enable.idempotence": True, "acks": "all",
+                "transaction.timeout.ms": cfg.transaction_timeout_ms,
+                "partitioner": "murmur2_random",  # the Java client's: same keys, same partitions
+                "linger.ms": 5, "client.id": f"databus-publish-{cfg.publisher_name}"})
+            with kafka_errors(f"initialising transactions of {cfg.transactional_id}"):
+                producer.init_transactions(30)
+            self._producer = producer
+            self.stats.producers += 1
+        self._ensure_topic(cfg.offsets_topic, partitions=1,
+                           config={"cleanup.policy": "compact"})
+        self._committed = read_position(self._kafka, self.admin, cfg.offsets_topic,
+                                        cfg.publisher_name)
+        self._known = True
+        log.info("publisher %s: %s", cfg.publisher_name,
+                 f"resuming after window {self._committed.window_scn}"
+                 if self._committed is not None else "no published position: a new publisher")
+
+    def _drop_producer(self) -> None:
+        """Forget the producer: the next window makes a new one and reads the position."""
+        self._producer = None
+        self._known = False
+
+    def _ensure_topic(self, topic: str, *, partitions: int | None = None,
+                      config: dict[str, str] | None = None) -> None:
+        if topic in self._ready_topics:
+            return
+        if self.cfg.create_topics or topic == self.cfg.offsets_topic:
+            ensure_topic(self.admin, topic,
+                         partitions=partitions if partitions is not None
+                         else self.cfg.topic_partitions,
+                         replication=self.cfg.topic_replication_factor, config=config or {})
+        self._ready_topics.add(topic)
+
+    # -- CheckpointStore ---------------------------------------------------------------
+
+    def load(self) -> Checkpoint | None:
+        """The checkpoint committed with the last published window (None: new)."""
+        self._open()
+        self._start_heartbeats()
+        return self._committed
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        """Nothing to do: the checkpoint was committed with its window."""
+
+    def close(self) -> None:
+        """Stop the heartbeats and let the producers go. Idempotent."""
+        self._closing.set()
+        if self._heartbeat_thread is not None:
+            self._heartbeat_thread.join(30)
+            self._heartbeat_thread = None
+        self._producer = None
+
+    # -- Consumer ------------------------------------------------------------------------
+
+    def on_start_data_event_sequence(self, scn: int) -> Result:
+        self._events.clear()
+        return None
+
+    def on_data_event(self, event: DataEvent) -> Result:
+        if not event.source.startswith(INTERNAL_PREFIX):  # DDL notices are not rows
+            self._events.append(event)
+        return None
+
+    def on_end_data_event_sequence(self, scn: int) -> Result:
+        try:
+            self._publish(scn)
+        except TerminalError as exc:
+            raise ConsumerFatalError(str(exc)) from exc
+        finally:
+            self._events.clear()
+        return None
+
+    def on_rollback(self, scn: int) -> Result:
+        self._events.clear()
+        return None
+
+    # -- one window ----------------------------------------------------------------------
+
+    def _publish(self, scn: int) -> None:
+        self._open()
+        done = self._committed
+        if done is not None and not done.in_window and scn <= done.window_scn:
+            self.stats.skipped_windows += 1
+            log.info("window %d is already in Kafka (position %d); skipped", scn,
+                     done.window_scn)
+            return
+        messages = self._messages(scn)
+        for topic in {m[0] for m in messages}:
+            self._ensure_topic(topic, partitions=1 if topic == self.encoder.transaction_topic
+                               else None)
+        checkpoint = (done if done is not None else Checkpoint.flexible()).window_done(scn)
+        producer = self._producer
+        assert producer is not None
+        committing = False
+        try:
+            with kafka_errors(f"publishing window {scn}"):
+                producer.begin_transaction()
+                for topic, key, value in messages:
+                    _produce(producer, topic, key, value)
+                _produce(producer, self.cfg.offsets_topic, self.cfg.publisher_name.encode(),
+                         offset_record(self.cfg.publisher_name, checkpoint))
+            committing = True
+            _commit(producer, scn)
+        except DatabusError as exc:
+            self._failed(producer, exc, committing)
+            raise
+        self._committed = checkpoint
+        self._last_activity = time.monotonic()
+        self.stats.windows += 1
+        self.stats.messages += len(messages)
+        self.stats.last_scn = scn
+
+    def _failed(self, producer: Producer, exc: DatabusError, committing: bool) -> None:
+        """Abort the window's transaction when its outcome is known; otherwise drop the
+        producer (the next one settles the transaction and the position is read again)."""
+        self.stats.aborted += 1
+        if isinstance(exc, TerminalError) or committing or (isinstance(exc, KafkaContext) and exc.fatal):
+            log.warning("publishing failed (%s): a new producer will settle the transaction", exc)
+            self._drop_producer()
+            return
+        try:
+            with kafka_errors("aborting the window's transaction"):
+                producer.abort_transaction(30)
+            log.warning("publishing failed (%s): transaction aborted", exc)
+        except DatabusError as abort_exc:
+            log.warning("publishing failed (%s) and aborting failed too (%s): a new"
+                        " producer will settle the transaction", exc, abort_exc)
+            self._drop_producer()
+
+    def _messages(self, scn: int) -> list[Message]:
+        """The window's messages, in commit order, with BEGIN/END per source transaction."""
+        enc, cfg = self.encoder, self.cfg
+        out: list[Message] = []
+        now_ms = time.time_ns() // 1_000_000
+        txid: str | None = None
+        total = 0
+        counts: dict[str, int] = {}
+        tx_topic = enc.transaction_topic
+
+        def end() -> None:
+            if txid is not None and cfg.transaction_metadata:
+                out.append((tx_topic, enc.tx_key(txid), enc.tx_end(txid, now_ms, counts)))
+
+        for e in self._events:
+            meta = e.metadata
+            this_tx = str(meta.get("txid") or scn)
+            if this_tx != txid:
+                end()
+                txid, total, counts = this_tx, 0, {}
+                if cfg.transaction_metadata:
+                    out.append((tx_topic, enc.tx_key(this_tx), enc.tx_begin(this_tx, now_ms)))
+            total += 1
+            counts[e.source] = counts.get(e.source, 0) + 1
+            codec = enc.codec(e.schema)
+            op = e.op.letter
+            before, after = e.before, e.after
+            key = None if op == "t" else enc.key(codec, after if after is not None else before)
+            value = enc.value(codec, op=op, before=before, after=after, meta=meta, scn=scn,
+                              ts_ms=e.timestamp_ns // 1_000_000, snapshot=e.is_snapshot,
+                              tx=TxPosition(this_tx, total, counts[e.source]), now_ms=now_ms)
+            out.append((codec.topic, key, value))
+            if op == "d" and cfg.tombstones_on_delete and key is not None:
+                out.append((codec.topic, key, None))
+        end()
+        return out
+
+    # -- heartbeats ----------------------------------------------------------------------
+
+    def _start_heartbeats(self) -> None:
+        if self.cfg.heartbeat_interval <= 0 or self._heartbeat_thread is not None:
+            return
+        self._heartbeat_thread = threading.Thread(target=self._heartbeats, daemon=True,
+                                                  name="databus-publish-heartbeat")
+        self._heartbeat_thread.start()
+
+    def _heartbeats(self) -> None:
+        interval = self.cfg.heartbeat_interval
+        producer: Producer | None = None
+        topic = self.encoder.heartbeat_topic
+        while not self._closing.wait(min(interval, 1.0)):
+            if time.monotonic() - self._last_activity < interval:
+                continue
+            try:
+                if producer is None:
+                    self._ensure_topic(topic, partitions=1)
+                    producer = Producer({**self._kafka, "linger.ms": 0,
+                                         "message.timeout.ms": max(int(interval * 1000), 5000),
+                                         "client.id": f"databus-heartbeat-{self.cfg.publisher_name}"})
+                done = self._committed
+                with kafka_errors("sending a heartbeat"):
+                    producer.produce(topic, key=self.encoder.heartbeat_key(),
+                                     value=self.encoder.heartbeat_value(
+                                         done.window_scn if done is not None else None))
+                    producer.poll(0)
+                self.stats.heartbeats += 1
+            except DatabusError as exc:
+                log.debug("heartbeat not sent: %s", exc)
+            self._last_activity = time.monotonic()
+        if producer is not None:
+            producer.flush(5)
+
+
+def _produce(producer: Producer, topic: str, key: bytes | None, value: bytes | None,
+             timeout: float = 60.0) -> None:
+    """Produce one message, waiting while the local queue is full."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            producer.produce(topic, key=key, value=value)
+            return
+        except BufferError:
+            if time.monotonic() > deadline:
+                raise
+            producer.poll(0.05)
+
+
+def _commit(producer: Producer, scn: int, timeout: float = 60.0) -> None:
+    """Commit, retrying the commit itself while Kafka calls its error retriable."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with kafka_errors(f"committing window {scn}"):
+                producer.commit_transaction(15)
+            return
+        except KafkaUnavailableError as exc:
+            if not exc.retriable or exc.txn_requires_abort or time.monotonic() > deadline:
+                raise
+            log.info("commit of window %d not confirmed yet (%s); trying again", scn, exc)
+
+
+def run_publish(config: PublishConfig, *, stop: threading.Event | None = None,
+                max_windows: int | None = None) -> Publisher:
+    """Publish the relay's windows until ``stop`` is set, ``max_windows`` windows were
+    handled, or a terminal error; returns the publisher (its ``stats``)."""
+    client_cfg = ClientConfig(
+        relay_url=config.relay_url, sources=list(config.sources), from_start=True,
+        poll_timeout=config.poll_timeout, max_retries=config.max_retries,
+        backoff_max=config.backoff_max, token=config.token, token_file=config.token_file,
+        tls_ca_file=config.tls_ca_file, tls_cert_file=config.tls_cert_file,
+        tls_key_file=config.tls_key_file)
+    publisher = Publisher(config)
+    try:
+        DatabusClient(client_cfg, publisher, publisher).run(stop=stop, max_windows=max_windows)
+    except ConsumerFatalError as exc:
+        cause = exc.__cause__
+        while isinstance(cause, ConsumerFatalError) and cause.__cause__ is not None:
+            cause = cause.__cause__
+        if isinstance(cause, DatabusError):
+            raise cause from None
+        raise
+    finally:
+        publisher.close()
+    return publisher
