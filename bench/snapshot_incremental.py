@@ -15,7 +15,15 @@ report:
 * the source's chunk path alone (no writers, no consumer): the whole table read
   by chunk SELECTs and turned into ``r`` events, with the compiled text-row
   codec and with the Python path (pymysql values + fastavro), which give the
-  same bytes.
+  same bytes;
+* end to end (issue #18's figure): the same snapshot, under the same writer,
+  through the real pipeline: a ``databus relay`` process capturing the table
+  (``snapshot_mode: initial``) and a :class:`~databus.client.DatabusClient` in
+  this process whose consumer takes batches (``on_data_events``, the compiled
+  batch decoder) and applies them to a dict; rows/s from the STARTED to the
+  COMPLETED notification as the consumer receives them, and the copy checked
+  against the table. Relay and consumer run side by side, as deployed, instead
+  of one after the other in one thread.
 
     .venv/bin/python -m bench.snapshot_incremental [--rows 1000000] [--chunk 4096]
 """
@@ -25,15 +33,26 @@ from __future__ import annotations
 import argparse
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+import yaml
 from tests.support.mariadb import MariaDB
+from tests.support.procs import free_port
 from tests.support.sources import mysql_source
 
+from databus.client import (
+    ClientConfig,
+    Consumer,
+    DataBatch,
+    DatabusClient,
+    MemoryCheckpointStore,
+)
 from databus.core import event as ev
 from databus.core.envelope import decode_images
 from databus.sources.mysql import incremental as inc
@@ -120,6 +139,100 @@ def chunk_path(m: MariaDB, chunk: int, compiled: bool) -> tuple[int, float]:
         src.close()
 
 
+class Apply(Consumer):
+    """Applies batches to ``replica`` (key -> row); notes the notifications' times."""
+
+    def __init__(self) -> None:
+        self.replica: dict[Any, Any] = {}
+        self.reads = 0
+        self.kinds: list[str] = []
+        self.started = self.done = 0.0
+        self.last_scn = -1
+
+    def on_data_events(self, batch: DataBatch) -> None:
+        if batch.source == NOTIFICATIONS:
+            for row in batch.rows:
+                assert row is not None
+                self.kinds.append(row["kind"])
+                if row["kind"] == "STARTED":
+                    self.started = time.perf_counter()
+                elif row["kind"] == "COMPLETED":
+                    self.done = time.perf_counter()
+            return
+        ops, keys, rows = batch.ops, batch.keys, batch.rows
+        if ev.Op.DELETE in ops:
+            for op, key, row in zip(ops, keys, rows, strict=True):
+                if op == ev.Op.DELETE:
+                    self.replica.pop(key, None)
+                else:
+                    self.replica[key] = row
+        else:
+            self.replica.update(zip(keys, rows, strict=True))
+        self.reads += ops.count(ev.Op.READ)
+
+    def on_end_data_event_sequence(self, scn: int) -> None:
+        self.last_scn = scn
+
+
+def end_to_end(m: MariaDB, tmp: Path, rows: int, chunk: int
+               ) -> tuple[Apply, float, Writer]:
+    """The snapshot through a relay process and a client here, under the writer."""
+    port = free_port()
+    conf = tmp / "relay.yaml"
+    conf.write_text(yaml.safe_dump({
+        "name": "e2e",
+        "source": {"url": m.url, "tables": [r"shop\.big"], "snapshot_mode": "initial",
+                   "snapshot_chunk_size": chunk},
+        "buffer": {"capacity_bytes": 1 << 30},
+        "state_dir": str(tmp / "e2e-state"),
+        "http": {"port": port}}))
+    (tmp / "e2e-state").mkdir(exist_ok=True)
+    log = tmp / "relay.log"
+    relay = subprocess.Popen([sys.executable, "-m", "databus", "relay", "--config", str(conf)],
+                             stdout=log.open("ab"), stderr=subprocess.STDOUT)
+    consumer = Apply()
+    client: DatabusClient | None = None
+    writer = Writer(m, rows)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or relay.poll() is not None:
+                raise RuntimeError(f"the relay did not start: see {log}")
+            time.sleep(0.1)
+        writer.start()
+        client = DatabusClient(ClientConfig(relay_url=f"http://127.0.0.1:{port}",
+                                            poll_timeout=1.0, fetch_size=8 << 20),
+                               consumer, MemoryCheckpointStore())
+        reader = threading.Thread(target=client.run, daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 600
+        while not consumer.done:
+            if time.monotonic() > deadline or relay.poll() is not None:
+                raise RuntimeError(f"the snapshot did not complete: see {log}")
+            time.sleep(0.05)
+        writer.stop.set()
+        writer.join()
+        file, pos = master_status(parse_mysql_url(m.url))
+        end_scn = (int(file.rsplit(".", 1)[1]) << 32) | pos
+        deadline = time.monotonic() + 120
+        while consumer.last_scn < end_scn:  # every change the writer made, applied
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the consumer did not reach scn {end_scn}: see {log}")
+            time.sleep(0.05)
+    finally:
+        writer.stop.set()
+        if client is not None:
+            client.stop()
+        relay.terminate()
+        relay.wait(30)
+    return consumer, consumer.done - consumer.started, writer
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rows", type=int, default=1_000_000)
@@ -190,6 +303,10 @@ def main() -> None:
         equal = got == want
         fast_n, fast_s = chunk_path(m, args.chunk, compiled=True)
         slow_n, slow_s = chunk_path(m, args.chunk, compiled=False)
+        e2e, e2e_s, e2e_writer = end_to_end(m, tmp, args.rows, args.chunk)
+        want = table(m)
+        e2e_equal = {k: (v["id"], v["name"], v["amount"], v["at"], v["note"], v["qty"])
+                     for k, v in e2e.replica.items()} == want
     finally:
         m.stop()
     snap_s = done - started
@@ -209,7 +326,14 @@ def main() -> None:
     print(f"concurrent writer statements: {writer.statements}; longest wait"
           f" {writer.longest * 1000:.1f} ms; chunks: {kinds.count('CHUNK_DONE')}")
     print(f"consumer copy equals the table: {equal} ({len(want)} rows)")
-    if not equal:
+    print(f"{'end to end: relay process -> client batches (writers)':<52} | {e2e.reads:>9} |"
+          f" {e2e_s:>7.2f} | {e2e.reads / e2e_s:>9,.0f}")
+    print(f"end to end: concurrent writer statements: {e2e_writer.statements}; longest wait"
+          f" {e2e_writer.longest * 1000:.1f} ms; chunks: {e2e.kinds.count('CHUNK_DONE')};"
+          f" consumer copy equals the table: {e2e_equal}")
+    print(f"end-to-end rows/s: {e2e.reads / e2e_s:,.0f}"
+          f" (ratio end-to-end/mariadb-dump: {(e2e.reads / e2e_s) / (args.rows / dump_s):.3f})")
+    if not (equal and e2e_equal):
         raise SystemExit(1)
 
 
