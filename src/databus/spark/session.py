@@ -46,7 +46,9 @@ def session(
       ``./spark-warehouse/iceberg``): tables are ``local.db.name``.
 
     The Python workers run this interpreter unless ``PYSPARK_PYTHON`` says
-    otherwise. ``conf`` entries are set last and win.
+    otherwise, started by :mod:`databus.spark.workerd` (pyspark's daemon,
+    importing pyspark without its zip copy). ``conf`` entries are set last and
+    win.
     """
     unknown = [f for f in lakehouse if f not in _EXTENSIONS]
     if unknown:
@@ -73,6 +75,9 @@ def session(
              # a streaming query writes through its own (cloned) session, whose catalog is not
              # this one: with Iceberg's table cache, reads here would miss its commits for 30 s
              .config(f"{cat}.cache-enabled", "false"))
+    # executors' Python workers import pyspark from its package, not from the zip copy
+    # Spark puts first on their path (databus.spark.workerd says why: per-task cost)
+    b = b.config("spark.python.daemon.module", "databus.spark.workerd")
     for k, v in (conf or {}).items():
         b = b.config(k, v)
     return b.getOrCreate()
