@@ -28,9 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, TypeVar
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from databus.client.relay import RelayConnection
 from databus.client.retry import Backoff
@@ -43,8 +41,12 @@ from databus.core.errors import (
     UnknownSourceError,
 )
 from databus.core.filters import ServerFilter
-from databus.spark.fastread import ChunkDecoder
 from databus.spark.options import StreamOptions
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from databus.spark.fastread import ChunkDecoder
 
 OFFSET_VERSION = 1
 T = TypeVar("T")

@@ -33,7 +33,6 @@ from databus.core.checkpoint import Checkpoint
 from databus.core.errors import ConfigError, DatabusError
 from databus.core.schema import SchemaRegistry, TableSchema
 from databus.spark import arrow
-from databus.spark.fastread import ChunkDecoder
 from databus.spark.limits import (
     ReadAllAvailable,
     ReadLimit,
@@ -219,6 +218,9 @@ class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
     # -- executor ---------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        # imported here: the driver's source runner, a new process per query, never decodes
+        from databus.spark.fastread import ChunkDecoder
+
         assert isinstance(partition, BucketPartition)
 
         def refresh() -> SchemaRegistry:
