@@ -1,0 +1,389 @@
+"""The PostgreSQL source against a private PostgreSQL (wal_level=logical): the type matrix
+(every value equal to the text SELECT returns), TOAST, schema versions, truncate,
+restart after an SCN, the slot following acknowledgements only, and the start-up
+checks, each a one-line ConfigError."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from databus.core import event as ev
+from databus.core.errors import ConfigError, SourcePositionLostError
+from databus.core.schema import MetadataCodec
+from databus.core.window import Window
+from databus.sources import open_source
+from databus.sources.postgres.connection import SESSION_SETTINGS
+from databus.sources.postgres.source import PostgresSource
+from tests.support.postgres import PostgreSQL
+from tests.support.sources import source_config
+
+META = MetadataCodec()
+
+MATRIX_COLUMNS = {
+    "c_int2": "smallint", "c_int4": "integer", "c_int8": "bigint", "c_num": "numeric",
+    "c_num_ps": "numeric(12,3)", "c_real": "real", "c_double": "double precision",
+    "c_text": "text", "c_varchar": "varchar(20)", "c_char": "char(5)", "c_bytea": "bytea",
+    "c_bool": "boolean", "c_date": "date", "c_time": "time", "c_timetz": "timetz",
+    "c_ts": "timestamp", "c_tstz": "timestamptz", "c_interval": "interval", "c_uuid": "uuid",
+    "c_json": "json", "c_jsonb": "jsonb", "c_intarr": "integer[]", "c_textarr": "text[]",
+    "c_enum": "mood", "c_domain": "posint", "c_inet": "inet", "c_cidr": "cidr",
+    "c_macaddr": "macaddr", "c_money": "money", "c_bit": "bit(4)", "c_varbit": "varbit",
+    "c_tsvector": "tsvector", "c_big": "text",
+}
+
+MATRIX_ROWS: list[dict[str, str | None]] = [
+    {"c_int2": "-32768", "c_int4": "2147483647", "c_int8": "-9223372036854775808",
+     "c_num": "123456789012345678901234567890.123456789012345", "c_num_ps": "-123456789.125",
+     "c_real": "NaN", "c_double": "Infinity", "c_text": "it's \"quoted\" \\ ünïcødé ✓",
+     "c_varchar": "short", "c_char": "ab", "c_bytea": "\\x00ff10", "c_bool": "true",
+     "c_date": "infinity", "c_time": "24:00:00", "c_timetz": "23:59:59.999999+14",
+     "c_ts": "-infinity", "c_tstz": "infinity", "c_interval": "1 year 2 mons -3 days 04:05:06.789",
+     "c_uuid": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "c_json": '{"a": [1, 2.50, "x"],  "b":null}',
+     "c_jsonb": '{"b": [1, 2.50], "a": {"c": "ü"}}', "c_intarr": "{{1,2},{3,NULL}}",
+     "c_textarr": '{"a",NULL,"b c","\\""}', "c_enum": "happy", "c_domain": "7",
+     "c_inet": "::1", "c_cidr": "10.0.0.0/8", "c_macaddr": "08:00:2b:01:02:03",
+     "c_money": "-12.34", "c_bit": "1010", "c_varbit": "101", "c_tsvector": "a fat:2 cat",
+     "c_big": None},
+    {k: None for k in MATRIX_COLUMNS},
+    {"c_int2": "0", "c_int4": "-1", "c_int8": "9223372036854775807", "c_num": "NaN",
+     "c_num_ps": "0.5", "c_real": "-Infinity", "c_double": "1e-300", "c_text": "",
+     "c_varchar": "", "c_char": "abcde", "c_bytea": "\\x", "c_bool": "false",
+     "c_date": "4713-01-01 BC", "c_time": "00:00:00.000001", "c_timetz": "12:00:00-08",
+     "c_ts": "2024-02-29 12:34:56.789", "c_tstz": "1999-12-31 23:59:59.5+05",
+     "c_interval": "-178000000 years", "c_uuid": "00000000-0000-0000-0000-000000000000",
+     "c_json": "[]", "c_jsonb": "null", "c_intarr": "{}", "c_textarr": "{NULL}",
+     "c_enum": "sad", "c_domain": "1", "c_inet": "192.168.1.5/24", "c_cidr": "::/0",
+     "c_macaddr": "ff:ff:ff:ff:ff:ff", "c_money": "1000000.99", "c_bit": "0000",
+     "c_varbit": "", "c_tsvector": "", "c_big": "x" * 200_000},
+    {"c_int2": "1", "c_num": "-Infinity", "c_real": "3.4028235e+38", "c_double": "-0",
+     "c_text": "line\nbreak\ttab", "c_date": "2000-01-01",
+     "c_tstz": "-infinity", "c_interval": "00:00:00", "c_json": "1.000",
+     "c_jsonb": "[1.000, 1e3]", "c_textarr": "{{a,b},{c,NULL}}", "c_bytea": "\\x" + "ab" * 5000},
+]
+
+
+def _session(conn: psycopg.Connection[Any]) -> None:
+    for k, v in SESSION_SETTINGS.items():
+        conn.execute(f"SET {k} = '{v}'")
+
+
+@pytest.fixture()
+def db(postgres: PostgreSQL) -> Iterator[str]:
+    with postgres.fresh_database("pgsrc") as url:
+        name = url.rsplit("/", 1)[1]
+        yield name
+        drop_slots(postgres, name)
+
+
+def drop_slots(postgres: PostgreSQL, db: str) -> None:
+    """End the sessions of ``db``'s slots and drop them (a database with a slot cannot
+    be dropped)."""
+    postgres.execute(
+        f"SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
+        f" WHERE database = '{db}' AND active_pid IS NOT NULL",
+        f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+        f" WHERE database = '{db}' AND NOT active")
+
+
+@pytest.fixture()
+def conn(postgres: PostgreSQL, db: str) -> Iterator[psycopg.Connection[Any]]:
+    c = connect(postgres, db)
+    yield c
+    c.close()
+
+
+def connect(postgres: PostgreSQL, db: str) -> psycopg.Connection[Any]:
+    conn = psycopg.connect(f"host=127.0.0.1 port={postgres.port} user=postgres dbname={db}",
+                           autocommit=True)
+    _session(conn)
+    return conn
+
+
+def make_source(postgres: PostgreSQL, db: str, tables: list[str] | None = None, *,
+                user: str = "postgres", name: str = "t", open_it: bool = True,
+                **fields: Any) -> PostgresSource:
+    fields.setdefault("snapshot_mode", "no_data")
+    fields.setdefault("create_publication", True)
+    cfg = source_config(postgres.source_url(db, user), tables or [r"public\..*"], **fields)
+    src = open_source(cfg, relay_name=name)
+    assert isinstance(src, PostgresSource)
+    if open_it:
+        src.open()
+    return src
+
+
+def drain(src: PostgresSource, after: int, want: int, *, timeout: float = 30.0
+          ) -> list[Window]:
+    """Read until ``want`` windows with events came (empty progress windows dropped)."""
+    import time
+
+    stop = threading.Event()
+    out: list[Window] = []
+    deadline = time.monotonic() + timeout
+    while sum(1 for w in out if w.count) < want:
+        assert time.monotonic() < deadline, f"got {len(out)} windows of {want}"
+        for w in src.read(after, stop, 0.5):
+            assert w.scn > after
+            after = w.scn
+            out.append(w)
+    return [w for w in out if w.count]
+
+
+def rows_of(src: PostgresSource, w: Window) -> list[tuple[str, dict[str, Any] | None,
+                                                        dict[str, Any] | None]]:
+    """(op letter, row, before image) of each event of a window."""
+    out = []
+    for e in ev.iter_events(w.events):
+        assert e.scn == w.scn
+        s = src.registry().get(e.schema_id)
+        row = s.decode(e.payload) if e.payload else None
+        meta = META.decode(e.metadata) if e.metadata else {}
+        before = s.decode(meta["before"]) if meta.get("before") else None
+        out.append((e.op.letter, row, before))
+    return out
+
+
+def _as_text(v: Any) -> str | None:
+    if v is None or isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "t" if v else "f"
+    if isinstance(v, bytes):
+        return "\\x" + v.hex()
+    return str(v)
+
+
+def assert_same(row: dict[str, Any], texts: dict[str, str | None]) -> None:
+    """Each captured value equals the server's text of it (floats compared as numbers)."""
+    for col, want in texts.items():
+        got = row[col]
+        if isinstance(got, float) and want is not None:
+            w = float(want)
+            assert (math.isnan(got) and math.isnan(w)) or got == w, (col, got, want)
+            continue
+        assert _as_text(got) == want, (col, got, want)
+
+
+def select_texts(conn: psycopg.Connection[Any], table: str, columns: list[str]
+                 ) -> dict[int, dict[str, str | None]]:
+    """id -> column -> the text SELECT gives (the type's output function)."""
+    sel = ", ".join(f"CASE WHEN {c} IS NULL THEN NULL ELSE concat({c}) END" for c in columns)
+    rows = conn.execute(f"SELECT id, {sel} FROM {table} ORDER BY id").fetchall()
+    return {r[0]: dict(zip(columns, r[1:], strict=True)) for r in rows}
+
+
+def _create_matrix(conn: psycopg.Connection[Any], identity: str) -> None:
+    conn.execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
+    conn.execute("CREATE DOMAIN posint AS integer CHECK (VALUE > 0)")
+    cols = ", ".join(f"{c} {t}" for c, t in MATRIX_COLUMNS.items())
+    conn.execute(f"CREATE TABLE matrix (id integer PRIMARY KEY, {cols})")
+    conn.execute("ALTER TABLE matrix ALTER c_big SET STORAGE EXTERNAL")
+    conn.execute(f"ALTER TABLE matrix REPLICA IDENTITY {identity}")
+
+
+def test_type_matrix_inserts_updates_deletes_equal_select_text(postgres: PostgreSQL, db: str,
+        conn: psycopg.Connection[Any]) -> None:
+    _create_matrix(conn, "FULL")
+    src = make_source(postgres, db)
+    stop = threading.Event()
+    start = -1
+    assert src.read(start, stop, 0.2) == []  # creates the slot: changes from here on
+    cols = list(MATRIX_COLUMNS)
+    with conn.transaction():
+        for i, values in enumerate(MATRIX_ROWS, 1):
+            given = {k: v for k, v in values.items() if k in MATRIX_COLUMNS}
+            names = ", ".join(["id", *given])
+            marks = ", ".join(["%s"] * (len(given) + 1))
+            conn.execute(f"INSERT INTO matrix ({names}) VALUES ({marks})", [i, *given.values()])
+    inserted = select_texts(conn, "matrix", cols)
+    # every column changed but the TOASTed one: carried from the old row (FULL)
+    conn.execute("UPDATE matrix SET c_int4 = coalesce(c_int4, 0) - 1, c_text = 'u' || id,"
+                 " c_num = c_num * 2, c_tstz = '2030-01-01 00:00:00+00', c_intarr ="
+                 " '{{9,NULL},{NULL,8}}'")
+    updated = select_texts(conn, "matrix", cols)
+    conn.execute("DELETE FROM matrix")
+
+    windows = drain(src, start, 3)
+    ins, upd, dele = (rows_of(src, w) for w in windows)
+    assert [op for op, _, _ in ins] == ["c"] * 4
+    assert [op for op, _, _ in upd] == ["u"] * 4
+    assert [op for op, _, _ in dele] == ["d"] * 4
+    for op_rows, images in ((ins, inserted), (upd, updated), (dele, updated)):
+        for _, row, _ in op_rows:
+            assert row is not None
+            assert_same(row, images[row["id"]])
+    for _, row, before in upd:  # REPLICA IDENTITY FULL: the whole old row
+        assert before is not None and row is not None
+        assert_same(before, inserted[row["id"]])
+    schema = src.registry().latest(src.sources()[0].id)
+    sql_types = {f["name"]: f.get("sql_type") for f in schema.avro["fields"]}
+    assert sql_types["c_num_ps"] == "numeric(12,3)" and sql_types["c_enum"] == "mood"
+    assert schema.key_columns == ("id",)
+    src.close()
+
+
+def test_unchanged_toast_is_fetched_with_replica_identity_default(postgres: PostgreSQL, db: str,
+        conn: psycopg.Connection[Any]) -> None:
+    conn.execute("CREATE TABLE docs (id int PRIMARY KEY, title text, body text)")
+    conn.execute("ALTER TABLE docs ALTER body SET STORAGE EXTERNAL")
+    src = make_source(postgres, db)
+    stop = threading.Event()
+    assert src.read(-1, stop, 0.2) == []
+    big = "y" * 100_000
+    conn.execute("INSERT INTO docs VALUES (1, 'a', %s)", [big])
+    windows = drain(src, -1, 1)
+    conn.execute("UPDATE docs SET title = 'b' WHERE id = 1")
+    windows += drain(src, windows[-1].scn, 1)
+    (_, row, before), = rows_of(src, windows[-1])
+    assert row == {"id": 1, "title": "b", "body": big} and before is None
+    assert src.stats()["toast_fetched_total"] == 1
+    src.close()
+
+
+def test_new_column_is_a_new_version_and_truncate_an_event(postgres: PostgreSQL, db: str,
+        conn: psycopg.Connection[Any]) -> None:
+    conn.execute("CREATE TABLE a (id bigint PRIMARY KEY, v text)")
+    conn.execute("CREATE TABLE b (k1 text, k2 int, PRIMARY KEY (k1, k2))")
+    src = make_source(postgres, db)
+    stop = threading.Event()
+    assert src.read(-1, stop, 0.2) == []
+    conn.execute("INSERT INTO a VALUES (1, 'x')")
+    conn.execute("ALTER TABLE a ADD COLUMN w int DEFAULT 5")
+    conn.execute("INSERT INTO a VALUES (2, 'y', 6)")
+    conn.execute("ALTER TABLE a DROP COLUMN v")
+    with conn.transaction():
+        conn.execute("INSERT INTO b VALUES ('p', 1)")
+        conn.execute("UPDATE b SET k2 = 2")  # a key change: delete then insert
+        conn.execute("TRUNCATE a, b")
+    w1, w2, w3 = drain(src, -1, 3)
+    assert rows_of(src, w1) == [("c", {"id": 1, "v": "x"}, None)]
+    assert rows_of(src, w2) == [("c", {"id": 2, "v": "y", "w": 6}, None)]
+    got = rows_of(src, w3)
+    assert [op for op, _, _ in got] == ["c", "d", "c", "t", "t"]
+    assert got[2][1] == {"k1": "p", "k2": 2}
+    a = next(s.id for s in src.sources() if s.name == "public.a")
+    assert [s.version for s in src.registry().versions(a)] == [1, 2, 3]
+    assert [e.key for e in ev.iter_events(w3.events)][:3] == [b'["p",1]', b'["p",1]',
+                                                              b'["p",2]']
+    src.close()
+
+
+def test_restart_after_an_scn_and_the_slot_follows_acknowledgements(postgres: PostgreSQL, db: str,
+        conn: psycopg.Connection[Any]) -> None:
+    conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    src = make_source(postgres, db, name="restart")
+    stop = threading.Event()
+    assert src.read(-1, stop, 0.2) == []
+    for i in range(6):
+        conn.execute("INSERT INTO t VALUES (%s)", [i])
+    windows = drain(src, -1, 6)
+    assert [w.scn for w in windows] == sorted({w.scn for w in windows})
+
+    def confirmed() -> int:
+        return int(conn.execute("SELECT (confirmed_flush_lsn - '0/0')::bigint FROM"
+                                " pg_replication_slots WHERE slot_name = 'databus_restart'"
+                                ).fetchone()[0])  # type: ignore[index]
+
+    before = confirmed()
+    assert before < windows[0].scn  # nothing acknowledged: the slot did not move
+    src.acknowledge(windows[2].scn)
+    src.read(windows[-1].scn, stop, 0.3)  # the next read tells the server
+    src.close()
+    assert confirmed() == windows[2].scn
+    # a new process resumes after window 3: windows 4..6, nothing else
+    again = make_source(postgres, db, name="restart")
+    got = drain(again, windows[2].scn, 3)
+    assert [w.events for w in got] == [w.events for w in windows[3:]]
+    again.close()
+    # a position older than the slot's confirmed LSN is gone: said, never skipped
+    third = make_source(postgres, db, name="restart")
+    with pytest.raises(SourcePositionLostError, match="past this relay's position"):
+        third.read(windows[1].scn, stop, 0.2)
+    third.close()
+
+
+def test_idle_table_progress_windows_move_the_position(postgres: PostgreSQL, db: str,
+        conn: psycopg.Connection[Any]) -> None:
+    conn.execute("CREATE TABLE quiet (id int PRIMARY KEY)")
+    conn.execute("CREATE TABLE busy (id int PRIMARY KEY)")
+    src = make_source(postgres, db, [r"public\.quiet"], progress_interval=0.5)
+    stop = threading.Event()
+    assert src.read(-1, stop, 0.2) == []
+    for i in range(20):
+        conn.execute("INSERT INTO busy VALUES (%s)", [i])
+    lsn = int(conn.execute("SELECT (pg_current_wal_lsn() - '0/0')::bigint"
+                           ).fetchone()[0])  # type: ignore[index]
+    import time
+
+    deadline = time.monotonic() + 60
+    after = -1
+    while after < lsn:
+        assert time.monotonic() < deadline, "no progress window reached the busy table's WAL"
+        for w in src.read(after, stop, 0.5):
+            assert w.count == 0
+            after = w.scn
+    src.close()
+
+
+# -- start-up checks: one line each ---------------------------------------------------
+
+
+def _refused(src: PostgresSource, match: str) -> str:
+    with pytest.raises(ConfigError, match=match) as info:
+        src.open()
+    text = str(info.value)
+    assert "\n" not in text
+    src.close()
+    return text
+
+
+def test_checks_table_without_key_nothing_identity_and_missing_publication(postgres: PostgreSQL, db: str,
+        conn: psycopg.Connection[Any]) -> None:
+    conn.execute("CREATE TABLE nokey (a int)")
+    _refused(make_source(postgres, db, open_it=False),
+             "no primary key and REPLICA IDENTITY DEFAULT.*REPLICA IDENTITY FULL")
+    conn.execute("ALTER TABLE nokey REPLICA IDENTITY NOTHING")
+    _refused(make_source(postgres, db, open_it=False), "REPLICA IDENTITY NOTHING")
+    conn.execute("ALTER TABLE nokey REPLICA IDENTITY FULL")
+    text = _refused(make_source(postgres, db, open_it=False, create_publication=False),
+                    "publication databus_t does not exist")
+    assert 'CREATE PUBLICATION "databus_t" FOR TABLE "public"."nokey"' in text
+    make_source(postgres, db).close()  # create_publication: created
+    conn.execute("CREATE TABLE later (id int PRIMARY KEY)")
+    _refused(make_source(postgres, db, open_it=False, create_publication=False),
+             'does not cover public.later: run ALTER PUBLICATION "databus_t" ADD TABLE')
+    _refused(make_source(postgres, db, [r"nope\..*"], open_it=False), "no table matches")
+
+
+def test_checks_role_without_replication_and_slot_in_use(postgres: PostgreSQL, db: str,
+        conn: psycopg.Connection[Any]) -> None:
+    conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    conn.execute("DROP ROLE IF EXISTS norepl")
+    conn.execute("CREATE ROLE norepl LOGIN")
+    try:
+        _refused(make_source(postgres, db, user="norepl", open_it=False),
+                 'role norepl may not replicate: run ALTER ROLE "norepl" REPLICATION')
+    finally:
+        conn.execute("DROP ROLE norepl")
+    first = make_source(postgres, db, name="inuse")
+    first.read(-1, threading.Event(), 0.2)  # holds the slot
+    try:
+        second = make_source(postgres, db, name="inuse", open_it=False)
+        second._slot_wait = 0.5
+        _refused(second, "replication slot databus_inuse is in use by another process")
+    finally:
+        first.close()
+
+
+def test_checks_wal_level_replica(tmp_path: Any) -> None:
+    settings = {"wal_level": "replica", "fsync": "off", "max_connections": "20"}
+    with PostgreSQL(settings=settings) as server:
+        server.execute("CREATE TABLE t (id int PRIMARY KEY)")
+        src = make_source(server, "postgres", open_it=False)
+        _refused(src, "wal_level is replica; logical decoding needs wal_level=logical")
