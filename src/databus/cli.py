@@ -417,6 +417,8 @@ def publish(
     without duplicates.
     """
     redactor = _setup_logging(verbose)
+    if not verbose:  # librdkafka's connection attempts: the errors are reported as ours
+        logging.getLogger("databus.kafka.librdkafka").setLevel(logging.CRITICAL)
     try:
         from databus.kafka.config import PublishConfig, read_kafka_properties
 

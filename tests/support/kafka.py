@@ -9,12 +9,16 @@ in-sync replicas, so transactions work. ``stop()``/``start()`` restart it on the
 ports and storage (a broker outage); ``kill()`` is a kill -9.
 
 Helpers for the tests: :meth:`KafkaBroker.read_topic` reads a topic to its end as a
-``read_committed`` consumer, :meth:`KafkaBroker.topics` lists the topics.
+``read_committed`` consumer, :meth:`KafkaBroker.topics` lists the topics;
+:func:`read_published` reads back what ``databus publish`` wrote for a topic prefix
+(changes per table, tombstones, transaction metadata) and rebuilds the tables,
+:func:`published_position` is a publisher's committed SCN.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 import signal
@@ -23,9 +27,11 @@ import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from databus.javadeps import classpath
 from tests.support.procs import free_port
+from tests.support.shop import Change
 from tests.support.wait import wait_until
 
 
@@ -97,7 +103,7 @@ class KafkaBroker:
             return
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         with self.log_file.open("ab") as log:
-            subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", cluster_id,
+            subprocess.run(self._java("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
                                       "-c", str(conf)),
                            stdout=log, stderr=subprocess.STDOUT, check=True, timeout=120)
 
@@ -210,3 +216,75 @@ def _position(consumer: object, topic: str, partition: int) -> int:
     got = consumer.position([TopicPartition(topic, partition)])  # type: ignore[attr-defined]
     off = got[0].offset
     return int(off) if off >= 0 else 0
+
+
+# -- reading what a publisher wrote ------------------------------------------------------------
+
+def payload(raw: bytes | None) -> Any:
+    """The JSON of a key or value, without the Connect ``schema`` part when present."""
+    if raw is None:
+        return None
+    obj = json.loads(raw)
+    if isinstance(obj, dict) and set(obj) == {"schema", "payload"}:
+        return obj["payload"]
+    return obj
+
+
+@dataclass
+class Published:
+    """What ``databus publish`` holds in Kafka for one topic prefix, read_committed."""
+
+    changes: dict[str, list[Change]]  # table -> (table, op, key text) in topic order
+    envelopes: dict[str, list[dict[str, Any]]]  # table -> data envelopes in topic order
+    tombstones: dict[str, list[str]]  # table -> keys of tombstones
+    follows_delete: bool  # every tombstone right after a delete of its key
+    transactions: list[dict[str, Any]]  # records of <prefix>.transaction, in order
+
+    def rows(self, table: str) -> list[tuple[object, ...]]:
+        """The table rebuilt from its topic: the last image per key, deletes applied."""
+        state: dict[str, tuple[object, ...]] = {}
+        for env, (_, op, key) in zip(self.envelopes[table], self.changes[table], strict=True):
+            if op == "d":
+                state.pop(key, None)
+            else:
+                state[key] = tuple(env["after"].values())
+        return [state[k] for k in sorted(state, key=lambda k: json.loads(k))]
+
+
+def _key_text(key: dict[str, Any]) -> str:
+    values = list(key.values())
+    return json.dumps(values[0] if len(values) == 1 else values)
+
+
+def read_published(broker: KafkaBroker, prefix: str, tables: list[str],
+                   db: str = "main") -> Published:
+    changes: dict[str, list[Change]] = {}
+    envelopes: dict[str, list[dict[str, Any]]] = {}
+    tombstones: dict[str, list[str]] = {}
+    follows = True
+    for table in tables:
+        changes[table], envelopes[table], tombstones[table] = [], [], []
+        last: Change | None = None
+        for rec in broker.read_topic(f"{prefix}.{db}.{table}"):
+            key = _key_text(payload(rec.key))
+            value = payload(rec.value)
+            if value is None:
+                tombstones[table].append(key)
+                follows = follows and last == (table, "d", key)
+                last = None
+                continue
+            last = (table, value["op"], key)
+            changes[table].append(last)
+            envelopes[table].append(value)
+    transactions = [payload(r.value) for r in broker.read_topic(f"{prefix}.transaction")]
+    return Published(changes, envelopes, tombstones, follows, transactions)
+
+
+def published_position(broker: KafkaBroker, name: str,
+                       topic: str = "databus-publish-offsets") -> int:
+    """The SCN of the last window publisher ``name`` committed (-1: none)."""
+    scn = -1
+    for rec in broker.read_topic(topic):
+        if rec.key == name.encode() and rec.value is not None:
+            scn = int(json.loads(rec.value)["scn"])
+    return scn

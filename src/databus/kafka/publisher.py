@@ -60,6 +60,10 @@ from databus.kafka.errors import kafka_errors
 from databus.kafka.offsets import ensure_topic, offset_record, read_position
 
 log = logging.getLogger("databus.kafka.publisher")
+KAFKA_LOG = logging.getLogger("databus.kafka.librdkafka")
+"""librdkafka's own log lines (connection attempts while a broker is down...): the
+publisher's errors are reported through its exceptions, so the CLI shows these only
+with --verbose."""
 
 Message = tuple[str, bytes | None, bytes | None]  # (topic, key, value)
 
@@ -86,7 +90,7 @@ class Publisher(Consumer, CheckpointStore):
         self.encoder = MessageEncoder(config)
         self.stats = PublishStats()
         self._kafka: dict[str, Any] = {"bootstrap.servers": config.bootstrap_servers,
-                                       **config.kafka_config}
+                                       "logger": KAFKA_LOG, **config.kafka_config}
         self._producer: Producer | None = None
         self._admin: AdminClient | None = None
         self._committed: Checkpoint | None = None
@@ -220,6 +224,7 @@ class Publisher(Consumer, CheckpointStore):
         except DatabusError as exc:
             self._failed(producer, exc, committing)
             raise
+        producer.poll(0)  # serve delivery reports and log lines
         self._committed = checkpoint
         self._last_activity = time.monotonic()
         self.stats.windows += 1
