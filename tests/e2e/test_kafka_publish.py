@@ -204,8 +204,9 @@ def test_publisher_kill9_five_times(pipeline: Pipeline) -> None:
 
 @pytest.mark.slow
 def test_broker_restart_during_publishing(pipeline: Pipeline) -> None:
-    """The broker stops for a few seconds while windows keep coming: the publisher
-    waits, resumes, and Kafka holds every change once."""
+    """The broker is killed (-9) in the middle of publishing and comes back 5 s later
+    while windows keep coming: the publisher waits, resumes, and Kafka holds every
+    change once."""
     p = pipeline
     p.start("relay")
     p.start("publish")
@@ -222,7 +223,7 @@ def test_broker_restart_during_publishing(pipeline: Pipeline) -> None:
     try:
         p.wait("windows in Kafka", lambda: published_position(p.kafka, p.prefix) > 0,
                timeout=60, interval=0.5)
-        p.kafka.stop()
+        p.kafka.kill()
         time.sleep(5)
         p.kafka.start()
         done.wait(3.0)
