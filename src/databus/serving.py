@@ -156,10 +156,16 @@ async def _databus_error(_: Request, exc: Exception) -> Response:
     return error_response(exc)
 
 
-async def _internal_error(_: Request, exc: Exception) -> Response:
-    # no logging here: Starlette raises exc on to the server, which logs the traceback
+def internal_error_response(exc: BaseException) -> JSONResponse:
+    """The answer to an unexpected ``exc``: 500 ``InternalError`` (the caller raises
+    ``exc`` on to the server, which logs the traceback)."""
     return JSONResponse({"error": "InternalError", "message": f"{type(exc).__name__}: {exc}"},
                         status_code=500)
+
+
+async def _internal_error(_: Request, exc: Exception) -> Response:
+    # no logging here: Starlette raises exc on to the server, which logs the traceback
+    return internal_error_response(exc)
 
 
 async def _not_found(request: Request, _: Exception) -> Response:

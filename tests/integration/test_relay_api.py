@@ -175,6 +175,28 @@ def test_requests_are_counted_per_endpoint_and_status(relay: Relay) -> None:
     assert 'status="404"' not in text
 
 
+def test_an_unexpected_error_in_stream_answers_500_and_is_counted(
+        relay: Relay, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*_a: object, **_k: object) -> None:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(relay.buffer, "read", broken)
+    with httpx.Client(base_url=relay.url, timeout=10) as c:
+        r = c.get("/stream", params={"timeout": "0"})
+    assert r.status_code == 500
+    assert r.json() == {"error": "InternalError", "message": "RuntimeError: disk on fire"}
+    monkeypatch.undo()
+    # the server closes that connection (it logs the traceback) and goes on serving
+    with httpx.Client(base_url=relay.url, timeout=10) as c:
+        assert c.get("/stream", params={"timeout": "0"}).status_code == 200
+        assert c.head("/stream").status_code == 200
+        assert c.post("/stream").status_code == 405
+        text = c.get("/metrics").text
+    assert 'databus_relay_requests_total{endpoint="stream",status="500"} 1.0' in text
+    assert 'databus_relay_requests_total{endpoint="stream",status="200"} 2.0' in text
+    assert 'databus_relay_requests_total{endpoint="stream",status="405"} 1.0' in text
+
+
 def test_json_encoding_does_not_hold_up_other_requests(shop_db: Path, tmp_path: Path) -> None:
     """/stream?output=json encodes in the thread pool: /admin answers meanwhile. On the
     event loop, one /admin request would wait about as long as the whole encoding."""

@@ -20,7 +20,7 @@ import contextlib
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from starlette.applications import Starlette
@@ -50,8 +50,10 @@ from databus.relay.openapi import relay_openapi
 from databus.serving import (
     EXCEPTION_HANDLERS,
     bool_param,
+    error_response,
     float_param,
     int_param,
+    internal_error_response,
     json_body,
     principal,
     readable_ids,
@@ -132,25 +134,86 @@ class _Inflight:
         return max(self.FLOOR, min(wanted, self.limit - self.held))
 
 
-class _HeldResponse(Response):
-    """A response whose bytes count against the in-flight budget until it was sent
-    (or its client was cut or went away)."""
+class _HeldResponse:
+    """A 200 answer whose bytes count against the in-flight budget until it was sent
+    (or its client was cut or went away). The ASGI messages of a Starlette
+    ``Response`` (``content-length``, ``content-type``, then the given headers),
+    built without its header normalization: the names here are fixed and lowercase."""
 
-    def __init__(self, inflight: _Inflight, body: bytes, **kw: Any) -> None:
-        super().__init__(body, **kw)
-        self.inflight, self.held = inflight, len(body)
+    __slots__ = ("body", "held", "inflight", "raw_headers")
+
+    def __init__(self, inflight: _Inflight, body: bytes, headers: list[tuple[bytes, bytes]],
+                 media_type: bytes) -> None:
+        self.body, self.inflight, self.held = body, inflight, len(body)
+        self.raw_headers = [(b"content-length", b"%d" % len(body)),
+                            (b"content-type", media_type), *headers]
         inflight.held += self.held
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            await super().__call__(scope, receive, send)
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": self.raw_headers})
+            await send({"type": "http.response.body", "body": self.body})
         finally:
             self.inflight.held -= self.held
             self.held = 0
 
 
-def build_app(relay: ServedRelay) -> Starlette:
-    """The ASGI app serving ``relay``."""
+class _StreamFirst:
+    """Answers ``GET /stream`` ahead of Starlette's middleware stack and router, and
+    hands every other request (and ``HEAD /stream``) to ``app``.
+
+    The contract is the route's: the endpoint's errors are answered by the handlers
+    of :mod:`databus.serving` (a :class:`DatabusError` its status; anything else 500
+    ``InternalError``, then raised on to the server, as Starlette's
+    ``ServerErrorMiddleware`` does), and every answer is counted in
+    ``databus_relay_requests`` (endpoint ``stream``). Why: /stream is the hot path
+    of every consumer, and the five ASGI layers it skips cost each request more
+    than selecting its events does once the buffer walks in C (bench/RESULTS.md,
+    "Relay fan-out")."""
+
+    def __init__(self, app: ASGIApp, endpoint: Callable[[Request], Awaitable[ASGIApp]],
+                 metrics: RelayMetrics) -> None:
+        self.app, self.endpoint, self.metrics = app, endpoint, metrics
+        self._counters: dict[int, Any] = {}
+
+    def _counter(self, status: int) -> Any:
+        counter = self._counters.get(status)
+        if counter is None:  # a labelled child per status, looked up once
+            counter = self.metrics.requests.labels(endpoint="stream", status=str(status))
+            self._counters[status] = counter
+        return counter
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != "/stream" or scope["method"] != "GET":
+            await self.app(scope, receive, send)
+            return
+        status = 500  # unless an answer starts
+        started = False
+
+        async def counting(message: Message) -> None:
+            nonlocal status, started
+            if message["type"] == "http.response.start":
+                status, started = message["status"], True
+            await send(message)
+
+        try:
+            try:
+                response = await self.endpoint(Request(scope, receive))
+            except DatabusError as exc:
+                response = error_response(exc)
+            await response(scope, receive, counting)
+        except Exception as exc:
+            if not started:
+                await internal_error_response(exc)(scope, receive, counting)
+            raise
+        finally:
+            self._counter(status).inc()
+
+
+def build_app(relay: ServedRelay) -> ASGIApp:
+    """The ASGI app serving ``relay``: ``GET /stream`` first (:class:`_StreamFirst`),
+    the other endpoints through Starlette."""
     metrics = relay.metrics
     inflight = _Inflight(relay.config.stream.max_inflight_bytes)
 
@@ -169,7 +232,7 @@ def build_app(relay: ServedRelay) -> Starlette:
         body = reg.to_json(sorted(ids) if ids is not None else None)
         return Response(body, media_type="application/json")
 
-    async def stream(request: Request) -> Response:
+    async def stream(request: Request) -> ASGIApp:
         cfg = relay.config.stream
         q = request.query_params
         listed = served()
@@ -236,22 +299,20 @@ def build_app(relay: ServedRelay) -> Starlette:
         metrics.bytes_out.inc(len(result.data))
         metrics.events_out.inc(result.events)
         # the position after this response, so a client need not scan the body
-        headers = {
-            "X-Databus-Max-Scn": str(relay.buffer.max_scn),
-            "X-Databus-Min-Scn": str(relay.buffer.min_scn),
-            "X-Databus-Last-Window-Scn": str(result.last_scn),
-            "X-Databus-Partial-Scn": str(result.partial_scn),
-            "X-Databus-Partial-Count": str(result.partial_count),
-        }
+        headers = [
+            (b"x-databus-max-scn", b"%d" % relay.buffer.max_scn),
+            (b"x-databus-min-scn", b"%d" % relay.buffer.min_scn),
+            (b"x-databus-last-window-scn", b"%d" % result.last_scn),
+            (b"x-databus-partial-scn", b"%d" % result.partial_scn),
+            (b"x-databus-partial-count", b"%d" % result.partial_count),
+        ]
         if member and relay.cluster is not None:
-            headers["X-Databus-Cluster-Hw"] = str(relay.cluster.serve_limit())
+            headers.append((b"x-databus-cluster-hw", b"%d" % relay.cluster.serve_limit()))
         if output == "json":
             body = await run_in_threadpool(_to_json_lines, relay.source.registry(), result.data,
                                            transactions=transactions)
-            return _HeldResponse(inflight, body, headers=headers,
-                                 media_type="application/x-ndjson")
-        return _HeldResponse(inflight, result.data, headers=headers,
-                             media_type="application/octet-stream")
+            return _HeldResponse(inflight, body, headers, b"application/x-ndjson")
+        return _HeldResponse(inflight, result.data, headers, b"application/octet-stream")
 
     def container_stats(request: Request) -> Response:
         stats = relay.stats()
@@ -325,8 +386,9 @@ def build_app(relay: ServedRelay) -> Starlette:
         sources: "sources", register: "register", stream: "stream",
         container_stats: "containerStats", metrics_endpoint: "metrics", admin: "admin",
         signal: "signal"}
-    return Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS,
-                     middleware=[Middleware(_CountRequests, metrics=metrics, names=names)])
+    app = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS,
+                    middleware=[Middleware(_CountRequests, metrics=metrics, names=names)])
+    return _StreamFirst(app, stream, metrics)
 
 
 def int_param_value(raw: str | None) -> int | None:

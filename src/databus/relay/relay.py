@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 from databus.buffer import EventBuffer
 from databus.core.errors import BufferCorruptError, DatabusError
@@ -211,7 +211,7 @@ class Relay(HttpService):
 
     # -- serving (HttpService) ------------------------------------------------
 
-    def build_app(self) -> Starlette:
+    def build_app(self) -> ASGIApp:
         return relay_app(self)
 
     def on_listening(self) -> None:
