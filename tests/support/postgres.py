@@ -50,14 +50,18 @@ def _as_postgres() -> dict[str, Any]:
     return {"user": "postgres", "group": "postgres", "extra_groups": []}
 
 
+SETTINGS = {
+    "wal_level": "logical", "max_wal_senders": "10", "max_replication_slots": "10",
+    "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
+    "shared_buffers": "64MB", "max_connections": "200"}
+"""The default ``postgres -c`` settings of a test server."""
+
+
 @dataclass
 class PostgreSQL:
     """One private server. ``settings`` are ``postgres -c`` options."""
 
-    settings: dict[str, str] = field(default_factory=lambda: {
-        "wal_level": "logical", "max_wal_senders": "10", "max_replication_slots": "10",
-        "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
-        "shared_buffers": "64MB", "max_connections": "200"})
+    settings: dict[str, str] = field(default_factory=lambda: dict(SETTINGS))
     port: int = field(default_factory=free_port)
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="databus-pg-")))
     proc: subprocess.Popen[bytes] | None = None
@@ -128,21 +132,23 @@ class PostgreSQL:
 
     def shutdown(self, mode: str = "fast") -> None:
         """Stop the server and keep its data directory (``mode``: ``fast``, SIGINT,
-        ends sessions and checkpoints; ``smart``, SIGTERM, waits for them)."""
+        ends sessions and checkpoints; ``smart``, SIGTERM, waits for them; ``immediate``,
+        SIGQUIT, a crash: the next start recovers from the WAL). A fast or smart
+        shutdown waits for logical replication clients to confirm everything sent."""
+        signals = {"fast": signal.SIGINT, "smart": signal.SIGTERM,
+                   "immediate": signal.SIGQUIT}
         if self.proc is not None and self.proc.poll() is None:
-            if mode == "fast":
-                self.proc.send_signal(signal.SIGINT)
-            else:
-                self.proc.terminate()
+            self.proc.send_signal(signals[mode])
             try:
                 self.proc.wait(60)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(30)
 
-    def restart(self) -> None:
-        """Stop (fast) and start again on the same port and data directory."""
-        self.shutdown("fast")
+    def restart(self, mode: str = "fast") -> None:
+        """Stop (``mode``, see :meth:`shutdown`) and start again on the same port and data
+        directory."""
+        self.shutdown(mode)
         self.start()
 
     def stop(self) -> None:

@@ -13,8 +13,15 @@ Guarantees (the :class:`~databus.sources.base.Source` contract, made concrete):
   start (``after_scn < 0``); its confirmed flush LSN moves only to SCNs the
   relay passed to :meth:`acknowledge` (which the relay calls with what its
   buffer no longer needs, docs/postgresql.md), so the server keeps the WAL of
-  everything after. A slot that is gone, or whose confirmed LSN is past the
-  relay's position, raises :class:`~databus.core.errors.SourcePositionLostError`.
+  everything after; and, through psycopg2, to the position of a server
+  keepalive once every message received before it was acknowledged (WAL
+  without a captured change). Each acknowledged SCN is recorded first in
+  ``<state_dir>/<relay>.postgres-slot.json``. A slot that is gone, or a relay
+  position below the SCN it had acknowledged, raises
+  :class:`~databus.core.errors.SourcePositionLostError`; a confirmed LSN past
+  the relay's position but not past an acknowledgement only skipped WAL
+  without captured changes (without ``state_dir`` this cannot be told apart
+  and is logged as a warning).
 * **Progress**: when no captured change arrives for ``progress_interval``
   seconds but the server reports (keepalives) that it decoded further, an
   empty window at that position is sent, so acknowledgements, and with them
@@ -49,6 +56,7 @@ Not yet: snapshots (``snapshot_mode`` must be ``no_data``), protocol version 2
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -138,6 +146,7 @@ class PostgresSource(Source):
         self._exclude = _regexes(config.exclude_tables)
         self._slot_wait = slot_wait
         self._history = state_dir / f"{name}.postgres-schemas.json" if state_dir else None
+        self._acked_path = state_dir / f"{name}.postgres-slot.json" if state_dir else None
         self._registry = SchemaRegistry()
         self._by_src: dict[int, SourceInfo] = {}
         self._versions: dict[tuple[Any, ...], TableVersion] = {}
@@ -299,11 +308,7 @@ class PostgresSource(Source):
             log.info("created replication slot %s at %s", self.slot, po.lsn_text(int(row[0])))
         elif after_scn >= 0 and found.confirmed_lsn is not None \
                 and found.confirmed_lsn > after_scn:
-            raise SourcePositionLostError(
-                f"replication slot {self.slot} was confirmed up to"
-                f" {po.lsn_text(found.confirmed_lsn)}, past this relay's position"
-                f" {po.lsn_text(after_scn)}: the changes between are gone; consumers must"
-                " bootstrap")
+            self._check_skip(after_scn, found.confirmed_lsn)
         self._stream = ReplicationStream(self.url, slot=self.slot,
                                          publication=self.publication,
                                          start_lsn=max(after_scn, 0))
@@ -315,6 +320,35 @@ class PostgresSource(Source):
             self._confirmed = -1  # a new session: say it again
         log.info("replication of slot %s started after %s", self.slot,
                  po.lsn_text(after_scn) if after_scn >= 0 else "its confirmed position")
+
+    def _saved_ack(self) -> int | None:
+        if self._acked_path is None or not self._acked_path.exists():
+            return None
+        try:
+            return int(json.loads(self._acked_path.read_text(encoding="utf-8"))["acknowledged"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise SourcePositionLostError(
+                f"slot state {self._acked_path} is unreadable ({exc}): cannot prove the slot"
+                " holds every change after this relay's position") from exc
+
+    def _check_skip(self, after_scn: int, confirmed: int) -> None:
+        """The slot was confirmed past ``after_scn``: a loss when this relay had
+        acknowledged more than it now holds, else WAL without captured changes."""
+        saved = self._saved_ack()
+        if saved is not None and after_scn < saved:
+            raise SourcePositionLostError(
+                f"this relay acknowledged up to {po.lsn_text(saved)} but resumes after"
+                f" {po.lsn_text(after_scn)}, and replication slot {self.slot} was confirmed"
+                f" up to {po.lsn_text(confirmed)}: the changes between are gone; consumers"
+                " must bootstrap")
+        if saved is None:
+            log.warning("replication slot %s was confirmed up to %s, past this relay's"
+                        " position %s; without a record of its acknowledgements (state_dir)"
+                        " the source cannot prove nothing captured lies between",
+                        self.slot, po.lsn_text(confirmed), po.lsn_text(after_scn))
+        else:
+            log.info("replication slot %s was moved to %s over WAL without captured changes",
+                     self.slot, po.lsn_text(confirmed))
 
     def read(self, after_scn: int, stop: threading.Event, timeout: float) -> list[Window]:
         try:
@@ -513,6 +547,8 @@ class PostgresSource(Source):
             if ack <= self._confirmed:
                 return
             self._confirmed = ack
+        if self._acked_path is not None:  # recorded before the server hears of it
+            write_atomic(self._acked_path, json.dumps({"acknowledged": ack}).encode())
         stream.confirm(ack)
         self._stats["slot_confirmed_lsn"] = float(ack)
 
