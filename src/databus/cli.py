@@ -396,6 +396,10 @@ def publish(
         "adaptive_time_microseconds",
     bigint_unsigned_handling_mode: Annotated[str, typer.Option(
         help="value-mode debezium: long or precise")] = "long",
+    batch_windows: Annotated[int, typer.Option(
+        help="whole windows per Kafka transaction at most (1: one per window)")] = 100,
+    batch_linger: Annotated[float, typer.Option(
+        help="seconds a transaction waits for more windows before it commits")] = 0.1,
     topic_partitions: Annotated[int, typer.Option(
         help="partitions of created data topics (-1: the broker's default)")] = -1,
     replication_factor: Annotated[int, typer.Option(
@@ -409,9 +413,9 @@ def publish(
         help="PEM CA of the relay's certificate (default: DATABUS_CA_FILE)")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
-    """Publish the change stream into Kafka, one transaction per window.
+    """Publish the change stream into Kafka, whole windows per transaction.
 
-    Topics, keys and values follow Debezium's (docs/kafka.md). Each window's messages
+    Topics, keys and values follow Debezium's (docs/kafka.md). Whole windows' messages
     and the publisher's position are committed in one Kafka transaction, so a publisher
     killed at any point resumes without loss and, for read_committed consumers,
     without duplicates.
@@ -432,6 +436,7 @@ def publish(
             value_mode=value_mode, decimal_handling_mode=decimal_handling_mode,
             time_precision_mode=time_precision_mode,
             bigint_unsigned_handling_mode=bigint_unsigned_handling_mode,
+            batch_windows=batch_windows, batch_linger=batch_linger,
             topic_partitions=topic_partitions, topic_replication_factor=replication_factor,
             create_topics=create_topics, kafka_config=props, token_file=token_file,
             tls_ca_file=ca_file)

@@ -133,11 +133,14 @@ def check_published(p: Pipeline, w: Writer) -> dict[str, int]:
             "tombstones": sum(len(v) for v in got.tombstones.values())}
 
 
-def test_publisher_equivalence(pipeline: Pipeline) -> None:
+@pytest.mark.parametrize("batch", ["1", "100"], ids=["transaction-per-window", "batched"])
+def test_publisher_equivalence(pipeline: Pipeline, batch: str) -> None:
     """A random multi-table workload: a read_committed consumer rebuilds every table,
     sees each committed change once in order, a tombstone after each delete, and
-    transaction metadata that counts the data."""
+    transaction metadata that counts the data; with a Kafka transaction per window and
+    with up to 100 windows per transaction."""
     p = pipeline
+    p.publish_args = ["--batch-windows", batch]
     p.start("relay")
     p.start("publish")
     with Writer(p.db, seed=31) as w:

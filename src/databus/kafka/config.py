@@ -86,6 +86,12 @@ class PublishConfig(ConfigModel):
     bigint_unsigned_handling_mode: BigintUnsignedMode = Field(
         "long", description="value_mode debezium: BIGINT UNSIGNED as int64, wrapping above"
         " 2^63-1 as a Java long does (long), or Connect Decimal bytes (precise)")
+    batch_windows: int = Field(
+        100, ge=1, le=100_000, description="whole windows per Kafka transaction at most; 1 ="
+        " a transaction per window (a transaction costs a few ms of round trips)")
+    batch_linger: float = Field(
+        0.1, ge=0, le=60, description="seconds a transaction stays open for more windows;"
+        " then it is committed, also while the relay has nothing new (the latency it adds)")
     topic_partitions: int = Field(
         -1, description="partitions of the data topics the publisher creates; -1 = the"
         " broker's num.partitions")

@@ -44,7 +44,7 @@ from confluent_kafka.admin import AdminClient
 from databus.client.checkpoints import CheckpointStore
 from databus.client.client import DatabusClient
 from databus.client.config import ClientConfig
-from databus.client.consumer import Consumer, DataEvent, Result
+from databus.client.consumer import Consumer, ConsumerResult, DataEvent, Result
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import (
     ConsumerFatalError,
@@ -75,6 +75,7 @@ class PublishStats:
     windows: int = 0
     skipped_windows: int = 0
     messages: int = 0
+    transactions: int = 0
     aborted: int = 0
     producers: int = 0
     heartbeats: int = 0
@@ -99,7 +100,12 @@ class Publisher(Consumer, CheckpointStore):
         self._ready_topics: set[str] = set()
         self._last_activity = time.monotonic()
         self._closing = threading.Event()
-        self._heartbeat_thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.RLock()  # the producer's transaction: client and linger thread
+        self._batch: list[int] = []  # windows in the open transaction
+        self._batch_started = 0.0
+        self._batch_checkpoint: Checkpoint | None = None
+        self._broken: DatabusError | None = None
 
     # -- connecting ----------------------------------------------------------------------
 
@@ -117,11 +123,11 @@ class Publisher(Consumer, CheckpointStore):
         cfg = self.cfg
         if self._producer is None:
             producer = Producer({
+                "linger.ms": 5, "client.id": f"databus-publish-{cfg.publisher_name}",
+                "partitioner": "murmur2_random",  # the Java client's: same keys, same partitions
                 **self._kafka, "transactional.id": cfg.transactional_id,
                 "enable.idempotence": True, "acks": "all",
-                "transaction.timeout.ms": cfg.transaction_timeout_ms,
-                "partitioner": "murmur2_random",  # the Java client's: same keys, same partitions
-                "linger.ms": 5, "client.id": f"databus-publish-{cfg.publisher_name}"})
+                "transaction.timeout.ms": cfg.transaction_timeout_ms})
             with kafka_errors(f"initialising transactions of {cfg.transactional_id}"):
                 producer.init_transactions(30)
             self._producer = producer
@@ -155,25 +161,36 @@ class Publisher(Consumer, CheckpointStore):
 
     def load(self) -> Checkpoint | None:
         """The checkpoint committed with the last published window (None: new)."""
-        self._open()
-        self._start_heartbeats()
+        with self._lock:
+            self._open()
+        self._start_threads()
         return self._committed
 
     def save(self, checkpoint: Checkpoint) -> None:
-        """Nothing to do: the checkpoint was committed with its window."""
+        """Commit the open transaction: every window up to ``checkpoint`` is then in
+        Kafka with the position. A failure makes the client replay after its last saved
+        checkpoint."""
+        try:
+            with self._lock:
+                self._raise_broken()
+                self._commit_batch()
+        except TerminalError as exc:
+            raise ConsumerFatalError(str(exc)) from exc
 
     def close(self) -> None:
         """Stop the heartbeats and let the producers go. Idempotent."""
         self._closing.set()
-        if self._heartbeat_thread is not None:
-            self._heartbeat_thread.join(30)
-            self._heartbeat_thread = None
+        for thread in self._threads:
+            thread.join(30)
+        self._threads = []
         self._producer = None
 
     # -- Consumer ------------------------------------------------------------------------
 
     def on_start_data_event_sequence(self, scn: int) -> Result:
         self._events.clear()
+        with self._lock:
+            self._raise_broken()
         return None
 
     def on_data_event(self, event: DataEvent) -> Result:
@@ -183,21 +200,41 @@ class Publisher(Consumer, CheckpointStore):
 
     def on_end_data_event_sequence(self, scn: int) -> Result:
         try:
-            self._publish(scn)
+            with self._lock:
+                self._raise_broken()
+                self._publish(scn)
+                due = bool(self._batch) and (
+                    len(self._batch) >= self.cfg.batch_windows
+                    or time.monotonic() - self._batch_started >= self.cfg.batch_linger)
         except TerminalError as exc:
             raise ConsumerFatalError(str(exc)) from exc
         finally:
             self._events.clear()
-        return None
+        return ConsumerResult.CHECKPOINT if due else None  # the client calls save: commit
 
     def on_rollback(self, scn: int) -> Result:
+        """The client replays from its last saved checkpoint: the open transaction's
+        windows come again, so it is aborted."""
         self._events.clear()
+        with self._lock:
+            self._broken = None
+            if self._batch and self._producer is not None:
+                self._failed(self._producer, KafkaUnavailableError("rolled back"), False)
+            self._batch.clear()
         return None
 
-    # -- one window ----------------------------------------------------------------------
+    # -- windows into the open transaction -------------------------------------------------
+
+    def _raise_broken(self) -> None:
+        """A commit by the linger thread failed: the client must replay (see _linger)."""
+        if self._broken is not None:
+            exc, self._broken = self._broken, None
+            raise exc
 
     def _publish(self, scn: int) -> None:
-        self._open()
+        """Window ``scn``'s messages into the open transaction (begun if none is)."""
+        if not self._batch:
+            self._open()
         done = self._committed
         if done is not None and not done.in_window and scn <= done.window_scn:
             self.stats.skipped_windows += 1
@@ -208,15 +245,36 @@ class Publisher(Consumer, CheckpointStore):
         for topic in {m[0] for m in messages}:
             self._ensure_topic(topic, partitions=1 if topic == self.encoder.transaction_topic
                                else None)
-        checkpoint = (done if done is not None else Checkpoint.flexible()).window_done(scn)
+        base = self._batch_checkpoint if self._batch_checkpoint is not None else done
+        checkpoint = (base if base is not None else Checkpoint.flexible()).window_done(scn)
         producer = self._producer
         assert producer is not None
-        committing = False
         try:
             with kafka_errors(f"publishing window {scn}"):
-                producer.begin_transaction()
+                if not self._batch:
+                    producer.begin_transaction()
+                    self._batch_started = time.monotonic()
                 for topic, key, value in messages:
                     _produce(producer, topic, key, value)
+        except DatabusError as exc:
+            self._failed(producer, exc, False)
+            raise
+        self._batch.append(scn)
+        self._batch_checkpoint = checkpoint
+        self._last_activity = time.monotonic()
+        self.stats.windows += 1
+        self.stats.messages += len(messages)
+
+    def _commit_batch(self) -> None:
+        """Write the position and commit the open transaction (nothing when none is)."""
+        if not self._batch:
+            return
+        producer, checkpoint = self._producer, self._batch_checkpoint
+        assert producer is not None and checkpoint is not None
+        scn = checkpoint.window_scn
+        committing = False
+        try:
+            with kafka_errors(f"publishing the position after window {scn}"):
                 _produce(producer, self.cfg.offsets_topic, self.cfg.publisher_name.encode(),
                          offset_record(self.cfg.publisher_name, checkpoint))
             committing = True
@@ -226,27 +284,48 @@ class Publisher(Consumer, CheckpointStore):
             raise
         producer.poll(0)  # serve delivery reports and log lines
         self._committed = checkpoint
-        self._last_activity = time.monotonic()
-        self.stats.windows += 1
-        self.stats.messages += len(messages)
+        self.stats.transactions += 1
         self.stats.last_scn = scn
+        self._batch.clear()
+        self._batch_checkpoint = None
+        self._last_activity = time.monotonic()
 
     def _failed(self, producer: Producer, exc: DatabusError, committing: bool) -> None:
-        """Abort the window's transaction when its outcome is known; otherwise drop the
-        producer (the next one settles the transaction and the position is read again)."""
+        """Abort the open transaction when its outcome is known; otherwise drop the
+        producer (the next one settles the transaction and the position is read again).
+        Either way the transaction's windows are gone: the client replays them."""
         self.stats.aborted += 1
-        if isinstance(exc, TerminalError) or committing or (isinstance(exc, KafkaContext) and exc.fatal):
+        self._batch.clear()
+        self._batch_checkpoint = None
+        if isinstance(exc, TerminalError) or committing or (
+                isinstance(exc, KafkaContext) and exc.fatal):
             log.warning("publishing failed (%s): a new producer will settle the transaction", exc)
             self._drop_producer()
             return
         try:
-            with kafka_errors("aborting the window's transaction"):
+            with kafka_errors("aborting the transaction"):
                 producer.abort_transaction(30)
             log.warning("publishing failed (%s): transaction aborted", exc)
         except DatabusError as abort_exc:
             log.warning("publishing failed (%s) and aborting failed too (%s): a new"
                         " producer will settle the transaction", exc, abort_exc)
             self._drop_producer()
+
+    def _linger(self) -> None:
+        """Commit an open transaction that is ``batch_linger`` old while no window comes
+        (the client waits on the relay). A failure is kept and raised at the next
+        callback: the client then replays from its last saved checkpoint, which is never
+        after what Kafka holds, and windows Kafka already holds are skipped."""
+        wait = max(self.cfg.batch_linger / 2, 0.005)
+        while not self._closing.wait(wait):
+            with self._lock:
+                if not self._batch or self._broken is not None or (
+                        time.monotonic() - self._batch_started < self.cfg.batch_linger):
+                    continue
+                try:
+                    self._commit_batch()
+                except DatabusError as exc:
+                    self._broken = exc
 
     def _messages(self, scn: int) -> list[Message]:
         """The window's messages, in commit order, with BEGIN/END per source transaction."""
@@ -287,12 +366,17 @@ class Publisher(Consumer, CheckpointStore):
 
     # -- heartbeats ----------------------------------------------------------------------
 
-    def _start_heartbeats(self) -> None:
-        if self.cfg.heartbeat_interval <= 0 or self._heartbeat_thread is not None:
+    def _start_threads(self) -> None:
+        if self._threads:
             return
-        self._heartbeat_thread = threading.Thread(target=self._heartbeats, daemon=True,
-                                                  name="databus-publish-heartbeat")
-        self._heartbeat_thread.start()
+        if self.cfg.batch_windows > 1:
+            self._threads.append(threading.Thread(target=self._linger, daemon=True,
+                                                  name="databus-publish-linger"))
+        if self.cfg.heartbeat_interval > 0:
+            self._threads.append(threading.Thread(target=self._heartbeats, daemon=True,
+                                                  name="databus-publish-heartbeat"))
+        for thread in self._threads:
+            thread.start()
 
     def _heartbeats(self) -> None:
         interval = self.cfg.heartbeat_interval
@@ -356,6 +440,7 @@ def run_publish(config: PublishConfig, *, stop: threading.Event | None = None,
     client_cfg = ClientConfig(
         relay_url=config.relay_url, sources=list(config.sources), from_start=True,
         poll_timeout=config.poll_timeout, max_retries=config.max_retries,
+        checkpoint_every_windows=config.batch_windows,
         backoff_max=config.backoff_max, token=config.token, token_file=config.token_file,
         tls_ca_file=config.tls_ca_file, tls_cert_file=config.tls_cert_file,
         tls_key_file=config.tls_key_file)
