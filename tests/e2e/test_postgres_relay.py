@@ -38,6 +38,11 @@ from tests.support.verify import check_delivery, read_windows
 
 TXNS = int(os.environ.get("DATABUS_PG_WORKLOAD_TXNS", "3000"))
 KILLS = int(os.environ.get("DATABUS_PG_KILLS", "3"))
+# the suite's size: small enough that windows are evicted, so the relay acknowledges and
+# the slot moves, large enough for the recorder's lag after a kill; a full run keeps
+# everything (the recorder, one Python process, falls behind two writers by more than a
+# small buffer holds)
+BUFFER = 1024 * 1024 if TXNS <= 5000 else TXNS * 1200
 
 SCHEMA = [
     "CREATE TABLE accounts (id int PRIMARY KEY, owner text NOT NULL, balance numeric(14,2),"
@@ -144,7 +149,7 @@ class Pipeline(ProcessPipeline):
             return [*DATABUS, "relay", "--source", self.server.source_url(self.db),
                     "--tables", r"public\..*", "--snapshot-mode", "no_data",
                     "--buffer-path", str(self.tmp / "relay.buf"), "--port", str(self.port),
-                    "--buffer-size", str(1024 * 1024)]
+                    "--buffer-size", str(BUFFER)]
         return [sys.executable, "-m", "tests.support.recorder", "--relay", self.url,
                 "--out", str(self.record), "--checkpoint", str(self.tmp / "recorder.ckpt")]
 

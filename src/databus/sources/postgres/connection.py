@@ -223,3 +223,75 @@ class ReplicationStream:
             with contextlib.suppress(psycopg2.Error, OSError):
                 self._conn.close()
             self._conn = self._cur = None
+
+
+def create_slot_exporting(url: PgUrl, slot: str) -> tuple[int, str, Any]:
+    """Create logical slot ``slot`` (pgoutput) on a replication connection, exporting
+    the snapshot of its consistent point: (that LSN, the snapshot's name, the
+    connection, which must stay open until the snapshot was imported; close it
+    with :func:`close_quietly`)."""
+    with translated(f"creating replication slot {slot}", url):
+        conn = psycopg2.connect(
+            connection_factory=psycopg2.extras.LogicalReplicationConnection,
+            **url.connect_args())
+        try:
+            cur = conn.cursor()
+            cur.create_replication_slot(slot, output_plugin="pgoutput")
+            row = cur.fetchone()
+        except BaseException:
+            conn.close()
+            raise
+    hi, _, lo = str(row[1]).partition("/")
+    return (int(hi, 16) << 32) | int(lo, 16), str(row[2]), conn
+
+
+def close_quietly(conn: Any) -> None:
+    with contextlib.suppress(psycopg2.Error, OSError):
+        conn.close()
+
+
+class SnapshotSession:
+    """A read-only REPEATABLE READ transaction on an exported snapshot: every query
+    sees the database exactly at the slot's consistent point."""
+
+    def __init__(self, url: PgUrl, snapshot: str) -> None:
+        self.url = url
+        with translated("importing the slot's snapshot", url):
+            conn = psycopg2.connect(**url.connect_args())
+            try:
+                conn.set_session(isolation_level="REPEATABLE READ", readonly=True)
+                with conn.cursor() as cur:
+                    cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot,))
+            except BaseException:
+                conn.close()
+                raise
+        self._conn = conn
+        self._cursors = 0
+
+    def query(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+        with translated("a snapshot query", self.url), self._conn.cursor() as cur:
+            cur.execute(sql, params)
+            return list(cur.fetchall())
+
+    def batches(self, sql: str, size: int) -> Iterator[list[tuple[Any, ...]]]:
+        """The rows of ``sql`` in lists of at most ``size`` (a server-side cursor)."""
+        self._cursors += 1
+        with translated("a snapshot read", self.url):
+            cur = self._conn.cursor(name=f"databus_snapshot_{self._cursors}")
+        try:
+            with translated("a snapshot read", self.url):
+                cur.execute(sql)
+            while True:
+                with translated("a snapshot read", self.url):
+                    rows = cur.fetchmany(size)
+                if not rows:
+                    return
+                yield list(rows)
+        finally:
+            with contextlib.suppress(psycopg2.Error):
+                cur.close()
+
+    def close(self) -> None:
+        with contextlib.suppress(psycopg2.Error, OSError):
+            self._conn.rollback()
+            self._conn.close()

@@ -50,8 +50,15 @@ Guarantees (the :class:`~databus.sources.base.Source` contract, made concrete):
   per event: REPLICA IDENTITY FULL.
 * **Types**: see :mod:`.types`; values are PostgreSQL's text of them.
 
-Not yet: snapshots (``snapshot_mode`` must be ``no_data``), protocol version 2
-(streamed large transactions), tables added to the database after start.
+* **Snapshots** (``snapshot_mode`` initial, initial_only, when_needed): on a
+  fresh start the slot is created exporting its snapshot, and the captured
+  tables' rows as of the slot's consistent point go out first as ``r`` events
+  (:mod:`.snapshot`); the stream continues right after that point. no_data:
+  no snapshot. A lost slot is never re-snapshotted (when_needed included).
+
+Not yet: ``snapshot_mode`` always, incremental (signal table) snapshots,
+protocol version 2 (streamed large transactions), tables added to the
+database after start.
 """
 
 from __future__ import annotations
@@ -82,10 +89,14 @@ from databus.sources.postgres import pgoutput as po
 from databus.sources.postgres.connection import (
     PgUrl,
     ReplicationStream,
+    SnapshotSession,
     SqlSession,
+    close_quietly,
+    create_slot_exporting,
     parse_pg_url,
     quote_ident,
 )
+from databus.sources.postgres.snapshot import InitialSnapshot
 from databus.sources.postgres.types import TableVersion, version_schema
 
 log = logging.getLogger("databus.sources.postgres")
@@ -154,6 +165,10 @@ class PostgresSource(Source):
         self._types: dict[int, str] = {}  # Type messages: oid -> namespace.name
         self._progress_every = config.progress_interval
         self._sql: SqlSession | None = None
+        self._tables: list[checks.TableFacts] = []
+        self._snap: InitialSnapshot | None = None
+        self._snapshot_done = False  # initial_only: nothing more after it
+        self._slot_floor = 0  # the slot's confirmed LSN when this session started
         self._stream: ReplicationStream | None = None
         self._stream_scn = -2
         self._last_scn = -1
@@ -166,7 +181,8 @@ class PostgresSource(Source):
         self._opened = False
         self._stats: dict[str, float] = dict.fromkeys(
             ["slot_confirmed_lsn", "slot_lag_bytes", "server_lsn", "toast_fetched_total",
-             "toast_carried_total", "toast_unavailable_total", "truncates_total"], 0.0)
+             "toast_carried_total", "toast_unavailable_total", "truncates_total",
+             "snapshot_rows_total", "snapshot_running"], 0.0)
 
     # -- life cycle ----------------------------------------------------------------
 
@@ -176,10 +192,11 @@ class PostgresSource(Source):
         slot (free, or not held by another process); loads the schema history."""
         if self._opened:
             return
-        if self.config.snapshot_mode != "no_data":
+        if self.config.snapshot_mode == "always":
             raise ConfigError(
-                f"snapshot_mode {self.config.snapshot_mode} is not supported by the PostgreSQL"
-                " source yet: set snapshot_mode: no_data (changes from the slot's creation on)")
+                "snapshot_mode always is not supported by the PostgreSQL source: a snapshot"
+                " comes with a new slot (initial, initial_only, when_needed) or not at all"
+                " (no_data)")
         sql = SqlSession(self.url)
         try:
             facts = checks.server_facts(sql)
@@ -195,6 +212,7 @@ class PostgresSource(Source):
             sql.close()
             raise
         self._sql = sql
+        self._tables = tables
         self._load_history()
         self._opened = True
 
@@ -209,6 +227,10 @@ class PostgresSource(Source):
         if self._stream is not None:
             self._stream.close()
             self._stream = None
+        if self._snap is not None:
+            self._snap.close()
+            self._snap = None
+            self._stats["snapshot_running"] = 0.0
         self._txn = None
         self._stream_scn = -2
 
@@ -291,8 +313,8 @@ class PostgresSource(Source):
     # -- the stream ----------------------------------------------------------------
 
     def _start(self, after_scn: int) -> None:
-        """Check the slot against ``after_scn`` (create it on a fresh start) and start
-        replication after it."""
+        """Check the slot against ``after_scn`` (create it on a fresh start, with the
+        initial snapshot when the mode asks for one) and start replication after it."""
         self._close_stream()
         assert self._sql is not None
         found = checks.slot_facts(self._sql, self.slot)
@@ -300,15 +322,26 @@ class PostgresSource(Source):
             if after_scn >= 0:
                 raise SourcePositionLostError(
                     f"replication slot {self.slot} is gone: the changes after scn {after_scn}"
-                    " (LSN {}) cannot be read; consumers must bootstrap".format(
-                        po.lsn_text(after_scn)))
+                    f" (LSN {po.lsn_text(after_scn)}) cannot be read; consumers must"
+                    " bootstrap")
+            if self.config.snapshot_mode != "no_data":
+                self._start_snapshot()
+                return
             (row,) = self._sql.query(
                 "SELECT (lsn - '0/0')::bigint FROM pg_create_logical_replication_slot(%s,"
                 " 'pgoutput')", (self.slot,))
-            log.info("created replication slot %s at %s", self.slot, po.lsn_text(int(row[0])))
-        elif after_scn >= 0 and found.confirmed_lsn is not None \
-                and found.confirmed_lsn > after_scn:
-            self._check_skip(after_scn, found.confirmed_lsn)
+            floor = int(row[0])
+            log.info("created replication slot %s at %s", self.slot, po.lsn_text(floor))
+        else:
+            floor = found.confirmed_lsn or 0
+            if after_scn >= 0:
+                self._check_interrupted_snapshot(after_scn)
+                if floor > after_scn:
+                    self._check_skip(after_scn, floor)
+        self._open_stream(after_scn, floor)
+
+    def _open_stream(self, after_scn: int, floor: int) -> None:
+        self._slot_floor = floor
         self._stream = ReplicationStream(self.url, slot=self.slot,
                                          publication=self.publication,
                                          start_lsn=max(after_scn, 0))
@@ -321,15 +354,85 @@ class PostgresSource(Source):
         log.info("replication of slot %s started after %s", self.slot,
                  po.lsn_text(after_scn) if after_scn >= 0 else "its confirmed position")
 
-    def _saved_ack(self) -> int | None:
-        if self._acked_path is None or not self._acked_path.exists():
-            return None
+    def _start_snapshot(self) -> None:
+        """Create the slot exporting its snapshot and start reading the tables in it."""
+        lsn, name, holder = create_slot_exporting(self.url, self.slot)
         try:
-            return int(json.loads(self._acked_path.read_text(encoding="utf-8"))["acknowledged"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            session = SnapshotSession(self.url, name)
+        finally:
+            close_quietly(holder)  # the import keeps the snapshot
+        try:
+            snap = InitialSnapshot(session, lsn, self._tables, self._snapshot_version,
+                                   self.config.snapshot_chunk_size, time.time_ns())
+        except BaseException:
+            session.close()
+            raise
+        self._save_slot_state(snapshot=[snap.first_scn, lsn])
+        log.info("created replication slot %s at %s; initial snapshot of %d table(s) in %d"
+                 " chunk window(s)", self.slot, po.lsn_text(lsn), len(snap.plan), snap.chunks)
+        self._snap = snap
+        self._slot_floor = lsn
+        self._stream_scn = -1
+        self._stats["snapshot_running"] = 1.0
+
+    def _snapshot_version(self, rel: po.Relation) -> TableVersion:
+        self._relation(rel)
+        version = self._rels[rel.oid].version
+        assert version is not None  # a captured table
+        return version
+
+    def _snapshot_read(self, after_scn: int) -> list[Window]:
+        snap = self._snap
+        assert snap is not None
+        if after_scn != self._stream_scn:
+            raise SourcePositionLostError(
+                f"the initial snapshot of slot {self.slot} was asked to resume after scn"
+                f" {after_scn}; it cannot (see _check_interrupted_snapshot)")
+        window = snap.next_window()
+        if window is not None:
+            self._stream_scn = window.scn
+            self._stats["snapshot_rows_total"] += window.count
+            return [window]
+        log.info("initial snapshot done: %d rows", snap.rows)
+        snap.close()
+        self._snap = None
+        self._stats["snapshot_running"] = 0.0
+        if self.config.snapshot_mode == "initial_only":
+            self._snapshot_done = True
+            return []
+        self._open_stream(after_scn, snap.lsn)
+        return []
+
+    def _slot_state(self) -> dict[str, Any]:
+        if self._acked_path is None or not self._acked_path.exists():
+            return {}
+        try:
+            raw = json.loads(self._acked_path.read_text(encoding="utf-8"))
+            if not isinstance(raw, dict):
+                raise ValueError("not an object")
+            return raw
+        except (OSError, ValueError) as exc:
             raise SourcePositionLostError(
                 f"slot state {self._acked_path} is unreadable ({exc}): cannot prove the slot"
                 " holds every change after this relay's position") from exc
+
+    def _save_slot_state(self, **fields: Any) -> None:
+        if self._acked_path is not None:
+            state = {**self._slot_state(), **fields}
+            write_atomic(self._acked_path, json.dumps(state).encode())
+
+    def _check_interrupted_snapshot(self, after_scn: int) -> None:
+        span = self._slot_state().get("snapshot")
+        if span and int(span[0]) <= after_scn < int(span[1]):
+            raise SourcePositionLostError(
+                f"the initial snapshot was interrupted (this relay holds it up to scn"
+                f" {after_scn} of {span[0]}..{span[1]}) and cannot be resumed: drop the slot"
+                f" (SELECT pg_drop_replication_slot('{self.slot}')), the relay's buffer and"
+                " state, and start the relay again")
+
+    def _saved_ack(self) -> int | None:
+        ack = self._slot_state().get("acknowledged")
+        return None if ack is None else int(ack)
 
     def _check_skip(self, after_scn: int, confirmed: int) -> None:
         """The slot was confirmed past ``after_scn``: a loss when this relay had
@@ -362,8 +465,13 @@ class PostgresSource(Source):
     def _read(self, after_scn: int, stop: threading.Event, timeout: float) -> list[Window]:
         if not self._opened:
             self.open()
-        if self._stream is None or after_scn != self._stream_scn:
+        if self._snapshot_done:
+            stop.wait(timeout)  # initial_only: nothing more after the snapshot
+            return []
+        if self._snap is None and (self._stream is None or after_scn != self._stream_scn):
             self._start(after_scn)
+        if self._snap is not None:
+            return self._snapshot_read(after_scn)
         stream = self._stream
         assert stream is not None
         deadline = time.monotonic() + timeout
@@ -547,9 +655,9 @@ class PostgresSource(Source):
             if ack <= self._confirmed:
                 return
             self._confirmed = ack
-        if self._acked_path is not None:  # recorded before the server hears of it
-            write_atomic(self._acked_path, json.dumps({"acknowledged": ack}).encode())
-        stream.confirm(ack)
+        self._save_slot_state(acknowledged=ack)  # recorded before the server hears of it
+        if ack > self._slot_floor:  # never back: the server would take a lower LSN
+            stream.confirm(ack)
         self._stats["slot_confirmed_lsn"] = float(ack)
 
     def stats(self) -> dict[str, float]:
