@@ -7,7 +7,9 @@ buffer lookup, no checkpoint parsing and no framework. The ratio relay/raw shows
 what the relay's own work costs on top of moving the bytes.
 
 Each consumer is a separate process pulling the whole buffer with 1 MiB requests;
-the clock starts once every process has imported and built its client. Each
+the clock starts once every process has imported and built its client. Beside
+the rates it reports CPU per request (best of the rounds): the serving thread's
+and the consumers', which the load of a shared machine disturbs less. Each
 consumer count runs ``--rounds`` times, relay and raw alternating, and each side
 keeps its best time (the machine is shared: the best run is the least disturbed).
 The last line is machine-readable: ``RESULT {"relay_raw": {"1": r1, ...}, ...}``.
@@ -120,12 +122,14 @@ def _worker(kind: str, url: str, arg: int, start: mp.synchronize.Event, ready: m
     httpx.Client().close()  # imports done and a client built before the clock starts
     ready.put(os.getpid())
     start.wait()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     n = drain_relay(url, arg) if kind == "relay" else drain_raw(url, arg)
-    out.put((n, time.perf_counter() - t0))
+    out.put((n, time.perf_counter() - t0, time.process_time() - c0))
 
 
-def run_consumers(kind: str, url: str, arg: int, n: int) -> tuple[int, float]:
+def run_consumers(kind: str, url: str, arg: int, n: int,
+                  server: threading.Thread) -> tuple[int, float, float, float]:
+    """(bytes received, wall seconds, consumer CPU seconds, server thread CPU seconds)."""
     ctx = mp.get_context("spawn")
     start = ctx.Event()
     ready: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
@@ -137,13 +141,16 @@ def run_consumers(kind: str, url: str, arg: int, n: int) -> tuple[int, float]:
     for _ in procs:
         ready.get()
     time.sleep(0.2)  # the last one reaches start.wait()
+    clock = time.pthread_getcpuclockid(server.ident)  # type: ignore[arg-type]
+    s0 = time.clock_gettime(clock)
     t0 = time.perf_counter()
     start.set()
     results = [out.get() for _ in procs]
     wall = time.perf_counter() - t0
+    server_cpu = time.clock_gettime(clock) - s0
     for p in procs:
         p.join()
-    return sum(r[0] for r in results), wall
+    return sum(r[0] for r in results), wall, sum(r[2] for r in results), server_cpu
 
 
 class RawServer:
@@ -203,24 +210,34 @@ def main() -> None:
     print(f"buffer: {stats['windows']} windows, {n_events} events, {total_mb:.1f} MB;"
           f" {os.cpu_count()} cores; 1 MiB requests; best of {args.rounds}")
     print(f"{'consumers':>9} | {'relay ev/s':>12} | {'relay MB/s':>10} | {'raw ev/s':>12} |"
-          f" {'raw MB/s':>9} | relay/raw")
+          f" {'raw MB/s':>9} | relay/raw | server ms/req relay, raw | consumer ms/req relay, raw")
+    relay_thread = next(t for t in threading.enumerate() if t.name == f"databus-{relay.name}")
+    requests = len(chunks)
     ratios: dict[str, float] = {}
     rates: dict[str, list[float]] = {}
+    cpu: dict[str, dict[str, list[float]]] = {}
     for n in [int(x) for x in args.consumers.split(",")]:
         rt = bt = float("inf")
+        # CPU per request, best of the rounds: what each side costs, whatever the load
+        rs = bs = rc = bc = float("inf")
         for _ in range(args.rounds):
-            rb, t = run_consumers("relay", relay.url, last, n)
-            rt = min(rt, t)
-            bb, t = run_consumers("raw", f"http://127.0.0.1:{raw.port}", len(chunks), n)
-            bt = min(bt, t)
+            rb, t, c, sc = run_consumers("relay", relay.url, last, n, relay_thread)
+            rt, rc, rs = min(rt, t), min(rc, c), min(rs, sc)
+            bb, t, c, sc = run_consumers("raw", f"http://127.0.0.1:{raw.port}", len(chunks), n,
+                                         raw.thread)
+            bt, bc, bs = min(bt, t), min(bc, c), min(bs, sc)
             assert rb == bb == n * sum(map(len, chunks)), (rb, bb)
         rev, bev = n * n_events / rt, n * n_events / bt
         ratios[str(n)] = round(rev / bev, 3)
         rates[str(n)] = [round(rev), round(bev)]
+        per = 1e3 / (n * requests)
+        cpu[str(n)] = {"server_ms": [round(rs * per, 3), round(bs * per, 3)],
+                       "consumer_ms": [round(rc * per, 3), round(bc * per, 3)]}
         print(f"{n:>9} | {rev:>12,.0f} | {rb / rt / 1e6:>10.1f} | {bev:>12,.0f} |"
-              f" {bb / bt / 1e6:>9.1f} | {rev / bev:.2f}")
+              f" {bb / bt / 1e6:>9.1f} | {rev / bev:>9.2f} | {rs * per:>6.3f}, {bs * per:.3f}"
+              f"          | {rc * per:>6.3f}, {bc * per:.3f}")
     relay.stop()
-    print("RESULT " + json.dumps({"relay_raw": ratios, "events_per_s": rates,
+    print("RESULT " + json.dumps({"relay_raw": ratios, "events_per_s": rates, "cpu": cpu,
                                   "buffer_mb": args.buffer_mb, "rounds": args.rounds}))
 
 
