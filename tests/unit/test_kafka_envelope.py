@@ -135,6 +135,7 @@ def test_config_defaults_and_names() -> None:
     ({"decimal_handling_mode": "exact"}, "decimal_handling_mode"),
     ({"kafka_config": {"transactional.id": "x"}}, "kafka_config"),
     ({"heartbeat_interval": -1}, "heartbeat_interval"),
+    ({"batch_windows": 0}, "batch_windows"),
     ({"colour": "red"}, "colour"),
 ])
 def test_config_errors_are_one_line_naming_the_field(more: dict[str, Any], field: str) -> None:

@@ -3,11 +3,15 @@
 The publisher is a relay client like any other (:class:`~databus.client.DatabusClient`
 drives it; it never reaches into a relay), and is its own checkpoint store:
 
-* **One Kafka transaction per window.** At a window's end the publisher opens a
-  transaction (``transactional.id`` = ``databus-publish-<name>``), writes the window's
-  messages (data, tombstones, transaction metadata) and the window's checkpoint to the
-  offsets topic (:mod:`databus.kafka.offsets`), and commits. A ``read_committed``
-  consumer sees the whole window and the checkpoint, or neither.
+* **Whole windows per Kafka transaction.** The publisher opens a transaction
+  (``transactional.id`` = ``databus-publish-<name>``) and writes each window's messages
+  (data, tombstones, transaction metadata) into it; at the client's checkpoint
+  (:meth:`Publisher.save`, every ``batch_windows`` windows, or sooner when the
+  transaction is ``batch_linger`` old) it writes the last window's checkpoint to the
+  offsets topic (:mod:`databus.kafka.offsets`) and commits. While the relay is quiet a
+  linger thread commits instead. A ``read_committed`` consumer sees whole windows and
+  the checkpoint after them, or none of them. ``batch_windows`` 1: a transaction per
+  window.
 * **Start and restart.** :meth:`Publisher.load` makes the producer and calls
   ``init_transactions``, which fences an older instance of the same name and resolves
   its last transaction (an unfinished commit is completed, anything else aborted);
@@ -15,8 +19,10 @@ drives it; it never reaches into a relay), and is its own checkpoint store:
   The client resumes after it, so a publisher killed at any point publishes each window
   once: windows before the checkpoint are in Kafka, the window of a transaction that
   was aborted is published again, whole.
-* **Failures.** A Kafka error inside a window aborts its transaction and raises; the
-  client rolls back and replays the window after a backoff (``max_retries``). When a
+* **Failures.** A Kafka error aborts the open transaction and raises (a failed commit
+  of the linger thread is raised at the next callback); the client rolls back to its
+  last saved checkpoint, which is never after what Kafka holds, and replays after a
+  backoff (``max_retries``). When a
   transaction's outcome is unknown to this process (a commit that timed out, a fatal
   producer error), the producer is dropped and a new one is made for the replay: its
   ``init_transactions`` settles the old transaction and the checkpoint is read again,
@@ -26,8 +32,8 @@ drives it; it never reaches into a relay), and is its own checkpoint store:
   the exactly-once contract: one per ``heartbeat_interval`` while no window is
   published.
 
-Threading: the client's thread calls the callbacks; only the heartbeat thread runs
-beside it, with its own producer.
+Threading: the client's thread calls the callbacks; the linger thread shares the
+transactional producer under a lock; the heartbeat thread has its own producer.
 """
 
 from __future__ import annotations
