@@ -25,6 +25,7 @@ from tests.support.relays import make_relay
 from tests.support.shop import create_shop
 from tests.support.zookeeper import ZooKeeper
 
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (scripts/test.sh runs two workers): the Spark tests form one
     group, run by one worker, first, while the other worker takes the rest. One
