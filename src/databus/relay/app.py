@@ -11,6 +11,10 @@ large answer does not stall the other connections: selecting events
 (``sources``, ``filters``) and encoding ``output=json``. A read without a
 selection is one copy of buffer bytes and stays on the loop. The other
 endpoints are plain functions, which Starlette runs in that pool too.
+
+Routing: ``GET /stream``, the request every consumer repeats, is answered ahead
+of Starlette's middleware and router (:class:`_StreamFirst`) with the same
+error answers and request counts; everything else goes through Starlette.
 """
 
 from __future__ import annotations
