@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from databus.bootstrap.applier import Applier
 from databus.bootstrap.store import BootstrapStore, key_bytes
@@ -166,3 +167,51 @@ def test_an_update_that_changes_an_integer_key_moves_the_row(store_url: str) -> 
         rows, _ = store.snapshot_batch(1, -1, 100, 10)
         got = {ev.decode(r).key: schema.decode(ev.decode(r).payload)["v"] for r in rows}
         assert got == {10: "a2", 2: "b2"}
+
+
+def test_snapshot_chunks_are_the_row_reads_concatenated(
+        store_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The serving read gives exactly the bytes, ids and counts of the row-by-row
+    read: in id order, pages resumed after the last id, ``scn < below`` honoured,
+    events larger than a chunk, and a database that does not concatenate whole."""
+    import databus.bootstrap.store as store_mod
+
+    monkeypatch.setattr(store_mod, "CHUNK_BYTES", 64 << 10)  # several chunks per page
+    with BootstrapStore(store_url) as store:
+        store.start_initial_load()
+        # a few large rows: two together are over the 8 MiB (half its 16 MiB packet)
+        # MariaDB concatenates at most, so that chunk is read row by row there
+        big = {7: 200 << 10, 40: 5 << 20, 41: 5 << 20}
+        rows = [{"src": 1 + (k % 2 == 0 and k > 90), "k": key_bytes(k), "scn": 5 + (k % 9 == 0),
+                 "ev": ev.encode(scn=5, src_id=1, key=k, payload=bytes([k % 251]) *
+                                 big.get(k, 10 + k % 50), schema_id=b"s" * 8, op=ev.Op.READ)}
+                for k in range(1, 121)]
+        for i in range(0, len(rows), 10):  # statements under MariaDB's packet limit
+            store.load_rows(rows[i:i + 10])
+        store.finish_initial_load(6)
+
+        def reads(src: int, below: int, limit: int) -> list[tuple[bytes, int, int]]:
+            out, after = [], -1
+            while True:
+                chunks, last, n = store.snapshot_chunks(src, after, below, limit)
+                evs, last2 = store.snapshot_batch(src, after, below, limit)
+                assert (b"".join(chunks), last, n) == (b"".join(evs), last2, len(evs))
+                if n == 0:
+                    assert chunks == [] and last == after
+                    return out
+                out.append((b"".join(chunks), last, n))
+                after = last
+
+        for src, below, limit in [(1, 6, 1), (1, 6, 7), (1, 7, 1000), (2, 7, 3), (3, 7, 10)]:
+            got = reads(src, below, limit)
+            keys = [e.key for body, _, _ in got for e in ev.iter_events(body)]
+            want = sorted(k for k in range(1, 121) if 1 + (k % 2 == 0 and k > 90) == src
+                          and 5 + (k % 9 == 0) < below)
+            assert keys == want  # id order = insertion order here
+        # MariaDB cut the 10 MiB chunk (and said so); the others concatenated it
+        assert ("did not concatenate" in caplog.text) == (store.dialect in ("mysql", "mariadb"))
+        # a database that gives back less than the rows' bytes: read row by row
+        plain = store._concat
+        monkeypatch.setattr(store, "_concat", sa.text(
+            "SELECT NULL, MAX(id)" + str(plain).split(", MAX(id)", 1)[1]))
+        assert reads(1, 7, 25)[0][2] == 25

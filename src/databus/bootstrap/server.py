@@ -23,7 +23,10 @@ filtering never block the event loop.
 
   - Snapshot phase: rows of the snapshot store with scn < S, source by source
     (in id order), in row id order, at most ``batchSize`` rows before the
-    filter (``snapshot_source``, ``snapshot_offset`` = last row id read). When the
+    filter (``snapshot_source``, ``snapshot_offset`` = last row id read). Without
+    a filter the answer is the stored events as the store concatenated them
+    (:meth:`BootstrapStore.snapshot_chunks`); with one, each row's key is
+    checked. When the
     last source is done the next checkpoint is ``BOOTSTRAP_CATCHUP`` with
     ``bootstrap_target_scn`` = the newest SCN in the log.
   - Catch-up phase: whole windows (events + EOP) with S <= scn <= T and
@@ -211,12 +214,14 @@ class BootstrapServer:
         parts: list[bytes] = []
         while i < len(srcs):
             src = srcs[i][0]
-            rows, last = self.store.snapshot_batch(src, offset, start, batch)
-            if rows:
-                if filt is None:
-                    parts = rows
-                else:
-                    parts = [r for r in rows if filt.matches(src, ev.peek_key(r))]
+            if filt is None:
+                # the stored events as the database concatenated them: no per-row work
+                parts, last, n = self.store.snapshot_chunks(src, offset, start, batch)
+            else:
+                rows, last = self.store.snapshot_batch(src, offset, start, batch)
+                n = len(rows)
+                parts = [r for r in rows if filt.matches(src, ev.peek_key(r))]
+            if n:
                 nxt = cp.model_copy(update={"snapshot_source": srcs[i][1],
                                             "snapshot_offset": last})
                 return _with_checkpoint(parts, nxt, start)

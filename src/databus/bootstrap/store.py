@@ -20,6 +20,19 @@ Tables (prefix ``dbus_bs_``):
   kept by updates, so a reader resuming "after id N" never misses a row that
   existed when it started.
 
+Serving reads (:meth:`snapshot_chunks`): the stored events are already the
+bytes a consumer receives, so a snapshot page is read as a few concatenations
+made by the database itself (``group_concat`` on SQLite, ``string_agg`` on
+PostgreSQL, ``GROUP_CONCAT`` on MariaDB/MySQL) of about :data:`CHUNK_BYTES`
+each (the row count per chunk follows the average event size read so far): no
+Python object per row on the server. Each concatenation's length is checked
+against the sum of its rows' lengths, and a chunk the database did not
+concatenate whole (MariaDB cuts ``GROUP_CONCAT`` at half its
+``max_allowed_packet``) is read row by row instead. Limit: the answer is held
+in memory, as before, and one chunk must stay under the database's value limit
+(1 GB on PostgreSQL and SQLite): a run of rows hundreds of times larger than
+the rows before it could exceed it.
+
 Guarantees: :meth:`append` writes windows and the producer checkpoint in one
 transaction; :meth:`fold` writes snapshot changes and ``applied_scn`` in one
 transaction. So a crash at any point leaves the store consistent and each
@@ -34,6 +47,8 @@ reached, a lock or deadlock raises :class:`~databus.core.errors.StoreUnavailable
 from __future__ import annotations
 
 import hashlib
+import logging
+import sqlite3
 import struct
 import time
 from collections.abc import Iterator
@@ -51,7 +66,13 @@ from databus.core.checkpoint import Checkpoint
 from databus.core.errors import ConfigError, StoreUnavailableError
 from databus.core.redact import redact_url
 
+log = logging.getLogger("databus.bootstrap.store")
+
 _PART = 1 << 20  # bytes per log row: keeps each statement well under packet limits
+# bytes one snapshot concatenation aims at: well under MariaDB's max_allowed_packet
+# (16 MiB by default), large enough that a usual page is one query
+CHUNK_BYTES = 4 << 20
+_CHUNK_ROWS = 32_768  # rows per concatenation at most, whatever the average size
 _I64 = struct.Struct(">q")
 
 _BLOB = sa.LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
@@ -114,10 +135,17 @@ class BootstrapStore:
                              sa.Column("ev", _BLOB, nullable=False),
                              sa.UniqueConstraint("src", "k", name="dbus_bs_snapshot_key"),
                              sa.Index("dbus_bs_snapshot_src_id", "src", "id"))
+        if self.dialect in ("mysql", "mariadb"):
+            _mysql_setup(self._w)
         if create:
             with self._tx("creating the bootstrap tables") as conn:
                 md.create_all(conn, checkfirst=True)
         self._upsert = self._make_upsert()
+        self._concat = sa.text(_concat_sql(self.dialect))
+        self._concat_warned = False
+        # average bytes per snapshot event read so far: sizes the next chunk (a hint;
+        # threads may overwrite each other's value)
+        self._event_bytes = 512.0
 
     def __enter__(self) -> BootstrapStore:
         return self
@@ -290,14 +318,54 @@ class BootstrapStore:
         """Up to ``limit`` events of ``src``'s rows with id > ``after_id`` and
         scn < ``below_scn``, in id order, and the id of the last one
         (``after_id`` when none is left)."""
-        s = self.snap
         with self._tx("reading the snapshot", read=True) as conn:
-            rows = conn.execute(sa.select(s.c.id, s.c.ev)
-                                .where(s.c.src == src, s.c.id > after_id, s.c.scn < below_scn)
-                                .order_by(s.c.id).limit(limit)).all()
-        if not rows:
-            return [], after_id
-        return [bytes(r[1]) for r in rows], int(rows[-1][0])
+            return self._rows_after(conn, src, after_id, below_scn, limit)
+
+    def snapshot_chunks(self, src: int, after_id: int, below_scn: int,
+                        limit: int) -> tuple[list[bytes], int, int]:
+        """The events of :meth:`snapshot_batch` as concatenations: ``(chunks, last
+        id, rows)``; ``b"".join(chunks)`` is the rows' events in id order.
+
+        Up to ``limit`` rows of ``src`` with id > ``after_id`` and scn <
+        ``below_scn``; ``last id`` is that of the last row (``after_id`` when
+        none is left). All chunks are read in one read transaction.
+        """
+        chunks: list[bytes] = []
+        rows, last = 0, after_id
+        with self._tx("reading the snapshot", read=True) as conn:
+            while rows < limit:
+                n = max(1, min(limit - rows, _CHUNK_ROWS,
+                               int(CHUNK_BYTES / self._event_bytes)))
+                data, top, count, size = conn.execute(self._concat, {
+                    "src": src, "after": last, "below": below_scn, "n": n}).one()
+                if not count:
+                    break
+                self._event_bytes = max(int(size) / int(count), 1.0)
+                if data is None or len(data) != int(size):
+                    # the database did not concatenate it whole (a result over its
+                    # packet or length limit): read these rows one by one
+                    self._warn_concat(count, size, data)
+                    evs, top = self._rows_after(conn, src, last, below_scn, n)
+                    data, count = b"".join(evs), len(evs)
+                chunks.append(bytes(data))
+                rows += int(count)
+                last = int(top)
+        return chunks, last, rows
+
+    def _rows_after(self, conn: sa.Connection, src: int, after_id: int, below_scn: int,
+                    limit: int) -> tuple[list[bytes], int]:
+        s = self.snap
+        rows = conn.execute(sa.select(s.c.id, s.c.ev)
+                            .where(s.c.src == src, s.c.id > after_id, s.c.scn < below_scn)
+                            .order_by(s.c.id).limit(limit)).all()
+        return [bytes(r[1]) for r in rows], int(rows[-1][0]) if rows else after_id
+
+    def _warn_concat(self, count: int, size: int, data: bytes | None) -> None:
+        if not self._concat_warned:
+            self._concat_warned = True
+            log.warning("the %s store did not concatenate %d snapshot rows (%s of %d bytes); "
+                        "reading them row by row (logged once)", self.dialect, count,
+                        "none" if data is None else len(data), size)
 
     # -- partitioned snapshot readers (databus.spark.snapshot) -------------------------
 
@@ -341,6 +409,38 @@ class BootstrapStore:
             for part in result.partitions():
                 n += len(part)
         return n
+
+
+def _concat_sql(dialect: str) -> str:
+    """One snapshot chunk: the concatenated events of ``src``'s next rows (id >
+    ``after``, scn < ``below``, at most ``n``) in id order, with the last id, the
+    row count and the sum of the rows' lengths (to check the concatenation)."""
+    if dialect == "postgresql":
+        agg = "string_agg(ev, ''::bytea ORDER BY id)"
+    elif dialect in ("mysql", "mariadb"):
+        agg = "GROUP_CONCAT(ev ORDER BY id SEPARATOR '')"
+    elif sqlite3.sqlite_version_info >= (3, 44):
+        agg = "CAST(group_concat(ev, '' ORDER BY id) AS BLOB)"
+    else:
+        # before 3.44 group_concat takes no ORDER BY; it concatenates in the order
+        # the subquery yields (a LIMITed subquery is not flattened into an
+        # aggregate, so it runs as a co-routine in its ORDER BY order). CAST
+        # only relabels the bytes (no conversion in a UTF-8 database)
+        agg = "CAST(group_concat(ev, '') AS BLOB)"
+    return (f"SELECT {agg}, MAX(id), COUNT(*), SUM(LENGTH(ev)) FROM ("
+            " SELECT id, ev FROM dbus_bs_snapshot"
+            " WHERE src = :src AND id > :after AND scn < :below ORDER BY id LIMIT :n) page")
+
+
+def _mysql_setup(engine: sa.Engine) -> None:
+    """GROUP_CONCAT's result limit at half the packet limit (the default, 1 KiB,
+    would cut every snapshot chunk; a result near the packet limit could not be
+    sent): a longer chunk comes back cut, and is read row by row."""
+
+    @sa_event.listens_for(engine, "connect")
+    def _connect(dbapi_con: Any, _rec: Any) -> None:
+        with dbapi_con.cursor() as cur:
+            cur.execute("SET SESSION group_concat_max_len = @@max_allowed_packet DIV 2")
 
 
 def _sqlite_setup(engine: sa.Engine, *, immediate: bool) -> None:
