@@ -15,10 +15,17 @@ from typing import Any
 
 import pytest
 
-from databus.client import ClientConfig, Consumer, DatabusClient, DataEvent, FileCheckpointStore
+from databus.client import (
+    ClientConfig,
+    Consumer,
+    DataBatch,
+    DatabusClient,
+    DataEvent,
+    FileCheckpointStore,
+)
 from databus.client.consumer import ConsumerResult, Result
 from databus.core.checkpoint import Checkpoint, ConsumptionMode
-from databus.core.errors import ConfigError
+from databus.core.errors import ConfigError, ConsumerFatalError
 from databus.core.event import Op
 from tests.support.bootstrap import make_bootstrap, preload
 from tests.support.bulk import BulkWriter
@@ -51,6 +58,7 @@ class StateConsumer(Consumer):
         self.pending: list[DataEvent] = []
         self.batches = 0
         self.seq_scns: list[int] = []
+        self.crash_at: int | None = None  # the client dies at this bootstrap event
 
     def _apply(self, e: DataEvent) -> None:
         k = (e.source, e.key)
@@ -72,6 +80,8 @@ class StateConsumer(Consumer):
 
     def on_bootstrap_event(self, event: DataEvent) -> Result:
         self.boot_events += 1
+        if self.boot_events == self.crash_at:
+            raise ConsumerFatalError("crash")
         if self.fail_once_at is not None and self.boot_events == self.fail_once_at:
             self.fail_once_at = None
             return ConsumerResult.ERROR
@@ -107,6 +117,55 @@ class StateConsumer(Consumer):
     def on_data_event(self, event: DataEvent) -> Result:
         self._apply(event)
         return None
+
+
+class BatchStateConsumer(StateConsumer):
+    """The same state through ``on_bootstrap_events``; every batch is checked
+    against the per-event view of its events (rows, columns, ops, keys, orders)."""
+
+    def __init__(self, stop: threading.Event, fail_once_at: int | None = None,
+                 stop_after_batches: int | None = None) -> None:
+        super().__init__(stop, fail_once_at, stop_after_batches)
+        self.run_sizes: list[int] = []
+        self.position = 0  # events delivered in the current sequence
+
+    def on_start_bootstrap_sequence(self, scn: int) -> Result:
+        self.position = 0
+        return super().on_start_bootstrap_sequence(scn)
+
+    def on_bootstrap_event(self, event: DataEvent) -> Result:
+        raise AssertionError("a batch consumer got on_bootstrap_event")
+
+    def on_bootstrap_events(self, batch: DataBatch) -> Result:
+        events = batch.data_events()
+        rows, cols = batch.rows, batch.columns
+        assert len(batch) == len(events) == len(rows) > 0 and list(cols) == list(
+            batch.schema.column_names)
+        for i, e in enumerate(events):
+            image = e.before if e.op == Op.DELETE else e.after  # the row the event carries
+            assert rows[i] == image
+            assert {name: col[i] for name, col in cols.items()} == (
+                image if image is not None else dict.fromkeys(cols))
+            assert (batch.ops[i], batch.keys[i], e.source, e.scn) == (
+                e.op, e.key, batch.source, e.scn)
+            # orders as the per-event path numbers them: positions in the sequence
+            assert e.total_order == e.collection_order == self.position + i + 1
+        self.position += len(events)
+        self.run_sizes.append(len(events))
+        before = self.boot_events
+        self.boot_events += len(events)
+        if self.crash_at is not None and before < self.crash_at <= self.boot_events:
+            raise ConsumerFatalError("crash")
+        if self.fail_once_at is not None and before < self.fail_once_at <= self.boot_events:
+            self.fail_once_at = None
+            return ConsumerResult.ERROR
+        self.pending.extend(events)
+        return None
+
+
+@pytest.fixture(params=[StateConsumer, BatchStateConsumer], ids=["per_event", "batch"])
+def consumer_type(request: pytest.FixtureRequest) -> type[StateConsumer]:
+    return request.param  # type: ignore[no-any-return]
 
 
 def run_until_equal(client: DatabusClient, consumer: StateConsumer, db: Path,
@@ -174,11 +233,27 @@ def test_callback_order_and_no_gap(setup: Any, shop_db: Path, tmp_path: Path) ->
     assert "online" in calls[end:]  # windows from the relay after the switch
 
 
-def test_error_in_a_batch_rolls_back_and_replays(setup: Any, shop_db: Path,
-                                                 tmp_path: Path) -> None:
+def test_batch_callback_gets_every_row_as_the_per_event_view(
+        setup: Any, shop_db: Path, tmp_path: Path) -> None:
+    """on_bootstrap_events: snapshot and catch-up in batches whose rows and columns
+    equal the per-event view, and a state equal to the source."""
+    relay, bs, w = setup
+    stop = threading.Event()
+    c = BatchStateConsumer(stop)
+    client = DatabusClient(config(relay, bs, bootstrap_batch_size=700), c,
+                           FileCheckpointStore(tmp_path / "c.ckpt"))
+    writer = threading.Thread(target=w.run_until, args=(16_000, threading.Event(), 0.01))
+    run_until_equal(client, c, shop_db, stop, writer=writer)
+    assert c.calls.count("end_bootstrap") == 1 and c.boot_events == sum(c.run_sizes)
+    assert max(c.run_sizes) > 100  # snapshot pages come as large runs
+    assert client.stats.events >= c.boot_events
+
+
+def test_error_in_a_batch_rolls_back_and_replays(setup: Any, shop_db: Path, tmp_path: Path,
+                                                 consumer_type: type[StateConsumer]) -> None:
     relay, bs, _ = setup
     stop = threading.Event()
-    c = StateConsumer(stop, fail_once_at=1234)
+    c = consumer_type(stop, fail_once_at=1234)
     client = DatabusClient(config(relay, bs, bootstrap_batch_size=500), c,
                            FileCheckpointStore(tmp_path / "c.ckpt"))
     run_until_equal(client, c, shop_db, stop)
@@ -186,11 +261,12 @@ def test_error_in_a_batch_rolls_back_and_replays(setup: Any, shop_db: Path,
     assert client.stats.rollbacks == 1
 
 
-def test_restart_mid_snapshot_resumes_it(setup: Any, shop_db: Path, tmp_path: Path) -> None:
+def test_restart_mid_snapshot_resumes_it(setup: Any, shop_db: Path, tmp_path: Path,
+                                        consumer_type: type[StateConsumer]) -> None:
     relay, bs, w = setup
     store = FileCheckpointStore(tmp_path / "c.ckpt")
     stop = threading.Event()
-    c = StateConsumer(stop, stop_after_batches=3)
+    c = consumer_type(stop, stop_after_batches=3)
     DatabusClient(config(relay, bs, bootstrap_batch_size=400), c, store).run(stop=stop)
     cp = store.load()
     assert cp is not None and cp.consumption_mode == ConsumptionMode.BOOTSTRAP_SNAPSHOT
@@ -202,13 +278,34 @@ def test_restart_mid_snapshot_resumes_it(setup: Any, shop_db: Path, tmp_path: Pa
                interval=0.05)
     # a new process: same checkpoint file, the state the consumer had committed
     stop2 = threading.Event()
-    c2 = StateConsumer(stop2)
+    c2 = consumer_type(stop2)
     c2.state = dict(c.state)
     run_until_equal(DatabusClient(config(relay, bs, bootstrap_batch_size=400), c2, store),
                     c2, shop_db, stop2)
     assert c2.calls[0] == "start_bootstrap"
     # it resumed the same bootstrap (same start SCN) after the persisted batches
     assert c2.seq_scns[0] == cp.bootstrap_start_scn < bs.store.state().applied_scn
+
+
+def test_crash_inside_a_snapshot_batch_resumes_after_the_last_persisted_one(
+        setup: Any, shop_db: Path, tmp_path: Path, consumer_type: type[StateConsumer]) -> None:
+    """The client dies in the middle of delivering a snapshot batch: a new client
+    on the same checkpoint file and the state committed so far ends equal."""
+    relay, bs, _ = setup
+    store = FileCheckpointStore(tmp_path / "c.ckpt")
+    c = consumer_type(threading.Event())
+    c.crash_at = 1000  # inside the third batch of 400
+    with pytest.raises(ConsumerFatalError):
+        DatabusClient(config(relay, bs, bootstrap_batch_size=400), c, store).run()
+    cp = store.load()
+    assert cp is not None and cp.consumption_mode == ConsumptionMode.BOOTSTRAP_SNAPSHOT
+    assert c.batches == 2 and len(c.state) == 800  # two batches committed, not the third
+    stop2 = threading.Event()
+    c2 = consumer_type(stop2)
+    c2.state = dict(c.state)
+    run_until_equal(DatabusClient(config(relay, bs, bootstrap_batch_size=400), c2, store),
+                    c2, shop_db, stop2)
+    assert c2.seq_scns[0] == cp.bootstrap_start_scn
 
 
 def test_bootstrap_checkpoint_without_bootstrap_url_is_a_config_error(

@@ -14,7 +14,12 @@ in the middle of a bootstrap). Protocol (see :mod:`databus.bootstrap.server`):
    A snapshot batch is delivered as ``on_start_bootstrap_sequence(start)``,
    ``on_bootstrap_event`` per row, ``on_end_bootstrap_sequence(start)``; each
    catch-up window as the same three callbacks with the window's SCN. Then
-   ``on_bootstrap_checkpoint`` and the checkpoint is persisted.
+   ``on_bootstrap_checkpoint`` and the checkpoint is persisted. A consumer
+   that overrides ``on_bootstrap_events`` gets, instead of the per-row calls,
+   one :class:`~databus.client.consumer.DataBatch` per run of one source and
+   schema version within each sequence (rows or columns decoded on access by
+   the compiled decoder); its result and errors count for the whole answer as
+   a per-row one would.
 3. When the checkpoint returned is online ("after T"), ``on_end_bootstrap``
    and the client continues with the relay after T: the catch-up delivered
    every window up to T whole, the relay serves the windows after T, so
@@ -50,8 +55,8 @@ from typing import TypeVar
 
 from databus.client.checkpoints import CheckpointStore
 from databus.client.config import ClientConfig
-from databus.client.consumer import Consumer, DataEvent
-from databus.client.dispatcher import SchemaViews, call, check_result
+from databus.client.consumer import Consumer, DataBatch, DataEvent
+from databus.client.dispatcher import SchemaViews, call, check_result, schema_runs
 from databus.client.relay import RelayConnection
 from databus.client.retry import Backoff, Stopped, retry_transient
 from databus.client.stats import ClientStats
@@ -126,12 +131,17 @@ def parse_batch(body: bytes, current: Checkpoint, verify: bool = True) -> Batch:
     out = Batch()
     pending: list[ev.Event] = []
     snapshot = current.consumption_mode == ConsumptionMode.BOOTSTRAP_SNAPSHOT
-    for e in scan(body, verify=verify):
+    events = scan(body, verify=verify)
+    if (snapshot and events and events[-1].src_id == ev.SRC_CHECKPOINT
+            and min([e.src_id for e in events[:-1]], default=0) >= 0):
+        # the usual snapshot answer, rows then the checkpoint: no loop per row
+        out.checkpoint = _checkpoint_of(events[-1])
+        if len(events) > 1:
+            out.sequences.append((current.bootstrap_start_scn, events[:-1]))
+        return out
+    for e in events:
         if e.src_id == ev.SRC_CHECKPOINT:
-            try:
-                out.checkpoint = Checkpoint.from_dict(json.loads(e.payload))
-            except (ValueError, DatabusError) as exc:
-                raise RelayProtocolError("bootstrap server sent a bad checkpoint event") from exc
+            out.checkpoint = _checkpoint_of(e)
         elif e.src_id == ev.SRC_EOP:
             out.sequences.append((e.scn, pending))
             pending = []
@@ -144,6 +154,13 @@ def parse_batch(body: bytes, current: Checkpoint, verify: bool = True) -> Batch:
     if out.checkpoint is None:
         raise RelayProtocolError("bootstrap answer without a checkpoint event")
     return out
+
+
+def _checkpoint_of(e: ev.Event) -> Checkpoint:
+    try:
+        return Checkpoint.from_dict(json.loads(e.payload))
+    except (ValueError, DatabusError) as exc:
+        raise RelayProtocolError("bootstrap server sent a bad checkpoint event") from exc
 
 
 class BootstrapProgress:
@@ -347,40 +364,66 @@ class BootstrapRunner:
         return parse_batch(body, cp, self.cfg.verify_crc)
 
     def _ensure_schemas(self, batch: Batch) -> None:
-        if any(not self.views.known(e) for _, evs in batch.sequences for e in evs):
+        # one event per schema (or per source, for events without one) is enough
+        firsts = list({(e.schema_id or e.src_id): e for _, evs in batch.sequences
+                       for e in evs}.values())
+        if any(not self.views.known(e) for e in firsts):
             self._load_registry()
-            for _, evs in batch.sequences:
-                for e in evs:
-                    if not self.views.known(e):
-                        raise SchemaError(f"bootstrap server sent source {e.src_id} schema "
-                                          f"{e.schema_id.hex()} that its /register lacks")
+            for e in firsts:
+                if not self.views.known(e):
+                    raise SchemaError(f"bootstrap server sent source {e.src_id} schema "
+                                      f"{e.schema_id.hex()} that its /register lacks")
 
     def _deliver(self, batch: Batch, cp: Checkpoint) -> None:
         c = self.consumer
-        stats = self.stats
         last = cp.bootstrap_start_scn
-        on_event = c.on_bootstrap_event
-        view_of = self.views.view
+        batched = type(c).on_bootstrap_events is not Consumer.on_bootstrap_events
         for scn, events in batch.sequences:
             call("on_start_bootstrap_sequence", c.on_start_bootstrap_sequence, scn)
-            for i, e in enumerate(events, 1):
-                # inline of call(): this loop runs once per row
-                try:
-                    result = on_event(DataEvent(e, view_of(e), i, i))
-                except (ConsumerFatalError, ConsumerCallbackError):
-                    raise
-                except Exception as exc:
-                    raise ConsumerCallbackError(
-                        f"on_bootstrap_event raised {type(exc).__name__}: {exc} "
-                        f"(source {e.src_id}, key {e.key!r})") from exc
-                if result is not None:
-                    check_result(result, "on_bootstrap_event")
+            if batched:
+                self._deliver_runs(scn, events)
+            else:
+                self._deliver_each(events)
             call("on_end_bootstrap_sequence", c.on_end_bootstrap_sequence, scn)
-            stats.events += len(events)
+            self.stats.events += len(events)
             last = scn
         call("on_bootstrap_checkpoint", c.on_bootstrap_checkpoint, last)
         assert batch.checkpoint is not None
         self._save(batch.checkpoint)
+
+    def _deliver_each(self, events: list[ev.Event]) -> None:
+        """``on_bootstrap_event`` per event of a sequence."""
+        on_event = self.consumer.on_bootstrap_event
+        view_of = self.views.view
+        for i, e in enumerate(events, 1):
+            # inline of call(): this loop runs once per row
+            try:
+                result = on_event(DataEvent(e, view_of(e), i, i))
+            except (ConsumerFatalError, ConsumerCallbackError):
+                raise
+            except Exception as exc:
+                raise ConsumerCallbackError(
+                    f"on_bootstrap_event raised {type(exc).__name__}: {exc} "
+                    f"(source {e.src_id}, key {e.key!r})") from exc
+            if result is not None:
+                check_result(result, "on_bootstrap_event")
+
+    def _deliver_runs(self, scn: int, events: list[ev.Event]) -> None:
+        """``on_bootstrap_events`` once per run of one schema view in a sequence;
+        event orders are positions in the sequence, as the per-event path gives."""
+        on_events = self.consumer.on_bootstrap_events
+        for view, start, end in schema_runs(events, self.views):
+            run = events[start:end]
+            try:
+                result = on_events(DataBatch(scn, run, view, start + 1, start + 1))
+            except (ConsumerFatalError, ConsumerCallbackError):
+                raise
+            except Exception as exc:
+                raise ConsumerCallbackError(
+                    f"on_bootstrap_events raised {type(exc).__name__}: {exc} "
+                    f"(scn {scn}, {view.schema.name}, {len(run)} events)") from exc
+            if result is not None:
+                check_result(result, "on_bootstrap_events")
 
     def _save(self, cp: Checkpoint) -> None:
         try:

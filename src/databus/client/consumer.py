@@ -30,6 +30,9 @@ Batches: a consumer that overrides ``on_data_events`` gets one
 reads ``batch.rows`` (dicts) or ``batch.columns`` (one list per column),
 decoded on access by the compiled decoder (:mod:`databus.client.wiredecode`).
 Its result counts for the whole run; the checkpoint rules above are unchanged.
+The bootstrap has the same choice: ``on_bootstrap_events`` instead of
+``on_bootstrap_event`` gets one :class:`DataBatch` per run of a source within
+each bootstrap sequence (a snapshot batch or a catch-up window).
 """
 
 from __future__ import annotations
@@ -212,6 +215,10 @@ class DataBatch:
     :class:`~databus.core.event.Event` objects. A batch is handed to one thread;
     it is not meant to be shared, nor kept after the callback (a replay
     delivers new batches).
+
+    :meth:`Consumer.on_bootstrap_events` receives the same kind of batch: a run
+    of one source and schema version within one bootstrap sequence, ``scn``
+    the sequence's SCN (a snapshot batch's start SCN, or the catch-up window's).
     """
 
     __slots__ = ("_columns", "_first_collection", "_first_total", "_rows", "_view", "events",
@@ -364,6 +371,21 @@ class Consumer:
         return None
 
     def on_bootstrap_event(self, event: DataEvent) -> Result:
+        """One snapshot row (op READ) or catch-up change."""
+        return None
+
+    def on_bootstrap_events(self, batch: DataBatch) -> Result:
+        """A run of bootstrap events of one source and schema version (see
+        :class:`DataBatch`), within one bootstrap sequence.
+
+        Override it to receive batches: the bootstrap client then calls it once
+        per run, between ``on_start_bootstrap_sequence`` and
+        ``on_end_bootstrap_sequence``, and never calls ``on_bootstrap_event``.
+        Results and errors count for the whole run, as one ``on_bootstrap_event``
+        result would: ERROR or an exception -> ``on_bootstrap_rollback`` and the
+        whole ``/bootstrap`` answer is delivered again from the persisted
+        checkpoint.
+        """
         return None
 
     def on_end_bootstrap_sequence(self, scn: int) -> Result:

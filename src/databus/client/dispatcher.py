@@ -93,6 +93,29 @@ class SchemaViews:
         return v
 
 
+def schema_runs(events: list[Event], views: SchemaViews) -> list[tuple[SchemaView, int, int]]:
+    """``(view, start, end)`` of each run of ``events`` with the same schema view
+    (what one :class:`DataBatch` holds); a view lookup per change of schema only."""
+    view_of = views.view
+    runs: list[tuple[SchemaView, int, int]] = []
+    current: SchemaView | None = None
+    last_sid = b""
+    start = 0
+    for i, event in enumerate(events):
+        sid = event.schema_id
+        if sid and sid is last_sid:  # the scan shares one digest object per body
+            continue
+        view = view_of(event)
+        last_sid = sid
+        if view is not current:
+            if current is not None:
+                runs.append((current, start, i))
+            current, start = view, i
+    if current is not None:
+        runs.append((current, start, len(events)))
+    return runs
+
+
 @dataclass(frozen=True, slots=True)
 class Dispatched:
     """What happened while dispatching a window."""
@@ -113,27 +136,6 @@ class Dispatcher:
         self.views = views
         self.batched = type(consumer).on_data_events is not Consumer.on_data_events
 
-    def _runs(self, events: list[Event]) -> list[tuple[SchemaView, int, int]]:
-        """``(view, start, end)`` of each run of events with the same schema view."""
-        view_of = self.views.view
-        runs: list[tuple[SchemaView, int, int]] = []
-        current: SchemaView | None = None
-        last_sid = b""
-        start = 0
-        for i, event in enumerate(events):
-            sid = event.schema_id
-            if sid and sid is last_sid:  # the scan shares one digest object per body
-                continue
-            view = view_of(event)
-            last_sid = sid
-            if view is not current:
-                if current is not None:
-                    runs.append((current, start, i))
-                current, start = view, i
-        if current is not None:
-            runs.append((current, start, len(events)))
-        return runs
-
     def dispatch(self, window: DecodedWindow) -> Dispatched:
         """Call the sequence, source and data callbacks of ``window``, in order."""
         c = self.consumer
@@ -143,7 +145,7 @@ class Dispatcher:
         events = window.events
         total = window.first_offset
         per_source: dict[int, int] = {}
-        for view, start, end in self._runs(events):
+        for view, start, end in schema_runs(events, self.views):
             name = view.schema.name
             force |= call("on_start_source", c.on_start_source, name, view.schema) is _CHECKPOINT
             run = events[start:end]
