@@ -143,6 +143,20 @@ def test_a_client_that_sends_no_whole_request_is_cut(limited: Relay, sent: bytes
     assert got == b"" and waited < 10, f"held {waited:.1f} s, got {got[:60]!r}"
 
 
+def test_the_head_deadline_runs_from_the_end_of_each_answer(limited: Relay) -> None:
+    """A keep-alive connection asking back to back for longer than read_timeout (1 s)
+    is never cut: each answer's end moves its deadline."""
+    ports = []
+    with httpx.Client(base_url=limited.url, timeout=10) as c:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 2.5:
+            r = c.get("/sources")
+            assert r.status_code == 200
+            ports.append(r.extensions["network_stream"].get_extra_info("client_addr")[1])
+            time.sleep(0.05)
+    assert len(ports) > 10 and len(set(ports)) == 1, "the connection was cut and made again"
+
+
 def test_a_trickled_head_is_cut_at_its_deadline(limited: Relay) -> None:
     """The deadline is for the whole head: a byte every 0.3 s does not extend it."""
     t0 = time.monotonic()
