@@ -237,3 +237,26 @@ def test_broker_restart_during_publishing(pipeline: Pipeline) -> None:
     p.wait_published()
     stats = check_published(p, w)
     print("broker restarted:", stats)
+
+
+def test_a_second_publisher_of_the_same_name_fences_the_first(pipeline: Pipeline) -> None:
+    """Two publishers must never write one name's topics at once: the one started second
+    fences the first, which stops with KafkaFenced (exit status 2); the second goes on
+    from the position, and Kafka holds every change once."""
+    p = pipeline
+    p.start("relay")
+    p.start("publish")
+    with Writer(p.db, seed=34) as w:
+        for _ in range(100):
+            w.transaction()
+        p.wait("windows in Kafka", lambda: published_position(p.kafka, p.prefix) > 0,
+               timeout=60, interval=0.5)
+        first = p.procs.pop("publish")
+        p.start("publish")  # the same name: the same transactional.id
+        for _ in range(200):
+            w.transaction()
+            time.sleep(0.005)
+        assert first.wait(60) == 2, f"the fenced publisher did not stop: see {p.log('publish')}"
+        assert "KafkaFenced" in p.log("publish").read_text()
+    p.wait_published()
+    check_published(p, w)

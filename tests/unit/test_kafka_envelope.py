@@ -179,8 +179,13 @@ def test_kafka_errors_are_translated_by_type() -> None:
 
     assert isinstance(translate(KafkaError(KafkaError._FENCED, fatal=True), "x"),
                       KafkaFencedError)
+    # after its fatal error a producer answers every call with _FATAL: fenced, most often
+    assert isinstance(translate(KafkaError(KafkaError._FATAL, fatal=True), "x"),
+                      KafkaFencedError)
     assert isinstance(translate(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), "x"),
                       KafkaRequestError)
+    assert isinstance(translate(KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                           fatal=True), "x"), KafkaRequestError)
     timed_out = translate(KafkaError(KafkaError._TIMED_OUT, retriable=True), "committing")
     assert isinstance(timed_out, KafkaUnavailableError) and timed_out.retryable
     assert timed_out.retriable and timed_out.kafka_code == "_TIMED_OUT"

@@ -4,14 +4,17 @@ Every call into confluent-kafka that can fail runs inside :func:`kafka_errors`; 
 else in the package catches ``KafkaException``. The type decides, never the text:
 
 * fenced (``_FENCED``, ``PRODUCER_FENCED``, ``INVALID_PRODUCER_EPOCH``, ``TRANSACTION_
-  COORDINATOR_FENCED``): :class:`~databus.core.errors.KafkaFencedError`, terminal:
-  another publisher of the same name took over;
+  COORDINATOR_FENCED``), and ``_FATAL``, the code every call of a producer returns
+  after its fatal error (fencing, most often):
+  :class:`~databus.core.errors.KafkaFencedError`, terminal: another publisher of the
+  same name took over, and making a new producer would fence it in turn;
 * refused for good (authentication, authorization, invalid configuration or
   arguments, a message larger than the broker takes, an unknown or unsupported
-  setting): :class:`~databus.core.errors.KafkaRequestError`, terminal;
+  setting), and any other fatal error: :class:`~databus.core.errors.KafkaRequestError`,
+  terminal;
 * anything else (timeouts, brokers down, retriable errors, errors that require the
-  transaction to be aborted, other fatal producer errors: the producer is made again):
-  :class:`~databus.core.errors.KafkaUnavailableError`, transient.
+  transaction to be aborted): :class:`~databus.core.errors.KafkaUnavailableError`,
+  transient.
 
 The translated error keeps the Kafka error's name (``kafka_code``) and its flags
 (``fatal``, ``retriable``, ``txn_requires_abort``) as attributes.
@@ -55,9 +58,10 @@ def translate(error: KafkaError, what: str) -> KafkaContext:
     code = error.code()
     text = f"Kafka: {what} failed: {error.name()}: {error.str()}"
     cls: type[KafkaContext] = KafkaUnavailableError
-    if code in FENCED:
-        cls, text = KafkaFencedError, f"{text} (another publisher with the same name took over)"
-    elif code in REFUSED:
+    if code in FENCED or code == KafkaError._FATAL:
+        cls, text = KafkaFencedError, f"{text} (most often: another publisher with the same" \
+            " name took over)"
+    elif code in REFUSED or error.fatal():
         cls = KafkaRequestError
     return cls(text, kafka_code=error.name(), fatal=bool(error.fatal()),
                retriable=bool(error.retriable()),

@@ -22,12 +22,13 @@ drives it; it never reaches into a relay), and is its own checkpoint store:
 * **Failures.** A Kafka error aborts the open transaction and raises (a failed commit
   of the linger thread is raised at the next callback); the client rolls back to its
   last saved checkpoint, which is never after what Kafka holds, and replays after a
-  backoff (``max_retries``). When a
-  transaction's outcome is unknown to this process (a commit that timed out, a fatal
-  producer error), the producer is dropped and a new one is made for the replay: its
-  ``init_transactions`` settles the old transaction and the checkpoint is read again,
-  and a replayed window at or before it is skipped. A fenced publisher (another with
-  the same name started) stops with :class:`~databus.core.errors.KafkaFencedError`.
+  backoff (``max_retries``). When a transaction's outcome is unknown to this process
+  (a commit that could not be confirmed, an abort that failed), the producer is
+  dropped and a new one is made for the replay: its ``init_transactions`` settles the
+  old transaction, the checkpoint is read again, and a replayed window at or before it
+  is skipped. A fenced publisher (another with the same name started; any fatal
+  producer error) stops with :class:`~databus.core.errors.KafkaFencedError` instead of
+  fencing the other back.
 * **Heartbeats** go from a second, non-transactional producer on a thread, outside
   the exactly-once contract: one per ``heartbeat_interval`` while no window is
   published.
@@ -232,9 +233,12 @@ class Publisher(Consumer, CheckpointStore):
     # -- windows into the open transaction -------------------------------------------------
 
     def _raise_broken(self) -> None:
-        """A commit by the linger thread failed: the client must replay (see _linger)."""
+        """A commit by the linger thread failed: the client must replay (see _linger);
+        a terminal failure (fenced) stops it."""
         if self._broken is not None:
             exc, self._broken = self._broken, None
+            if isinstance(exc, TerminalError):
+                raise ConsumerFatalError(str(exc)) from exc
             raise exc
 
     def _publish(self, scn: int) -> None:
