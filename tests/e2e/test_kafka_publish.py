@@ -183,12 +183,16 @@ def test_publisher_kill9_five_times(pipeline: Pipeline) -> None:
     try:
         for _ in range(5):
             # each instance resumes and publishes before it is killed, at a random point
-            n = kills + 1
-            p.wait("the publisher to start", lambda n=n: started() == n, timeout=60)  # type: ignore[misc]
+            def running(n: int = kills + 1) -> bool:
+                return started() == n
+
+            p.wait("the publisher to start", running, timeout=60)
             last = published_position(p.kafka, p.prefix)
-            p.wait("the publisher to publish more windows",
-                   lambda last=last: published_position(p.kafka, p.prefix) > last,  # type: ignore[misc]
-                   timeout=60, interval=0.2)
+
+            def more(last: int = last) -> bool:
+                return published_position(p.kafka, p.prefix) > last
+
+            p.wait("the publisher to publish more windows", more, timeout=60, interval=0.2)
             done.wait(rng.uniform(0.0, 1.0))
             p.kill("publish")
             kills += 1
