@@ -173,9 +173,10 @@ class KafkaBroker:
                 for msg in consumer.consume(1000, timeout=0.5):
                     if msg.error() is not None:
                         continue
-                    out.append(Record(msg.topic(), msg.partition(), msg.offset(), msg.key(),
-                                      msg.value()))
-                    pos[msg.partition()] = msg.offset() + 1
+                    part, off = msg.partition(), msg.offset()
+                    assert part is not None and off is not None
+                    out.append(Record(topic, part, off, msg.key(), msg.value()))
+                    pos[part] = off + 1
                 return done()
 
             wait_until(poll, timeout, f"the end of topic {topic}", interval=0)
