@@ -15,12 +15,20 @@ command line, where other users of the machine could read it:
 
 Server certificates are always verified for ``https://`` URLs; there is no switch
 to turn that off.
+
+TLS contexts (:meth:`Credentials.ssl_context`) are built once per process for the
+same CA, client certificate and key files (loading a CA store costs 20-30 ms of CPU,
+and a client opens up to three connections), and only where a connection needs one:
+:func:`no_tls_context` is what a connection to ``http://`` URLs only holds instead.
+A file replaced or rewritten on disk (another modification time or size) gives a
+new context; the token is never part of a context.
 """
 
 from __future__ import annotations
 
 import os
 import ssl
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +41,33 @@ TOKEN_FILE_ENV = "DATABUS_TOKEN_FILE"
 CA_FILE_ENV = "DATABUS_CA_FILE"
 CERT_FILE_ENV = "DATABUS_CERT_FILE"
 KEY_FILE_ENV = "DATABUS_KEY_FILE"
+
+# one context per (file, stat) triple: contexts are safe to share between
+# connections and threads once configured, and are never changed after this
+_TLS: dict[tuple[object, ...], ssl.SSLContext] = {}
+_TLS_LOCK = threading.Lock()
+_NO_TLS: ssl.SSLContext | None = None
+
+
+def _stat_key(path: Path | None) -> object:
+    if path is None:
+        return None
+    try:
+        st = path.stat()
+    except OSError:
+        return (str(path), None)  # unreadable: building the context reports it
+    return (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def no_tls_context() -> ssl.SSLContext:
+    """The context of a connection that only reads ``http://`` URLs: it trusts no CA,
+    so a TLS handshake through it always fails verification (never an unverified
+    connection); built without loading any certificate, once per process."""
+    global _NO_TLS
+    if _NO_TLS is None:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies, trusts nothing
+        _NO_TLS = ctx
+    return _NO_TLS
 
 
 def read_secret_file(path: Path, what: str = "token file") -> str:
@@ -83,7 +118,16 @@ class Credentials:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     def ssl_context(self) -> ssl.SSLContext:
-        """A verifying TLS context with this CA and client certificate."""
+        """A verifying TLS context with this CA and client certificate: the same
+        object for the same files (unchanged on disk) within a process."""
+        key = tuple(_stat_key(f) for f in (self.ca_file, self.cert_file, self.key_file))
+        with _TLS_LOCK:
+            ctx = _TLS.get(key)
+            if ctx is None:
+                ctx = _TLS[key] = self._new_ssl_context()
+        return ctx
+
+    def _new_ssl_context(self) -> ssl.SSLContext:
         try:
             ctx = ssl.create_default_context(
                 cafile=str(self.ca_file) if self.ca_file is not None else None)

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from databus.client.credentials import Credentials
+from databus.client.credentials import Credentials, no_tls_context
 from databus.client.endpoints import Endpoints
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import (
@@ -71,11 +71,19 @@ class RelayConnection:
         self.endpoints = Endpoints(url.rstrip("/"))
         self.url = self.endpoints.current
         self.http_timeout = http_timeout
-        creds = credentials if credentials is not None else Credentials.from_env()
-        self._http = httpx.Client(base_url=self.url, timeout=http_timeout, transport=transport,
-                                  headers={"User-Agent": "databus-client", **creds.headers(),
-                                           **(headers or {})},
-                                  verify=creds.ssl_context())
+        self._creds = credentials if credentials is not None else Credentials.from_env()
+        self._transport = transport
+        self._headers = {"User-Agent": "databus-client", **self._creds.headers(),
+                         **(headers or {})}
+        self._tls = any(u.startswith("https://") for u in (*self.endpoints.urls, self.url))
+        self._http = self._client()
+
+    def _client(self) -> httpx.Client:
+        # a TLS context (shared per process, see credentials) only where a URL is
+        # https://; building one for http:// cost ~25 ms per connection
+        verify = self._creds.ssl_context() if self._tls else no_tls_context()
+        return httpx.Client(base_url=self.url, timeout=self.http_timeout,
+                            transport=self._transport, headers=self._headers, verify=verify)
 
     def close(self) -> None:
         self._http.close()
@@ -89,7 +97,13 @@ class RelayConnection:
             except RelayUnavailableError as exc:
                 log.warning("no other relay to read: %s", exc)
                 return
-            self._http.base_url = httpx.URL(self.url)
+            if self.url.startswith("https://") and not self._tls:
+                # a cluster member that serves TLS although the others did not
+                self._tls = True
+                self._http.close()
+                self._http = self._client()
+            else:
+                self._http.base_url = httpx.URL(self.url)
 
     def __enter__(self) -> RelayConnection:
         return self
