@@ -192,21 +192,44 @@ class _Reader:
         return out
 
     def tuple(self) -> list[Value]:
-        n = self.i16()
+        out, self.pos = _tuple(self.buf, self.pos)
+        return out
+
+
+def _tuple(buf: bytes, pos: int) -> tuple[list[Value], int]:
+    """TupleData at ``pos``: its values and the position after it (the hot path of
+    decoding: one loop, no calls per column but the slicing)."""
+    end = len(buf)
+    try:
+        n = (buf[pos] << 8) | buf[pos + 1]
+        pos += 2
         out: list[Value] = []
         for _ in range(n):
-            kind = self.byte()
-            if kind == 0x6E:  # 'n'
+            kind = buf[pos]
+            pos += 1
+            if kind == 0x74:  # 't'
+                size = int.from_bytes(buf[pos:pos + 4], "big")
+                pos += 4
+                if pos + size > end:
+                    raise CorruptEventError("pgoutput value runs past the message")
+                out.append(buf[pos:pos + size].decode("utf-8"))
+                pos += size
+            elif kind == 0x6E:  # 'n'
                 out.append(None)
             elif kind == 0x75:  # 'u'
                 out.append(UNCHANGED)
-            elif kind == 0x74:  # 't'
-                out.append(self.take(self.i32()).decode("utf-8"))
             elif kind == 0x62:  # 'b'
-                out.append(self.take(self.i32()))
+                size = int.from_bytes(buf[pos:pos + 4], "big")
+                pos += 4
+                if pos + size > end:
+                    raise CorruptEventError("pgoutput value runs past the message")
+                out.append(buf[pos:pos + size])
+                pos += size
             else:
                 raise CorruptEventError(f"pgoutput tuple column of unknown kind {kind:#x}")
-        return out
+    except IndexError:
+        raise CorruptEventError("pgoutput tuple truncated") from None
+    return out, pos
 
 
 def decode(payload: bytes) -> Message:
@@ -220,10 +243,9 @@ def decode(payload: bytes) -> Message:
     if t == 0x43:  # 'C'
         return Commit(r.byte(), r.u64(), r.u64(), r.i64())
     if t == 0x49:  # 'I'
-        rel = r.u32()
-        if r.byte() != 0x4E:
+        if len(payload) < 6 or payload[5] != 0x4E:
             raise CorruptEventError("pgoutput Insert without its new tuple")
-        return Insert(rel, r.tuple())
+        return Insert(int.from_bytes(payload[1:5], "big"), _tuple(payload, 6)[0])
     if t == 0x55:  # 'U'
         rel = r.u32()
         kind = r.byte()

@@ -74,6 +74,7 @@ from typing import Any
 
 from databus.core import event as ev
 from databus.core.atomic import write_atomic
+from databus.core.avrobin import long_bytes
 from databus.core.errors import (
     ConfigError,
     DatabusError,
@@ -101,7 +102,6 @@ from databus.sources.postgres.types import TableVersion, version_schema
 
 log = logging.getLogger("databus.sources.postgres")
 
-_META = MetadataCodec()
 _MAX_WINDOWS_PER_READ = 64
 
 
@@ -625,6 +625,15 @@ class PostgresSource(Source):
         scn = msg.end_lsn
         ts_ns = (msg.commit_ts_us + po.PG_EPOCH_US) * 1000
         parts = []
+        # the metadata part, Avro of METADATA_SCHEMA by hand: before, txid, file (null),
+        # pos, gtid (the origin), server_id (null), row
+        txid = str(txn.xid).encode()
+        txid_to_pos = b"\x02" + long_bytes(len(txid)) + txid + b"\x00\x02" + long_bytes(scn)
+        if txn.origin is None:
+            origin = b"\x00"
+        else:
+            raw = txn.origin.encode("utf-8")
+            origin = b"\x02" + long_bytes(len(raw)) + raw
         for row, (op, version, key, payload, before) in enumerate(txn.pending):
             s = version.schema
             if op == ev.Op.TRUNCATE:
@@ -632,9 +641,8 @@ class PostgresSource(Source):
                                        schema_id=s.id, schema_version=s.version, op=op,
                                        timestamp_ns=ts_ns))
                 continue
-            meta = _META.encode({"before": before, "txid": str(txn.xid), "file": None,
-                                 "pos": scn, "gtid": txn.origin, "server_id": None,
-                                 "row": row})
+            meta = (b"\x00" if before is None else b"\x02" + long_bytes(len(before)) + before
+                    ) + txid_to_pos + origin + b"\x00\x02" + long_bytes(row)
             parts.append(ev.encode(scn=scn, src_id=s.src_id, key=key, payload=payload,
                                    schema_id=s.id, schema_version=s.version, op=op,
                                    timestamp_ns=ts_ns, metadata=meta,

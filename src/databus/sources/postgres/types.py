@@ -29,10 +29,12 @@ domain or an enum is the text of its base type or label.
 from __future__ import annotations
 
 import json
+import struct
 import zlib
 from collections.abc import Callable
 from typing import Any
 
+from databus.core.avrobin import long_bytes
 from databus.core.errors import SchemaError
 from databus.core.schema import AvroType, ColumnSpec, TableSchema, table_schema
 
@@ -75,6 +77,35 @@ def converter(type_oid: int) -> Callable[[str], Any]:
     return str
 
 
+_DOUBLE = struct.Struct("<d")
+
+
+def _avro_long(v: Any) -> bytes:
+    return long_bytes(v)
+
+
+def _avro_bool(v: Any) -> bytes:
+    return b"\x01" if v else b"\x00"
+
+
+def _avro_double(v: Any) -> bytes:
+    return _DOUBLE.pack(v)
+
+
+def _avro_bytes(v: Any) -> bytes:
+    return long_bytes(len(v)) + bytes(v)
+
+
+def _avro_string(v: Any) -> bytes:
+    raw = str(v).encode("utf-8")
+    return long_bytes(len(raw)) + raw
+
+
+_ENCODERS: dict[Any, Callable[[Any], bytes]] = {
+    "long": _avro_long, "boolean": _avro_bool, "double": _avro_double, "bytes": _avro_bytes,
+    "string": _avro_string}
+
+
 def _key_json(v: Any) -> Any:
     if isinstance(v, bytes):
         return {"hex": v.hex()}
@@ -91,6 +122,9 @@ class TableVersion:
         self.type_oids = type_oids
         self.fields = [f["name"] for f in schema.avro["fields"]]
         self.convert = [converter(t) for t in type_oids]
+        # Avro binary by hand (every field is ["null", T]: union index 0 or 1, then T):
+        # the same bytes fastavro writes for these types, several times faster
+        self._encoders = [_ENCODERS[avro_type(t)] for t in type_oids]
         self.key_index = key_index  # positions of the key columns; empty: row index
         self.int_key = len(key_index) == 1 and type_oids[key_index[0]] in INTEGERS
 
@@ -102,7 +136,8 @@ class TableVersion:
         return dict(zip(self.fields, values, strict=True))
 
     def encode(self, values: list[Any]) -> bytes:
-        return self.schema.encode(self.record(values))
+        return b"".join([b"\x00" if v is None else b"\x02" + enc(v)
+                         for v, enc in zip(values, self._encoders, strict=True)])
 
     def key(self, values: list[Any], row_index: int) -> int | bytes:
         if not self.key_index:
