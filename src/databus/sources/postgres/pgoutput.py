@@ -9,7 +9,9 @@ type byte, then big-endian integers, NUL-terminated strings and tuple data.
 Pure and without I/O: :func:`decode` turns one payload into one message object.
 Tuple values are ``None`` (SQL NULL), :data:`UNCHANGED` (a TOASTed value the
 update did not change, which the server does not send) or the value's text
-(the type's output function, as ``SELECT col::text`` shows it). A message type
+(the type's output function, as ``SELECT`` returns it) as UTF-8 bytes, left
+undecoded: most of it is copied into Avro as it is. Binary-format values
+(``binary`` option) are never asked for and refused. A message type
 this module does not know raises
 :class:`~databus.core.errors.UnsupportedEventError`: nothing is skipped.
 """
@@ -36,7 +38,7 @@ class _Unchanged:
 UNCHANGED: Final = _Unchanged()
 """An unchanged TOASTed value in an update's new tuple (not sent by the server)."""
 
-Value = str | bytes | None | _Unchanged
+Value = bytes | None | _Unchanged
 
 KEY_FLAG: Final = 1
 """A Relation column flag: the column is part of the replica identity."""
@@ -212,19 +214,12 @@ def _tuple(buf: bytes, pos: int) -> tuple[list[Value], int]:
                 pos += 4
                 if pos + size > end:
                     raise CorruptEventError("pgoutput value runs past the message")
-                out.append(buf[pos:pos + size].decode("utf-8"))
+                out.append(buf[pos:pos + size])
                 pos += size
             elif kind == 0x6E:  # 'n'
                 out.append(None)
             elif kind == 0x75:  # 'u'
                 out.append(UNCHANGED)
-            elif kind == 0x62:  # 'b'
-                size = int.from_bytes(buf[pos:pos + 4], "big")
-                pos += 4
-                if pos + size > end:
-                    raise CorruptEventError("pgoutput value runs past the message")
-                out.append(buf[pos:pos + size])
-                pos += size
             else:
                 raise CorruptEventError(f"pgoutput tuple column of unknown kind {kind:#x}")
     except IndexError:

@@ -602,7 +602,8 @@ class PostgresSource(Source):
         where = " AND ".join(f"{quote_ident(names[i])} = %s" for i in version.key_index)
         rows = self._sql.query(
             f"SELECT {select} FROM {quote_ident(schema)}.{quote_ident(table)} WHERE {where}",
-            tuple(new[i] for i in version.key_index))
+            tuple(new[i].decode("utf-8") if isinstance(new[i], bytes) else new[i]
+                  for i in version.key_index))
         if not rows:
             return None
         return dict(zip(columns, rows[0], strict=True))

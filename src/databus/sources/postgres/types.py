@@ -28,6 +28,7 @@ domain or an enum is the text of its base type or label.
 
 from __future__ import annotations
 
+import binascii
 import json
 import struct
 import zlib
@@ -54,18 +55,27 @@ def avro_type(type_oid: int) -> AvroType:
     return _AVRO.get(type_oid, "string")
 
 
-def _bytea(text: str) -> bytes:
-    if text.startswith("\\x"):
-        return bytes.fromhex(text[2:])
-    raise SchemaError(f"bytea value not in hex form: {text[:20]!r}")
+def _bytea(text: str | bytes) -> bytes:
+    raw = text.encode() if isinstance(text, str) else text
+    if raw.startswith(b"\\x"):
+        try:
+            return binascii.unhexlify(raw[2:])
+        except (binascii.Error, ValueError):
+            pass
+    raise SchemaError(f"bytea value not in hex form: {raw[:20]!r}")
 
 
-def _bool(text: str) -> bool:
-    return text == "t"
+def _bool(text: str | bytes) -> bool:
+    return text in ("t", b"t")
 
 
-def converter(type_oid: int) -> Callable[[str], Any]:
-    """Text of a value -> the Python value its Avro type takes."""
+def _text(text: str | bytes) -> str | bytes:
+    return text  # UTF-8 bytes stay bytes until written (see _avro_string)
+
+
+def converter(type_oid: int) -> Callable[[Any], Any]:
+    """Text of a value (str, or UTF-8 bytes from pgoutput) -> the Python value its Avro
+    type takes (``string`` columns: the text as given)."""
     if type_oid in INTEGERS:
         return int
     if type_oid in (FLOAT4, FLOAT8):
@@ -74,7 +84,7 @@ def converter(type_oid: int) -> Callable[[str], Any]:
         return _bool
     if type_oid == BYTEA:
         return _bytea
-    return str
+    return _text
 
 
 _DOUBLE = struct.Struct("<d")
@@ -97,7 +107,7 @@ def _avro_bytes(v: Any) -> bytes:
 
 
 def _avro_string(v: Any) -> bytes:
-    raw = str(v).encode("utf-8")
+    raw = v if isinstance(v, bytes) else str(v).encode("utf-8")
     return long_bytes(len(raw)) + raw
 
 
@@ -124,16 +134,19 @@ class TableVersion:
         self.convert = [converter(t) for t in type_oids]
         # Avro binary by hand (every field is ["null", T]: union index 0 or 1, then T):
         # the same bytes fastavro writes for these types, several times faster
-        self._encoders = [_ENCODERS[avro_type(t)] for t in type_oids]
+        self._avro = [avro_type(t) for t in type_oids]
+        self._encoders = [_ENCODERS[a] for a in self._avro]
         self.key_index = key_index  # positions of the key columns; empty: row index
         self.int_key = len(key_index) == 1 and type_oids[key_index[0]] in INTEGERS
 
     def values(self, texts: list[Any]) -> list[Any]:
-        """Texts (None for NULL) -> typed values."""
+        """Texts (None for NULL) -> typed values (text columns: as given)."""
         return [None if t is None else c(t) for t, c in zip(texts, self.convert, strict=True)]
 
     def record(self, values: list[Any]) -> dict[str, Any]:
-        return dict(zip(self.fields, values, strict=True))
+        """The Avro record of typed values (text as str)."""
+        return {f: v.decode("utf-8") if isinstance(v, bytes) and a == "string" else v
+                for f, v, a in zip(self.fields, values, self._avro, strict=True)}
 
     def encode(self, values: list[Any]) -> bytes:
         return b"".join([b"\x00" if v is None else b"\x02" + enc(v)
@@ -144,8 +157,10 @@ class TableVersion:
             return row_index
         if self.int_key and values[self.key_index[0]] is not None:
             return int(values[self.key_index[0]])
-        return json.dumps([_key_json(values[i]) for i in self.key_index], ensure_ascii=False,
-                          separators=(",", ":")).encode()
+        return json.dumps([_key_json(values[i].decode("utf-8")
+                                     if self._avro[i] == "string" and isinstance(values[i], bytes)
+                                     else values[i]) for i in self.key_index],
+                          ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def version_schema(namespace: str, table: str, names: list[str], type_oids: list[int],
