@@ -542,13 +542,13 @@ class PostgresSource(Source):
             return
         index = len(txn.pending)
         if isinstance(msg, po.Insert):
-            after = version.values(msg.new)
-            txn.pending.append((ev.Op.INSERT, version, version.key(after, index),
-                                version.encode(after), None))
+            after, payload = version.typed(msg.new)
+            txn.pending.append((ev.Op.INSERT, version, version.key(after, index), payload,
+                                None))
         elif isinstance(msg, po.Delete):
-            before = version.values(msg.old)
-            txn.pending.append((ev.Op.DELETE, version, version.key(before, index),
-                                version.encode(before), None))
+            before, payload = version.typed(msg.old)
+            txn.pending.append((ev.Op.DELETE, version, version.key(before, index), payload,
+                                None))
         else:
             new = self._untoasted(msg, version)
             after = version.values(new)

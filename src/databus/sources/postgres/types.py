@@ -88,10 +88,11 @@ def converter(type_oid: int) -> Callable[[Any], Any]:
 
 
 _DOUBLE = struct.Struct("<d")
+_LONGS = tuple(long_bytes(i) for i in range(4096))  # lengths and small numbers
 
 
 def _avro_long(v: Any) -> bytes:
-    return long_bytes(v)
+    return _LONGS[v] if 0 <= v < 4096 else long_bytes(v)
 
 
 def _avro_bool(v: Any) -> bytes:
@@ -103,12 +104,14 @@ def _avro_double(v: Any) -> bytes:
 
 
 def _avro_bytes(v: Any) -> bytes:
-    return long_bytes(len(v)) + bytes(v)
+    n = len(v)
+    return (_LONGS[n] if n < 4096 else long_bytes(n)) + bytes(v)
 
 
 def _avro_string(v: Any) -> bytes:
     raw = v if isinstance(v, bytes) else str(v).encode("utf-8")
-    return long_bytes(len(raw)) + raw
+    n = len(raw)
+    return (_LONGS[n] if n < 4096 else long_bytes(n)) + raw
 
 
 _ENCODERS: dict[Any, Callable[[Any], bytes]] = {
@@ -138,6 +141,21 @@ class TableVersion:
         self._encoders = [_ENCODERS[a] for a in self._avro]
         self.key_index = key_index  # positions of the key columns; empty: row index
         self.int_key = len(key_index) == 1 and type_oids[key_index[0]] in INTEGERS
+
+    def typed(self, texts: list[Any]) -> tuple[list[Any], bytes]:
+        """Texts (None for NULL) -> (typed values, their Avro record): :meth:`values`
+        and :meth:`encode` in one pass."""
+        values: list[Any] = []
+        out: list[bytes] = []
+        for t, conv, enc in zip(texts, self.convert, self._encoders, strict=True):
+            if t is None:
+                values.append(None)
+                out.append(b"\x00")
+            else:
+                v = conv(t)
+                values.append(v)
+                out.append(b"\x02" + enc(v))
+        return values, b"".join(out)
 
     def values(self, texts: list[Any]) -> list[Any]:
         """Texts (None for NULL) -> typed values (text columns: as given)."""
