@@ -442,3 +442,19 @@ def test_initial_only_stops_after_the_snapshot(postgres: PostgreSQL, db: str,
     conn.execute("INSERT INTO a VALUES (3)")
     assert src.read(w.scn, stop, 0.3) == [] and src.read(w.scn, stop, 0.3) == []
     src.close()
+
+
+def test_pgoutput_damaged_or_unknown_messages_stop_capture_loudly() -> None:
+    from databus.core.errors import CorruptEventError, UnsupportedEventError
+    from databus.sources.postgres import pgoutput as po
+
+    insert = b"I" + (16384).to_bytes(4, "big") + b"N" + (2).to_bytes(2, "big") \
+        + b"t" + (2).to_bytes(4, "big") + b"42" + b"n"
+    assert po.decode(insert) == po.Insert(16384, [b"42", None])
+    for cut in range(1, len(insert) - 1):
+        with pytest.raises(CorruptEventError):
+            po.decode(insert[:cut])
+    with pytest.raises(CorruptEventError):
+        po.decode(insert[:-1] + b"x")  # a column kind that does not exist
+    with pytest.raises(UnsupportedEventError, match="nothing was skipped"):
+        po.decode(b"S" + bytes(5))  # protocol 2's stream start: never asked for
