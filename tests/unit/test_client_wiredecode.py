@@ -213,3 +213,76 @@ def test_schemas_the_compiled_half_does_not_cover_use_fastavro() -> None:
     data = nested.encode({"tags": ["a", "b"], "e": "B"})
     assert d.row(data) == {"tags": ["a", "b"], "e": "B"}
     assert d.columns([data, data]) == {"tags": [["a", "b"]] * 2, "e": ["B", "B"]}
+
+
+# -- scan_table: where the events are, without an object per event -------------------
+
+def _table_view(t: wd.Scanned) -> tuple[Any, ...]:
+    return (*(getattr(t, c).tolist() for c in wd._COLS), t.runs)
+
+
+@needs_c
+@pytest.mark.parametrize("verify", [True, False])
+def test_scan_table_is_the_same_on_both_halves_and_its_events_are_the_scan(
+        verify: bool) -> None:
+    body = _body()
+    native, python = wd.scan_table(body, verify=verify), wd.scan_table(body, verify=verify,
+                                                                       native=False)
+    assert _table_view(native) == _table_view(python)
+    events = wd.scan(body)
+    assert native.events() == python.events() == events
+    assert native.events(3, 9) == python.events(3, 9) == events[3:9]
+    assert native.src_ids.tolist() == [e.src_id for e in events]
+    assert native.attributes.tolist() == [e.attributes for e in events]
+    # payload spans point at each event's payload bytes in the body
+    assert [bytes(body[o:o + n]) for o, n in zip(native.payload_offsets,
+                                                 native.payload_lengths, strict=True)] == [
+        e.payload for e in events]
+    # runs: one per schema id (per source for events without one), as schema_runs cuts
+    assert native.runs == [(0, 20), (20, 21), (21, 22), (22, 25), (25, 26), (26, 27)]
+    assert len(wd.scan_table(b"")) == 0 and wd.scan_table(b"").runs == []
+
+
+@needs_c
+def test_a_damaged_table_scan_is_the_same_typed_error_on_both_halves() -> None:
+    full = _body()
+    first = ev.peek_length(full)
+    body = full[: first + ev.peek_length(full, first)]
+    for i in range(len(body)):
+        damaged = bytearray(body)
+        damaged[i] ^= 0x40
+        native = _error(lambda d=damaged: wd.scan_table(bytes(d)))
+        python = _error(lambda d=damaged: wd.scan_table(bytes(d), native=False))
+        assert native == python == _error(lambda d=damaged: wd.scan(bytes(d)))
+        assert native is not None and native[0] is CorruptEventError, (i, native)
+
+
+@needs_c
+def test_a_large_body_is_checked_alike_on_both_halves() -> None:
+    """Bodies from 64 KiB on are walked without the GIL: same events, same errors."""
+    body = _body() * 40
+    assert len(body) > 64 * 1024
+    assert wd.scan(body) == wd.scan(body, native=False)
+    assert wd.scan_table(body).events() == wd.scan(body)
+    damaged = bytearray(body)
+    damaged[len(body) // 2] ^= 1
+    for fn in (wd.scan, wd.scan_table):
+        native = _error(lambda f=fn: f(bytes(damaged)))
+        assert native is not None and native[0] is CorruptEventError
+        assert native == _error(lambda f=fn: f(bytes(damaged), native=False))
+
+
+@needs_c
+def test_rows_and_columns_at_spans_equal_rows_and_columns_on_both_halves() -> None:
+    body = _body()
+    table = wd.scan_table(body)
+    events = wd.scan(body)
+    for schema, (a, b) in ((SQLITE.schema, table.runs[0]), (LOGICAL, table.runs[3])):
+        payloads = [e.payload for e in events[a:b]]
+        offs, lens = table.payload_offsets[a:b], table.payload_lengths[a:b]
+        for d in (wd.RowDecoder(schema), wd.RowDecoder(schema, native=False)):
+            assert repr(d.rows_at(body, offs, lens)) == repr(d.rows(payloads))
+            assert repr(d.columns_at(memoryview(body), offs, lens)) == repr(
+                d.columns(payloads))
+    with pytest.raises(ValueError, match="outside the body"):
+        wd.RowDecoder(SQLITE.schema).rows_at(body[:100], offs, lens)

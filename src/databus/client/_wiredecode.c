@@ -8,15 +8,27 @@
  * lengths and (verify) both CRCs, the key and the parts, exactly as
  * databus.core.event.decode checks them, and builds the Event objects directly into
  * their slots (the dataclass __init__ costs about 1 us an event, more than the rest of
- * the scan). RowDecoder decodes flat Avro records (null, boolean, int, long, float,
- * double, string, bytes, unions of them; logical types through the Python converter
- * handed in) into dicts keyed by column name, into lists of dicts, or into one list
- * per column without building a dict per row.
+ * the scan). It works in two phases: the walk (every check, every CRC) records where
+ * each event's fields are in a C array without touching a Python object, so for
+ * bodies of 64 KiB and more it runs without the GIL; then the objects are built with
+ * the GIL held. scan_table(body, verify) stops after the walk and returns int64
+ * columns (offset, source, attributes, payload offset and length) and the runs of
+ * one schema, no object per event; events_at() builds the Events of chosen offsets
+ * later, and RowDecoder.rows_at/columns_at decode payloads in place from those spans.
+ * RowDecoder decodes flat Avro records (null, boolean, int, long, float, double,
+ * string, bytes, unions of them; logical types through the Python converter handed
+ * in) into dicts keyed by column name, into lists of dicts, or into one list per
+ * column without building a dict per row.
  *
  * Measured reason (bench/client_throughput.py, bench/RESULTS.md): the Python path
  * spent half of the client's time in core.event.decode (struct unpacking, CRC
  * slices, the Event dataclass) and a fifth in fastavro's per-row reader set-up; both
- * together cap the client at about a quarter of a bare fastavro loop.
+ * together cap the client at about a quarter of a bare fastavro loop. Then, with
+ * this scan, it was the bootstrap client's largest cost (34% of a 200k-row snapshot,
+ * ~0.37 us an event: half the CRCs, half the Event objects) and it held the GIL, so
+ * the prefetch thread and the delivering thread did not overlap: hence the walk
+ * without the GIL, and scan_table for batch consumers (0.17 us an event with both
+ * CRCs; a 10k-row snapshot page to columns 0.25 us a row instead of 0.44).
  *
  * It never guesses: any input it does not handle exactly like the Python path (a
  * damaged or truncated event, a varint beyond 64 bits, a boolean byte other than 0/1,
@@ -120,6 +132,96 @@ static int rd_part(const uint8_t **pp, const uint8_t *end, int16_t *ver, const u
     return 0;
 }
 
+/* Where one checked event's fields are: filled without the GIL, no Python object. */
+typedef struct {
+    const uint8_t *e;            /* the event's first byte */
+    const uint8_t *k;            /* key bytes, or NULL: an int64 key after the header */
+    const uint8_t *mdg, *mdata;  /* metadata part; mdata NULL: none */
+    const uint8_t *dg, *data;    /* payload part */
+    Py_ssize_t kn, mdgn, mn, dgn, dn;
+    uint32_t total;
+    unsigned attrs;
+    int16_t ver;
+} Span;
+
+/* The event at e (avail bytes from e to the body's end): 0 ok, 1 not handled here
+ * (damaged, truncated, malformed: the Python path raises). Touches no Python object,
+ * so it runs without the GIL. */
+static int walk_one(const uint8_t *e, Py_ssize_t avail, int verify, Span *s) {
+    if (avail < HEADER_LEN) return 1;
+    if (e[0] != 2 || be32(e + 1) != 0xCAFEDEEDu || be32(e + 5) != HEADER_LEN) return 1;
+    uint32_t total = be32(e + 17);
+    if (total < MIN_TOTAL || (Py_ssize_t)total > avail) return 1;
+    if (verify) {
+        uLong crc = crc32(crc32(0L, e, 9), e + 13, HEADER_LEN - 13);
+        if ((uint32_t)crc != be32(e + 9)) return 1;
+        if ((uint32_t)crc32(0L, e + HEADER_LEN, total - HEADER_LEN) != be32(e + 13)) return 1;
+    }
+    const uint8_t *end = e + total, *p = e + HEADER_LEN;
+    int16_t mver;
+    s->e = e;
+    s->total = total;
+    s->attrs = ((unsigned)e[21] << 8) | e[22];
+    s->k = NULL; s->kn = 0;
+    s->mdg = s->mdata = NULL; s->mdgn = s->mn = 0;
+    if (s->attrs & ATTR_KEY_BYTES) {
+        int32_t klen = (int32_t)be32(p);
+        if (klen < 0 || (Py_ssize_t)klen > end - p - 4) return 1;
+        s->k = p + 4; s->kn = klen; p += 4 + klen;
+    } else {
+        p += 8;
+    }
+    if ((s->attrs & ATTR_HAS_METADATA)
+        && rd_part(&p, end, &mver, &s->mdg, &s->mdgn, &s->mdata, &s->mn))
+        return 1;
+    if (rd_part(&p, end, &s->ver, &s->dg, &s->dgn, &s->data, &s->dn) || p != end) return 1;
+    return 0;
+}
+
+/* Every event of buf[0, n): *out (PyMem_Raw memory, the caller frees it) and *count.
+ * 0 ok, 1 not handled here, -1 out of memory. No GIL needed. */
+static int walk(const uint8_t *buf, Py_ssize_t n, int verify, Span **out, Py_ssize_t *count) {
+    Py_ssize_t cap = 0, c = 0, off = 0;
+    Span *spans = NULL;
+    int r = 0;
+    while (off < n) {
+        if (c == cap) {
+            Py_ssize_t ncap = cap ? cap * 2 : 1024;
+            Span *grown = PyMem_RawRealloc(spans, (size_t)ncap * sizeof(Span));
+            if (!grown) { r = -1; break; }
+            spans = grown;
+            cap = ncap;
+        }
+        if (walk_one(buf + off, n - off, verify, &spans[c])) { r = 1; break; }
+        off += spans[c++].total;
+    }
+    if (r) {
+        PyMem_RawFree(spans);
+        spans = NULL;
+        c = 0;
+    }
+    *out = spans;
+    *count = c;
+    return r;
+}
+
+/* Bodies from this size on are walked without the GIL (a small body is walked faster
+ * than the GIL is handed over and back). */
+#define NOGIL_MIN (64 * 1024)
+
+static int walk_body(const Py_buffer *view, int verify, Span **out, Py_ssize_t *count) {
+    int r;
+    if (view->len >= NOGIL_MIN) {
+        Py_BEGIN_ALLOW_THREADS
+        r = walk(view->buf, view->len, verify, out, count);
+        Py_END_ALLOW_THREADS
+    } else {
+        r = walk(view->buf, view->len, verify, out, count);
+    }
+    if (r < 0) PyErr_NoMemory();
+    return r;
+}
+
 #define NDIGESTS 8
 typedef struct { PyObject *obj[NDIGESTS]; int n, next; } DigestCache;
 
@@ -142,78 +244,144 @@ static PyObject *digest_obj(DigestCache *dc, const uint8_t *s, Py_ssize_t n) {
     return o;
 }
 
+static void digest_clear(DigestCache *dc) {
+    for (int i = 0; i < dc->n; i++) Py_DECREF(dc->obj[i]);
+    dc->n = 0;
+}
+
+/* the Event of a walked span (a new reference, or NULL with an error set) */
+static PyObject *span_event(const Span *s, DigestCache *dc) {
+    const uint8_t *e = s->e;
+    PyObject *vals[NF] = {0};
+    vals[F_SCN] = PyLong_FromLongLong((long long)(int64_t)be64(e + 37));
+    vals[F_SRC] = PyLong_FromLong((long)(int32_t)be32(e + 31));
+    vals[F_KEY] = s->k ? PyBytes_FromStringAndSize((const char *)s->k, s->kn)
+                       : PyLong_FromLongLong((long long)(int64_t)be64(e + HEADER_LEN));
+    vals[F_ATTR] = PyLong_FromLong((long)s->attrs);
+    vals[F_TS] = PyLong_FromLongLong((long long)(int64_t)be64(e + 23));
+    vals[F_PART] = PyLong_FromLong((long)be16s(e + 35));
+    vals[F_SID] = digest_obj(dc, s->dg, s->dgn);
+    vals[F_SVER] = PyLong_FromLong((long)s->ver);
+    vals[F_PAYLOAD] = PyBytes_FromStringAndSize((const char *)s->data, s->dn);
+    if (s->mdata) {
+        vals[F_MSID] = digest_obj(dc, s->mdg, s->mdgn);
+        vals[F_META] = PyBytes_FromStringAndSize((const char *)s->mdata, s->mn);
+    } else {
+        vals[F_MSID] = PyBytes_FromStringAndSize("", 0);
+        vals[F_META] = Py_NewRef(Py_None);
+    }
+    return make_event(vals);
+}
+
+/* a list of the Events of spans[0, n) */
+static PyObject *span_events(const Span *spans, Py_ssize_t n) {
+    DigestCache dc = {{0}, 0, 0};
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        PyObject *obj = span_event(&spans[i], &dc);
+        if (!obj) Py_CLEAR(out);  /* unset items are NULL, which list dealloc skips */
+        else PyList_SET_ITEM(out, i, obj);
+    }
+    digest_clear(&dc);
+    return out;
+}
+
+/* scan(body, verify, Event) -> [Event] or None: every byte is checked (phase one,
+ * without the GIL for large bodies) before any object is made (phase two) */
 static PyObject *scan(PyObject *self, PyObject *args) {
     Py_buffer view;
     int verify;
-    PyObject *etype;
+    PyObject *etype, *out = NULL;
     if (!PyArg_ParseTuple(args, "y*pO", &view, &verify, &etype)) return NULL;
-    PyObject *out = NULL;
-    DigestCache dc = {{0}, 0, 0};
+    Span *spans = NULL;
+    Py_ssize_t n = 0;
     if ((PyTypeObject *)etype != event_type && learn_event_type(etype) < 0) goto done;
-    out = PyList_New(0);
-    if (!out) goto done;
+    int r = walk_body(&view, verify, &spans, &n);
+    if (r < 0) goto done;
+    out = r ? Py_NewRef(Py_None) : span_events(spans, n);
+done:
+    PyMem_RawFree(spans);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* Table columns, int64 each, column-major (see wiredecode.Scanned) */
+enum { C_OFF, C_SRC, C_ATTR, C_POFF, C_PLEN, NCOLS };
+
+/* whether events a and b belong to one run: the same schema digest, or both without
+ * one and of the same source (the dispatcher's view per schema id / per source) */
+static int same_run(const Span *a, const Span *b) {
+    if (a->dgn != b->dgn || memcmp(a->dg, b->dg, (size_t)a->dgn) != 0) return 0;
+    return a->dgn || be32(a->e + 31) == be32(b->e + 31);
+}
+
+/* scan_table(body, verify) -> (table bytes, [(start, end) of each run]) or None */
+static PyObject *scan_table(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    int verify;
+    PyObject *out = NULL, *table = NULL, *runs = NULL;
+    if (!PyArg_ParseTuple(args, "y*p", &view, &verify)) return NULL;
+    Span *spans = NULL;
+    Py_ssize_t n = 0;
+    int r = walk_body(&view, verify, &spans, &n);
+    if (r < 0) goto done;
+    if (r) { out = Py_NewRef(Py_None); goto done; }
+    if (n > PY_SSIZE_T_MAX / (Py_ssize_t)(NCOLS * sizeof(int64_t))) { PyErr_NoMemory(); goto done; }
+    table = PyBytes_FromStringAndSize(NULL, n * NCOLS * (Py_ssize_t)sizeof(int64_t));
+    runs = PyList_New(0);
+    if (!table || !runs) goto done;
+    int64_t *col = (int64_t *)PyBytes_AS_STRING(table);
     const uint8_t *buf = view.buf;
-    Py_ssize_t n = view.len, off = 0;
-    while (off < n) {
-        const uint8_t *e = buf + off;
-        if (n - off < HEADER_LEN) goto unhandled;
-        if (e[0] != 2 || be32(e + 1) != 0xCAFEDEEDu || be32(e + 5) != HEADER_LEN) goto unhandled;
-        uint32_t total = be32(e + 17);
-        if (total < MIN_TOTAL || (Py_ssize_t)total > n - off) goto unhandled;
-        if (verify) {
-            uLong crc = crc32(crc32(0L, e, 9), e + 13, HEADER_LEN - 13);
-            if ((uint32_t)crc != be32(e + 9)) goto unhandled;
-            if ((uint32_t)crc32(0L, e + HEADER_LEN, total - HEADER_LEN) != be32(e + 13))
-                goto unhandled;
+    Py_ssize_t start = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const Span *s = &spans[i];
+        col[C_OFF * n + i] = s->e - buf;
+        col[C_SRC * n + i] = (int32_t)be32(s->e + 31);
+        col[C_ATTR * n + i] = s->attrs;
+        col[C_POFF * n + i] = s->data - buf;
+        col[C_PLEN * n + i] = s->dn;
+        if (i + 1 == n || !same_run(s, &spans[i + 1])) {
+            PyObject *run = Py_BuildValue("(nn)", start, i + 1);
+            if (!run || PyList_Append(runs, run) < 0) { Py_XDECREF(run); goto done; }
+            Py_DECREF(run);
+            start = i + 1;
         }
-        const uint8_t *end = e + total, *p = e + HEADER_LEN;
-        unsigned attrs = ((unsigned)e[21] << 8) | e[22];
-        PyObject *vals[NF] = {0};
-        const uint8_t *k = NULL, *mdg = NULL, *mdata = NULL, *dg, *data;
-        Py_ssize_t kn = 0, mdgn = 0, mn = 0, dgn, dn;
-        int16_t mver, ver;
-        if (attrs & ATTR_KEY_BYTES) {
-            int32_t klen = (int32_t)be32(p);
-            if (klen < 0 || (Py_ssize_t)klen > end - p - 4) goto unhandled;
-            k = p + 4; kn = klen; p += 4 + klen;
-        } else {
-            p += 8;
-        }
-        if ((attrs & ATTR_HAS_METADATA) && rd_part(&p, end, &mver, &mdg, &mdgn, &mdata, &mn))
-            goto unhandled;
-        if (rd_part(&p, end, &ver, &dg, &dgn, &data, &dn) || p != end) goto unhandled;
-        vals[F_SCN] = PyLong_FromLongLong((long long)(int64_t)be64(e + 37));
-        vals[F_SRC] = PyLong_FromLong((long)(int32_t)be32(e + 31));
-        vals[F_KEY] = k ? PyBytes_FromStringAndSize((const char *)k, kn)
-                        : PyLong_FromLongLong((long long)(int64_t)be64(e + HEADER_LEN));
-        vals[F_ATTR] = PyLong_FromLong((long)attrs);
-        vals[F_TS] = PyLong_FromLongLong((long long)(int64_t)be64(e + 23));
-        vals[F_PART] = PyLong_FromLong((long)be16s(e + 35));
-        vals[F_SID] = digest_obj(&dc, dg, dgn);
-        vals[F_SVER] = PyLong_FromLong((long)ver);
-        vals[F_PAYLOAD] = PyBytes_FromStringAndSize((const char *)data, dn);
-        if (mdata) {
-            vals[F_MSID] = digest_obj(&dc, mdg, mdgn);
-            vals[F_META] = PyBytes_FromStringAndSize((const char *)mdata, mn);
-        } else {
-            vals[F_MSID] = PyBytes_FromStringAndSize("", 0);
-            vals[F_META] = Py_NewRef(Py_None);
-        }
-        PyObject *obj = make_event(vals);
-        if (!obj || PyList_Append(out, obj) < 0) {
-            Py_XDECREF(obj);
-            Py_CLEAR(out);
+    }
+    out = PyTuple_Pack(2, table, runs);
+done:
+    Py_XDECREF(table);
+    Py_XDECREF(runs);
+    PyMem_RawFree(spans);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* events_at(body, offsets (int64 buffer), Event) -> [Event] or None: the events
+ * starting at those offsets of a body scan_table checked (lengths checked again, not
+ * the CRCs) */
+static PyObject *events_at(PyObject *self, PyObject *args) {
+    Py_buffer view, offs;
+    PyObject *etype, *out = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*O", &view, &offs, &etype)) return NULL;
+    Py_ssize_t n = offs.len / (Py_ssize_t)sizeof(int64_t);
+    Span *spans = NULL;
+    if ((PyTypeObject *)etype != event_type && learn_event_type(etype) < 0) goto done;
+    spans = PyMem_RawMalloc((size_t)(n ? n : 1) * sizeof(Span));
+    if (!spans) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t off;
+        memcpy(&off, (const char *)offs.buf + i * (Py_ssize_t)sizeof(int64_t), sizeof off);
+        if (off < 0 || off >= view.len
+            || walk_one((const uint8_t *)view.buf + off, view.len - (Py_ssize_t)off, 0,
+                        &spans[i])) {
+            out = Py_NewRef(Py_None);
             goto done;
         }
-        Py_DECREF(obj);
-        off += total;
     }
-    goto done;
-unhandled:
-    Py_DECREF(out);
-    out = Py_NewRef(Py_None);
+    out = span_events(spans, n);
 done:
-    for (int i = 0; i < dc.n; i++) Py_DECREF(dc.obj[i]);
+    PyMem_RawFree(spans);
+    PyBuffer_Release(&offs);
     PyBuffer_Release(&view);
     return out;
 }
@@ -387,12 +555,12 @@ done:
     return out;
 }
 
-/* rows(payloads) -> list of dicts; columns(payloads) -> tuple of lists (one per field) */
-static PyObject *rowdec_many(RowDecoder *self, PyObject *arg, int columns) {
-    PyObject *seq = PySequence_Fast(arg, "payloads must be a sequence");
-    if (!seq) return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
+/* Rows i in [0, n): each item of items (bytes or buffers), or, when items is NULL,
+ * base[offs[i], offs[i] + lens[i]) of one checked body (read in place). columns: a tuple
+ * of lists (one per field), else a list of dicts; None when the Python path must decode. */
+static PyObject *decode_many(RowDecoder *self, Py_ssize_t n, PyObject **items,
+                             const Py_buffer *base, const int64_t *offs, const int64_t *lens,
+                             int columns) {
     PyObject *stack[STACK_FIELDS], **vals = stack;
     PyObject *out = NULL, *result = NULL;
     int nf = self->nfields;
@@ -416,9 +584,22 @@ static PyObject *rowdec_many(RowDecoder *self, PyObject *arg, int columns) {
         Py_buffer view;
         const uint8_t *p;
         Py_ssize_t len;
-        if (item_span(items[i], &view, &p, &len) < 0) goto done;
-        int r = rd_record(self, p, p + len, vals);
-        if (view.obj) PyBuffer_Release(&view);
+        int r;
+        if (items) {
+            if (item_span(items[i], &view, &p, &len) < 0) goto done;
+            r = rd_record(self, p, p + len, vals);
+            if (view.obj) PyBuffer_Release(&view);
+        } else {
+            int64_t o, l;
+            memcpy(&o, offs + i, sizeof o);
+            memcpy(&l, lens + i, sizeof l);
+            if (o < 0 || l < 0 || o > base->len || l > base->len - o) {
+                PyErr_SetString(PyExc_ValueError, "payload span outside the body");
+                goto done;
+            }
+            p = (const uint8_t *)base->buf + o;
+            r = rd_record(self, p, p + l, vals);
+        }
         if (r < 0) goto done;
         if (r == 1) { result = Py_NewRef(Py_None); goto done; }
         if (columns) {
@@ -434,12 +615,44 @@ static PyObject *rowdec_many(RowDecoder *self, PyObject *arg, int columns) {
 done:
     Py_XDECREF(out); /* unset list items are NULL, which list dealloc skips */
     if (vals != stack) PyMem_Free(vals);
-    Py_DECREF(seq);
     return result;
+}
+
+/* rows(payloads) -> list of dicts; columns(payloads) -> tuple of lists (one per field) */
+static PyObject *rowdec_many(RowDecoder *self, PyObject *arg, int columns) {
+    PyObject *seq = PySequence_Fast(arg, "payloads must be a sequence");
+    if (!seq) return NULL;
+    PyObject *out = decode_many(self, PySequence_Fast_GET_SIZE(seq), PySequence_Fast_ITEMS(seq),
+                                NULL, NULL, NULL, columns);
+    Py_DECREF(seq);
+    return out;
 }
 
 static PyObject *rowdec_rows(RowDecoder *self, PyObject *arg) { return rowdec_many(self, arg, 0); }
 static PyObject *rowdec_columns(RowDecoder *self, PyObject *arg) { return rowdec_many(self, arg, 1); }
+
+/* rows_at / columns_at(body, offsets, lengths): the payloads at those int64 spans */
+static PyObject *rowdec_many_at(RowDecoder *self, PyObject *args, int columns) {
+    Py_buffer body, offs, lens;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &body, &offs, &lens)) return NULL;
+    PyObject *out = NULL;
+    if (offs.len != lens.len || offs.len % (Py_ssize_t)sizeof(int64_t))
+        PyErr_SetString(PyExc_ValueError, "offsets and lengths must be int64 arrays of one size");
+    else
+        out = decode_many(self, offs.len / (Py_ssize_t)sizeof(int64_t), NULL, &body, offs.buf,
+                          lens.buf, columns);
+    PyBuffer_Release(&lens);
+    PyBuffer_Release(&offs);
+    PyBuffer_Release(&body);
+    return out;
+}
+
+static PyObject *rowdec_rows_at(RowDecoder *self, PyObject *args) {
+    return rowdec_many_at(self, args, 0);
+}
+static PyObject *rowdec_columns_at(RowDecoder *self, PyObject *args) {
+    return rowdec_many_at(self, args, 1);
+}
 
 static void rowdec_dealloc(RowDecoder *self) {
     for (int f = 0; f < self->nfields; f++) {
@@ -506,6 +719,10 @@ static PyMethodDef rowdec_methods[] = {
      "rows(payloads) -> list of dicts, or None when the Python path must decode them"},
     {"columns", (PyCFunction)rowdec_columns, METH_O,
      "columns(payloads) -> tuple of lists, one per field in schema order, or None"},
+    {"rows_at", (PyCFunction)rowdec_rows_at, METH_VARARGS,
+     "rows_at(body, offsets, lengths) -> rows() of the payloads at those int64 spans"},
+    {"columns_at", (PyCFunction)rowdec_columns_at, METH_VARARGS,
+     "columns_at(body, offsets, lengths) -> columns() of the payloads at those int64 spans"},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef rowdec_getset[] = {
@@ -529,6 +746,10 @@ static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(body, verify, event_type) -> list of events, or None when the Python path must "
      "decode this body (it raises the typed error)"},
+    {"scan_table", scan_table, METH_VARARGS,
+     "scan_table(body, verify) -> (int64 table bytes, [(start, end) of each run]), or None"},
+    {"events_at", events_at, METH_VARARGS,
+     "events_at(body, offsets, event_type) -> the events at those offsets, or None"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_wiredecode",

@@ -1,6 +1,6 @@
 """The client's batch decoder: ``/stream`` bodies to events, Avro rows to Python values.
 
-Two functions every consumer path goes through, each with a compiled half
+Functions every consumer path goes through, each with a compiled half
 (``_wiredecode.c``, built by setup.py where a C compiler is available) and a
 pure-Python half with the same output:
 
@@ -9,7 +9,15 @@ pure-Python half with the same output:
   :func:`databus.core.event.iter_events` does. A damaged or truncated body raises
   :class:`~databus.core.errors.CorruptEventError`, the same error with the same
   message on both halves (the compiled half hands any body it does not accept to
-  the Python half, which raises).
+  the Python half, which raises). The compiled half checks every byte before it
+  builds any object, and checks bodies of 64 KiB or more without holding the GIL
+  (another thread, e.g. the one delivering the previous batch, runs meanwhile).
+* :func:`scan_table` - the same checks, same errors, but no object per event: a
+  :class:`Scanned` holds the body and int64 columns (each event's offset, source
+  id, attributes, payload offset and length) and the runs of one schema; its
+  :meth:`Scanned.events` builds the events of a range when they are wanted, and
+  :meth:`RowDecoder.rows_at` / :meth:`RowDecoder.columns_at` decode payloads in
+  place from those spans. The bootstrap client uses it for batch consumers.
 * :class:`RowDecoder` - one table version's Avro rows into ``dict`` rows keyed by
   column name (``row``, ``rows``) or into one list per column (``columns``, no
   dict per row on the compiled half), with the values fastavro gives (``Decimal``,
@@ -23,7 +31,9 @@ pure-Python half with the same output:
 Zero-copy: ``scan`` reads the body through the buffer protocol (the HTTP
 response's bytes, or a memoryview of them) and ``RowDecoder`` reads each payload
 in place (bytes or any buffer); the only copies are the per-event ``payload`` and
-``key`` bytes that :class:`~databus.core.event.Event` holds.
+``key`` bytes that :class:`~databus.core.event.Event` holds (none on the
+``scan_table`` path until events are asked for). The body must not change while a
+call reads it, nor while a :class:`Scanned` refers to it (``bytes`` never do).
 
 One decoder for every consumer (issue #18): the Spark source's
 ``databus/spark/_fastdecode.c`` walks the same wire format and checks it the
@@ -31,18 +41,19 @@ same way but writes Arrow buffers. The next step is one C walk with two sinks
 (Python objects here, Arrow buffers there): its ``Plan``/``decode_row`` and this
 module's ``RowDecoder`` describe a field the same way (branch type codes, below,
 are the same numbers), so Spark would call :func:`scan`'s walk and get
-columns from a ``RowDecoder`` whose sink is Arrow. The bootstrap client
-(``client/bootstrap.py``) and the replicate sink use :class:`DataEvent` and so
-get the compiled row decoder already; the bootstrap client's body decoding is
-still ``core.event.iter_events``.
+columns from a ``RowDecoder`` whose sink is Arrow. The relay client
+(``client/window.py``), the bootstrap client (``client/bootstrap.py``: ``scan``,
+or ``scan_table`` for a consumer of batches) and the replicate sink (through
+``DataEvent``) all decode with this module.
 
-Thread safety: both are safe to call from any thread; a ``RowDecoder`` holds no
+Thread safety: all are safe to call from any thread; a ``RowDecoder`` holds no
 mutable state.
 """
 
 from __future__ import annotations
 
 import importlib
+from array import array
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -78,6 +89,75 @@ def scan(body: Buffer, *, verify: bool = True, native: bool = True) -> list[ev.E
         if out is not None:
             return out
     return list(ev.iter_events(body, verify=verify))
+
+
+# int64 columns of a scan_table, in the C side's order
+_COLS = ("offsets", "src_ids", "attributes", "payload_offsets", "payload_lengths")
+
+
+class Scanned:
+    """A checked body and where each of its events is, without an object per event.
+
+    What :func:`scan_table` returns: one int64 column per field below (a
+    ``memoryview`` of format ``q``, index i = the body's i-th event), and ``runs``:
+    ``(start, end)`` of each run of events with the same schema id (or, for
+    events without one, the same source), the runs a
+    :class:`~databus.client.consumer.DataBatch` holds. :meth:`events` builds the
+    :class:`~databus.core.event.Event` objects of a range when asked (equal to what
+    :func:`scan` gives; the CRCs were checked by the scan, the lengths are checked
+    again). Immutable; safe to share between threads.
+    """
+
+    __slots__ = ("_native", "attributes", "body", "offsets", "payload_lengths",
+                 "payload_offsets", "runs", "src_ids")
+
+    def __init__(self, body: Buffer, table: bytes, runs: list[tuple[int, int]],
+                 native: bool) -> None:
+        self.body = body
+        self.runs = runs
+        self._native = native
+        mv = memoryview(table).cast("q")
+        n = len(mv) // len(_COLS)
+        self.offsets, self.src_ids, self.attributes, self.payload_offsets, \
+            self.payload_lengths = (mv[i * n:(i + 1) * n] for i in range(len(_COLS)))
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def events(self, start: int = 0, end: int | None = None) -> list[ev.Event]:
+        """The events ``start`` to ``end`` (exclusive), as :func:`scan` gives them."""
+        offsets = self.offsets[start:end]
+        if self._native and _native is not None:
+            out: list[ev.Event] | None = _native.events_at(self.body, offsets, ev.Event)
+            if out is not None:
+                return out
+        return [ev.decode(self.body, off, verify=False) for off in offsets]
+
+
+def scan_table(body: Buffer, *, verify: bool = True, native: bool = True) -> Scanned:
+    """Where every event of ``body`` is (:class:`Scanned`), checked as :func:`scan`
+    checks it (same errors), without building an object per event."""
+    if native and _native is not None:
+        out: tuple[bytes, list[tuple[int, int]]] | None = _native.scan_table(body, verify)
+        if out is not None:
+            return Scanned(body, out[0], out[1], True)
+    cols: list[list[int]] = [[] for _ in _COLS]
+    runs: list[tuple[int, int]] = []
+    offset, start, last = 0, 0, None
+    for i, e in enumerate(ev.iter_events(body, verify=verify)):
+        total = ev.peek_length(body, offset)
+        for col, v in zip(cols, (offset, e.src_id, e.attributes,
+                                 offset + total - len(e.payload), len(e.payload)), strict=True):
+            col.append(v)
+        run_key = e.schema_id if e.schema_id else e.src_id
+        if i and run_key != last:
+            runs.append((start, i))
+            start = i
+        last = run_key
+        offset += total
+    if cols[0]:
+        runs.append((start, len(cols[0])))
+    return Scanned(body, array("q", [v for col in cols for v in col]).tobytes(), runs, False)
 
 
 def _branch(t: Any) -> tuple[int, Callable[[Any], Any] | None] | None:
@@ -165,6 +245,24 @@ class RowDecoder:
                 return out
         return [self._py_row(p) for p in payloads]
 
+    def rows_at(self, body: Buffer, offsets: Buffer, lengths: Buffer) -> list[dict[str, Any]]:
+        """:meth:`rows` of the payloads ``body[offsets[i]:offsets[i] + lengths[i]]``
+        (int64 arrays, e.g. a :class:`Scanned`'s columns), read in place."""
+        if self._c is not None:
+            out: list[dict[str, Any]] | None = self._c.rows_at(body, offsets, lengths)
+            if out is not None:
+                return out
+        return self.rows(_spans(body, offsets, lengths))
+
+    def columns_at(self, body: Buffer, offsets: Buffer, lengths: Buffer
+                   ) -> dict[str, list[Any]]:
+        """:meth:`columns` of the payloads at those spans, read in place."""
+        if self._c is not None:
+            cols: tuple[list[Any], ...] | None = self._c.columns_at(body, offsets, lengths)
+            if cols is not None:
+                return dict(zip(self.names, cols, strict=True))
+        return self.columns(_spans(body, offsets, lengths))
+
     def columns(self, payloads: Sequence[Buffer]) -> dict[str, list[Any]]:
         """Many rows as one list per column (keys in schema order)."""
         if self._c is not None:
@@ -179,4 +277,10 @@ class RowDecoder:
         return out
 
 
-__all__ = ["RowDecoder", "compiled", "scan"]
+def _spans(body: Buffer, offsets: Buffer, lengths: Buffer) -> list[memoryview]:
+    mv = memoryview(body)
+    offs, lens = memoryview(offsets).cast("B").cast("q"), memoryview(lengths).cast("B").cast("q")
+    return [mv[o:o + n] for o, n in zip(offs, lens, strict=True)]
+
+
+__all__ = ["RowDecoder", "Scanned", "compiled", "scan", "scan_table"]
