@@ -3,16 +3,27 @@ errors counted for the whole run (through the Dispatcher, no relay)."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
 
-from databus.client import Consumer, ConsumerResult, DataEvent
+from databus.client import (
+    ClientConfig,
+    Consumer,
+    ConsumerResult,
+    DataEvent,
+    MemoryCheckpointStore,
+)
+from databus.client import wiredecode as wd
+from databus.client.bootstrap import BootstrapRunner, ScannedRows, parse_batch
 from databus.client.consumer import DataBatch
 from databus.client.dispatcher import Dispatcher, SchemaViews
+from databus.client.stats import ClientStats
 from databus.client.window import DecodedWindow
 from databus.core import event as ev
-from databus.core.errors import ConsumerCallbackError, ConsumerFatalError
+from databus.core.checkpoint import Checkpoint, ConsumptionMode
+from databus.core.errors import ConsumerCallbackError, ConsumerFatalError, CorruptEventError
 from databus.core.schema import SchemaRegistry, TableSchema
 from tests.support.memrelay import CUSTOMERS, ITEMS, customer, item
 
@@ -113,3 +124,86 @@ def test_a_failing_batch_fails_the_window(result: Any, error: type[Exception]) -
 def test_checkpoint_from_a_batch_forces_the_checkpoint() -> None:
     out = Dispatcher(Batches(ConsumerResult.CHECKPOINT), SchemaViews(REG)).dispatch(_window())
     assert out.force_checkpoint
+
+
+# -- bootstrap snapshot answers: batches over the scanned body, Events built lazily -----
+
+def _snapshot_answer() -> tuple[bytes, Checkpoint]:
+    cp = Checkpoint(consumption_mode=ConsumptionMode.BOOTSTRAP_SNAPSHOT,
+                    bootstrap_start_scn=40, snapshot_source="shop.customers")
+    nxt = cp.model_copy(update={"snapshot_offset": 9})
+    rows = [customer(40, 1, "a"), customer(40, 2, "b", balance=None), customer(40, 3, "c"),
+            item(40, 7, 1), item(40, 7, 2), customer(40, 4, "é")]
+    return b"".join([*rows, ev.encode_control(40, ev.SRC_CHECKPOINT,
+                                              nxt.to_json().encode())]), cp
+
+
+class BootBatches(Consumer):
+    def __init__(self, read_events_first: bool) -> None:
+        self.first = read_events_first
+        self.seen: list[tuple[Any, ...]] = []
+        self.built_before_rows: list[bool] = []
+
+    def on_bootstrap_events(self, batch: DataBatch) -> None:
+        if self.first:
+            batch.events  # noqa: B018 - the Events first, then the rows
+        self.built_before_rows.append(batch._events is not None)
+        cols, rows, ops = batch.columns, batch.rows, batch.ops
+        self.built_before_rows[-1] |= batch._events is not None
+        views = batch.data_events()
+        self.seen.append((batch.scn, batch.source, len(batch), cols, rows, ops, batch.keys,
+                          batch.events, [(d.total_order, d.collection_order, d.after,
+                                          d.metadata) for d in views], repr(batch)))
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["compiled", "python"])
+@pytest.mark.parametrize("read_events_first", [False, True])
+def test_lazy_snapshot_batches_equal_the_eager_view(monkeypatch: pytest.MonkeyPatch,
+                                                    native: bool,
+                                                    read_events_first: bool) -> None:
+    if not native:
+        monkeypatch.setattr(wd, "_native", None)
+    body, cp = _snapshot_answer()
+    eager, lazy = parse_batch(body, cp), parse_batch(body, cp, lazy=True)
+    assert eager.checkpoint == lazy.checkpoint and eager.checkpoint is not None
+    assert eager.checkpoint.snapshot_offset == 9
+    [(scn, seq)] = lazy.sequences
+    assert isinstance(seq, ScannedRows) and scn == 40 and len(seq) == 6
+    assert seq.events() == eager.sequences[0][1]
+    got = []
+    for batch in (eager, lazy):
+        consumer = BootBatches(read_events_first)
+        _runner(consumer)._deliver_runs(*batch.sequences[0])
+        got.append(consumer)
+    assert got[0].seen == got[1].seen
+    assert [s[1:3] for s in got[1].seen] == [("shop.customers", 3), ("shop.items", 2),
+                                             ("shop.customers", 1)]
+    # reading rows, columns and ops builds no Event
+    assert got[1].built_before_rows == [read_events_first] * 3
+
+
+def test_a_damaged_snapshot_answer_raises_on_the_lazy_path_too() -> None:
+    body, cp = _snapshot_answer()
+    damaged = bytearray(body)
+    damaged[len(body) // 2] ^= 0x40
+    for lazy in (False, True):
+        with pytest.raises(CorruptEventError):
+            parse_batch(bytes(damaged), cp, lazy=lazy)
+
+
+def test_a_snapshot_answer_with_control_events_inside_is_parsed_alike() -> None:
+    body, cp = _snapshot_answer()
+    odd = customer(40, 1) + ev.encode_control(40, -7, b"{}") + body
+    eager, lazy = parse_batch(odd, cp), parse_batch(odd, cp, lazy=True)
+    assert eager.sequences == lazy.sequences and eager.checkpoint == lazy.checkpoint
+
+
+def _runner(consumer: Consumer) -> BootstrapRunner:
+    cfg = ClientConfig(relay_url="http://127.0.0.1:9", bootstrap_url="http://127.0.0.1:9")
+    runner = BootstrapRunner(cfg, consumer, MemoryCheckpointStore(), ClientStats(), None,
+                             threading.Event(), on_saved=lambda cp: None)
+    runner.conn.close()
+    runner.prefetch_conn.close()
+    runner.pool.shutdown()
+    runner.views = SchemaViews(REG)
+    return runner

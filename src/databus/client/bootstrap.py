@@ -18,8 +18,9 @@ in the middle of a bootstrap). Protocol (see :mod:`databus.bootstrap.server`):
    that overrides ``on_bootstrap_events`` gets, instead of the per-row calls,
    one :class:`~databus.client.consumer.DataBatch` per run of one source and
    schema version within each sequence (rows or columns decoded on access by
-   the compiled decoder); its result and errors count for the whole answer as
-   a per-row one would.
+   the compiled decoder; for a snapshot answer, straight from the answer's
+   bytes, with no Event per row unless the consumer reads ``events``); its
+   result and errors count for the whole answer as a per-row one would.
 3. When the checkpoint returned is online ("after T"), ``on_end_bootstrap``
    and the client continues with the relay after T: the catch-up delivered
    every window up to T whole, the relay serves the windows after T, so
@@ -28,8 +29,10 @@ in the middle of a bootstrap). Protocol (see :mod:`databus.bootstrap.server`):
 Concurrency: callbacks, checkpoints and all state stay on the client's
 thread; one helper thread only fetches and parses the next batch (from the
 checkpoint the current batch ends with) while the current one is delivered,
-with its own HTTP connection. A prefetched batch is used only if it was asked
-for the checkpoint then persisted; otherwise it is dropped.
+with its own HTTP connection. Its CRC checks run without the GIL
+(:func:`~databus.client.wiredecode.scan`), so they overlap the delivery. A
+prefetched batch is used only if it was asked for the checkpoint then persisted;
+otherwise it is dropped.
 
 A bootstrap whose log the store no longer has (``BootstrapTooYoung``: trimmed
 by the retention, or the store was rebuilt) starts again from the consumer's
@@ -55,12 +58,18 @@ from typing import TypeVar
 
 from databus.client.checkpoints import CheckpointStore
 from databus.client.config import ClientConfig
-from databus.client.consumer import Consumer, DataBatch, DataEvent
-from databus.client.dispatcher import SchemaViews, call, check_result, schema_runs
+from databus.client.consumer import Consumer, DataBatch, DataEvent, SchemaView
+from databus.client.dispatcher import (
+    SchemaViews,
+    call,
+    check_result,
+    distinct_schemas,
+    schema_runs,
+)
 from databus.client.relay import RelayConnection
 from databus.client.retry import Backoff, Stopped, retry_transient
 from databus.client.stats import ClientStats
-from databus.client.wiredecode import scan
+from databus.client.wiredecode import Scanned, scan, scan_table
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint, ConsumptionMode
 from databus.core.errors import (
@@ -117,21 +126,59 @@ class BootstrapConnection(RelayConnection):
         return {"sources": ",".join(map(str, source_ids))} if source_ids else {}
 
 
+@dataclass(frozen=True, slots=True)
+class ScannedRows:
+    """The first ``end`` events of a scanned answer (its snapshot rows), with no
+    :class:`~databus.core.event.Event` built per row: what a batch consumer gets."""
+
+    scanned: Scanned
+    end: int
+
+    def __len__(self) -> int:
+        return self.end
+
+    def events(self) -> list[ev.Event]:
+        return self.scanned.events(0, self.end)
+
+    def runs(self) -> list[tuple[int, int]]:
+        """``(start, end)`` of each run of one schema (as :func:`schema_runs` cuts)."""
+        return [(a, min(b, self.end)) for a, b in self.scanned.runs if a < self.end]
+
+
+SequenceEvents = list[ev.Event] | ScannedRows
+
+
 @dataclass
 class Batch:
     """One ``/bootstrap`` answer: sequences of events (scn, events) and the next checkpoint."""
 
-    sequences: list[tuple[int, list[ev.Event]]] = field(default_factory=list)
+    sequences: list[tuple[int, SequenceEvents]] = field(default_factory=list)
     checkpoint: Checkpoint | None = None
 
 
-def parse_batch(body: bytes, current: Checkpoint, verify: bool = True) -> Batch:
+def parse_batch(body: bytes, current: Checkpoint, verify: bool = True, *,
+                lazy: bool = False) -> Batch:
     """Split an answer into sequences. Snapshot rows form one sequence (SCN =
-    the start SCN); catch-up events form one sequence per window (ended by EOP)."""
+    the start SCN); catch-up events form one sequence per window (ended by EOP).
+
+    ``lazy`` (a batch consumer): the usual snapshot answer's rows are a
+    :class:`ScannedRows`, checked as :func:`scan` checks them but without an
+    Event per row."""
     out = Batch()
     pending: list[ev.Event] = []
     snapshot = current.consumption_mode == ConsumptionMode.BOOTSTRAP_SNAPSHOT
-    events = scan(body, verify=verify)
+    if snapshot and lazy:
+        table = scan_table(body, verify=verify)
+        n = len(table)
+        if n and table.src_ids[n - 1] == ev.SRC_CHECKPOINT and min(
+                table.src_ids[:n - 1], default=0) >= 0:
+            out.checkpoint = _checkpoint_of(table.events(n - 1)[0])
+            if n > 1:
+                out.sequences.append((current.bootstrap_start_scn, ScannedRows(table, n - 1)))
+            return out
+        events = table.events()
+    else:
+        events = scan(body, verify=verify)
     if (snapshot and events and events[-1].src_id == ev.SRC_CHECKPOINT
             and min([e.src_id for e in events[:-1]], default=0) >= 0):
         # the usual snapshot answer, rows then the checkpoint: no loop per row
@@ -229,6 +276,7 @@ class BootstrapRunner:
         self.registry = SchemaRegistry()
         self.views = SchemaViews(self.registry)
         self.progress = BootstrapProgress(self.cfg.bootstrap_progress_interval)
+        self.batched = type(consumer).on_bootstrap_events is not Consumer.on_bootstrap_events
 
     def _ids(self) -> list[int] | None:
         return self.source_ids
@@ -361,12 +409,16 @@ class BootstrapRunner:
         """One ``/bootstrap`` request, parsed (runs on either thread; touches no state)."""
         body = conn.bootstrap(cp, self._ids(), self.cfg.bootstrap_batch_size,
                               self.cfg.filter_for(self._ids() or []))
-        return parse_batch(body, cp, self.cfg.verify_crc)
+        return parse_batch(body, cp, self.cfg.verify_crc, lazy=self.batched)
 
     def _ensure_schemas(self, batch: Batch) -> None:
         # one event per schema (or per source, for events without one) is enough
-        firsts = list({(e.schema_id or e.src_id): e for _, evs in batch.sequences
-                       for e in evs}.values())
+        firsts: list[ev.Event] = []
+        for _, evs in batch.sequences:
+            if isinstance(evs, ScannedRows):
+                firsts += [evs.scanned.events(a, a + 1)[0] for a, _ in evs.runs()]
+            else:
+                firsts += distinct_schemas(evs)
         if any(not self.views.known(e) for e in firsts):
             self._load_registry()
             for e in firsts:
@@ -377,13 +429,13 @@ class BootstrapRunner:
     def _deliver(self, batch: Batch, cp: Checkpoint) -> None:
         c = self.consumer
         last = cp.bootstrap_start_scn
-        batched = type(c).on_bootstrap_events is not Consumer.on_bootstrap_events
         for scn, events in batch.sequences:
             call("on_start_bootstrap_sequence", c.on_start_bootstrap_sequence, scn)
-            if batched:
+            if self.batched:
                 self._deliver_runs(scn, events)
             else:
-                self._deliver_each(events)
+                self._deliver_each(events.events() if isinstance(events, ScannedRows)
+                                   else events)
             call("on_end_bootstrap_sequence", c.on_end_bootstrap_sequence, scn)
             self.stats.events += len(events)
             last = scn
@@ -408,14 +460,22 @@ class BootstrapRunner:
             if result is not None:
                 check_result(result, "on_bootstrap_event")
 
-    def _deliver_runs(self, scn: int, events: list[ev.Event]) -> None:
+    def _deliver_runs(self, scn: int, events: SequenceEvents) -> None:
         """``on_bootstrap_events`` once per run of one schema view in a sequence;
         event orders are positions in the sequence, as the per-event path gives."""
         on_events = self.consumer.on_bootstrap_events
-        for view, start, end in schema_runs(events, self.views):
-            run = events[start:end]
+        runs: list[tuple[SchemaView, int, int]]
+        if isinstance(events, ScannedRows):
+            sc = events.scanned
+            runs = [(self.views.view(sc.events(a, a + 1)[0]), a, b) for a, b in events.runs()]
+        else:
+            runs = schema_runs(events, self.views)
+        for view, start, end in runs:
+            run = (DataBatch(scn, events.scanned, view, start + 1, start + 1, start=start,
+                             end=end) if isinstance(events, ScannedRows)
+                   else DataBatch(scn, events[start:end], view, start + 1, start + 1))
             try:
-                result = on_events(DataBatch(scn, run, view, start + 1, start + 1))
+                result = on_events(run)
             except (ConsumerFatalError, ConsumerCallbackError):
                 raise
             except Exception as exc:

@@ -40,7 +40,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from databus.client.wiredecode import RowDecoder
+from databus.client.wiredecode import RowDecoder, Scanned
 from databus.core.envelope import envelope
 from databus.core.event import ATTR_OPCODE_MASK, Event, Op
 
@@ -212,7 +212,9 @@ class DataBatch:
     event without a row (a truncate). The before image of an update, the
     source position and the envelope are on the per-event view
     (:meth:`data_events`). ``events`` are the core
-    :class:`~databus.core.event.Event` objects. A batch is handed to one thread;
+    :class:`~databus.core.event.Event` objects; a bootstrap snapshot batch builds
+    them only when ``events``, ``keys`` or :meth:`data_events` is read (``rows``,
+    ``columns`` and ``ops`` read the answer's bytes in place). A batch is handed to one thread;
     it is not meant to be shared, nor kept after the callback (a replay
     delivers new batches).
 
@@ -221,21 +223,40 @@ class DataBatch:
     the sequence's SCN (a snapshot batch's start SCN, or the catch-up window's).
     """
 
-    __slots__ = ("_columns", "_first_collection", "_first_total", "_rows", "_view", "events",
-                 "scn")
+    __slots__ = ("_columns", "_end", "_events", "_first_collection", "_first_total", "_rows",
+                 "_scanned", "_start", "_view", "scn")
 
-    def __init__(self, scn: int, events: list[Event], view: SchemaView, first_total: int = 1,
-                 first_collection: int = 1) -> None:
+    def __init__(self, scn: int, events: list[Event] | Scanned, view: SchemaView,
+                 first_total: int = 1, first_collection: int = 1, *, start: int = 0,
+                 end: int | None = None) -> None:
+        """``events``: the run's events, or a scanned body whose events ``start`` to
+        ``end`` are the run (then no :class:`Event` is built unless ``events`` or
+        :meth:`data_events` is read)."""
         self.scn = scn
-        self.events = events
         self._view = view
         self._first_total = first_total
         self._first_collection = first_collection
         self._rows: list[dict[str, Any] | None] | None = None
         self._columns: dict[str, list[Any]] | None = None
+        if isinstance(events, Scanned):
+            self._scanned: Scanned | None = events
+            self._start, self._end = start, len(events) if end is None else end
+            self._events: list[Event] | None = None
+        else:
+            self._scanned = None
+            self._start, self._end = 0, len(events)
+            self._events = events
 
     def __len__(self) -> int:
-        return len(self.events)
+        return self._end - self._start
+
+    @property
+    def events(self) -> list[Event]:
+        """The core events (built on first access when the batch came from a scan)."""
+        if self._events is None:
+            assert self._scanned is not None
+            self._events = self._scanned.events(self._start, self._end)
+        return self._events
 
     @property
     def source(self) -> str:
@@ -248,17 +269,35 @@ class DataBatch:
 
     @property
     def ops(self) -> list[Op]:
+        if self._events is None and self._scanned is not None:
+            attrs = self._scanned.attributes[self._start:self._end]
+            return [Op(a & ATTR_OPCODE_MASK) for a in attrs]
         return [Op(e.attributes & ATTR_OPCODE_MASK) for e in self.events]
 
     @property
     def keys(self) -> list[int | bytes]:
         return [e.key for e in self.events]
 
+    def _spans(self) -> tuple[Scanned, memoryview, memoryview] | None:
+        """The payloads' places in the scanned body, when every event has a payload."""
+        sc = self._scanned
+        if sc is None:
+            return None
+        lengths = sc.payload_lengths[self._start:self._end]
+        if lengths and min(lengths) == 0:
+            return None
+        return sc, sc.payload_offsets[self._start:self._end], lengths
+
     @property
     def rows(self) -> list[dict[str, Any] | None]:
         if self._rows is None:
-            events = self.events
             decoder = self._view.decoder
+            spans = self._spans()
+            if spans is not None:
+                sc, offsets, lengths = spans
+                self._rows = list(decoder.rows_at(sc.body, offsets, lengths))
+                return self._rows
+            events = self.events
             if all(e.payload for e in events):
                 self._rows = list(decoder.rows([e.payload for e in events]))
             else:
@@ -268,8 +307,13 @@ class DataBatch:
     @property
     def columns(self) -> dict[str, list[Any]]:
         if self._columns is None:
-            events = self.events
             decoder = self._view.decoder
+            spans = self._spans()
+            if spans is not None:
+                sc, offsets, lengths = spans
+                self._columns = decoder.columns_at(sc.body, offsets, lengths)
+                return self._columns
+            events = self.events
             if all(e.payload for e in events):
                 self._columns = decoder.columns([e.payload for e in events])
             else:
@@ -286,7 +330,7 @@ class DataBatch:
         return [DataEvent(e, view, t + i, c + i) for i, e in enumerate(self.events)]
 
     def __repr__(self) -> str:
-        return f"DataBatch(scn={self.scn}, source={self.source!r}, events={len(self.events)})"
+        return f"DataBatch(scn={self.scn}, source={self.source!r}, events={len(self)})"
 
 
 class Consumer:
