@@ -121,3 +121,18 @@ def test_data_event_images_metadata_and_envelope() -> None:
     assert env["transaction"] == {"id": "tx9", "total_order": 2, "data_collection_order": 2}
     assert env["source"]["db"] == "db" and env["source"]["table"] == "t"
     assert "DataEvent(scn=9" in repr(upd)
+
+
+def test_distinct_schemas_gives_the_first_event_of_each_schema_or_source() -> None:
+    from databus.client.dispatcher import distinct_schemas
+    from databus.client.wiredecode import scan
+
+    no_schema = ev.encode(scn=5, src_id=2, key=9, payload=b"", op=ev.Op.TRUNCATE)
+    events = scan(b"".join([customer(5, 1), customer(5, 2), item(5, 7, 1), no_schema,
+                            customer(5, 3), no_schema, item(5, 7, 2)]))
+    assert distinct_schemas(events) == [events[0], events[2], events[3]]
+    # digests not shared between objects (events decoded one by one) give the same
+    separate = [ev.decode(ev.encode(scn=e.scn, src_id=e.src_id, key=e.key, payload=e.payload,
+                                    schema_id=bytes(e.schema_id), op=e.op)) for e in events]
+    assert distinct_schemas(separate) == [separate[0], separate[2], separate[3]]
+    assert distinct_schemas([]) == []

@@ -51,7 +51,7 @@ from databus.client.checkpoints import (
 )
 from databus.client.config import ClientConfig
 from databus.client.consumer import Consumer
-from databus.client.dispatcher import Dispatcher, SchemaViews, call
+from databus.client.dispatcher import Dispatcher, SchemaViews, call, distinct_schemas
 from databus.client.relay import RelayConnection
 from databus.client.retry import Backoff, Stopped, retry_transient
 from databus.client.stats import ClientStats
@@ -410,18 +410,18 @@ class _Loop:
 
     def _ensure_schemas(self, windows: list[DecodedWindow]) -> None:
         views = self.views
-        if all(views.known(e) for w in windows for e in w.events):
+        firsts = [e for w in windows for e in distinct_schemas(w.events)]
+        if all(views.known(e) for e in firsts):
             return
         log.info("unknown schema in the stream; fetching /register again")
         self.client.refresh_schemas(self.conn)
         self.views = SchemaViews(self.client.registry)
         self.dispatcher.views = self.views
-        for w in windows:
-            for e in w.events:
-                if not self.views.known(e):
-                    raise SchemaError(
-                        f"relay {self.cfg.relay_url} sent an event of source {e.src_id} "
-                        f"with schema id {e.schema_id.hex()} that /register does not list")
+        for e in firsts:
+            if not self.views.known(e):
+                raise SchemaError(
+                    f"relay {self.cfg.relay_url} sent an event of source {e.src_id} "
+                    f"with schema id {e.schema_id.hex()} that /register does not list")
 
     # -- checkpoints and failures ----------------------------------------------------
 

@@ -93,6 +93,20 @@ class SchemaViews:
         return v
 
 
+def distinct_schemas(events: list[Event]) -> list[Event]:
+    """The first event of each schema id in ``events`` (of each source, for events
+    without one): what a schema check needs to look at."""
+    firsts: dict[bytes | int, Event] = {}
+    last_sid = b""
+    for event in events:
+        sid = event.schema_id
+        if sid and sid is last_sid:  # the scan shares one digest object per body
+            continue
+        last_sid = sid
+        firsts.setdefault(sid or event.src_id, event)
+    return list(firsts.values())
+
+
 def schema_runs(events: list[Event], views: SchemaViews) -> list[tuple[SchemaView, int, int]]:
     """``(view, start, end)`` of each run of ``events`` with the same schema view
     (what one :class:`DataBatch` holds); a view lookup per change of schema only."""
