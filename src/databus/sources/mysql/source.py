@@ -81,7 +81,14 @@ from databus.sources.mysql.connection import (
 )
 from databus.sources.mysql.incremental import Coordinator
 from databus.sources.mysql.snapshots import ProgressRecords, SnapshotIO
-from databus.sources.mysql.tables import Shape, Version, avro_type, meta_middle, source_id
+from databus.sources.mysql.tables import (
+    Shape,
+    Version,
+    avro_type,
+    declared_type,
+    meta_middle,
+    source_id,
+)
 from databus.sources.sqlfilter import safe_filter
 
 log = logging.getLogger("databus.sources.mysql")
@@ -255,14 +262,21 @@ class MysqlSource(Source):
         src = source_id(name)
         keep = self._keep(td)
         names = td.names or [f"col{i}" for i in range(len(td.types))]
-        specs = [ColumnSpec(n, avro_type(td, i), nullable=True)
+        specs = [ColumnSpec(n, avro_type(td, i), nullable=True, sql_type=declared_type(td, i))
                  for i, n in enumerate(names) if keep[i]]
         keys = tuple(names[i] for i in td.primary_key)
         avro = table_schema(td.schema, td.table, specs)
         known = self._registry.versions(src) if src in self._registry.source_ids() else []
         probe = TableSchema(src, name, 0, avro, keys)
+        # a version recorded before fields carried their declared type (sql_type) is the
+        # same table version: it is kept, with its id (schema histories stay valid)
+        legacy = TableSchema(src, name, 0, table_schema(
+            td.schema, td.table, [ColumnSpec(c.name, c.avro_type, c.nullable) for c in specs]),
+            keys)
         version = next((self._versions[s.id] for s in known
-                        if s.id == probe.id and s.key_columns == keys), None)
+                        if s.id == probe.id and s.key_columns == keys), None) or next(
+            (self._versions[s.id] for s in known
+             if s.id == legacy.id and s.key_columns == keys), None)
         if version is None:
             number = max((s.version for s in known), default=0) + 1
             version = self._add_version(TableSchema(src, name, number, avro, keys))

@@ -62,6 +62,50 @@ def avro_type(td: br.TableDef, i: int) -> Any:
     return "bytes"
 
 
+_INT_NAMES = {br.T_TINY: "TINYINT", br.T_SHORT: "SMALLINT", br.T_INT24: "MEDIUMINT",
+              br.T_LONG: "INT", br.T_LONGLONG: "BIGINT"}
+_FSP_NAMES = {br.T_TIME2: "TIME", br.T_DATETIME2: "DATETIME", br.T_TIMESTAMP2: "TIMESTAMP"}
+
+
+def _quoted(values: list[str]) -> str:
+    return ",".join("'" + v.replace("'", "''") + "'" for v in values)
+
+
+def declared_type(td: br.TableDef, i: int) -> str:
+    """The declared SQL type of column ``i`` where its Avro type does not say it, as the
+    field's ``sql_type`` (``SMALLINT UNSIGNED``, ``BIT(9)``, ``DATETIME(3)``,
+    ``ENUM('a','b')``, ``GEOMETRY``...; other columns (strings, bytes, floats, JSON):
+    ""), with `` NOT NULL`` appended for a column that cannot be NULL (alone for the
+    other columns). Made only from what
+    the binlog's table map and ``information_schema`` both give (types, fsp, precision,
+    signedness, enum and set values, nullability), so a snapshot's version of a table
+    and the binlog's are the same version."""
+    t, m = td.real_types[i], td.meta[i]
+    unsigned = bool(td.unsigned) and td.unsigned[i]
+    if t in _INT_NAMES:
+        name = _INT_NAMES[t] + (" UNSIGNED" if unsigned else "")
+    elif t == br.T_YEAR:
+        name = "YEAR"
+    elif t == br.T_BIT:
+        name = f"BIT({(m >> 8) + 8 * (m & 0xFF)})"
+    elif t == br.T_NEWDECIMAL:
+        name = f"DECIMAL({m >> 8},{m & 0xFF})"
+    elif t in _FSP_NAMES:
+        name = _FSP_NAMES[t] + (f"({m})" if m else "")
+    elif t == br.T_DATE:
+        name = "DATE"
+    elif t == br.T_ENUM:
+        name = f"ENUM({_quoted(td.enum_values.get(i, []))})"
+    elif t == br.T_SET:
+        name = f"SET({_quoted(td.set_values.get(i, []))})"
+    elif t == br.T_GEOMETRY:
+        name = "GEOMETRY"
+    else:
+        name = ""
+    nullable = td.nullable[i] if i < len(td.nullable) else True
+    return name if nullable else f"{name} NOT NULL".lstrip()
+
+
 def _avro_value(v: Any, avro: Any) -> Any:
     if v is None:
         return None
