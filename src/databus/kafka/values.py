@@ -50,6 +50,7 @@ import datetime as dt
 import decimal
 import math
 import re
+import struct
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,12 +70,19 @@ DBZ_TIMESTAMP = "io.debezium.time.Timestamp"
 DBZ_MICRO_TIMESTAMP = "io.debezium.time.MicroTimestamp"
 DBZ_ZONED_TIMESTAMP = "io.debezium.time.ZonedTimestamp"
 DBZ_MICRO_TIME = "io.debezium.time.MicroTime"
+DBZ_YEAR = "io.debezium.time.Year"
+DBZ_BITS = "io.debezium.data.Bits"
+DBZ_ENUM = "io.debezium.data.Enum"
+DBZ_ENUM_SET = "io.debezium.data.EnumSet"
+DBZ_GEOMETRY = "io.debezium.data.geometry.Geometry"
 
 _EPOCH = dt.datetime(1970, 1, 1)
 _EPOCH_DAY = dt.date(1970, 1, 1)
 _MS = dt.timedelta(milliseconds=1)
 _US = dt.timedelta(microseconds=1)
 _PRECISION = re.compile(r"\(\s*(\d+)\s*\)")
+_EXACT = decimal.Context(prec=200)  # DECIMAL(65,30) has 65 digits: never round them
+_QUOTED = re.compile(r"'((?:[^']|'')*)'")
 
 
 @dataclass(frozen=True)
@@ -103,7 +111,8 @@ def decimal_bytes(value: decimal.Decimal | int, scale: int) -> str:
     big-endian two's complement in the fewest bytes that keep its sign (Java's
     ``BigInteger.toByteArray``), base64-encoded."""
     unscaled = int(value) if isinstance(value, int) else int(
-        decimal.Decimal(value).scaleb(scale).to_integral_exact(rounding=decimal.ROUND_HALF_EVEN))
+        decimal.Decimal(value).scaleb(scale, _EXACT).to_integral_exact(
+            rounding=decimal.ROUND_HALF_EVEN, context=_EXACT))
     bits = unscaled.bit_length() if unscaled >= 0 else (~unscaled).bit_length()
     raw = unscaled.to_bytes(bits // 8 + 1, "big", signed=True)
     return base64.b64encode(raw).decode("ascii")
@@ -136,6 +145,34 @@ def zoned_timestamp(value: dt.datetime) -> str:
     if value.microsecond:
         text += "." + f"{value.microsecond:06d}".rstrip("0")
     return text + "Z"
+
+
+def float32_number(value: float) -> Any:
+    """A FLOAT column's value (a 4-byte float widened to a double) as the shortest
+    decimal that is the same 4-byte float: ``3.14``, not ``3.140000104904175`` (what
+    the server's ``SELECT`` and Java's ``Float.toString`` print)."""
+    if not math.isfinite(value):
+        return _json_number(value)
+    want = struct.pack("<f", value)
+    for digits in range(1, 10):
+        short = float(f"{value:.{digits}g}")
+        if struct.pack("<f", short) == want:
+            return short
+    return value
+
+
+def bits_bytes(value: int | decimal.Decimal, length: int) -> str:
+    """BIT(n), n > 1, as Debezium's ``Bits``: the bits little-endian in (n+7)//8
+    bytes, base64."""
+    return base64.b64encode(int(value).to_bytes((length + 7) // 8, "little")).decode("ascii")
+
+
+def geometry(value: bytes) -> dict[str, Any]:
+    """A MySQL geometry value (4-byte little-endian SRID, then WKB) as Debezium's
+    ``Geometry`` struct: ``wkb`` base64, ``srid`` null when 0."""
+    raw = bytes(value)
+    srid = int.from_bytes(raw[:4], "little")
+    return {"wkb": base64.b64encode(raw[4:]).decode("ascii"), "srid": srid or None}
 
 
 def _time_micros(value: Any) -> int:
@@ -187,18 +224,58 @@ def column_codec(field: dict[str, Any], options: ValueOptions) -> ColumnCodec:
     """The codec of one Avro record field (see the module docstring)."""
     column = str(field.get("column", field["name"]))
     avro, nullable, union = _base_type(field["type"])
-    sql_type = str(field.get("sql_type", "")).upper()
-    convert, schema = _typed(avro, sql_type, union, options)
+    declared = str(field.get("sql_type", ""))
+    sql_type = declared.upper()
+    if options.mode == "debezium" and sql_type.endswith("NOT NULL"):
+        nullable = False
+    convert, schema = _typed(avro, sql_type, union, options, declared)
     return ColumnCodec(column, convert, {**schema, "optional": nullable, "field": column})
 
 
-def _typed(avro: Any, sql_type: str, union: bool,
-           o: ValueOptions) -> tuple[Convert, dict[str, Any]]:
+_DBZ_INTS = {"TINYINT": "int16", "TINYINT UNSIGNED": "int16", "SMALLINT": "int16",
+             "SMALLINT UNSIGNED": "int32", "MEDIUMINT": "int32", "MEDIUMINT UNSIGNED": "int32",
+             "INT": "int32", "INT UNSIGNED": "int64", "BIGINT": "int64"}
+
+
+def _mysql_typed(base: Any, sql_type: str, declared: str) -> tuple[Convert, dict[str, Any]] | None:
+    """debezium mode: the columns only a MySQL field's declared type tells apart."""
+    head = sql_type.removesuffix("NOT NULL").rstrip()
+    if base == "long" and head in _DBZ_INTS:
+        return _plain, {"type": _DBZ_INTS[head]}
+    if base == "long" and head == "YEAR":
+        return _plain, {"type": "int32", "name": DBZ_YEAR, "version": 1}
+    if head.startswith("BIT(") and base in ("long", "bytes"):
+        length = _fsp(head) or 1
+        if length == 1:
+            return _nullsafe(lambda v: bool(int(v))), {"type": "boolean"}
+        return (_nullsafe(lambda v: bits_bytes(v, length)),
+                {"type": "bytes", "name": DBZ_BITS, "version": 1,
+                 "parameters": {"length": str(length)}})
+    if head.startswith(("ENUM(", "SET(")) and base == "string":
+        allowed = ",".join(v.replace("''", "'") for v in _QUOTED.findall(
+            declared[declared.index("(") + 1: declared.rindex(")")]))
+        name = DBZ_ENUM if head.startswith("ENUM(") else DBZ_ENUM_SET
+        return _plain, {"type": "string", "name": name, "version": 1,
+                        "parameters": {"allowed": allowed}}
+    if head == "GEOMETRY" and base == "bytes":
+        return _nullsafe(geometry), {
+            "type": "struct", "name": DBZ_GEOMETRY, "version": 1, "doc": "Geometry",
+            "fields": [{"type": "bytes", "optional": False, "field": "wkb"},
+                       {"type": "int32", "optional": True, "field": "srid"}]}
+    return None
+
+
+def _typed(avro: Any, sql_type: str, union: bool, o: ValueOptions,
+           declared: str = "") -> tuple[Convert, dict[str, Any]]:
     debezium = o.mode == "debezium"
     if union:  # SQLite: any storage class in any column; typed by the affinity's branch
         return _plain, {"type": _PRIMITIVE.get(avro if isinstance(avro, str) else "", "string")}
     logical = avro.get("logicalType") if isinstance(avro, dict) else None
     base = avro.get("type") if isinstance(avro, dict) else avro
+    if debezium and sql_type:
+        found = _mysql_typed(base, sql_type, declared)
+        if found is not None:
+            return found
     if logical == "decimal":
         return _decimal(int(avro.get("precision", 0)), int(avro.get("scale", 0)), sql_type, o)
     if logical == "date":
@@ -236,8 +313,10 @@ def _typed(avro: Any, sql_type: str, union: bool,
     if logical == "uuid":
         return _nullsafe(lambda v: str(uuid.UUID(str(v)))), {"type": "string"}
     if isinstance(base, str) and base in _PRIMITIVE:
-        if base in ("double", "float"):
-            return _json_number, {"type": _PRIMITIVE[base]}
+        if base == "float":
+            return _nullsafe(float32_number), {"type": "float"}
+        if base == "double":
+            return _json_number, {"type": "double"}
         return _plain, {"type": _PRIMITIVE[base]}
     return _plain, {"type": "string"}  # enum, fixed, duration...: as the JSON envelope
 
