@@ -163,7 +163,9 @@ def _stop_on_sigterm() -> threading.Event:
 @app.command()
 def relay(
     config: Annotated[Path | None, typer.Option(help="relay YAML config file")] = None,
-    source: Annotated[str | None, typer.Option(help="source URL, e.g. sqlite:///shop.db")] = None,
+    source: Annotated[str | None, typer.Option(
+        help="source URL: sqlite:///shop.db, mysql://USER@HOST:PORT,"
+        " postgresql://USER@HOST:PORT/DB, or databus+http://HOST:PORT")] = None,
     tables: Annotated[str | None, typer.Option(help="comma-separated tables to capture")] = None,
     port: Annotated[int, typer.Option(help="HTTP port")] = 11115,
     buffer_path: Annotated[Path | None, typer.Option(help="persistent buffer file")] = None,
@@ -172,6 +174,12 @@ def relay(
         help="initial (default), initial_only, no_data, when_needed or always")] = None,
     password_file: Annotated[Path | None, typer.Option(
         help="file whose first line is the source password (keeps it out of the URL)")] = None,
+    slot: Annotated[str | None, typer.Option(
+        help="PostgreSQL: the replication slot (default databus_<relay name>)")] = None,
+    publication: Annotated[str | None, typer.Option(
+        help="PostgreSQL: the publication covering the tables")] = None,
+    create_publication: Annotated[bool, typer.Option(
+        help="PostgreSQL: create (or extend) the publication if needed")] = False,
     host: HostOpt = None,
     token_file: TokenFileOpt = None,
     insecure: InsecureOpt = False,
@@ -199,10 +207,14 @@ def relay(
                                           ("advertise_url", advertise_url)) if v is not None}
         if cluster_opts and "address" not in cluster_opts and config is None:
             raise typer.BadParameter("--member-id and --advertise-url go with --cluster")
+        pg = {k: v for k, v in (("slot", slot), ("publication", publication),
+                                ("create_publication", create_publication or None))
+              if v is not None}
         if config is not None:
-            if source is not None or tables is not None or snapshot_mode is not None:
+            if source is not None or tables is not None or snapshot_mode is not None or pg:
                 raise typer.BadParameter(
-                    "give either --config or --source/--tables/--snapshot-mode")
+                    "give either --config or --source/--tables/--snapshot-mode"
+                    "/--slot/--publication/--create-publication")
             cfg = load_config(config)
             if http or password_file is not None or cluster_opts:  # options win over the file
                 raw = cfg.model_dump(mode="json", exclude_unset=True)
@@ -217,7 +229,7 @@ def relay(
                 raise typer.BadParameter("--config or --source is required")
             cfg = config_from_args(source, _regexes(tables), port, buffer_path, buffer_size,
                                    snapshot_mode, http=http, password_file=password_file,
-                                   cluster=cluster_opts or None)
+                                   cluster=cluster_opts or None, source=pg or None)
         redactor.add(url_password(cfg.source.url), cfg.source.password())
         r = Relay(cfg)
         cfg_path = config

@@ -255,11 +255,12 @@ def config_from_args(
     source_url: str, tables: list[str], port: int, buffer_path: Path | None,
     capacity: int | None, snapshot_mode: str | None = None, *,
     http: dict[str, Any] | None = None, password_file: Path | None = None,
-    cluster: dict[str, Any] | None = None,
+    cluster: dict[str, Any] | None = None, source: dict[str, Any] | None = None,
 ) -> RelayConfig:
     """A config for ``databus relay --source URL --tables ...`` (no file); ``http``:
-    more fields of the ``http`` section (host, tokens, TLS)."""
-    src: dict[str, Any] = {"url": source_url, "tables": tables}
+    more fields of the ``http`` section (host, tokens, TLS); ``source``: more fields of
+    the ``source`` section (PostgreSQL's slot and publication)."""
+    src: dict[str, Any] = {"url": source_url, "tables": tables, **(source or {})}
     if snapshot_mode is not None:
         src["snapshot_mode"] = snapshot_mode
     if password_file is not None:
