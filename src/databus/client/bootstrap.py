@@ -446,19 +446,20 @@ class BootstrapRunner:
     def _deliver_each(self, events: list[ev.Event]) -> None:
         """``on_bootstrap_event`` per event of a sequence."""
         on_event = self.consumer.on_bootstrap_event
-        view_of = self.views.view
-        for i, e in enumerate(events, 1):
-            # inline of call(): this loop runs once per row
-            try:
-                result = on_event(DataEvent(e, view_of(e), i, i))
-            except (ConsumerFatalError, ConsumerCallbackError):
-                raise
-            except Exception as exc:
-                raise ConsumerCallbackError(
-                    f"on_bootstrap_event raised {type(exc).__name__}: {exc} "
-                    f"(source {e.src_id}, key {e.key!r})") from exc
-            if result is not None:
-                check_result(result, "on_bootstrap_event")
+        # a view lookup per run of one schema, not per row
+        for view, start, end in schema_runs(events, self.views):
+            for i, e in enumerate(events[start:end], start + 1):
+                # inline of call(): this loop runs once per row
+                try:
+                    result = on_event(DataEvent(e, view, i, i))
+                except (ConsumerFatalError, ConsumerCallbackError):
+                    raise
+                except Exception as exc:
+                    raise ConsumerCallbackError(
+                        f"on_bootstrap_event raised {type(exc).__name__}: {exc} "
+                        f"(source {e.src_id}, key {e.key!r})") from exc
+                if result is not None:
+                    check_result(result, "on_bootstrap_event")
 
     def _deliver_runs(self, scn: int, events: SequenceEvents) -> None:
         """``on_bootstrap_events`` once per run of one schema view in a sequence;
