@@ -31,12 +31,3 @@ def test_leaders_must_be_at_least_one() -> None:
     with pytest.raises(ConfigError, match="leaders"):
         parse_config(_raw(0, "initial"))
 
-
-def test_relay_command_line_takes_postgresql_slot_and_publication() -> None:
-    from databus.relay.relay import config_from_args
-
-    config = config_from_args("postgresql://u@127.0.0.1:5432/shop", [r"public\..*"], 1, None,
-                              None, source={"slot": "s1", "publication": "p1",
-                                            "create_publication": True})
-    assert (config.source.slot, config.source.publication,
-            config.source.create_publication) == ("s1", "p1", True)
