@@ -18,6 +18,10 @@ first start to the last end:
   is not in the pinned pyspark 4.1 (docs/spark.md), hence this baseline.
 
 Rounds alternate the inputs; each input's best time counts (shared machine).
+The table also splits that time into the queries' batches (the sum of their
+``triggerExecution``) and the rest, outside any batch: query start and stop,
+which for the relay input includes the Python process Spark starts per query
+for a Python streaming source.
 Every resulting table is checked equal to its SQLite table. Then a steady
 phase: a writer commits ``--rate`` changes/s to one table for ``--steady``
 seconds while a relay -> Delta query runs with a 1 s trigger; the lag of a
@@ -188,8 +192,10 @@ def main() -> None:
         def target(fmt: str, name: str, t: str) -> str:
             return str(tmp / f"{name}-{t}") if fmt == "delta" else f"local.bench.{name}_{t}"
 
-        def run(fmt: str, kind: str, name: str) -> float:
+        def run(fmt: str, kind: str, name: str) -> tuple[float, float]:
+            """Seconds from the first start to the last end, and those inside batches."""
             start = time.perf_counter()
+            in_batches = 0.0
             qq: StreamingQuery | EvolvingQuery
             for t in TABLES:
                 ckpt = str(tmp / f"{name}-{t}.ckpt")
@@ -208,7 +214,9 @@ def main() -> None:
                 qq.awaitTermination()
                 if qq.exception() is not None:
                     raise SystemExit(f"{name} failed: {qq.exception()}")
-            return time.perf_counter() - start
+                in_batches += sum(p["durationMs"].get("triggerExecution", 0)
+                                  for p in qq.recentProgress) / 1000
+            return time.perf_counter() - start, in_batches
 
         def check(fmt: str, name: str) -> None:
             for t in TABLES:
@@ -217,6 +225,7 @@ def main() -> None:
                 assert got == want[t], f"{name} {t}: table differs from the source"
 
         results: dict[tuple[str, str], list[float]] = {}
+        batch_secs: dict[tuple[str, str], list[float]] = {}
         # JIT, Python workers, the source's imports: not timed (without the relay warm-up
         # the first relay input measured ~1.9x slower than the same input later in a run)
         run(formats[0], "parquet", "warm")
@@ -225,15 +234,22 @@ def main() -> None:
             for fmt in formats:
                 for kind in ("parquet", "relay", "kafka-way"):
                     name = f"{fmt}-{kind}-{round_}".replace("-", "_")
-                    secs = run(fmt, kind, name)
+                    secs, inside = run(fmt, kind, name)
                     check(fmt, name)
-                    print(f"round {round_}: {fmt} {kind} {secs:.2f}s", flush=True)
+                    print(f"round {round_}: {fmt} {kind} {secs:.2f}s ({inside:.2f}s in batches)",
+                          flush=True)
                     results.setdefault((fmt, kind), []).append(secs)
+                    batch_secs.setdefault((fmt, kind), []).append(inside)
         n = args.changes
-        print(f"\n{'format':<8} | {'input':<10} | {'best s':>7} | {'changes/s':>10} | all runs (s)")
+        # "outside" = query start-up and shutdown: for the relay input, mostly the Python
+        # process Spark starts per query for a Python streaming source (docs/spark.md)
+        print(f"\n{'format':<8} | {'input':<10} | {'best s':>7} | {'changes/s':>10} | "
+              f"{'in batches':>10} | {'outside':>7} | all runs (s)")
         for (fmt, kind), times in results.items():
             best = min(times)
+            inside = batch_secs[(fmt, kind)][times.index(best)]
             print(f"{fmt:<8} | {kind:<10} | {best:>7.2f} | {n / best:>10,.0f} | "
+                  f"{inside:>10.2f} | {best - inside:>7.2f} | "
                   + ", ".join(f"{s:.2f}" for s in times))
         for fmt in formats:
             relay_best = min(results[(fmt, "relay")])
