@@ -2,8 +2,8 @@
 // side-by-side benches of bench/peers/compare.py and the Debezium-exact data of the tests.
 //
 // Tables: the --tables list plus the control table peerctl.mark (column v). The first
-// change of peerctl.mark makes the harness print "STREAMING"; a row with v = 'stop' stops
-// it. Every other change is a data event:
+// change of peerctl.mark makes the harness print "STREAMING"; a row with v = --stop-token
+// (default "stop") stops it. Every other change is a data event:
 //
 //   --mode count   count data events; at the first print nothing, at --expect N stop and
 //                  print one line "RESULT {json}" (events, seconds from the first to the
@@ -45,6 +45,7 @@ public final class DebeziumHarness {
     private final String mode;
     private final long expect;
     private final String latencyKey;
+    private final String stopValue;
     private final BufferedWriter out;
     private final CountDownLatch done = new CountDownLatch(1);
     private final long startedNs = System.nanoTime();
@@ -59,6 +60,7 @@ public final class DebeziumHarness {
         this.mode = opts.getOrDefault("mode", "count");
         this.expect = Long.parseLong(opts.getOrDefault("expect", "0"));
         this.latencyKey = "\"" + opts.getOrDefault("latency-column", "sent_us") + "\":";
+        this.stopValue = "\"v\":\"" + opts.getOrDefault("stop-token", "stop") + "\"";
         String file = opts.get("out");
         this.out = file == null ? null : Files.newBufferedWriter(Path.of(file), StandardCharsets.UTF_8);
     }
@@ -128,7 +130,7 @@ public final class DebeziumHarness {
                         System.out.println("STREAMING");
                         System.out.flush();
                     }
-                    if (value.contains("\"v\":\"stop\"")) {
+                    if (value.contains(stopValue)) {
                         done.countDown();
                     }
                 } else if (expect == 0 || events < expect) {

@@ -4,8 +4,9 @@
 ``scripts/java/debezium.pom.xml``, compiled into ``.cache/peers``). :class:`Debezium`
 runs one harness process against a private MariaDB: it creates the control table
 ``peerctl.mark``, starts the JVM, pings the control table until the connector says it
-is streaming, and stops it with a ``stop`` row or at ``--expect`` events. Offsets and
-schema history live in ``workdir``, so a second run resumes where the first stopped.
+is streaming, and stops it with a row holding its stop token or at ``--expect``
+events. Offsets and schema history live in ``workdir``, so a second run resumes where
+the first stopped.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import subprocess
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import IO, Any
 
@@ -56,7 +58,9 @@ class Debezium:
                  expect: int = 0, out: Path | None = None, heap: str | None = None,
                  extra: dict[str, str] | None = None) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
+        self.token = f"stop-{uuid.uuid4().hex[:8]}"  # a stop row of an earlier run is no stop
         opts = {"port": str(m.port), "mode": mode, "tables": tables, "expect": str(expect),
+                "stop-token": self.token,
                 "offsets": str(workdir / "offsets.dat"),
                 "history": str(workdir / "history.dat"), **(extra or {})}
         if out is not None:
@@ -88,7 +92,7 @@ class Debezium:
             mark(self.m, "ping")
 
     def stop(self) -> None:
-        mark(self.m, "stop")
+        mark(self.m, self.token)
 
     def result(self, timeout: float = 900.0) -> dict[str, Any]:
         try:

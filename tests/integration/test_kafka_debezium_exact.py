@@ -27,6 +27,7 @@ import pytest
 
 from databus.core import event as ev
 from databus.core.envelope import decode_images
+from databus.core.schema import SchemaRegistry, TableSchema
 from databus.kafka.config import PublishConfig
 from databus.kafka.envelope import MessageEncoder
 from databus.sources.mysql.checks import parse_mysql_url
@@ -88,11 +89,16 @@ def _ours(m: MariaDB, start: int, end: int) -> tuple[list[dict[str, Any]],
 
 
 @pytest.fixture(scope="module")
-def ours(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[Any], dict[str, Any]]]:
+def replayed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MariaDB, int, int]]:
     with MariaDB(tmp_path_factory.mktemp("dbz-exact") / "db",
                  settings=dict(BINLOG_SETTINGS)) as m:
         start, end = _replay(m)
-        yield _ours(m, start, end)
+        yield m, start, end
+
+
+@pytest.fixture(scope="module")
+def ours(replayed: tuple[MariaDB, int, int]) -> tuple[list[Any], dict[str, Any]]:
+    return _ours(*replayed)
 
 
 def _diffs(got: dict[str, Any] | None, want: dict[str, Any] | None) -> list[Any]:
@@ -119,6 +125,40 @@ def test_field_schemas_equal_debeziums(ours: tuple[list[Any], dict[str, Any]]) -
         assert list(got) == [f["field"] for f in want]
         diffs = [(f["field"], got[f["field"]], f) for f in want if got[f["field"]] != f]
         assert diffs == [], table
+
+
+def _schema_ids(m: MariaDB, start: int, end: int, adopt: SchemaRegistry | None = None
+                ) -> tuple[set[bytes], SchemaRegistry]:
+    """The schema ids of the captured data events, and the source's registry."""
+    ids: set[bytes] = set()
+    with mysql_source(m.url, [r"types\..*"]) as src:
+        if adopt is not None:
+            src.adopt_schemas(adopt)
+        after_scn, stop = start, threading.Event()
+        while after_scn < end:
+            for w in src.read(after_scn, stop, 5.0):
+                after_scn = w.scn
+                ids |= {e.schema_id for e in ev.iter_events(w.events) if e.src_id >= 0}
+        return ids, src.registry()
+
+
+def test_a_version_recorded_without_declared_types_keeps_its_id(
+        replayed: tuple[MariaDB, int, int]) -> None:
+    """A schema history written before fields carried ``sql_type``: the source goes on
+    with those versions and ids (no new version for the same table)."""
+    m, start, end = replayed
+    ids, reg = _schema_ids(m, start, end)
+    current = [reg.get(i) for i in ids]
+    assert all(any("sql_type" in f for f in s.avro["fields"]) for s in current)
+    legacy = SchemaRegistry([
+        TableSchema(s.src_id, s.name, s.version,
+                    {**s.avro, "fields": [{k: v for k, v in f.items() if k != "sql_type"}
+                                          for f in s.avro["fields"]]}, s.key_columns)
+        for s in current])
+    again, reg2 = _schema_ids(m, start, end, adopt=legacy)
+    assert again == {v.id for s in current for v in legacy.versions(s.src_id)}
+    assert again.isdisjoint(ids)
+    assert all(len(reg2.versions(s.src_id)) == 1 for s in current)
 
 
 @pytest.mark.skipif(shutil.which("java") is None or shutil.which("javac") is None,
