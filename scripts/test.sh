@@ -9,11 +9,11 @@ echo "== ruff"
 echo "== mypy (strict, src/)"
 .venv/bin/mypy
 echo "== pytest"
-# two workers (pytest-xdist): the Spark tests on one (one group, first), everything
-# else on the other; DATABUS_TEST_WORKERS=0 runs the suite in one process
+# two workers (pytest-xdist): the Spark tests on one, first, everything else on either
+# (tests/conftest.py's scheduler); DATABUS_TEST_WORKERS=0 runs the suite in one process
 workers=${DATABUS_TEST_WORKERS:-2}
 if [ "$workers" = "0" ]; then
   .venv/bin/python -m pytest -q "$@"
 else
-  .venv/bin/python -m pytest -q -n "$workers" --dist loadgroup "$@"
+  .venv/bin/python -m pytest -q -n "$workers" "$@"
 fi

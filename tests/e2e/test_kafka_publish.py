@@ -31,9 +31,8 @@ from tests.support.shop import TABLES, Writer, create_shop, table_rows
 
 pytest.importorskip("confluent_kafka")
 
-# one worker runs them all (pytest-xdist --dist loadgroup): one broker, and its restart
-# disturbs no other test
-pytestmark = pytest.mark.xdist_group("kafka")
+# under pytest-xdist one worker runs them all (tests/conftest.py's scheduler): one
+# broker, and its restart disturbs no other test
 
 
 @dataclass
