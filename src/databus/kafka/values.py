@@ -33,7 +33,16 @@ TIMESTAMP (timestamp)      ISO-8601 in UTC, ``Z``, fraction without trailing zer
 TIME (sql_type TIME)       adaptive_time_microseconds: µs (``io.debezium.time.MicroTime``);
                            connect: ms of the day, int32 (``...connect.data.Time``)
 bytes                      base64 (Connect's JSON form of bytes)
+FLOAT (float)              the shortest text of the 4-byte float (both modes)
 =========================  =========================================================
+
+From a MySQL field's declared type (``sql_type``, made by the MySQL source), in
+``debezium`` mode: integers as ``int16``/``int32``/``int64`` by width and sign, YEAR
+(``io.debezium.time.Year``), BIT(1) as a boolean and BIT(n) as ``io.debezium.data.Bits``
+(little-endian bytes), ENUM and SET (``io.debezium.data.Enum``/``EnumSet`` with
+``allowed``), GEOMETRY as the ``io.debezium.data.geometry.Geometry`` struct, and
+``optional: false`` for NOT NULL columns: what Debezium 3.3's MySQL connector writes
+(tests/integration/test_kafka_debezium_exact.py compares with its own output).
 
 What the Avro of a source does not say is guessed, and the guess is documented
 (docs/kafka.md): a DATETIME whose precision is unknown (no ``sql_type``) is taken as
