@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -170,7 +171,7 @@ def test_the_harness_still_writes_the_checked_in_values(tmp_path: Path) -> None:
     if not harness.cached():
         pytest.skip("the Debezium bundle is not cached (bash scripts/java/fetch.sh debezium)")
     out = tmp_path / "typematrix.json"
-    subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "bench.peers.typematrix",
+    subprocess.run([sys.executable, "-m", "bench.peers.typematrix",
                     "--out", str(out)], cwd=ROOT, check=True, timeout=600,
                    capture_output=True)
     fresh = json.loads(out.read_text())
