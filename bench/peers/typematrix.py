@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -78,19 +79,23 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="dbz-types-"))
     statements = [{"sql": sql, "params": None if p is None else [json_param(v) for v in p]}
                   for sql, p in DML]
-    with MariaDB(tmp / "db", settings=dict(BINLOG_SETTINGS)) as m:
-        m.execute("SET GLOBAL time_zone = '+00:00'", *SETUP)
-        prepare(m)
-        raw = tmp / "values.jsonl"
-        h = Debezium(m, tmp / "harness", mode="values", tables="types.t,types.x", cp=cp,
-                     out=raw)
-        h.wait_streaming()
-        run_statements(m, statements)
-        h.stop()
-        h.result()
+    try:
+        with MariaDB(tmp / "db", settings=dict(BINLOG_SETTINGS)) as m:
+            m.execute("SET GLOBAL time_zone = '+00:00'", *SETUP)
+            prepare(m)
+            raw = tmp / "values.jsonl"
+            h = Debezium(m, tmp / "harness", mode="values", tables="types.t,types.x", cp=cp,
+                         out=raw)
+            h.wait_streaming()
+            run_statements(m, statements)
+            h.stop()
+            h.result()
+        lines = raw.read_text().splitlines()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     events: list[dict[str, Any]] = []
     fields: dict[str, list[dict[str, Any]]] = {}
-    for line in raw.read_text().splitlines():
+    for line in lines:
         msg = json.loads(line)
         payload, schema = msg["payload"], msg["schema"]
         table = payload["source"]["table"]
