@@ -38,6 +38,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         [i for i in items if not _in_spark(i.path)]
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: absent without it
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """scripts/test.sh runs two workers: every Spark test on one of them (one Spark JVM
     at a time: two would only fight over the two cores), likewise the Kafka publisher's
