@@ -136,3 +136,44 @@ def test_distinct_schemas_gives_the_first_event_of_each_schema_or_source() -> No
                                     schema_id=bytes(e.schema_id), op=e.op)) for e in events]
     assert distinct_schemas(separate) == [separate[0], separate[2], separate[3]]
     assert distinct_schemas([]) == []
+
+
+class Forwarding(Consumer):
+    """Forwards every callback to ``inner``, the batch ones included (as a wrapper such
+    as a dynamic group's fencing consumer does)."""
+
+    def __init__(self, inner: Consumer) -> None:
+        self.inner = inner
+
+    def __getattribute__(self, name: str) -> Any:
+        if name.startswith("on_"):
+            return getattr(object.__getattribute__(self, "inner"), name)
+        return object.__getattribute__(self, name)
+
+    def on_data_events(self, batch: Any) -> Any:  # an override: the client sends batches
+        return self.inner.on_data_events(batch)
+
+
+def test_a_wrapper_forwarding_batches_still_delivers_every_event_to_a_per_event_consumer(
+        ) -> None:
+    inner = Calls()
+    d = Dispatcher(Forwarding(inner), SchemaViews(REG))
+    assert d.batched
+    d.dispatch(_window(7, [customer(7, 1), item(7, 1, 1), item(7, 1, 2)]))
+    assert [c for c in inner.calls if c[0] == "event"] == [
+        ("event", 1, 1, 1), ("event", b"[1,1]", 2, 1), ("event", b"[1,2]", 3, 2)]
+
+
+@pytest.mark.parametrize(("result", "error"), [
+    (ConsumerResult.ERROR, ConsumerCallbackError),
+    (ValueError("bad row"), ConsumerCallbackError),
+    (ConsumerResult.ERROR_FATAL, ConsumerFatalError),
+    ("yes", ConsumerFatalError),
+])
+def test_per_event_results_through_a_forwarded_batch_keep_their_meaning(
+        result: Any, error: type[Exception]) -> None:
+    d = Dispatcher(Forwarding(Calls({"event": result})), SchemaViews(REG))
+    with pytest.raises(error):
+        d.dispatch(_window(7, [customer(7, 1)]))
+    d = Dispatcher(Forwarding(Calls({"event": ConsumerResult.CHECKPOINT})), SchemaViews(REG))
+    assert d.dispatch(_window(7, [customer(7, 1)])).force_checkpoint

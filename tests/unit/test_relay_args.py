@@ -6,7 +6,7 @@ from databus.relay.relay import config_from_args
 
 
 def test_relay_command_line_takes_postgresql_slot_and_publication() -> None:
-    config = config_from_args("postgresql://u@127.0.0.1:5432/shop", [r"public\..*"], 1, None,
+    config = config_from_args("postgresql://u@db.example:6543/shop", [r"public\..*"], 1, None,
                               None, source={"slot": "s1", "publication": "p1",
                                             "create_publication": True})
     assert (config.source.slot, config.source.publication,

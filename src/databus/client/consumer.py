@@ -333,6 +333,20 @@ class DataBatch:
         return f"DataBatch(scn={self.scn}, source={self.source!r}, events={len(self)})"
 
 
+def _each(callback: Any, batch: DataBatch) -> Result:
+    """``callback`` for each event of ``batch``: the first ERROR or ERROR_FATAL ends
+    it and is returned; otherwise CHECKPOINT if one answered it."""
+    out: Result = None
+    for event in batch.data_events():
+        result = callback(event)
+        if result is ConsumerResult.ERROR or result is ConsumerResult.ERROR_FATAL or (
+                result is not None and not isinstance(result, ConsumerResult)):
+            return result  # the client judges it as it judges a per-event answer
+        if result is ConsumerResult.CHECKPOINT:
+            out = result
+    return out
+
+
 class Consumer:
     """Base consumer: every callback does nothing and returns None (= SUCCESS).
 
@@ -373,8 +387,13 @@ class Consumer:
         ``on_data_event``. Results and errors count for the whole run, as one
         ``on_data_event`` result would: ERROR or an exception rolls back and
         replays the whole window.
+
+        Not overridden, it hands each event to :meth:`on_data_event` (the client
+        itself does that without building a batch). So a consumer that wraps
+        another and forwards every callback, this one included, still delivers
+        every event to a per-event consumer.
         """
-        return None
+        return _each(self.on_data_event, batch)
 
     def on_end_source(self, source_name: str, schema: TableSchema) -> Result:
         """The run of events of ``source_name`` ends."""
@@ -429,8 +448,11 @@ class Consumer:
         result would: ERROR or an exception -> ``on_bootstrap_rollback`` and the
         whole ``/bootstrap`` answer is delivered again from the persisted
         checkpoint.
+
+        Not overridden, it hands each event to :meth:`on_bootstrap_event`, as
+        :meth:`on_data_events` does.
         """
-        return None
+        return _each(self.on_bootstrap_event, batch)
 
     def on_end_bootstrap_sequence(self, scn: int) -> Result:
         return None
