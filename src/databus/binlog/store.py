@@ -1,0 +1,670 @@
+"""Binlog files on disk: the files, the index, the position map, purge, and waiting.
+
+Layout of a data directory (``base`` = ``databus-bin`` by default)::
+
+    <base>.000001, <base>.000002, ...   binlog files (MySQL binlog v4, CRC32 on every event)
+    <base>.index                        one ``./<file name>`` per line, oldest first (MySQL's)
+    <base>.state                        the position map (JSON, written atomically)
+
+Every file starts with the magic ``\\xfebin``, a Format_description (server version
+``8.0.36-databus``, LOG_EVENT_BINLOG_IN_USE_F set while the file is the current one and
+cleared when it is rotated away, as MySQL does) and a Previous_gtids event holding the
+GTID set executed before the file. Then whole transactions: a GTID event (this data
+directory's server UUID, GNO = the transaction's order from 1), then either ``Query
+BEGIN``, Table_map and rows events, ``Xid`` (xid = the relay SCN of the window), or one
+DDL ``Query``. A file that reached ``rotate_bytes`` ends with a Rotate event naming the
+next file.
+
+**The position map** (``<base>.state``): the server UUID (generated once, with the
+directory), every live file with the GNO of its first transaction and its closing time,
+the purged GTID set, and ``end``: file, position, last GNO, last relay SCN and the file's
+logical-clock counter after the last *whole relay window* written. A window's bytes are
+written and fsynced before the map is replaced, so after any crash (kill -9 included)
+the map is never ahead of the file. :meth:`BinlogStore.open` trusts a file only up to
+the map: a longer current file is truncated back to ``end`` (a torn or unrecorded tail,
+a Rotate written before its rotation was recorded), files after it that the map does not
+list are deleted (only when they carry our Format_description), and the index is
+rewritten from the map. The converter then asks the relay for the windows after
+``end.scn``, so no transaction is written twice or skipped. The SCN of every
+transaction is its Xid, so SCN <-> (file, position) <-> GTID is read back from the files
+(:meth:`BinlogStore.transactions`); the map itself keeps only the end.
+
+**Readers** (the dumper, ``SHOW BINARY LOGS``): :meth:`files`, :meth:`end`,
+:meth:`committed_size`, :meth:`next_file`, :meth:`locate_gtids`, :meth:`check`,
+:meth:`wait_beyond`. A reader may send a file's bytes up to :meth:`committed_size` only
+(whole transactions; a closed file's full size, its Rotate included). Bytes beyond it may
+be a transaction being written. All methods are thread-safe; :meth:`wait_beyond` blocks
+on a ``threading.Condition`` (an asyncio server calls it through ``asyncio.to_thread``).
+
+**The writer** (only :class:`databus.binlog.convert.BinlogConverter`): :meth:`append`
+takes a batch of whole windows, :meth:`purge` removes old files. One writer thread.
+
+**Purge**: closed files whose closing time is older than the retention are removed from
+the map first, then the index, then the disk; the current file never is. The purged set
+(``uuid:1-N``) is what :meth:`gtid_purged` returns; a reader that needs a purged
+position gets :class:`BinlogPurgedError` (MySQL error 1236's text).
+
+Limits: file numbers have six digits (999999 files); a window is never split across
+files (a file may exceed ``rotate_bytes`` by one window).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from databus.binlog import events as ev
+from databus.core.atomic import write_atomic
+from databus.core.errors import BufferCorruptError, ConfigError, TerminalError
+
+SERVER_VERSION = "8.0.36-databus"
+"""What the Format_description and ``SELECT @@version`` say."""
+SERVER_VERSION_ID = 80036
+STATE_FORMAT = "databus-binlog-state"
+
+
+class BinlogPurgedError(TerminalError):
+    """A client asked for a binlog position or GTID set this server no longer has (or
+    never had). ``mysql_errno`` is 1236 (ER_MASTER_FATAL_ERROR_READING_BINLOG); the
+    message is MySQL's text for the case, for the error packet."""
+
+    code = "BinlogPurged"
+    http_status = 410
+    mysql_errno = 1236
+
+
+class BinlogGtidAheadError(BinlogPurgedError):
+    """The client's GTID set holds transactions of this server's UUID that it never
+    wrote (1236 too: MySQL's "Slave has more GTIDs than the master has")."""
+
+    code = "BinlogGtidAhead"
+
+
+@dataclass(frozen=True, order=True)
+class BinlogPos:
+    """A position in the binlog: a file name and a byte offset in it. Ordered by
+    (file, pos); file names of one base have the same width, so this is binlog order."""
+
+    file: str
+    pos: int
+
+
+# -- GTID sets ---------------------------------------------------------------
+
+_UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
+                      r"[0-9a-fA-F]{12}$")
+
+
+@dataclass(frozen=True)
+class GtidSet:
+    """A MySQL GTID set: per server UUID (lower case, dashed) sorted, disjoint, inclusive
+    GNO intervals. ``str()`` is MySQL's text form (``uuid:1-5:7,uuid2:1-3``)."""
+
+    sets: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str) -> GtidSet:
+        """Parse MySQL's text form (whitespace and newlines allowed, empty = empty set);
+        raises :class:`BinlogPurgedError`-free :class:`ConfigError` on malformed text."""
+        out: dict[str, list[tuple[int, int]]] = {}
+        text = "".join(text.split())
+        if not text:
+            return cls({})
+        for part in text.split(","):
+            pieces = part.split(":")
+            sid = pieces[0]
+            if not _UUID_RE.match(sid) or len(pieces) < 2:
+                raise ConfigError(f"malformed GTID set element {part!r}")
+            sid = str(uuid.UUID(sid))
+            for iv in pieces[1:]:
+                try:
+                    a, _, b = iv.partition("-")
+                    first, last = int(a), int(b) if b else int(a)
+                except ValueError:
+                    raise ConfigError(f"malformed GTID interval {iv!r}") from None
+                if first < 1 or last < first:
+                    raise ConfigError(f"malformed GTID interval {iv!r}")
+                out.setdefault(sid, []).append((first, last))
+        return cls({sid: _merge(ivs) for sid, ivs in out.items()})
+
+    @classmethod
+    def single(cls, sid: str, first: int, last: int) -> GtidSet:
+        return cls({sid: ((first, last),)} if last >= first else {})
+
+    def intervals(self, sid: str) -> tuple[tuple[int, int], ...]:
+        return self.sets.get(sid, ())
+
+    def contains(self, sid: str, gno: int) -> bool:
+        """Whether ``sid:gno`` is in the set (a dumper skips such transactions)."""
+        return any(a <= gno <= b for a, b in self.sets.get(sid, ()))
+
+    def __str__(self) -> str:
+        return ",\n".join(
+            sid + ":" + ":".join(str(a) if a == b else f"{a}-{b}" for a, b in ivs)
+            for sid, ivs in sorted(self.sets.items()) if ivs)
+
+
+def _merge(ivs: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(ivs):
+        if out and a <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return tuple(out)
+
+
+def _range_text(sid: str, first: int, last: int) -> str:
+    if last < first:
+        return ""
+    return f"{sid}:{first}" if first == last else f"{sid}:{first}-{last}"
+
+
+# -- what the writer hands over ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Transaction:
+    """One binlog transaction without its GTID event: ``events`` are ``(type code,
+    header flags, body)``. ``ddl=False``: the store wraps them in ``Query BEGIN`` ...
+    ``Xid(xid)``; ``ddl=True``: ``events`` is the single DDL Query event."""
+
+    events: Sequence[tuple[int, int, bytes]]
+    ddl: bool = False
+
+
+@dataclass(frozen=True)
+class Window:
+    """One relay window as binlog transactions (none: an empty or filtered-out window,
+    which still moves the map's SCN). ``timestamp_us``: the commit time."""
+
+    scn: int
+    timestamp_us: int
+    transactions: Sequence[Transaction]
+
+
+@dataclass(frozen=True)
+class TransactionInfo:
+    """Where one transaction is: its GTID event's position, the end of its last event,
+    its GNO and (for a row transaction) its Xid = relay SCN (``-1`` for DDL)."""
+
+    file: str
+    pos: int
+    end: int
+    gno: int
+    scn: int
+
+
+@dataclass
+class _FileEntry:
+    name: str
+    first_gno: int  # GNO of the file's first transaction (= executed count before + 1)
+    created: float
+    closed: float | None = None  # when its Rotate was recorded
+    size: int = 0  # closed files: whole size
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "first_gno": self.first_gno, "created": self.created,
+                "closed": self.closed, "size": self.size}
+
+
+@dataclass
+class _End:
+    file: str
+    pos: int
+    gno: int  # last GNO written (0: none)
+    scn: int  # relay SCN of the last window written (-1: none)
+    seq: int  # logical clock: transactions in the current file
+
+
+class BinlogStore:
+    """The binlog files of one data directory (see the module docstring).
+
+    The constructor opens (or creates) the directory and recovers it to the map; it
+    raises :class:`ConfigError` for a directory that holds another server's or a
+    foreign state file, :class:`BufferCorruptError` for a file shorter than its map.
+    """
+
+    _NAME_RE: ClassVar[str] = r"\.(\d{6})$"
+
+    def __init__(self, data_dir: Path, *, base: str = "databus-bin", server_id: int = 1,
+                 rotate_bytes: int = 64 * 1024 * 1024) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", base):
+            raise ConfigError(f"binlog base name {base!r}: letters, digits, '_', '.', '-' only")
+        self.data_dir = Path(data_dir)
+        self.base = base
+        self.server_id = server_id
+        self.rotate_bytes = rotate_bytes
+        self._cond = threading.Condition(threading.Lock())
+        self._closed = False
+        self._fd: int | None = None
+        self._state_path = self.data_dir / f"{base}.state"
+        self._index_path = self.data_dir / f"{base}.index"
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._files: list[_FileEntry] = []
+        self._purged_gno = 0
+        if self._state_path.exists():
+            self._load()
+        else:
+            self.server_uuid = str(uuid.uuid4())
+            self._files = []
+            self._end = _End("", 0, 0, -1, 0)
+            self._create_file(1, first_gno=1)
+        self._recover()
+
+    # -- readers -------------------------------------------------------------
+
+    def files(self) -> list[tuple[str, int]]:
+        """(name, committed size) of every live file, oldest first."""
+        with self._cond:
+            return [(f.name, self._committed(f)) for f in self._files]
+
+    def end(self) -> BinlogPos:
+        """The end of the last whole transaction (``SHOW MASTER STATUS``)."""
+        with self._cond:
+            return BinlogPos(self._end.file, self._end.pos)
+
+    def last_scn(self) -> int:
+        """The relay SCN of the last window written (-1: none yet)."""
+        with self._cond:
+            return self._end.scn
+
+    def last_gno(self) -> int:
+        with self._cond:
+            return self._end.gno
+
+    def gtid_executed(self) -> str:
+        """``uuid:1-N`` for the N transactions written, ``""`` when none."""
+        with self._cond:
+            return _range_text(self.server_uuid, 1, self._end.gno)
+
+    def gtid_purged(self) -> str:
+        """``uuid:1-P`` for the transactions in purged files, ``""`` when none."""
+        with self._cond:
+            return _range_text(self.server_uuid, 1, self._purged_gno)
+
+    def path(self, name: str) -> Path:
+        """The file's path (the name is checked to be one of ours)."""
+        if not re.fullmatch(re.escape(self.base) + self._NAME_RE, name):
+            raise BinlogPurgedError(f"Could not find first log file name in binary log index"
+                                    f" file ({name!r} is not a binlog name of this server)")
+        return self.data_dir / name
+
+    def committed_size(self, name: str) -> int:
+        """Bytes of ``name`` a reader may send; :class:`BinlogPurgedError` if unknown."""
+        with self._cond:
+            return self._committed(self._entry(name))
+
+    def next_file(self, name: str) -> str | None:
+        """The file after ``name`` once it exists (None while ``name`` is current)."""
+        with self._cond:
+            names = [f.name for f in self._files]
+            if name not in names:
+                self._entry(name)  # raises
+            i = names.index(name)
+            return names[i + 1] if i + 1 < len(names) else None
+
+    def check(self, pos: BinlogPos) -> None:
+        """:class:`BinlogPurgedError` unless ``pos`` is in a live file and not past its
+        committed end (MySQL's 1236 texts). Positions below 4 count as 4."""
+        with self._cond:
+            entry = self._entry(pos.file)
+            size = self._committed(entry)
+        if pos.pos > size:
+            raise BinlogPurgedError("Client requested master to start replication from "
+                                    "position > file size")
+
+    def locate_gtids(self, gtid_set: str) -> BinlogPos:
+        """Where a client whose executed set is ``gtid_set`` starts: the GTID event of
+        the first transaction of ours not in the set (the end when it has them all).
+
+        The client's set may have holes above that point: the dumper skips every
+        transaction whose GTID :meth:`GtidSet.contains` (MySQL does the same).
+        Raises :class:`BinlogPurgedError` when a transaction it lacks was purged and
+        :class:`BinlogGtidAheadError` when it holds GNOs of our UUID beyond ours.
+        """
+        have = GtidSet.parse(gtid_set)
+        mine = have.intervals(self.server_uuid)
+        with self._cond:
+            last = self._end.gno
+            purged = self._purged_gno
+            end = BinlogPos(self._end.file, self._end.pos)
+        if mine and mine[-1][1] > last:
+            raise BinlogGtidAheadError(
+                "Slave has more GTIDs than the master has, using the master's SERVER_UUID. "
+                "This may indicate that the end of the binary log was truncated or that the "
+                "last binary log file was lost, e.g., after a power or disk failure when "
+                "sync_binlog != 1. The master may or may not have rolled back transactions "
+                "that were already replicated to the slave. Suggest to replicate any "
+                "transactions that master has rolled back from slave to master, and/or "
+                "commit empty transactions on master to account for transactions that have "
+                "been committed on master but are not included in GTID_EXECUTED.")
+        want = 1
+        for a, b in mine:
+            if a > want:
+                break
+            want = b + 1
+        if want > last:
+            return end
+        if want <= purged:
+            missing = GtidSet.single(self.server_uuid, want, purged)
+            raise BinlogPurgedError(
+                "Cannot replicate because the master purged required binary logs. Replicate "
+                "the missing transactions from elsewhere, or provision a new slave from "
+                "backup. Consider increasing the master's binary log expiration period. The "
+                f"GTID set sent by the slave is '{have}', and the missing transactions are "
+                f"'{missing}'.")
+        return self._gno_pos(want)
+
+    def wait_beyond(self, pos: BinlogPos, timeout: float) -> bool:
+        """Block until :meth:`end` is beyond ``pos`` (True) or ``timeout`` seconds or
+        :meth:`close` passed (False unless data arrived)."""
+        with self._cond:
+            self._cond.wait_for(
+                lambda: self._closed or BinlogPos(self._end.file, self._end.pos) > pos,
+                timeout)
+            return BinlogPos(self._end.file, self._end.pos) > pos
+
+    def transactions(self, name: str, start: int = 4) -> Iterator[TransactionInfo]:
+        """The whole transactions of a live file from ``start`` (a transaction
+        boundary), read from the file: the SCN <-> position <-> GTID map."""
+        size = self.committed_size(name)
+        with open(self.path(name), "rb") as fh:
+            data = fh.read(size)
+        cur: list[int] = []  # [pos, gno]
+        for h in ev.iter_headers(data, max(start, 4)):
+            if h.type_code == ev.GTID:
+                gno = int.from_bytes(data[h.pos + ev.HEADER_LEN + 17:h.pos + ev.HEADER_LEN + 25],
+                                     "little")
+                cur = [h.pos, gno]
+            elif cur and h.type_code == ev.XID:
+                scn = int.from_bytes(data[h.pos + ev.HEADER_LEN:h.pos + ev.HEADER_LEN + 8],
+                                     "little")
+                yield TransactionInfo(name, cur[0], h.pos + h.size, cur[1], scn)
+                cur = []
+            elif cur and h.type_code == ev.QUERY and self._is_ddl(data, h):
+                yield TransactionInfo(name, cur[0], h.pos + h.size, cur[1], -1)
+                cur = []
+
+    def close(self) -> None:
+        """Wake every waiter and close the writer's file (idempotent)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    # -- the writer ----------------------------------------------------------
+
+    def append(self, windows: Sequence[Window]) -> None:
+        """Write whole windows, fsync, then record the map (see the module docstring).
+        Rotates before a window when the current file reached ``rotate_bytes``.
+        A window's SCN must be above :meth:`last_scn`."""
+        buf = bytearray()
+        end = _End(**vars(self._end))
+        fd = self._writer_fd()
+        for w in windows:
+            if w.scn <= end.scn:
+                raise TerminalError(f"binlog window {w.scn} is not after {end.scn}")
+            if end.pos + len(buf) >= self.rotate_bytes and end.seq > 0:
+                self._flush(fd, buf)
+                end.pos += len(buf)
+                buf.clear()
+                self._publish(end)
+                self._rotate(int(w.timestamp_us // 1_000_000))
+                end = _End(**vars(self._end))
+                fd = self._writer_fd()
+            for txn in w.transactions:
+                end.gno += 1
+                end.seq += 1
+                buf += self._encode_txn(txn, end, end.pos + len(buf), w)
+            end.scn = w.scn
+        end.pos += len(buf)
+        self._flush(fd, buf)
+        self._publish(end)
+
+    def purge(self, older_than: float) -> list[str]:
+        """Remove closed files closed before ``older_than`` (epoch seconds), oldest
+        first, never the current one; returns their names."""
+        with self._cond:
+            gone: list[_FileEntry] = []
+            for f in self._files[:-1]:
+                if f.closed is None or f.closed >= older_than:
+                    break
+                gone.append(f)
+            if not gone:
+                return []
+            keep = self._files[len(gone):]
+            purged = keep[0].first_gno - 1
+        self._write_state(keep, self._end, purged)
+        with self._cond:
+            self._files = keep
+            self._purged_gno = purged
+        self._write_index()
+        for f in gone:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.data_dir / f.name)
+        return [f.name for f in gone]
+
+    # -- internals -----------------------------------------------------------
+
+    def _entry(self, name: str) -> _FileEntry:
+        for f in self._files:
+            if f.name == name:
+                return f
+        raise BinlogPurgedError("Could not find first log file name in binary log index file")
+
+    def _committed(self, f: _FileEntry) -> int:
+        return self._end.pos if f.name == self._end.file else f.size
+
+    def _name(self, number: int) -> str:
+        if number > 999999:
+            raise TerminalError("binlog file numbers are exhausted (999999)")
+        return f"{self.base}.{number:06d}"
+
+    def _header_events(self, name: str, first_gno: int, ts: int) -> bytes:
+        out = bytearray(ev.MAGIC)
+        out += ev.frame(ev.FORMAT_DESCRIPTION, ev.format_description(SERVER_VERSION),
+                        timestamp=ts, server_id=self.server_id, start=len(out),
+                        flags=ev.LOG_EVENT_BINLOG_IN_USE_F)
+        prev = [(self.server_uuid, [(1, first_gno - 1)])] if first_gno > 1 else []
+        out += ev.frame(ev.PREVIOUS_GTIDS, ev.previous_gtids(prev), timestamp=ts,
+                        server_id=self.server_id, start=len(out),
+                        flags=ev.LOG_EVENT_IGNORABLE_F)
+        return bytes(out)
+
+    def _create_file(self, number: int, *, first_gno: int) -> None:
+        """Write a new current file's header events, then record it (map, index)."""
+        name = self._name(number)
+        now = time.time()
+        head = self._header_events(name, first_gno, int(now))
+        path = self.data_dir / name
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, head)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._fsync_dir()
+        files = [*self._files, _FileEntry(name, first_gno, now)]
+        end = _End(name, len(head), self._end.gno, self._end.scn, 0)
+        self._write_state(files, end, self._purged_gno)
+        with self._cond:
+            self._files = files
+            self._end = end
+            self._cond.notify_all()
+        self._write_index()
+
+    def _rotate(self, ts: int) -> None:
+        """End the current file with a Rotate, clear its in-use flag, start the next."""
+        cur = self._files[-1]
+        number = int(cur.name.rsplit(".", 1)[1]) + 1
+        nxt = self._name(number)
+        fd = self._writer_fd()
+        pos = self._end.pos
+        rot = ev.frame(ev.ROTATE, ev.rotate(nxt), timestamp=ts, server_id=self.server_id,
+                       start=pos)
+        os.pwrite(fd, rot, pos)
+        # the in-use flag is outside the FDE's checksum (see events.py)
+        os.pwrite(fd, (0).to_bytes(2, "little"), 4 + ev.FLAGS_OFFSET)
+        os.fsync(fd)
+        os.close(fd)
+        self._fd = None
+        closed = _FileEntry(cur.name, cur.first_gno, cur.created, time.time(), pos + len(rot))
+        with self._cond:
+            self._files = [*self._files[:-1], closed]
+        self._create_file(number, first_gno=self._end.gno + 1)
+
+    def _writer_fd(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.data_dir / self._end.file, os.O_WRONLY)
+        return self._fd
+
+    def _flush(self, fd: int, buf: bytearray) -> None:
+        if not buf:
+            return
+        os.pwrite(fd, buf, self._end.pos)
+        os.fsync(fd)
+
+    def _publish(self, end: _End) -> None:
+        if (end.pos, end.gno, end.scn) == (self._end.pos, self._end.gno, self._end.scn):
+            return
+        self._write_state(self._files, end, self._purged_gno)
+        with self._cond:
+            self._end = end
+            self._cond.notify_all()
+
+    def _encode_txn(self, txn: Transaction, end: _End, start: int, w: Window) -> bytes:
+        ts = int(w.timestamp_us // 1_000_000)
+        sid = self.server_id
+        if txn.ddl:
+            parts = list(txn.events)
+        else:
+            parts = [(ev.QUERY, ev.LOG_EVENT_SUPPRESS_USE_F, ev.query("BEGIN")), *txn.events,
+                     (ev.XID, 0, ev.xid(w.scn))]
+        rest = sum(ev.HEADER_LEN + len(b) + ev.CHECKSUM_LEN for _t, _f, b in parts)
+        gsize = ev.gtid_event_size(rest)
+        body = ev.gtid(self.server_uuid, end.gno, last_committed=end.seq - 1,
+                       sequence_number=end.seq, commit_us=w.timestamp_us,
+                       transaction_length=gsize + rest, server_version=SERVER_VERSION_ID)
+        out = bytearray(ev.frame(ev.GTID, body, timestamp=ts, server_id=sid, start=start))
+        assert len(out) == gsize
+        for tc, flags, b in parts:
+            out += ev.frame(tc, b, timestamp=ts, server_id=sid, start=start + len(out),
+                            flags=flags)
+        return bytes(out)
+
+    @staticmethod
+    def _is_ddl(data: bytes, h: ev.EventHeader) -> bool:
+        body = h.pos + ev.HEADER_LEN
+        db_len = data[body + 8]
+        status_len = int.from_bytes(data[body + 11:body + 13], "little")
+        q = body + 13 + status_len + db_len + 1
+        text = data[q:h.pos + h.size - ev.CHECKSUM_LEN]
+        return text not in (b"BEGIN", b"COMMIT")
+
+    def _gno_pos(self, gno: int) -> BinlogPos:
+        with self._cond:
+            files = list(self._files)
+        entry = files[0]
+        for f in files:
+            if f.first_gno <= gno:
+                entry = f
+        for t in self.transactions(entry.name):
+            if t.gno == gno:
+                return BinlogPos(t.file, t.pos)
+        raise BufferCorruptError(f"GTID {self.server_uuid}:{gno} is not in {entry.name}")
+
+    def _fsync_dir(self) -> None:
+        dfd = os.open(self.data_dir, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    def _write_state(self, files: list[_FileEntry], end: _End, purged: int) -> None:
+        state = {"format": STATE_FORMAT, "version": 1, "server_uuid": self.server_uuid,
+                 "base": self.base, "files": [f.to_json() for f in files],
+                 "end": vars(end), "purged_gno": purged}
+        write_atomic(self._state_path, json.dumps(state, indent=1).encode())
+
+    def _write_index(self) -> None:
+        with self._cond:
+            names = [f.name for f in self._files]
+        write_atomic(self._index_path, "".join(f"./{n}\n" for n in names).encode())
+
+    def _load(self) -> None:
+        try:
+            raw = json.loads(self._state_path.read_bytes())
+            if raw.get("format") != STATE_FORMAT or raw.get("base") != self.base:
+                raise ValueError("not a databus binlog state of this base")
+            self.server_uuid = str(uuid.UUID(raw["server_uuid"]))
+            self._files = [_FileEntry(f["name"], int(f["first_gno"]), float(f["created"]),
+                                      None if f["closed"] is None else float(f["closed"]),
+                                      int(f["size"])) for f in raw["files"]]
+            e = raw["end"]
+            self._end = _End(str(e["file"]), int(e["pos"]), int(e["gno"]), int(e["scn"]),
+                             int(e["seq"]))
+            self._purged_gno = int(raw["purged_gno"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"{self._state_path} is not a databus binlog state: {exc}") from exc
+        if not self._files or self._files[-1].name != self._end.file:
+            raise ConfigError(f"{self._state_path}: the end is not in the last file")
+
+    def _ours(self, path: Path) -> bool:
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(4 + ev.HEADER_LEN + 2 + 50)
+        except OSError:
+            return False
+        return (head[:4] == ev.MAGIC and len(head) == 4 + ev.HEADER_LEN + 52
+                and head[4 + 4] == ev.FORMAT_DESCRIPTION
+                and head[4 + ev.HEADER_LEN + 2:].rstrip(b"\0") == SERVER_VERSION.encode())
+
+    def _recover(self) -> None:
+        """Bring the files back to the map (see the module docstring)."""
+        cur = self.data_dir / self._end.file
+        try:
+            size = cur.stat().st_size
+        except FileNotFoundError:
+            raise BufferCorruptError(f"binlog file {cur} of the map is missing") from None
+        if size < self._end.pos:
+            raise BufferCorruptError(
+                f"binlog file {cur} has {size} bytes, its map says {self._end.pos} were written")
+        with open(cur, "rb") as fh:
+            data = fh.read(self._end.pos)
+        last = None
+        for h in ev.iter_headers(data, 4):
+            last = h
+        if data[:4] != ev.MAGIC or last is None or last.pos + last.size != self._end.pos \
+                or not ev.check_crc(data[last.pos:last.pos + last.size]):
+            raise BufferCorruptError(f"binlog file {cur} does not end a whole event at "
+                                     f"{self._end.pos} as its map says")
+        if size > self._end.pos or not data[4 + ev.FLAGS_OFFSET] & ev.LOG_EVENT_BINLOG_IN_USE_F:
+            fd = os.open(cur, os.O_WRONLY)
+            try:
+                os.truncate(cur, self._end.pos)
+                os.pwrite(fd, ev.LOG_EVENT_BINLOG_IN_USE_F.to_bytes(2, "little"),
+                          4 + ev.FLAGS_OFFSET)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        live = {f.name for f in self._files}
+        number = int(self._end.file.rsplit(".", 1)[1])
+        for p in self.data_dir.glob(f"{self.base}.[0-9][0-9][0-9][0-9][0-9][0-9]"):
+            n = int(p.name.rsplit(".", 1)[1])
+            # after the current file: a rotation not recorded; before the oldest: a purge
+            # not finished. Removed only when the bytes are ours.
+            if p.name not in live and n != number and self._ours(p):
+                p.unlink()
+        self._write_index()
