@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from tests.support.mariadb import BINLOG_SETTINGS, MariaDB
 from tests.support.mysql_workload import SCHEMA, Workload, connect_writer
 from tests.support.procs import DATABUS
-from tests.support.relay_cluster import Cluster, same_windows
+from tests.support.relay_cluster import Cluster, same_windows, wait_agreement, writing
 from tests.support.shop import (
     TABLES,
     Writer,
@@ -239,22 +239,7 @@ def test_a_mariadb_cluster_fails_over_twice_through_ddl(tmp_path: Path,
             c.wait_dump(server)
             c.start("recorder")
             w = Workload(connect_writer(server.port), seed=61)
-            progress = [0.0]
-            done, errors = threading.Event(), []
-
-            def write() -> None:
-                try:
-                    while not done.is_set():
-                        w.maybe_ddl(progress[0])
-                        w.transaction()
-                        progress[0] = min(1.0, progress[0] + 0.0015)
-                        done.wait(0.003)
-                except BaseException as exc:
-                    errors.append(exc)
-
-            writer = threading.Thread(target=write)
-            writer.start()
-            try:
+            with writing(w):
                 for _ in range(2):
                     time.sleep(2.0)
                     leader = c.wait("a leader", c.leader, 60)
@@ -264,24 +249,5 @@ def test_a_mariadb_cluster_fails_over_twice_through_ddl(tmp_path: Path,
                            (None, old) and n, 60)
                     c.start(leader)
                 time.sleep(2.0)
-            finally:
-                done.set()
-                writer.join(30)
-            w.con.close()
-            assert not errors, errors
-            assert w.ddl_done, "the workload ran its schema changes"
-
-            def caught_up() -> bool:
-                tops = {c.max_scn(m) for m in c.members()}
-                recorded = read_windows(c.record)
-                return len(tops) == 1 and bool(recorded) and recorded[-1][0] == max(tops)
-
-            # the binlog moves on its own (heartbeats, progress windows): wait for quiet
-            c.wait("every member and the recorder to agree", caught_up, 120, interval=1.0)
-            time.sleep(2.0)
-            c.wait("every member and the recorder to agree", caught_up, 60, interval=1.0)
+            wait_agreement(c, [c.record])
             check_delivery(read_windows(c.record), w.committed, w.rolled_back)
-            same_windows(c)
-            regs = {json.dumps(httpx.get(f"{c.url(m)}/register", timeout=10).json(),
-                               sort_keys=True) for m in c.members()}
-            assert len(regs) == 1, "members disagree on schema versions"

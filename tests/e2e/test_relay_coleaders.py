@@ -30,7 +30,13 @@ import pytest
 from tests.support.mariadb import BINLOG_SETTINGS, MariaDB
 from tests.support.mysql_workload import SCHEMA, Workload, connect_writer
 from tests.support.procs import DATABUS
-from tests.support.relay_cluster import DATABUS_PY, Cluster, same_windows
+from tests.support.relay_cluster import (
+    DATABUS_PY,
+    Cluster,
+    same_windows,
+    wait_agreement,
+    writing,
+)
 from tests.support.shop import Change, Writer, create_shop, txlog_max
 from tests.support.verify import check_delivery, read_windows
 from tests.support.zookeeper import ZooKeeper
@@ -234,22 +240,7 @@ def test_two_leaders_on_mariadb_through_ddl_and_an_incremental_snapshot(
             c.order = [coleader] + [m for m in MEMBERS if m != coleader]
             c.start("recorder")
             c.start("recorder2")
-            progress = [0.0]
-            done, errors = threading.Event(), []
-
-            def write() -> None:
-                try:
-                    while not done.is_set():
-                        w.maybe_ddl(progress[0])
-                        w.transaction()
-                        progress[0] = min(1.0, progress[0] + 0.0015)
-                        done.wait(0.003)
-                except BaseException as exc:
-                    errors.append(exc)
-
-            writer = threading.Thread(target=write)
-            writer.start()
-            try:
+            with writing(w):
                 time.sleep(2.0)
                 with server.connect() as con, con.cursor() as cur:
                     cur.execute("INSERT INTO databus.signals VALUES (%s, %s, %s)",
@@ -268,27 +259,8 @@ def test_two_leaders_on_mariadb_through_ddl_and_an_incremental_snapshot(
                            60)
                     c.start(victim)
                 time.sleep(2.0)
-            finally:
-                done.set()
-                writer.join(30)
-            w.con.close()
-            assert not errors, errors
-            assert w.ddl_done, "the workload ran its schema changes"
-
-            def caught_up() -> bool:
-                tops = {c.max_scn(m) for m in c.members()}
-                recs = [read_windows(c.record), read_windows(c.record2)]
-                return len(tops) == 1 and all(r and r[-1][0] == max(tops) for r in recs)
-
-            # the binlog moves on its own (heartbeats, progress windows): wait for quiet
-            c.wait("every member and both recorders to agree", caught_up, 120, interval=1.0)
-            time.sleep(2.0)
-            c.wait("every member and both recorders to agree", caught_up, 60, interval=1.0)
+            wait_agreement(c, [c.record, c.record2])
             for record in (c.record, c.record2):
                 windows = read_windows(record)
                 assert any(e[1] == "r" for _, events in windows for e in events)
                 check_delivery(_without_snapshot_rows(windows), w.committed, w.rolled_back)
-            same_windows(c)
-            regs = {json.dumps(httpx.get(f"{c.url(m)}/register", timeout=10).json(),
-                               sort_keys=True) for m in c.members()}
-            assert len(regs) == 1, "members disagree on schema versions"

@@ -3,15 +3,22 @@
 
 from __future__ import annotations
 
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import yaml
 
+from tests.support.mysql_workload import Workload
 from tests.support.pipeline import ProcessPipeline
 from tests.support.procs import DATABUS, free_port
 from tests.support.shop import TABLES
+from tests.support.verify import read_windows
 from tests.support.zookeeper import ZooKeeper
 
 SESSION = 4.0  # ZooKeeper session timeout of the members: it bounds each failover
@@ -128,3 +135,51 @@ def same_windows(c: Cluster) -> bytes:
         return bodies.pop() if len(bodies) == 1 else None
 
     return c.wait("every member to serve the same windows", same, 30)
+
+
+@contextmanager
+def writing(w: Workload) -> Iterator[None]:
+    """Run ``w``'s transactions in a thread while the body runs, its schema changes
+    spread over the first ~2 s; then stop it, close its connection and re-raise what
+    it raised. The workload must have run its DDL."""
+    progress = [0.0]
+    done, errors = threading.Event(), list[BaseException]()
+
+    def write() -> None:
+        try:
+            while not done.is_set():
+                w.maybe_ddl(progress[0])
+                w.transaction()
+                progress[0] = min(1.0, progress[0] + 0.0015)
+                done.wait(0.003)
+        except BaseException as exc:
+            errors.append(exc)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        yield
+    finally:
+        done.set()
+        writer.join(30)
+    w.con.close()
+    assert not errors, errors
+    assert w.ddl_done, "the workload ran its schema changes"
+
+
+def wait_agreement(c: Cluster, records: list[Path]) -> None:
+    """Wait until every member has the same newest window and every recorder has it,
+    twice 2 s apart (a binlog moves on its own: heartbeats, progress windows); then
+    every member serves the same bytes and the same schema versions."""
+    def caught_up() -> bool:
+        tops = {c.max_scn(m) for m in c.members()}
+        recs = [read_windows(r) for r in records]
+        return len(tops) == 1 and all(r and r[-1][0] == max(tops) for r in recs)
+
+    c.wait("every member and the recorders to agree", caught_up, 120, interval=1.0)
+    time.sleep(2.0)
+    c.wait("every member and the recorders to agree", caught_up, 60, interval=1.0)
+    same_windows(c)
+    regs = {json.dumps(httpx.get(f"{c.url(m)}/register", timeout=10).json(), sort_keys=True)
+            for m in c.members()}
+    assert len(regs) == 1, "members disagree on schema versions"
