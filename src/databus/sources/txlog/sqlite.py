@@ -318,7 +318,7 @@ class SqliteSource(Source):
             con = self._writer
             first = True
             while True:
-                con.execute("BEGIN IMMEDIATE")
+                begin_immediate(con, busy_timeout=self.busy_timeout)
                 try:
                     if first:
                         con.execute(
@@ -440,11 +440,25 @@ class SqliteSource(Source):
         every SCN assigned so far (a database replaced under a lost position
         has lower SCNs than the relay's)."""
         with self._write_lock, translated("writing a snapshot marker"):
-            self._writer.execute(
+            self._write_one(
                 "INSERT INTO _databus_txlog (scn, src, ver, op, ts, rid) VALUES (max(coalesce("
                 "(SELECT seq FROM sqlite_sequence WHERE name = '_databus_txlog'), 0),"
                 " coalesce((SELECT max(scn) FROM _databus_txlog), 0), ?) + 1, ?, 0, 0, ?, NULL)",
                 (floor, MARKER_SRC, int(time.time() * 1000)))
+
+    def _write_one(self, sql: str, params: tuple[object, ...]) -> None:
+        """Run one statement in its own write transaction, asking for the write lock
+        the way cuts do (SQLite's busy handler, sleeping up to 100 ms between tries,
+        can wait past ``busy_timeout`` for an application that commits back to back
+        and fail with "database is locked")."""
+        con = self._writer
+        begin_immediate(con, busy_timeout=self.busy_timeout)
+        try:
+            con.execute(sql, params)
+            con.execute("COMMIT")
+        except BaseException:
+            rollback_quietly(con)
+            raise
 
     # -- reading ---------------------------------------------------------------
 
@@ -708,7 +722,7 @@ class SqliteSource(Source):
 
     def _register_relay(self) -> None:
         with self._write_lock, translated("registering the relay"):
-            self._writer.execute(
+            self._write_one(
                 "INSERT OR IGNORE INTO _databus_relays VALUES (?, coalesce((SELECT v FROM"
                 " _databus_meta WHERE k = 'trimmed_scn'), -1), ?)",
                 (self.relay_name, time.time()))
