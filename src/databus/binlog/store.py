@@ -252,6 +252,8 @@ class BinlogStore:
         self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._files: list[_FileEntry] = []
         self._purged_gno = 0
+        self._meta: dict[str, Any] = {}
+        self._next_meta: dict[str, Any] = {}
         if self._state_path.exists():
             self._load()
         else:
@@ -406,10 +408,18 @@ class BinlogStore:
 
     # -- the writer ----------------------------------------------------------
 
-    def append(self, windows: Sequence[Window]) -> None:
-        """Write whole windows, fsync, then record the map (see the module docstring).
+    def writer_meta(self) -> dict[str, Any]:
+        """What the writer recorded with the end at its last :meth:`append` (JSON)."""
+        with self._cond:
+            return dict(self._meta)
+
+    def append(self, windows: Sequence[Window], *, meta: dict[str, Any] | None = None) -> None:
+        """Write whole windows, fsync, then record the map (see the module docstring),
+        with ``meta`` (the writer's own JSON state, e.g. the schema versions announced).
         Rotates before a window when the current file reached ``rotate_bytes``.
         A window's SCN must be above :meth:`last_scn`."""
+        if meta is not None:
+            self._next_meta = meta
         buf = bytearray()
         end = _End(**vars(self._end))
         fd = self._writer_fd()
@@ -537,11 +547,14 @@ class BinlogStore:
         os.fsync(fd)
 
     def _publish(self, end: _End) -> None:
-        if (end.pos, end.gno, end.scn) == (self._end.pos, self._end.gno, self._end.scn):
+        if (end.pos, end.gno, end.scn) == (self._end.pos, self._end.gno, self._end.scn) \
+                and self._next_meta == self._meta:
             return
-        self._write_state(self._files, end, self._purged_gno)
+        meta = self._next_meta
+        self._write_state(self._files, end, self._purged_gno, meta)
         with self._cond:
             self._end = end
+            self._meta = meta
             self._cond.notify_all()
 
     def _encode_txn(self, txn: Transaction, end: _End, start: int, w: Window) -> bytes:
@@ -592,10 +605,12 @@ class BinlogStore:
         finally:
             os.close(dfd)
 
-    def _write_state(self, files: list[_FileEntry], end: _End, purged: int) -> None:
+    def _write_state(self, files: list[_FileEntry], end: _End, purged: int,
+                     meta: dict[str, Any] | None = None) -> None:
         state = {"format": STATE_FORMAT, "version": 1, "server_uuid": self.server_uuid,
                  "base": self.base, "files": [f.to_json() for f in files],
-                 "end": vars(end), "purged_gno": purged}
+                 "end": vars(end), "purged_gno": purged,
+                 "writer": self._meta if meta is None else meta}
         write_atomic(self._state_path, json.dumps(state, indent=1).encode())
 
     def _write_index(self) -> None:
@@ -616,6 +631,8 @@ class BinlogStore:
             self._end = _End(str(e["file"]), int(e["pos"]), int(e["gno"]), int(e["scn"]),
                              int(e["seq"]))
             self._purged_gno = int(raw["purged_gno"])
+            self._meta = dict(raw.get("writer") or {})
+            self._next_meta = self._meta
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"{self._state_path} is not a databus binlog state: {exc}") from exc
         if not self._files or self._files[-1].name != self._end.file:

@@ -1,0 +1,86 @@
+"""Configuration of the binlog service (``databus binlog-server``), one pydantic model.
+
+Fields (all but ``relay`` have defaults)::
+
+    relay:          relay URL(s) or zk://HOST:PORT/NAME (as the client's relay_url)
+    tables:         ['db.table', ...] to convert; empty = every table of the relay
+    data_dir:       directory of the binlog files, index and position map
+    base:           binlog file base name (files <base>.000001 ..., index <base>.index)
+    server_id:      the server id in every event header and @@server_id
+    rotate_bytes:   a file is closed (Rotate) once it reaches this size
+    retention:      seconds a closed file is kept (default 7 days); then purged
+    purge_interval: seconds between purge checks
+    checkpoint_every: relay windows written per fsync + map update (also at every idle poll)
+    host, port:     where the MySQL-protocol server listens (default 127.0.0.1:3307)
+    user:           the replication user's name
+    password_file:  file whose first line is its password (required)
+    tls:            server certificate and key (databus.serving.TlsServerConfig)
+    heartbeat:      seconds between heartbeats when the client sets none (0 = none)
+    token_file / tls_ca_file / tls_cert_file / tls_key_file: how the converter
+                    authenticates to the relay (as the client's fields)
+
+:meth:`BinlogServiceConfig.client_config` gives the converter's
+:class:`~databus.client.ClientConfig`. The CLI builds the pieces as::
+
+    store = BinlogStore(cfg.data_dir, base=cfg.base, server_id=cfg.server_id,
+                        rotate_bytes=cfg.rotate_bytes)
+    conv = BinlogConverter(cfg.client_config(), store, retention=cfg.retention,
+                           checkpoint_every=cfg.checkpoint_every,
+                           purge_interval=cfg.purge_interval)
+    threading.Thread(target=conv.run, args=(stop,)).start()
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+
+from databus.client.config import ClientConfig
+from databus.client.endpoints import check_relay_spec
+from databus.core.config import ConfigModel
+from databus.serving import TlsServerConfig
+
+__all__ = ["BinlogServiceConfig"]
+
+
+class BinlogServiceConfig(ConfigModel):
+    """Everything ``databus binlog-server`` needs (see the module docstring)."""
+
+    relay: str = Field(description="relay URL(s), comma-separated, or zk://HOST:PORT/NAME")
+    tables: list[str] = Field(default_factory=list,
+                              description="tables ('db.table') to convert; empty = all")
+    data_dir: Path = Field(Path("binlog"), description="binlog files, index and map")
+    base: str = Field("databus-bin", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$",
+                      description="file base name")
+    server_id: int = Field(1, ge=1, le=2**32 - 1, description="@@server_id, in every event")
+    rotate_bytes: int = Field(64 * 1024 * 1024, ge=4096, le=2**31,
+                              description="rotate to a new file at this size")
+    retention: float = Field(7 * 86400.0, gt=0, description="seconds a closed file is kept")
+    purge_interval: float = Field(60.0, gt=0, description="seconds between purge checks")
+    checkpoint_every: int = Field(1000, ge=1, description="windows per fsync and map write")
+    poll_timeout: float = Field(10.0, ge=0, le=600, description="relay long-poll seconds")
+    host: str = Field("127.0.0.1", description="address the MySQL-protocol server binds")
+    port: int = Field(3307, ge=0, le=65535, description="its port; 0 picks a free one")
+    user: str = Field("repl", min_length=1, description="replication user name")
+    password_file: Path | None = Field(None, description="first line: the user's password")
+    tls: TlsServerConfig | None = Field(None, description="server certificate and key")
+    heartbeat: float = Field(30.0, ge=0, le=4294967,
+                             description="heartbeat seconds when the client sets none; 0 = none")
+    token_file: Path | None = Field(None, description="relay token file (client side)")
+    tls_ca_file: Path | None = Field(None, description="CA of the relay's certificate")
+    tls_cert_file: Path | None = Field(None, description="client certificate for the relay")
+    tls_key_file: Path | None = Field(None, description="its key")
+
+    @field_validator("relay")
+    @classmethod
+    def _relay(cls, v: str) -> str:
+        return check_relay_spec(v)
+
+    def client_config(self) -> ClientConfig:
+        """The converter's relay client settings."""
+        return ClientConfig(relay_url=self.relay, sources=list(self.tables),
+                            poll_timeout=self.poll_timeout, token_file=self.token_file,
+                            tls_ca_file=self.tls_ca_file, tls_cert_file=self.tls_cert_file,
+                            tls_key_file=self.tls_key_file,
+                            checkpoint_every_windows=self.checkpoint_every)

@@ -1,0 +1,246 @@
+"""The converter: reads a relay like any client and appends its windows to the binlog.
+
+:class:`BinlogConverter` is a :class:`~databus.client.Consumer` *and* the client's
+:class:`~databus.client.CheckpointStore`: the binlog's position map is the checkpoint.
+``load()`` returns "after the last window the map records", and ``save()`` is where the
+windows collected since the last save are written to the files, fsynced and recorded
+(:meth:`databus.binlog.store.BinlogStore.append`). So the relay position and the binlog
+can never disagree: after a crash the client resumes after the map's SCN, and the store
+has cut its files back to the map (see :mod:`databus.binlog.store`). Windows are saved
+every ``checkpoint_every`` windows and whenever the relay is idle.
+
+Per relay window, in commit order:
+
+* for each table whose schema version is new to the binlog: a DDL transaction (GTID +
+  Query) with ``CREATE TABLE IF NOT EXISTS`` the first time the table appears, else the
+  ``ALTER TABLE`` that turns the previous version's columns into this one's
+  (:func:`databus.binlog.types.alter_table_sql`); a truncate: ``TRUNCATE TABLE``;
+* one row transaction: GTID, ``Query BEGIN``, for each run of one table a Table_map and
+  Write/Update/Delete rows v2 events (several per run when a run passes ~8 KiB, as MySQL
+  splits them; the last has STMT_END_F), ``Xid`` = the window's SCN. Inserts and
+  snapshot reads are Write_rows; updates carry the before image (the relay's, which every
+  SQLite and MySQL update has; an update without one is written with the after image as
+  its before image), deletes the deleted row.
+
+Database and table names come from the relay's ``db.table``; internal sources
+(``databus.*``) are skipped. The schema versions already announced are kept in the
+position map with the end, so a restart does not announce them again.
+
+Run it with :meth:`run` (blocking, stops when ``stop`` is set) on a thread of its own;
+it owns the store's writer side and purges files older than ``retention`` seconds.
+Errors: a value that cannot be written exactly (:class:`~databus.core.errors.SchemaError`)
+stops the converter (it is retried ``max_retries`` times by the client, then raised);
+relay outages are retried forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from databus.binlog import events as ev
+from databus.binlog import types as bt
+from databus.binlog.store import BinlogStore, Transaction, Window
+from databus.client.checkpoints import CheckpointStore
+from databus.client.client import DatabusClient
+from databus.client.config import ClientConfig
+from databus.client.consumer import Consumer, DataBatch, Result
+from databus.core.checkpoint import Checkpoint
+from databus.core.errors import SchemaError
+from databus.core.event import Op
+from databus.core.schema import INTERNAL_PREFIX, TableSchema
+
+log = logging.getLogger("databus.binlog")
+
+ROWS_EVENT_BYTES = 8192
+"""Rows per rows event up to about this many bytes (MySQL's binlog-row-event-max-size)."""
+
+
+@dataclass
+class _Mapped:
+    db: str
+    table: str
+    cols: list[bt.MysqlColumn]
+    schema: TableSchema
+    table_id: int
+
+
+class BinlogConverter(Consumer, CheckpointStore):
+    """Relay -> binlog files (see the module docstring).
+
+    ``client_config``: how to reach the relay (its ``sources`` = the tables to convert,
+    empty = all); ``store``: the binlog (this is its only writer).
+    """
+
+    def __init__(self, client_config: ClientConfig, store: BinlogStore, *,
+                 retention: float = 7 * 86400, checkpoint_every: int = 1000,
+                 purge_interval: float = 60.0) -> None:
+        super().__init__()
+        self.config = client_config.model_copy(update={"checkpoint_every_windows":
+                                                       checkpoint_every})
+        self.store = store
+        self.retention = retention
+        self.purge_interval = purge_interval
+        self._mapped: dict[bytes, _Mapped] = {}
+        self._table_ids: dict[bytes, int] = {}
+        meta = store.writer_meta()
+        # table name -> schema id (hex) of the version last announced in the binlog
+        self._announced: dict[str, str] = dict(meta.get("announced", {}))
+        self._pending: list[Window] = []
+        self._cur: list[Transaction] = []
+        self._ddl: list[Transaction] = []
+        self._rows: list[tuple[int, int, bytes]] = []
+        self._ts_us = 0
+        self._last_purge = 0.0
+        self.client: DatabusClient | None = None
+
+    # -- running ---------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Convert until ``stop`` is set (returns within one long poll), or raise a
+        terminal error. Purges old files every ``purge_interval`` seconds."""
+        self.client = DatabusClient(self.config, self, self)
+        self.client.run(stop)
+
+    # -- CheckpointStore: the binlog's map ---------------------------------------
+
+    def load(self) -> Checkpoint | None:
+        scn = self.store.last_scn()
+        return Checkpoint.after(scn) if scn >= 0 else None
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        windows, self._pending = self._pending, []
+        if windows:
+            self.store.append(windows, meta={"announced": dict(self._announced)})
+        now = time.time()
+        if now - self._last_purge >= self.purge_interval:
+            self._last_purge = now
+            gone = self.store.purge(now - self.retention)
+            if gone:
+                log.info("purged binlog files %s", ", ".join(gone))
+
+    # -- Consumer callbacks -------------------------------------------------------
+
+    def on_rollback(self, scn: int) -> Result:
+        # the client replays every window after the persisted checkpoint
+        self._pending.clear()
+        self._announced = dict(self.store.writer_meta().get("announced", {}))
+        return None
+
+    def on_start_data_event_sequence(self, scn: int) -> Result:
+        self._ddl, self._rows, self._cur = [], [], []
+        self._ts_us = 0
+        return None
+
+    def on_data_events(self, batch: DataBatch) -> Result:
+        schema = batch.schema
+        if schema.name.startswith(INTERNAL_PREFIX) or not len(batch):
+            return None
+        events = batch.data_events()
+        if not self._ts_us:
+            self._ts_us = events[0].timestamp_ns // 1000
+        m = self._map(schema)
+        where = f"{schema.name} (window {batch.scn})"
+        names = [c.name for c in m.cols]
+        table_map = (ev.TABLE_MAP, 0, bt.table_map_body(m.table_id, m.db, m.table, m.cols,
+                                                        schema.key_columns))
+        kind = 0
+        images: list[bytes] = []
+        size = 0
+        mapped = False
+
+        def flush(last: bool) -> None:
+            nonlocal images, size, mapped
+            if images:
+                if not mapped:
+                    self._rows.append(table_map)
+                    mapped = True
+                head = bt.rows_body_head(m.table_id, len(m.cols), kind == ev.UPDATE_ROWS, last)
+                self._rows.append((kind, 0, head + b"".join(images)))
+                images, size = [], 0
+
+        for de in events:
+            op = de.op
+            if op == Op.TRUNCATE:
+                flush(True)
+                self._ddl_txn(f"TRUNCATE TABLE {bt.quote(m.db)}.{bt.quote(m.table)}", m.db)
+                mapped, kind = False, 0
+                continue
+            if op in (Op.INSERT, Op.READ):
+                k, img = ev.WRITE_ROWS, bt.row_image(m.cols, _values(de.after, names), where)
+            elif op == Op.DELETE:
+                k, img = ev.DELETE_ROWS, bt.row_image(
+                    m.cols, _values(de.before or de.after, names), where)
+            elif op == Op.UPDATE:
+                k = ev.UPDATE_ROWS
+                img = (bt.row_image(m.cols, _values(de.before or de.after, names), where)
+                       + bt.row_image(m.cols, _values(de.after, names), where))
+            else:
+                continue
+            if images and (k != kind or size + len(img) > ROWS_EVENT_BYTES):
+                flush(k != kind)  # a new kind of change starts a new statement
+            kind = k
+            images.append(img)
+            size += len(img)
+        flush(True)
+        return None
+
+    def on_end_data_event_sequence(self, scn: int) -> Result:
+        txns = list(self._ddl)
+        if self._rows:
+            txns.append(Transaction(self._rows))
+        ts = self._ts_us or time.time_ns() // 1000
+        self._pending.append(Window(scn=scn, timestamp_us=ts, transactions=txns))
+        self._ddl, self._rows = [], []
+        return None
+
+    # -- helpers ------------------------------------------------------------------
+
+    def _map(self, schema: TableSchema) -> _Mapped:
+        m = self._mapped.get(schema.id)
+        if m is None:
+            db, _, table = schema.name.rpartition(".")
+            try:
+                cols = bt.mysql_columns(schema)
+            except (ValueError, KeyError) as exc:
+                raise SchemaError(f"{schema.name} v{schema.version}: {exc}") from exc
+            tid = self._table_ids.setdefault(schema.id, 100 + len(self._table_ids))
+            m = _Mapped(db or "databus", table, cols, schema, tid)
+            self._mapped[schema.id] = m
+        announced = self._announced.get(schema.name)
+        if announced != schema.id.hex():
+            sql: str | None
+            if announced is None:
+                sql = bt.create_table_sql(m.db, m.table, m.cols, schema.key_columns)
+            else:
+                old = self._old_columns(schema, announced)
+                sql = (bt.alter_table_sql(m.db, m.table, old, m.cols) if old is not None
+                       else bt.create_table_sql(m.db, m.table, m.cols, schema.key_columns))
+            if sql is not None:
+                self._ddl_txn(sql, m.db)
+            self._announced[schema.name] = schema.id.hex()
+        return m
+
+    def _old_columns(self, schema: TableSchema, schema_hex: str) -> list[bt.MysqlColumn] | None:
+        if self.client is None:
+            return None
+        try:
+            old = self.client.registry.get(bytes.fromhex(schema_hex))
+        except SchemaError:
+            return None
+        return bt.mysql_columns(old)
+
+    def _ddl_txn(self, sql: str, db: str) -> None:
+        if self._rows:  # DDL between row changes of one window: commit the rows first
+            self._ddl.append(Transaction(self._rows))
+            self._rows = []
+        self._ddl.append(Transaction([(ev.QUERY, 0, ev.query(sql, db=db))], ddl=True))
+
+
+def _values(row: dict[str, Any] | None, names: list[str]) -> list[Any]:
+    if row is None:
+        raise SchemaError("a row change without its row image")
+    return [row.get(n) for n in names]
