@@ -1,0 +1,425 @@
+"""Streaming binlog files to one replication client, as MySQL 8's dump thread does.
+
+A :class:`Dumper` serves one ``COM_BINLOG_DUMP`` or ``COM_BINLOG_DUMP_GTID`` request from
+the files of a :class:`~databus.binlog.store.BinlogStore`:
+
+* per file: an artificial Rotate (timestamp 0, ``LOG_EVENT_ARTIFICIAL_F``, the file's name
+  and the position the stream continues at), then the file's Format_description (its
+  ``LOG_EVENT_BINLOG_IN_USE_F`` cleared; when the stream starts past the file's start, its
+  ``log_pos`` and created timestamp zeroed and its checksum recomputed), then the file's
+  events from the position on, byte for byte as they are stored;
+* a file's end (the Rotate event the converter wrote) leads to the next file with a new
+  artificial Rotate, as MySQL does (``mariadb-binlog`` stops there when told to);
+* at the end of the last file: the end-of-stream packet for a non-blocking dump
+  (``BINLOG_DUMP_NON_BLOCK`` or replica ``server_id`` 0, MySQL's two ways), else a wait for
+  more with a ``HEARTBEAT_LOG_EVENT`` every ``@master_heartbeat_period`` (none when 0);
+* only whole transactions: a reader never gets bytes past the store's committed size;
+* GTID dumps start where :meth:`BinlogStore.locate_gtids` says and skip every later
+  transaction the client already has (a heartbeat then tells the skipped range's end);
+* checksums: events keep their CRC32. A client that never set ``@master_binlog_checksum``
+  cannot take them and gets MySQL's error; artificial events carry a CRC32 when the
+  client asked for one (before the first Format_description) or the file has them (after).
+
+Errors: a position that is unknown, purged, past the end or not on an event boundary, a
+purged GTID range and an unusable file end the dump with :class:`DumpError` (MySQL error
+1236 and MySQL's text), never with a silent jump to another position.
+
+Threading: a dumper runs on the server's event loop; file reads are small ``pread`` calls
+on the loop (the files are in the page cache just after the converter wrote them), and the
+wait for new data is one :class:`StoreNotifier` thread per server, not a thread per client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+import threading
+import uuid
+import zlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from databus.binlog.store import BinlogPos, BinlogPurgedError, BinlogStore, GtidSet
+from databus.core.errors import TerminalError
+
+# COM_BINLOG_DUMP(_GTID) flags
+BINLOG_DUMP_NON_BLOCK = 0x01
+BINLOG_THROUGH_POSITION = 0x02
+BINLOG_THROUGH_GTID = 0x04
+
+# event header (binlog v4)
+HEADER_LEN = 19
+TYPE_OFFSET = 4
+SERVER_ID_OFFSET = 5
+LEN_OFFSET = 9
+LOG_POS_OFFSET = 13
+FLAGS_OFFSET = 17
+LOG_EVENT_BINLOG_IN_USE_F = 0x1
+LOG_EVENT_ARTIFICIAL_F = 0x20
+BINLOG_MAGIC = b"\xfebin"
+BIN_LOG_HEADER_SIZE = 4
+CHECKSUM_LEN = 4
+# Format_description: binlog version (2) + server version (50), then the created timestamp
+FDE_CREATED_OFFSET = HEADER_LEN + 2 + 50
+
+QUERY_EVENT = 2
+STOP_EVENT = 3
+ROTATE_EVENT = 4
+FORMAT_DESCRIPTION_EVENT = 15
+XID_EVENT = 16
+TABLE_MAP_EVENT = 19
+HEARTBEAT_LOG_EVENT = 27
+WRITE_ROWS_EVENT = 30
+UPDATE_ROWS_EVENT = 31
+DELETE_ROWS_EVENT = 32
+GTID_LOG_EVENT = 33
+ANONYMOUS_GTID_LOG_EVENT = 34
+PREVIOUS_GTIDS_LOG_EVENT = 35
+
+ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
+
+_U32 = struct.Struct("<I")
+_CHUNK = 1 << 20  # bytes read per pread: ~1 MiB keeps a fast client's pipe full
+
+
+class DumpError(TerminalError):
+    """A dump that cannot go on exactly; ``errno`` and the text are MySQL's (1236)."""
+
+    code = "BinlogDumpError"
+
+    def __init__(self, message: str, errno: int = ER_MASTER_FATAL_ERROR_READING_BINLOG) -> None:
+        super().__init__(message)
+        self.errno = errno
+
+
+# -- GTID sets ---------------------------------------------------------------------------
+
+
+def decode_gtid_set(data: bytes) -> str:
+    """The binary SID-block format of ``COM_BINLOG_DUMP_GTID`` (n_sids u64, then per sid:
+    uuid 16 bytes, n_intervals u64, intervals as u64 start, u64 exclusive end) as MySQL's
+    text form (``uuid:1-5:7``)."""
+    try:
+        (n_sids,) = struct.unpack_from("<Q", data, 0)
+        off = 8
+        parts = []
+        for _ in range(n_sids):
+            sid = uuid.UUID(bytes=bytes(data[off:off + 16]))
+            (n,) = struct.unpack_from("<Q", data, off + 16)
+            off += 24
+            ivs = []
+            for _ in range(n):
+                start, end = struct.unpack_from("<QQ", data, off)
+                off += 16
+                if not 0 < start < end:
+                    raise ValueError(f"interval {start}-{end}")
+                ivs.append(f"{start}" if end == start + 1 else f"{start}-{end - 1}")
+            if ivs:
+                parts.append(f"{sid}:" + ":".join(ivs))
+    except (struct.error, ValueError) as exc:
+        raise DumpError(f"Malformed GTID set in COM_BINLOG_DUMP_GTID: {exc}",
+                        errno=1835) from exc
+    return ",".join(parts)
+
+
+# -- dump requests -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DumpRequest:
+    """One parsed ``COM_BINLOG_DUMP`` / ``COM_BINLOG_DUMP_GTID`` (command byte removed)."""
+
+    file: str
+    pos: int
+    flags: int
+    replica_server_id: int
+    gtids: str | None = None  # GTID dumps: the client's executed set (text form)
+
+    @property
+    def non_blocking(self) -> bool:
+        # MySQL's two ways: the flag, or server_id 0 (mysqlbinlog -R since forever)
+        return bool(self.flags & BINLOG_DUMP_NON_BLOCK) or self.replica_server_id == 0
+
+
+def parse_binlog_dump(data: bytes) -> DumpRequest:
+    """``COM_BINLOG_DUMP``: pos u32, flags u16, server_id u32, file name (rest)."""
+    if len(data) < 10:
+        raise DumpError("Malformed COM_BINLOG_DUMP packet", errno=1835)
+    pos, flags, sid = struct.unpack_from("<IHI", data, 0)
+    return DumpRequest(data[10:].rstrip(b"\x00").decode("utf-8", "replace"), pos, flags, sid)
+
+
+def parse_binlog_dump_gtid(data: bytes) -> DumpRequest:
+    """``COM_BINLOG_DUMP_GTID``: flags u16, server_id u32, name size u32, name, pos u64,
+    then with ``BINLOG_THROUGH_GTID`` the data size u32 and the GTID set's SID blocks."""
+    try:
+        flags, sid, name_len = struct.unpack_from("<HII", data, 0)
+        off = 10
+        name = data[off:off + name_len].rstrip(b"\x00").decode("utf-8", "replace")
+        off += name_len
+        (pos,) = struct.unpack_from("<Q", data, off)
+        off += 8
+        gtids = ""
+        if flags & BINLOG_THROUGH_GTID:
+            (size,) = struct.unpack_from("<I", data, off)
+            off += 4
+            gtids = decode_gtid_set(data[off:off + size])
+    except struct.error as exc:
+        raise DumpError("Malformed COM_BINLOG_DUMP_GTID packet", errno=1835) from exc
+    return DumpRequest(name, pos, flags, sid, gtids)
+
+
+# -- artificial events -------------------------------------------------------------------
+
+
+def _finish(event: bytearray, checksum: bool) -> bytes:
+    if checksum:
+        event += _U32.pack(zlib.crc32(event) & 0xFFFFFFFF)
+    _U32.pack_into(event, LEN_OFFSET, len(event))
+    return bytes(event)
+
+
+def fake_rotate(server_id: int, file: str, pos: int, checksum: bool) -> bytes:
+    """MySQL's artificial Rotate: timestamp 0, log_pos 0, ``LOG_EVENT_ARTIFICIAL_F``."""
+    ev = bytearray(struct.pack("<IBIIIH", 0, ROTATE_EVENT, server_id, 0, 0,
+                               LOG_EVENT_ARTIFICIAL_F))
+    ev += struct.pack("<Q", pos) + file.encode()
+    return _finish(ev, checksum)
+
+
+def heartbeat(server_id: int, file: str, pos: int, checksum: bool) -> bytes:
+    """``HEARTBEAT_LOG_EVENT``: log_pos = where the stream is, body = the file's name."""
+    ev = bytearray(struct.pack("<IBIIIH", 0, HEARTBEAT_LOG_EVENT, server_id, 0,
+                               pos & 0xFFFFFFFF, 0))
+    ev += file.encode()
+    return _finish(ev, checksum)
+
+
+def client_fde(raw: bytes, clear_log_pos: bool) -> tuple[bytes, bool]:
+    """The Format_description as sent (see the module docstring) and whether the file's
+    events carry a CRC32."""
+    ev = bytearray(raw)
+    with_crc = len(ev) > HEADER_LEN + 57 + 5 and ev[-5] == 1
+    ev[FLAGS_OFFSET] &= ~LOG_EVENT_BINLOG_IN_USE_F & 0xFF
+    if clear_log_pos:
+        _U32.pack_into(ev, LOG_POS_OFFSET, 0)
+        _U32.pack_into(ev, FDE_CREATED_OFFSET, 0)
+    if with_crc:
+        _U32.pack_into(ev, len(ev) - 4, zlib.crc32(ev[:-4]) & 0xFFFFFFFF)
+    return bytes(ev), with_crc
+
+
+# -- waiting for new data ----------------------------------------------------------------
+
+
+class StoreNotifier:
+    """One thread that waits on the store and wakes every dumper of an event loop.
+
+    A dumper takes :attr:`changed` *before* it looks at the store's sizes, then awaits it:
+    data committed between the look and the wait is never missed.
+    """
+
+    def __init__(self, store: BinlogStore, loop: asyncio.AbstractEventLoop) -> None:
+        self._store = store
+        self._loop = loop
+        self.changed = asyncio.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="binlog-notifier", daemon=True)
+        self._thread.start()
+
+    def _pulse(self) -> None:
+        old, self.changed = self.changed, asyncio.Event()
+        old.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                end = self._store.end()
+                moved = self._store.wait_beyond(end, 0.5)
+            except Exception:  # a closed store at shutdown: nothing left to wait for
+                if self._stop.wait(0.5):
+                    return
+                continue
+            if moved and not self._loop.is_closed():
+                self._loop.call_soon_threadsafe(self._pulse)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+# -- the dumper --------------------------------------------------------------------------
+
+
+@dataclass
+class DumpOptions:
+    """A client's session settings that shape its dump."""
+
+    # @master_binlog_checksum: None = never set (MySQL's UNDEF), False = NONE, True = CRC32
+    checksum: bool | None = None
+    heartbeat_period: float = 0.0  # seconds; @master_heartbeat_period is in nanoseconds
+
+
+class Dumper:
+    """Serves one dump request (see the module docstring)."""
+
+    def __init__(self, store: BinlogStore, notifier: StoreNotifier, request: DumpRequest,
+                 options: DumpOptions, *, server_id: int) -> None:
+        self._store = store
+        self._notifier = notifier
+        self._req = request
+        self._opts = options
+        self._server_id = server_id
+        self.events_sent = 0
+
+    def _start(self) -> tuple[str, int]:
+        req = self._req
+        try:
+            if req.gtids is not None and not req.file:
+                start = self._store.locate_gtids(req.gtids)
+                return start.file, start.pos
+            if req.pos < BIN_LOG_HEADER_SIZE:
+                raise DumpError("Client requested source to start replication from"
+                                " position < 4")
+            files = [name for name, _ in self._store.files()]
+            if not files:
+                raise DumpError("Binary log is not open")
+            name = req.file or files[0]
+            if name not in files:
+                raise DumpError("Could not find first log file name in binary log index"
+                                " file")
+            if req.pos > self._store.committed_size(name):
+                raise DumpError("Client requested source to start replication from"
+                                " position > file size")
+            self._store.check(BinlogPos(name, req.pos))
+            return name, req.pos
+        except BinlogPurgedError as exc:
+            raise DumpError(str(exc)) from exc
+
+    async def run(self, send: Callable[[bytes], None], flush: Callable[[], Awaitable[None]],
+                  send_events: Callable[[memoryview, list[tuple[int, int]]], None]) -> None:
+        """Stream until the client leaves (the caller cancels), the end of a non-blocking
+        dump (returns normally: the caller sends the end-of-stream packet), or an error
+        (:class:`DumpError`). ``send`` frames one event, ``send_events`` frames the given
+        ``(offset, length)`` events of a buffer, ``flush`` drains the socket."""
+        file, pos = self._start()
+        # the algorithm of artificial events: the client's until a file says otherwise
+        art_crc = bool(self._opts.checksum)
+        exclude = GtidSet.parse(self._req.gtids) if self._req.gtids else None
+        while True:
+            send(fake_rotate(self._server_id, file, pos, art_crc))
+            fd = self._open(file)
+            try:
+                fde = self._read_fde(fd, file)
+                clear = pos > BIN_LOG_HEADER_SIZE
+                fde_bytes, with_crc = client_fde(fde, clear_log_pos=clear)
+                if with_crc and self._opts.checksum is None:
+                    raise DumpError(
+                        "Replica can not handle replication events with the checksum that"
+                        " source is configured to log; the first event"
+                        f" '{file}' at {pos}, the last event read from '{file}' at 4,"
+                        f" the last byte read from '{file}' at 4.")
+                art_crc = with_crc
+                send(fde_bytes)
+                offset = pos if pos > BIN_LOG_HEADER_SIZE else BIN_LOG_HEADER_SIZE + len(fde)
+                nxt = await self._stream_file(fd, file, offset, send, flush, send_events,
+                                              art_crc, exclude)
+            finally:
+                os.close(fd)
+            if nxt is None:
+                return
+            file, pos = nxt, BIN_LOG_HEADER_SIZE
+
+    def _open(self, file: str) -> int:
+        try:
+            return os.open(self._store.path(file), os.O_RDONLY)
+        except FileNotFoundError as exc:
+            raise DumpError(f"could not open log file '{file}' (it was purged)") from exc
+        except OSError as exc:
+            raise DumpError(f"I/O error reading log event: {exc.strerror}") from exc
+
+    @staticmethod
+    def _read_fde(fd: int, file: str) -> bytes:
+        head = os.pread(fd, BIN_LOG_HEADER_SIZE + HEADER_LEN, 0)
+        if len(head) < BIN_LOG_HEADER_SIZE + HEADER_LEN or head[:4] != BINLOG_MAGIC:
+            raise DumpError(f"Binlog has bad magic number; It's not a binary log file"
+                            f" that can be used by this version of MySQL ('{file}')")
+        if head[4 + TYPE_OFFSET] != FORMAT_DESCRIPTION_EVENT:
+            raise DumpError("Could not find format_description_event in binlog file")
+        (length,) = _U32.unpack_from(head, 4 + LEN_OFFSET)
+        return os.pread(fd, length, BIN_LOG_HEADER_SIZE)
+
+    async def _stream_file(self, fd: int, file: str, offset: int,
+                           send: Callable[[bytes], None],
+                           flush: Callable[[], Awaitable[None]],
+                           send_events: Callable[[memoryview, list[tuple[int, int]]], None],
+                           art_crc: bool, exclude: GtidSet | None) -> str | None:
+        """Send ``file`` from ``offset``; the next file's name, or None at the end of a
+        non-blocking dump."""
+        store = self._store
+        in_excluded = False
+        skipped_to = 0
+        pending = b""
+        while True:
+            changed = self._notifier.changed  # before the look (see StoreNotifier)
+            end = store.committed_size(file)
+            if offset + len(pending) < end:
+                want = min(end - offset - len(pending), _CHUNK)
+                data = pending + os.pread(fd, want, offset + len(pending))
+                buf = memoryview(data)
+                events: list[tuple[int, int]] = []
+                i, n = 0, len(data)
+                while i + HEADER_LEN <= n:
+                    (length,) = _U32.unpack_from(buf, i + LEN_OFFSET)
+                    if length < HEADER_LEN:
+                        raise DumpError("bogus data in log event; the first event"
+                                        f" '{file}' at {offset + i}")
+                    if i + length > n:
+                        break
+                    if exclude is not None:
+                        etype = buf[i + TYPE_OFFSET]
+                        if etype == GTID_LOG_EVENT:
+                            sid = str(uuid.UUID(bytes=bytes(buf[i + HEADER_LEN + 1:
+                                                                 i + HEADER_LEN + 17])))
+                            (gno,) = struct.unpack_from("<q", buf, i + HEADER_LEN + 17)
+                            in_excluded = exclude.contains(sid, gno)
+                        elif etype == ROTATE_EVENT:
+                            in_excluded = False
+                        if in_excluded:
+                            skipped_to = offset + i + length
+                            i += length
+                            continue
+                        if skipped_to:
+                            # MySQL: a heartbeat tells the replica where skipped events end
+                            send_events(buf, events)
+                            events = []
+                            send(heartbeat(self._server_id, file, skipped_to, art_crc))
+                            skipped_to = 0
+                    events.append((i, length))
+                    i += length
+                send_events(buf, events)
+                self.events_sent += len(events)
+                offset += i
+                pending = bytes(buf[i:])
+                await flush()
+                continue
+            if pending:
+                raise DumpError("binlog truncated in the middle of event; the last event read"
+                                f" from '{file}' at {offset}")
+            if skipped_to:
+                send(heartbeat(self._server_id, file, skipped_to, art_crc))
+                skipped_to = 0
+            nxt = store.next_file(file)
+            if nxt is not None and store.committed_size(file) <= offset:
+                return nxt
+            if self._req.non_blocking:
+                await flush()
+                return None
+            await flush()
+            period = self._opts.heartbeat_period
+            try:
+                await asyncio.wait_for(changed.wait(), timeout=period if period > 0 else None)
+            except TimeoutError:
+                send(heartbeat(self._server_id, file, offset, art_crc))
+                await flush()

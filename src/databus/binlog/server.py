@@ -1,0 +1,413 @@
+"""The binlog dumper: a MySQL wire-protocol server that serves the store's binlog files.
+
+Replication clients (python-mysql-replication, ``mariadb-binlog --read-from-remote-server``,
+Debezium's MySQL connector, Canal, Maxwell) connect as to a MySQL 8 source: handshake,
+``mysql_native_password`` with the one user of the password file, TLS when a certificate
+is configured (then required: a client that does not upgrade is refused with MySQL's
+error 3159), the SQL of :mod:`databus.binlog.sql`, then ``COM_REGISTER_SLAVE`` and
+``COM_BINLOG_DUMP`` / ``COM_BINLOG_DUMP_GTID`` (:mod:`databus.binlog.dump`).
+
+Built on ``mysql-mimic`` (handshake, authentication, TLS upgrade, COM_QUERY and its result
+sets, through sqlglot). mysql-mimic has no replication commands and dispatches commands in
+one closed loop (``Connection.command_phase``), so the extension is at the narrowest point
+there is: the connection's packet stream (:class:`_ReplicationStream`) hands the three
+replication commands (and ``COM_CHANGE_USER``, refused: see below) to
+:class:`BinlogConnection` before mysql-mimic's loop sees them; every other command is
+mysql-mimic's. Two corrections of mysql-mimic 3.0.5 are made here too, both security:
+
+* a failed authentication writes the error packet but then goes on to the command phase
+  (a client that ignores the error could send queries): here a connection whose login
+  failed is closed;
+* a failed ``COM_CHANGE_USER`` leaves the session logged in as before: refused here
+  (replication clients never send it).
+
+Unknown user names get the same "Access denied" as a wrong password (no user probing).
+A dump ends the connection afterwards, as in MySQL (COM_BINLOG_DUMP is a connection's
+last command). Every error a client causes is a MySQL error packet; the server itself
+keeps running.
+
+Threading: one asyncio loop (:meth:`BinlogServer.run` in its own thread or the CLI's main
+thread); the store is read from the loop (thread-safe), and one notifier thread wakes
+waiting dumps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import ssl
+import struct
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mysql_mimic.auth import (
+    IdentityProvider,
+    NativePasswordAuthPlugin,
+    User,
+)
+from mysql_mimic.connection import Connection
+from mysql_mimic.control import LocalControl, TooManyConnections
+from mysql_mimic.errors import ErrorCode, MysqlError
+from mysql_mimic.stream import ConnectionClosed, MysqlStream
+
+from databus.binlog.dump import (
+    Dumper,
+    DumpError,
+    DumpOptions,
+    DumpRequest,
+    StoreNotifier,
+    parse_binlog_dump,
+    parse_binlog_dump_gtid,
+)
+from databus.binlog.sql import BinlogSession, Catalog, ServiceFacts
+from databus.binlog.store import BinlogStore
+from databus.core.errors import ConfigError, TerminalError
+
+log = logging.getLogger("databus.binlog.server")
+
+COM_CHANGE_USER = 0x11
+COM_BINLOG_DUMP = 0x12
+COM_REGISTER_SLAVE = 0x15
+COM_BINLOG_DUMP_GTID = 0x1E
+_REPLICATION = frozenset({COM_CHANGE_USER, COM_BINLOG_DUMP, COM_REGISTER_SLAVE,
+                          COM_BINLOG_DUMP_GTID})
+ER_SECURE_TRANSPORT_REQUIRED = 3159
+ER_ACCESS_DENIED = 1045
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """Where and how the dumper listens."""
+
+    host: str = "127.0.0.1"
+    port: int = 3306
+    user: str = "databus"
+    password: str = field(default="", repr=False)
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None  # mutual TLS: clients present a cert this CA signed
+    max_connections: int = 256
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The server's TLS context, or None without a certificate (ConfigError when the
+        files do not load)."""
+        if self.tls_cert is None and self.tls_key is None:
+            return None
+        if self.tls_cert is None or self.tls_key is None:
+            raise ConfigError("binlog server TLS needs both a certificate and a key")
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            ctx.load_cert_chain(str(self.tls_cert), str(self.tls_key))
+            if self.tls_client_ca is not None:
+                ctx.load_verify_locations(str(self.tls_client_ca))
+                ctx.verify_mode = ssl.CERT_REQUIRED
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"binlog server TLS: cannot load {self.tls_cert}: {exc}") from exc
+        return ctx
+
+
+class _OneUser(IdentityProvider):  # type: ignore[misc]
+    """The password file's one user. Any other name gets a user whose hash matches no
+    password, so it fails exactly like a wrong password."""
+
+    def __init__(self, user: str, password: str) -> None:
+        self._user = user
+        self._hash = NativePasswordAuthPlugin.create_auth_string(password)
+        self._nobody = secrets.token_hex(20)
+
+    def get_plugins(self) -> list[Any]:
+        return [NativePasswordAuthPlugin()]
+
+    async def get_user(self, username: str) -> User:
+        if secrets.compare_digest(username.encode(), self._user.encode()):
+            return User(name=username, auth_string=self._hash,
+                        auth_plugin=NativePasswordAuthPlugin.name)
+        return User(name=username, auth_string=self._nobody,
+                    auth_plugin=NativePasswordAuthPlugin.name)
+
+
+class _ReplicationStream:
+    """mysql-mimic's packet stream, with a hook that takes the replication commands
+    before mysql-mimic's command loop reads them (see the module docstring). A wrapper,
+    not a subclass: mysql-mimic's stream is compiled (mypyc) and cannot be subclassed."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.intercept: Callable[[bytes], Awaitable[None]] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def read(self) -> bytes:
+        while True:
+            data: bytes = await self._inner.read()
+            hook = self.intercept
+            if hook is None or not data or data[0] not in _REPLICATION:
+                return data
+            await hook(data)
+            self._inner.reset_seq()
+
+
+def _error_packet(code: int, message: str, sqlstate: bytes = b"HY000") -> bytes:
+    return b"\xff" + struct.pack("<H", code) + b"#" + sqlstate + message.encode("utf-8")
+
+
+class BinlogConnection(Connection):  # type: ignore[misc]
+    """One client: mysql-mimic's connection plus the replication commands."""
+
+    def __init__(self, *args: Any, server: BinlogServer, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._server = server
+        self.replica: dict[str, object] = {}
+
+    def _tls_active(self) -> bool:
+        return self.stream.writer.get_extra_info("ssl_object") is not None
+
+    async def authenticate(self, *args: Any, **kwargs: Any) -> None:
+        if self.ssl is not None and not self._tls_active():
+            await self.stream.write(_error_packet(
+                ER_SECURE_TRANSPORT_REQUIRED,
+                "Connections using insecure transport are prohibited while"
+                " --require_secure_transport=ON."))
+            return
+        await super().authenticate(*args, **kwargs)
+
+    async def command_phase(self) -> None:
+        if self.session.username is None:
+            return  # login failed: the error packet is written; close (see module doc)
+        self.stream.intercept = self._replication_command
+        await super().command_phase()
+
+    async def _replication_command(self, data: bytes) -> None:
+        command, body = data[0], data[1:]
+        if command == COM_CHANGE_USER:
+            await self.stream.write(self.error(
+                msg="COM_CHANGE_USER is not supported by the databus binlog server",
+                code=ErrorCode.UNKNOWN_COM_ERROR))
+            return
+        if command == COM_REGISTER_SLAVE:
+            self._register(body)
+            await self.stream.write(self.ok())
+            return
+        try:
+            request = (parse_binlog_dump(body) if command == COM_BINLOG_DUMP
+                       else parse_binlog_dump_gtid(body))
+            await self._dump(request)
+        except DumpError as exc:
+            log.info("binlog dump for %s ended: %s", self._peer(), exc)
+            await self.stream.write(_error_packet(exc.errno, str(exc)))
+            await self.stream.drain()
+        except (ConnectionError, ConnectionClosed):
+            pass
+        raise ConnectionClosed()  # a dump is a connection's last command, as in MySQL
+
+    def _peer(self) -> str:
+        peer = self.stream.writer.get_extra_info("peername")
+        return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+
+    def _register(self, body: bytes) -> None:
+        """COM_REGISTER_SLAVE: server_id u32, host, user, password (length-prefixed),
+        port u16; kept for SHOW REPLICAS, and a malformed one is ignored as MySQL does."""
+        try:
+            (sid,) = struct.unpack_from("<I", body, 0)
+            off, parts = 4, []
+            for _ in range(3):
+                n = body[off]
+                parts.append(body[off + 1:off + 1 + n].decode("utf-8", "replace"))
+                off += 1 + n
+            (port,) = struct.unpack_from("<H", body, off)
+        except (IndexError, struct.error):
+            return
+        self.replica = {"server_id": sid, "host": parts[0], "port": port,
+                        "connection_id": self.connection_id}
+
+    async def _dump(self, request: DumpRequest) -> None:
+        session = self.session
+        assert isinstance(session, BinlogSession)
+        options = DumpOptions(checksum=session.checksum_choice(),
+                              heartbeat_period=session.heartbeat_period())
+        srv = self._server
+        dumper = Dumper(srv.store, srv.notifier, request, options, server_id=srv.server_id)
+        stream = self.stream
+        writer = stream.writer
+        seq = stream.seq
+        pack = struct.Struct("<I").pack
+        stream.intercept = None
+
+        def send(event: bytes) -> None:
+            writer.write(_frame(b"\x00" + event, seq))
+
+        def send_events(buf: memoryview, events: list[tuple[int, int]]) -> None:
+            if not events:
+                return
+            # one buffer per chunk: a frame header and the OK byte before each event
+            out = bytearray()
+            s = seq.value
+            for i, length in events:
+                if length + 1 >= 0xFFFFFF:
+                    seq.value = s
+                    out += _frame(b"\x00" + bytes(buf[i:i + length]), seq)
+                    s = seq.value
+                    continue
+                out += pack((length + 1) | (s << 24))
+                out.append(0)
+                out += buf[i:i + length]
+                s = (s + 1) & 0xFF
+            seq.value = s
+            writer.write(out)
+
+        async def flush() -> None:
+            await writer.drain()
+
+        srv.dumps += 1
+        log.info("binlog dump for %s from %s", self._peer(),
+                 f"GTIDs {request.gtids}" if request.gtids is not None
+                 else f"{request.file or '(first file)'}:{request.pos}")
+        # a replication client sends nothing during a dump: a read that returns means it
+        # left, which ends a dump waiting for data that may never come
+        gone = asyncio.ensure_future(stream.reader.read(1))
+        work = asyncio.ensure_future(dumper.run(send, flush, send_events))
+        try:
+            await asyncio.wait({gone, work}, return_when=asyncio.FIRST_COMPLETED)
+            if work.done():
+                work.result()  # DumpError and socket errors propagate
+                await stream.write(self.ok_or_eof())  # end of a non-blocking dump
+        finally:
+            srv.dumps -= 1
+            for task in (gone, work):
+                task.cancel()
+            await asyncio.gather(gone, work, return_exceptions=True)
+
+
+def _frame(payload: bytes, seq: Any) -> bytes:
+    """``payload`` as MySQL packets: 0xFFFFFF-byte pieces (and an empty one after a piece of
+    exactly that size), each with its length and the next sequence number."""
+    out = bytearray()
+    for i in range(0, len(payload) + 1, 0xFFFFFF):
+        piece = payload[i:i + 0xFFFFFF]
+        out += struct.pack("<I", len(piece) | (next(seq) << 24)) + piece
+        if len(piece) < 0xFFFFFF:
+            break
+    return bytes(out)
+
+
+class BinlogServer:
+    """The dumper over one store: accepts clients until :meth:`stop`.
+
+    ``catalog`` gives the captured tables' columns (information_schema.COLUMNS, SHOW
+    CREATE TABLE); ``facts`` the service's values that SQL answers (version, ids, ...).
+    """
+
+    def __init__(self, store: BinlogStore, options: ServerOptions, facts: ServiceFacts,
+                 catalog: Catalog | None = None) -> None:
+        self.store = store
+        self.options = options
+        self.facts = facts
+        self.catalog = catalog
+        self.server_id = facts.server_id
+        self._ssl = options.ssl_context()
+        self._identity = _OneUser(options.user, options.password)
+        self._control = LocalControl(server_id=facts.server_id & 0xFFFF)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._connections: dict[int, BinlogConnection] = {}
+        self._server: asyncio.Server | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self.notifier: StoreNotifier
+        self.dumps = 0
+        self.ready = threading.Event()
+        self.port = options.port
+
+    def replicas(self) -> list[dict[str, object]]:
+        """The registered replicas now connected (SHOW REPLICAS)."""
+        return [c.replica for c in self._connections.values() if c.replica]
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        stream = _ReplicationStream(MysqlStream(reader, writer))
+        conn: BinlogConnection | None = None
+        conn_id = 0
+        try:
+            session = BinlogSession(self.facts, self.store, self.catalog, self.replicas)
+            conn = BinlogConnection(stream=stream, session=session, control=self._control,
+                                    identity_provider=self._identity, ssl=self._ssl,
+                                    server=self)
+            if len(self._connections) >= self.options.max_connections:
+                raise TooManyConnections()
+            conn_id = await self._control.add(conn)
+            conn.connection_id = conn_id
+            self._connections[conn_id] = conn
+            await conn.start()
+        except TooManyConnections:
+            await _write_raw(writer, _error_packet(1040, "Too many connections", b"08004"))
+        except (ConnectionError, ConnectionClosed, asyncio.IncompleteReadError, ssl.SSLError):
+            pass  # the client went away
+        except asyncio.CancelledError:
+            pass  # shutdown
+        except MysqlError as exc:  # a malformed handshake: mimic wrote the error already
+            log.debug("client %s: %s", writer.get_extra_info("peername"), exc)
+        except Exception:  # one client's surprise must not stop the server
+            log.exception("binlog server: connection failed")
+        finally:
+            if conn_id:
+                self._connections.pop(conn_id, None)
+                await self._control.remove(conn_id)
+            writer.close()
+            with contextlib.suppress(ConnectionError, ssl.SSLError, asyncio.CancelledError):
+                await writer.wait_closed()
+            self._tasks.discard(task)
+
+    async def serve(self) -> None:
+        """Listen, serve until :meth:`stop`, then close every connection."""
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        self.notifier = StoreNotifier(self.store, self._loop)
+        try:
+            try:
+                self._server = await asyncio.start_server(
+                    self._client, self.options.host, self.options.port)
+            except OSError as exc:
+                raise TerminalError(f"binlog server cannot listen on {self.options.host}:"
+                                    f"{self.options.port}: {exc.strerror}") from exc
+            self.port = self._server.sockets[0].getsockname()[1]
+            log.info("binlog server listening on %s:%d%s", self.options.host, self.port,
+                     " (TLS)" if self._ssl else "")
+            self.ready.set()
+            await self._stopping.wait()
+        finally:
+            if self._server is not None:
+                self._server.close()
+            for task in list(self._tasks):
+                task.cancel()
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            if self._server is not None:
+                await self._server.wait_closed()
+            self.notifier.close()
+
+    def stop(self) -> None:
+        """Stop serving (thread-safe; from a signal handler's helper thread too)."""
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(stopping.set)
+
+    def run(self) -> None:
+        """:meth:`serve` on a new event loop in this thread."""
+        asyncio.run(self.serve())
+
+
+async def _write_raw(writer: asyncio.StreamWriter, payload: bytes) -> None:
+    writer.write(struct.pack("<I", len(payload)) + payload)
+    with contextlib.suppress(ConnectionError):
+        await writer.drain()
+
+
+__all__ = ["BinlogConnection", "BinlogServer", "ServerOptions"]
