@@ -289,3 +289,49 @@ def published_position(broker: KafkaBroker, name: str,
         if rec.key == name.encode() and rec.value is not None:
             scn = int(json.loads(rec.value)["scn"])
     return scn
+
+
+# -- Spark's own Kafka source over what a publisher wrote ---------------------------------------
+
+def spark_kafka_jars() -> list[str]:
+    """The jars of the pinned ``spark-kafka`` bundle (Spark's Kafka source and its
+    dependencies; ``ConfigError`` naming the fetch command when not fetched), to put on
+    ``spark.jars`` beside the lakehouse jars before the session's JVM starts."""
+    from databus import javadeps
+
+    return [str(j) for j in javadeps.jars("spark-kafka")]
+
+
+def spark_kafka_changes(stream: Any, *, bootstrap_servers: str, topic: str, row_ddl: str,
+                        schemas: bool = True, min_partitions: int | None = None,
+                        starting_offsets: str = "earliest") -> Any:
+    """A streaming DataFrame of ``databus publish``'s messages on ``topic`` read by Spark's
+    own Kafka source (``format("kafka")``, ``read_committed``, from ``starting_offsets``:
+    ``earliest`` or ``latest``), in the change shape of the databus source's
+    ``envelope=flat``: the row's columns (``row_ddl``, e.g. ``"id BIGINT, a BIGINT"``; the
+    after image, the before image for a delete) then ``_op`` and ``_sequence`` (struct of
+    ``scn`` = ``source.scn``, ``index`` = ``transaction.total_order``: the window and the
+    order of the change inside it, the order the relay gives). Tombstones are dropped.
+    ``stream`` is ``spark.readStream``; ``schemas``:
+    values carry Connect's ``schema``/``payload`` (``--schemas-enable``, the default)."""
+    from pyspark.sql import functions as F
+
+    envelope = (f"struct<before: struct<{row_ddl}>, after: struct<{row_ddl}>, op: string,"
+                " source: struct<scn: bigint>, transaction: struct<total_order: bigint>>")
+    value_type = f"struct<payload: {envelope}>" if schemas else envelope
+    reader = (stream.format("kafka").option("kafka.bootstrap.servers", bootstrap_servers)
+              .option("subscribe", topic).option("kafka.isolation.level", "read_committed")
+              .option("startingOffsets", starting_offsets))
+    if min_partitions is not None:
+        reader = reader.option("minPartitions", str(min_partitions))
+    raw = reader.load()
+    parsed = (raw.where(F.col("value").isNotNull())
+              .select(F.from_json(F.col("value").cast("string"), value_type).alias("v")))
+    e = "v.payload" if schemas else "v"
+    return parsed.select(
+        F.coalesce(f"{e}.after", f"{e}.before").alias("__row"),
+        F.col(f"{e}.op").alias("_op"),
+        F.struct(F.col(f"{e}.source.scn").alias("scn"),
+                 F.col(f"{e}.transaction.total_order").cast("int").alias("index")
+                 ).alias("_sequence"),
+    ).select("__row.*", "_op", "_sequence")
