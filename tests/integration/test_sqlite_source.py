@@ -497,3 +497,43 @@ def test_capture_removed_under_a_running_source_is_a_terminal_error(tmp_path: Pa
         install(db, ["t"])  # a new install: new ids and SCNs, the source's are stale
         with pytest.raises(TerminalError, match="re-installed"):
             src.read(-1, threading.Event(), 0.01)
+
+
+def test_rows_written_between_alter_table_and_the_reinstall_are_logged_again_whole(
+        tmp_path: Path) -> None:
+    """The old triggers log writes made after ALTER TABLE without the new column; the
+    re-install logs the current image of each such row (READ, new version), so the
+    column's values are not lost; rows logged before the ALTER are not read again."""
+    db = _db(tmp_path / "g.db", "CREATE TABLE t (id INTEGER PRIMARY KEY, a TEXT)")
+    install(db, ["t"])
+    _exec(db, "INSERT INTO t VALUES (1, 'before')", "INSERT INTO t VALUES (2, 'gone')")
+    with _source(db, ["t"]) as src:
+        first = _read_all(src)
+        applied = _changes(src, first)
+        assert len(applied) == 2
+        # the application: ALTER TABLE, then writes, before the source polls again
+        _exec(db, "ALTER TABLE t ADD COLUMN b INTEGER")
+        _exec(db, "INSERT INTO t VALUES (3, 'gap', 30)", "UPDATE t SET b = 10 WHERE id = 1",
+              "DELETE FROM t WHERE id = 2")
+        later = _read_all(src, first[-1].scn)
+        got = _changes(src, later)
+        events = [e for w in later for e in ev.iter_events(w.events)]
+    # what the old triggers logged (version 1: no b), then the rows as they are
+    assert got[:3] == [
+        ("t", "c", 3, None, {"id": 3, "a": "gap"}),
+        ("t", "u", 1, {"id": 1, "a": "before"}, {"id": 1, "a": "before"}),
+        ("t", "d", 2, {"id": 2, "a": "gone"}, None)]
+    assert sorted(got[3:], key=lambda c: c[2]) == [
+        ("t", "r", 1, None, {"id": 1, "a": "before", "b": 10}),
+        ("t", "r", 3, None, {"id": 3, "a": "gap", "b": 30})]
+    assert [e.schema_version for e in events] == [1, 1, 1, 2, 2]
+    # the consumer's table, applying in order, equals the database's
+    table: dict[object, dict[str, object]] = {}
+    for _t, op, key, _before, after in applied + got:
+        if after is None:
+            table.pop(key, None)
+        else:
+            table[key] = {**table.get(key, {}), **after}
+    with closing(sqlite3.connect(db)) as con:
+        rows = con.execute("SELECT id, a, b FROM t ORDER BY id").fetchall()
+    assert [(k, r["a"], r.get("b")) for k, r in sorted(table.items())] == rows

@@ -73,6 +73,7 @@ log = logging.getLogger("databus.sources.sqlite")
 FORMAT = 2
 PREFIX = "_databus_"
 OP_INSERT, OP_UPDATE, OP_DELETE = 1, 2, 3
+OP_READ = 4  # a row's current image, logged by refresh_rows (a snapshot read, "r")
 TXLOG_FIXED = ("scn", "src", "ver", "op", "ts", "rid")
 _TS = "CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
 _ROWID_NAMES = ("rowid", "_rowid_", "oid")
@@ -282,6 +283,59 @@ def _install_table(con: sqlite3.Connection, requested: str) -> SourceInfo:
         if have.get(trig) != sql:
             con.execute(sql)
     return SourceInfo(src, name)
+
+
+def refresh_rows(con: sqlite3.Connection, src: int, after_scn: int) -> int:
+    """Log the current image of rows an out-of-date capture logged; returns how many.
+
+    To run in ``con``'s open write transaction, right after capture of source
+    ``src`` was re-installed at a new version. Every row that the txlog holds
+    above ``after_scn`` under an older version of ``src`` is read from the table
+    now and logged again with op READ and the newest version (a row no longer
+    there is not: its delete is in the txlog).
+
+    Why: rows the application wrote between its ``ALTER TABLE ... ADD COLUMN``
+    and the re-install were logged by the old triggers, without the new
+    columns. Their events stay as they were logged (old version); the READ rows
+    that follow them carry every column, so a consumer applying changes in
+    order ends with the table's rows as they are. ``after_scn`` is a position up
+    to which the caller knows every row was logged before the change (-1: none
+    known, every older-version row of ``src`` in the txlog is read again).
+    """
+    versions = {tv.version: tv for tv in load_versions(con) if tv.src == src}
+    new = versions[max(versions)]
+    table = quote(new.table.removeprefix("main."))
+    names = [quote(c.name) for c in new.columns]
+    rowid = None if new.keys else _rowid_name(new.columns)
+    match = (" AND ".join(f"{quote(k)} IS ?" for k in new.keys) if new.keys
+             else f"{rowid} = ?")
+    insert = (f"INSERT INTO _databus_txlog (src, ver, op, ts, rid, "
+              f"{', '.join(f'v{i}' for i in range(len(names)))}) SELECT {src}, {new.version},"
+              f" {OP_READ}, {_TS}, {rowid or 'NULL'}, {', '.join(names)} FROM main.{table}"
+              f" WHERE {match}")
+    seen: set[tuple[object, ...]] = set()
+    logged = 0
+    for version, tv in sorted(versions.items()):
+        if version == new.version:
+            continue
+        old = [c.name for c in tv.columns]
+        if new.keys:
+            if any(k not in old for k in new.keys):
+                raise ConfigError(f"{new.table}: its primary key {list(new.keys)} is not in"
+                                  f" version {version}'s columns; re-snapshot the table")
+            picks = ", ".join(f"v{old.index(k)}" for k in new.keys)
+        else:
+            picks = "rid"
+        for key in con.execute(f"SELECT DISTINCT {picks} FROM _databus_txlog WHERE src = ?"
+                               " AND ver = ? AND scn > ?", (src, version, after_scn)):
+            if key not in seen:
+                seen.add(key)
+                logged += con.execute(insert, key).rowcount
+    if logged:
+        log.warning("capture of %s was out of date for some writes (ALTER TABLE before the"
+                    " re-install): logged the current image of %d row(s) again", new.table,
+                    logged)
+    return logged
 
 
 def _open(target: Path | str | sqlite3.Connection) -> tuple[sqlite3.Connection, bool]:

@@ -82,9 +82,14 @@ finds new data; when a captured table's columns or capture triggers changed
 (``ALTER TABLE``, a dropped and re-created table), capture is re-installed:
 a new table version, new triggers. Rows the application wrote between its
 ``ALTER TABLE`` and that re-install were logged by the old triggers with the
-old version (the new column is missing from them); to avoid that window, call
-:func:`~databus.sources.txlog.catalog.install` with the application's
-connection in the same transaction as the ``ALTER TABLE``.
+old version (the new column is missing from them): in the re-install's own
+transaction, each of those rows is read from the table and logged again whole,
+as a READ (``r``) event of the new version
+(:func:`~databus.sources.txlog.catalog.refresh_rows`), so a consumer applying
+changes in order ends with every column as the table has it; the new column's
+values of the in-between changes themselves are not known. To avoid that
+window, call :func:`~databus.sources.txlog.catalog.install` with the
+application's connection in the same transaction as the ``ALTER TABLE``.
 
 **Events.** One data event per own txlog row (see :mod:`.rows` for types and
 keys): sequence = the window SCN; payload = Avro of the after image (the
@@ -152,7 +157,8 @@ from databus.sources.txlog.snapshot import MARKER_SRC, SnapshotState, read_chunk
 
 log = logging.getLogger("databus.sources.sqlite")
 
-_OPS = {cat.OP_INSERT: ev.Op.INSERT, cat.OP_UPDATE: ev.Op.UPDATE, cat.OP_DELETE: ev.Op.DELETE}
+_OPS = {cat.OP_INSERT: ev.Op.INSERT, cat.OP_UPDATE: ev.Op.UPDATE, cat.OP_DELETE: ev.Op.DELETE,
+        cat.OP_READ: ev.Op.READ}
 _PROGRESS_AFTER = 1.0  # seconds of rows of other tables only before an empty window
 _TRIM_BATCH = 5000  # txlog rows deleted per write transaction
 _TRIM_PAUSE = 0.002  # seconds between trim batches, so application writers get the lock
@@ -215,6 +221,9 @@ class SqliteSource(Source):
         self._versions_seen = 0
         self._width = 0  # txlog v* columns read: twice the widest own version
         self._schema_version: int | None = None
+        # the txlog's top in a read that found every captured table as installed:
+        # rows up to it were logged before any later ALTER TABLE (refresh_rows)
+        self._clean_upto = -1
         self._idle: tuple[int, int] | None = None  # (data_version, after_scn) with nothing new
         self._skip: tuple[int, int, int, float] | None = None  # after, top, top ts, since
         self._missing: set[str] = set()
@@ -606,6 +615,8 @@ class SqliteSource(Source):
                 raise _Retry
             self._schema_version = sv
             self._reinstalls = 0
+        top = con.execute("SELECT max(scn) FROM _databus_txlog").fetchone()[0]
+        self._clean_upto = max(self._clean_upto, -1 if top is None else int(top))
         self._load_versions(con)
 
     def _check_position(self, con: sqlite3.Connection, after_scn: int) -> None:
@@ -712,12 +723,24 @@ class SqliteSource(Source):
     def _reinstall(self) -> None:
         tables = [t for t in self._tables.values() if t not in self._missing]
         log.info("schema of %s changed: re-installing capture of %s", self.path, tables)
-        with self._write_lock:
+        with self._write_lock, translated("re-installing capture"):
             if tables:
-                infos = cat.install_on(self._writer, tables)
-                changed = [i for i in infos if self._tables.get(i.id) is None]
-                if changed:  # a table re-created under another name cannot happen
-                    raise ConfigError(f"capture re-install gave new sources {changed}")
+                con = self._writer
+                begin_immediate(con, busy_timeout=self.busy_timeout)
+                try:
+                    before = dict(con.execute("SELECT id, version FROM _databus_sources"))
+                    infos = cat.install_on(con, tables)
+                    changed = [i for i in infos if self._tables.get(i.id) is None]
+                    if changed:  # a table re-created under another name cannot happen
+                        raise ConfigError(f"capture re-install gave new sources {changed}")
+                    after = dict(con.execute("SELECT id, version FROM _databus_sources"))
+                    for info in infos:
+                        if before.get(info.id) != after[info.id]:
+                            cat.refresh_rows(con, info.id, self._clean_upto)
+                    con.execute("COMMIT")
+                except BaseException:
+                    rollback_quietly(con)
+                    raise
         self._schema_version = None
 
     def _register_relay(self) -> None:
