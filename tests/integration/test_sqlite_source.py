@@ -529,7 +529,7 @@ def test_rows_written_between_alter_table_and_the_reinstall_are_logged_again_who
     assert [e.schema_version for e in events] == [1, 1, 1, 2, 2]
     # the consumer's table, applying in order, equals the database's
     table: dict[object, dict[str, object]] = {}
-    for _t, op, key, _before, after in applied + got:
+    for _t, _op, key, _before, after in applied + got:
         if after is None:
             table.pop(key, None)
         else:
@@ -537,3 +537,23 @@ def test_rows_written_between_alter_table_and_the_reinstall_are_logged_again_who
     with closing(sqlite3.connect(db)) as con:
         rows = con.execute("SELECT id, a, b FROM t ORDER BY id").fetchall()
     assert [(k, r["a"], r.get("b")) for k, r in sorted(table.items())] == rows
+
+
+def test_a_recreated_table_is_captured_again_with_a_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Dropping a table drops its capture triggers: the relay re-installs them and says
+    that writes in between were not logged (they cannot be known)."""
+    db = _db(tmp_path / "r.db", "CREATE TABLE t (id INTEGER PRIMARY KEY, a TEXT)")
+    install(db, ["t"])
+    with _source(db, ["t"]) as src:
+        _exec(db, "INSERT INTO t VALUES (1, 'x')")
+        first = _read_all(src)
+        _exec(db, "DROP TABLE t", "CREATE TABLE t (id INTEGER PRIMARY KEY, a TEXT)",
+              "INSERT INTO t VALUES (2, 'unlogged')")
+        with caplog.at_level("WARNING", logger="databus.sources.sqlite"):
+            assert _read_all(src, first[-1].scn) == []
+            _exec(db, "INSERT INTO t VALUES (3, 'logged')")
+            got = _changes(src, _read_all(src, first[-1].scn))
+    assert got == [("t", "c", 3, None, {"id": 3, "a": "logged"})]
+    assert any("were gone" in r.getMessage() and "snapshot_mode: always" in r.getMessage()
+               for r in caplog.records)

@@ -729,6 +729,15 @@ class SqliteSource(Source):
                 begin_immediate(con, busy_timeout=self.busy_timeout)
                 try:
                     before = dict(con.execute("SELECT id, version FROM _databus_sources"))
+                    for table in tables:
+                        if not con.execute("SELECT 1 FROM sqlite_master WHERE type = 'trigger'"
+                                           " AND tbl_name = ? AND substr(name, 1, ?) = ?",
+                                           (table, len(cat.PREFIX), cat.PREFIX)).fetchone():
+                            log.warning(
+                                "%s: capture triggers of %s were gone (table dropped and"
+                                " re-created?): writes to it since then were not logged;"
+                                " restart the relay with snapshot_mode: always to send its"
+                                " rows as they are", self.path, table)
                     infos = cat.install_on(con, tables)
                     changed = [i for i in infos if self._tables.get(i.id) is None]
                     if changed:  # a table re-created under another name cannot happen
