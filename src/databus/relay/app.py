@@ -5,27 +5,22 @@ a 4xx with ``{"error": <code>, "message": ...}``, a checkpoint older than the
 buffer is 410 ``ScnNotFound``. Unexpected errors are 500 with the same body and
 never stop the server (the handlers of :mod:`databus.serving`, registered once).
 
-Threading: ``/stream`` waits for new windows on the event loop (a long poll
-holds no thread). What costs per event runs in Starlette's thread pool, so a
-large answer does not stall the other connections: selecting events
-(``sources``, ``filters``) and encoding ``output=json``. A read without a
-selection is one copy of buffer bytes and stays on the loop. The other
-endpoints are plain functions, which Starlette runs in that pool too.
+Threading: ``/stream`` (:mod:`databus.relay.stream`) waits for new windows on the
+event loop (a long poll holds no thread). The other endpoints are plain
+functions, which Starlette runs in its thread pool.
 
-Routing: ``GET /stream``, the request every consumer repeats, is answered ahead
-of Starlette's middleware and router (:class:`_StreamFirst`) with the same
-error answers and request counts; everything else goes through Starlette.
+Routing: ``GET /stream``, the request every consumer repeats, is answered on the
+connection itself when it is a plain request (a direct route of
+:mod:`databus.serving.direct`), else ahead of Starlette's middleware and router
+(:class:`_StreamFirst`), with the same answers and request counts either way;
+everything else goes through Starlette.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
 import re
-import time
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -35,62 +30,23 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from databus.buffer import EventBuffer
-from databus.core import event as ev
-from databus.core.checkpoint import Checkpoint, ConsumptionMode
-from databus.core.envelope import dumps, envelope
 from databus.core.errors import (
     DatabusError,
-    InvalidCheckpointError,
     InvalidRequestError,
-    UnknownSourceError,
 )
-from databus.core.filters import ServerFilter
-from databus.core.schema import SchemaRegistry
-from databus.relay.cluster import ClusterMember
-from databus.relay.config import RelayConfig
 from databus.relay.metrics import RelayMetrics
 from databus.relay.openapi import relay_openapi
+from databus.relay.stream import Inflight, ServedRelay, StreamEndpoint
 from databus.serving import (
     EXCEPTION_HANDLERS,
-    bool_param,
     error_response,
-    float_param,
-    int_param,
     internal_error_response,
     json_body,
     principal,
     readable_ids,
     source_ids_param,
 )
-from databus.sources.base import Source
-
-
-class ServedRelay(Protocol):
-    """What the API reads from the relay it serves (:class:`databus.relay.relay.Relay`)."""
-
-    config: RelayConfig
-    metrics: RelayMetrics
-    buffer: EventBuffer
-    source: Source
-    stopping: bool  # set at shutdown: long polls return at once
-
-    def changed_event(self) -> asyncio.Event:
-        """An event set at the next append (take it before reading the buffer)."""
-        ...
-
-    def stats(self) -> dict[str, Any]: ...
-
-    def refresh_gauges(self) -> None: ...
-
-    def fetcher_status(self) -> dict[str, Any]: ...
-
-    @property
-    def cluster(self) -> ClusterMember | None: ...
-
-    def wake(self) -> None:
-        """Wake long polls (e.g. more windows became servable)."""
-        ...
+from databus.serving.direct import DirectHandler
 
 
 class _CountRequests:
@@ -123,49 +79,11 @@ class _CountRequests:
                 self.metrics.requests.labels(endpoint=name, status=str(status)).inc()
 
 
-class _Inflight:
-    """Answer bytes held for clients right now (event-loop only: no lock)."""
-
-    FLOOR = 64 * 1024
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.held = 0
-
-    def size_for(self, wanted: int) -> int:
-        """What a new answer may take: ``wanted`` while the budget allows, less (but at
-        least FLOOR, so every consumer still progresses) when it does not."""
-        return max(self.FLOOR, min(wanted, self.limit - self.held))
-
-
-class _HeldResponse:
-    """A 200 answer whose bytes count against the in-flight budget until it was sent
-    (or its client was cut or went away). The ASGI messages of a Starlette
-    ``Response`` (``content-length``, ``content-type``, then the given headers),
-    built without its header normalization: the names here are fixed and lowercase."""
-
-    __slots__ = ("body", "held", "inflight", "raw_headers")
-
-    def __init__(self, inflight: _Inflight, body: bytes, headers: list[tuple[bytes, bytes]],
-                 media_type: bytes) -> None:
-        self.body, self.inflight, self.held = body, inflight, len(body)
-        self.raw_headers = [(b"content-length", b"%d" % len(body)),
-                            (b"content-type", media_type), *headers]
-        inflight.held += self.held
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": self.raw_headers})
-            await send({"type": "http.response.body", "body": self.body})
-        finally:
-            self.inflight.held -= self.held
-            self.held = 0
-
-
 class _StreamFirst:
     """Answers ``GET /stream`` ahead of Starlette's middleware stack and router, and
-    hands every other request (and ``HEAD /stream``) to ``app``.
+    hands every other request (and ``HEAD /stream``) to ``app``; its
+    ``direct_get`` routes plain ``GET /stream`` requests past ASGI altogether
+    (:class:`databus.serving.direct.DirectRoutes`).
 
     The contract is the route's: the endpoint's errors are answered by the handlers
     of :mod:`databus.serving` (a :class:`DatabusError` its status; anything else 500
@@ -176,17 +94,9 @@ class _StreamFirst:
     than selecting its events does once the buffer walks in C (bench/RESULTS.md,
     "Relay fan-out")."""
 
-    def __init__(self, app: ASGIApp, endpoint: Callable[[Request], Awaitable[ASGIApp]],
-                 metrics: RelayMetrics) -> None:
-        self.app, self.endpoint, self.metrics = app, endpoint, metrics
-        self._counters: dict[int, Any] = {}
-
-    def _counter(self, status: int) -> Any:
-        counter = self._counters.get(status)
-        if counter is None:  # a labelled child per status, looked up once
-            counter = self.metrics.requests.labels(endpoint="stream", status=str(status))
-            self._counters[status] = counter
-        return counter
+    def __init__(self, app: ASGIApp, stream: StreamEndpoint) -> None:
+        self.app, self.stream = app, stream
+        self.direct_get: dict[bytes, DirectHandler] = {b"/stream": stream.direct}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != "/stream" or scope["method"] != "GET":
@@ -202,8 +112,9 @@ class _StreamFirst:
             await send(message)
 
         try:
+            response: ASGIApp
             try:
-                response = await self.endpoint(Request(scope, receive))
+                response = await self.stream.endpoint(Request(scope, receive))
             except DatabusError as exc:
                 response = error_response(exc)
             await response(scope, receive, counting)
@@ -212,14 +123,14 @@ class _StreamFirst:
                 await internal_error_response(exc)(scope, receive, counting)
             raise
         finally:
-            self._counter(status).inc()
+            self.stream.count(status)
 
 
 def build_app(relay: ServedRelay) -> ASGIApp:
-    """The ASGI app serving ``relay``: ``GET /stream`` first (:class:`_StreamFirst`),
-    the other endpoints through Starlette."""
+    """The ASGI app serving ``relay``: ``GET /stream`` first (:class:`_StreamFirst`,
+    and its direct route), the other endpoints through Starlette."""
     metrics = relay.metrics
-    inflight = _Inflight(relay.config.stream.max_inflight_bytes)
+    inflight = Inflight(relay.config.stream.max_inflight_bytes)
 
     def served() -> list[tuple[int, str]]:
         return [(s.id, s.name) for s in relay.source.sources()]
@@ -236,87 +147,10 @@ def build_app(relay: ServedRelay) -> ASGIApp:
         body = reg.to_json(sorted(ids) if ids is not None else None)
         return Response(body, media_type="application/json")
 
+    endpoint = StreamEndpoint(relay, inflight)
+
     async def stream(request: Request) -> ASGIApp:
-        cfg = relay.config.stream
-        q = request.query_params
-        listed = served()
-        known = {i for i, _ in listed}
-        src_ids = readable_ids(request, listed, source_ids_param(request, known))
-        size = inflight.size_for(int_param(request, "size", cfg.default_size, 1, cfg.max_size))
-        timeout = float_param(request, "timeout", cfg.default_timeout, 0.0, cfg.max_timeout)
-        output = q.get("output", "binary")
-        if output not in ("binary", "json"):
-            raise InvalidRequestError(f"output must be binary or json, got {output[:50]!r}")
-        transactions = bool_param(request, "transactions")
-        filt = ServerFilter.parse(q["filters"]) if q.get("filters") else None
-        if filt is not None:
-            unknown = set(filt.by_source) - known
-            if unknown:
-                raise UnknownSourceError(f"filter names unknown source ids {sorted(unknown)}")
-            readable_ids(request, listed, frozenset(filt.by_source))
-        raw_cp = q.get("checkPoint")
-        cp = Checkpoint.from_json(raw_cp) if raw_cp else Checkpoint.flexible()
-        if cp.consumption_mode != ConsumptionMode.ONLINE_CONSUMPTION:
-            raise InvalidCheckpointError(
-                f"a relay serves ONLINE_CONSUMPTION checkpoints, got {cp.consumption_mode.value}"
-            )
-        if cp.is_flexible and bool_param(request, "streamFromLatestScn"):
-            cp = Checkpoint.after(relay.buffer.max_scn)
-        # a cluster serves consumers only the windows every live member holds; its
-        # members (chain sources) read past that, and their reads say what they hold
-        member = request.headers.get("x-databus-member")
-        if member:
-            # a member's read moves the cluster's high-water mark: members read with an
-            # admin token, never with a consumer's
-            principal(request).check_admin("a cluster member's read (X-Databus-Member)")
-        member_hw = (int_param_value(request.headers.get("x-databus-member-hw"))
-                     if member else None)
-        upto: int | None = None
-        if relay.cluster is not None:
-            if member:
-                held = -1 if cp.is_flexible else (cp.prev_scn if cp.in_window else cp.window_scn)
-                if relay.cluster.follower_at(member, held):
-                    relay.wake()  # consumers waiting for replicated windows
-            else:
-                upto = relay.cluster.serve_limit()
-        # an unselected read is one copy of buffer bytes: cheaper than a thread hop
-        # (which costs single consumers ~15% of their rate); a selection walks every event
-        selecting = src_ids is not None or filt is not None
-        deadline = time.monotonic() + timeout
-        while True:
-            changed = relay.changed_event()
-            if relay.cluster is not None and not member:
-                upto = relay.cluster.serve_limit()
-            if selecting:
-                result = await run_in_threadpool(relay.buffer.read, cp, size,
-                                                 sources=src_ids, filter=filt, upto_scn=upto)
-            else:
-                result = relay.buffer.read(cp, size, upto_scn=upto)
-            remaining = deadline - time.monotonic()
-            if result.events or remaining <= 0 or relay.stopping:
-                break
-            if member_hw is not None and relay.cluster is not None \
-                    and relay.cluster.serve_limit() != member_hw:
-                break  # a member learns a new high-water mark at once
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), remaining)
-        metrics.bytes_out.inc(len(result.data))
-        metrics.events_out.inc(result.events)
-        # the position after this response, so a client need not scan the body
-        headers = [
-            (b"x-databus-max-scn", b"%d" % relay.buffer.max_scn),
-            (b"x-databus-min-scn", b"%d" % relay.buffer.min_scn),
-            (b"x-databus-last-window-scn", b"%d" % result.last_scn),
-            (b"x-databus-partial-scn", b"%d" % result.partial_scn),
-            (b"x-databus-partial-count", b"%d" % result.partial_count),
-        ]
-        if member and relay.cluster is not None:
-            headers.append((b"x-databus-cluster-hw", b"%d" % relay.cluster.serve_limit()))
-        if output == "json":
-            body = await run_in_threadpool(_to_json_lines, relay.source.registry(), result.data,
-                                           transactions=transactions)
-            return _HeldResponse(inflight, body, headers, b"application/x-ndjson")
-        return _HeldResponse(inflight, result.data, headers, b"application/octet-stream")
+        return await endpoint.endpoint(request)
 
     def container_stats(request: Request) -> Response:
         stats = relay.stats()
@@ -392,59 +226,7 @@ def build_app(relay: ServedRelay) -> ASGIApp:
         signal: "signal"}
     app = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS,
                     middleware=[Middleware(_CountRequests, metrics=metrics, names=names)])
-    return _StreamFirst(app, stream, metrics)
+    return _StreamFirst(app, endpoint)
 
 
-def int_param_value(raw: str | None) -> int | None:
-    """An integer header, or None when absent or not an integer."""
-    try:
-        return int(raw) if raw is not None else None
-    except ValueError:
-        return None
-
-
-def _to_json_lines(reg: SchemaRegistry, data: bytes, *, transactions: bool = False) -> bytes:
-    """Binary events -> envelope lines; each window ends with an ``eop`` line.
-
-    With ``transactions``, a window's events are framed by transaction lines
-    (``status`` BEGIN, and END with the event count per table), as in
-    Debezium's transaction metadata.
-    """
-    lines: list[str] = []
-    total = 0
-    per_source: dict[int, int] = {}
-    txid: str | None = None
-    for event in ev.iter_events(data, verify=False):
-        if event.src_id == ev.SRC_EOP:
-            if transactions and total:
-                lines.append(json.dumps({
-                    "type": "transaction", "status": "END", "id": txid, "scn": event.scn,
-                    "event_count": total,
-                    "data_collections": [
-                        {"data_collection": _source_name(reg, src), "event_count": n}
-                        for src, n in per_source.items()]}))
-            lines.append(json.dumps({"type": "eop", "scn": event.scn,
-                                     "ts_ms": event.timestamp_ns // 1_000_000}))
-            total = 0
-            per_source.clear()
-            continue
-        if event.is_control:
-            continue
-        total += 1
-        per_source[event.src_id] = per_source.get(event.src_id, 0) + 1
-        env = envelope(event, reg, total_order=total,
-                       data_collection_order=per_source[event.src_id])
-        if transactions and total == 1:
-            txid = env["transaction"]["id"]
-            lines.append(json.dumps({"type": "transaction", "status": "BEGIN", "id": txid,
-                                     "scn": event.scn,
-                                     "ts_ms": event.timestamp_ns // 1_000_000}))
-        lines.append(dumps(env))
-    return ("\n".join(lines) + "\n").encode("utf-8") if lines else b""
-
-
-def _source_name(reg: SchemaRegistry, src_id: int) -> str:
-    try:
-        return reg.latest(src_id).name
-    except DatabusError:
-        return str(src_id)
+_Inflight = Inflight  # its former name

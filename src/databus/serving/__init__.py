@@ -47,14 +47,12 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
-import h11
 import uvicorn
 from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, ExceptionHandler, Message, Receive, Scope, Send
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from databus.auth import ANONYMOUS, Authenticator, Principal
 from databus.core import jsonsafe
@@ -70,6 +68,7 @@ from databus.core.errors import (
     UnknownSourceError,
     UnsupportedMediaTypeError,
 )
+from databus.serving.direct import DirectH11, DirectRoutes, protocol_class
 
 log = logging.getLogger("databus.serving")
 
@@ -273,41 +272,74 @@ class _Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        path = scope["path"]
-        if path == "/health":
+        if scope["path"] == "/health":
             await JSONResponse({"status": "ok", "service": self.name})(scope, receive, send)
             return
         try:
-            who = await self._principal(scope)
-            if path in self.admin_paths or any(path.startswith(p + "/")
-                                                for p in self.admin_paths):
-                who.check_admin(path)
-            self._check_length(scope)
-            self._check_headers(scope)
+            who = await self.admit(scope)
         except DatabusError as exc:
-            response = error_response(exc)
-            if exc.http_status == 401:
-                response.headers["WWW-Authenticate"] = 'Bearer realm="databus"'
-            await response(scope, receive, send)
+            await self.refusal(exc)(scope, receive, send)
             return
         scope["databus.principal"] = who
         # a cut slow reader: uvicorn closes the connection of a response not completed
         with contextlib.suppress(_SlowClient):
             await self.app(scope, self._limited(receive), self._timed(send, scope))
 
-    async def _principal(self, scope: Scope) -> Principal:
+    # the checks, shared with the direct routes (databus.serving.direct.Gate)
+
+    def admit_now(self, scope: Scope) -> Principal | None:
+        """Who sent the request, when known without hashing a token, after the admin
+        path, body length and header size checks; None when a token needs hashing."""
+        who = self._principal_now(scope)
+        if who is not None:
+            self._check(scope, who)
+        return who
+
+    async def admit(self, scope: Scope) -> Principal:
+        """Who sent the request, after every check (a new token hashed off the loop)."""
+        who = await self._principal(scope)
+        self._check(scope, who)
+        return who
+
+    def refusal(self, exc: Exception) -> Response:
+        """The answer to a refused request (a 401 names the auth scheme)."""
+        if not isinstance(exc, DatabusError):
+            raise exc
+        response = error_response(exc)
+        if exc.http_status == 401:
+            response.headers["WWW-Authenticate"] = 'Bearer realm="databus"'
+        return response
+
+    def internal_error(self, exc: BaseException) -> Response:
+        """The answer to an unexpected error (500 ``InternalError``)."""
+        return internal_error_response(exc)
+
+    def _check(self, scope: Scope, who: Principal) -> None:
+        path = scope["path"]
+        if path in self.admin_paths or any(path.startswith(p + "/") for p in self.admin_paths):
+            who.check_admin(path)
+        self._check_length(scope)
+        self._check_headers(scope)
+
+    def _principal_now(self, scope: Scope) -> Principal | None:
         if self.auth is None or scope["path"] in self.open_paths:
             return ANONYMOUS
-        header = None
+        return self.auth.cached(self._authorization(scope))
+
+    @staticmethod
+    def _authorization(scope: Scope) -> str | None:
         for k, v in scope["headers"]:
             if k == b"authorization":
-                header = v.decode("latin-1")
-                break
-        cached = self.auth.cached(header)
-        if cached is not None:
-            return cached
+                return str(v.decode("latin-1"))
+        return None
+
+    async def _principal(self, scope: Scope) -> Principal:
+        who = self._principal_now(scope)
+        if who is not None:
+            return who
         # a first verification costs an argon2 hash: off the event loop
-        return await run_in_threadpool(self.auth.authenticate, header)
+        assert self.auth is not None
+        return await run_in_threadpool(self.auth.authenticate, self._authorization(scope))
 
     def _check_length(self, scope: Scope) -> None:
         for k, v in scope["headers"]:
@@ -401,58 +433,6 @@ class _SlowClient(Exception):
     """Raised through the app when a client stopped reading (see :class:`_Guard`)."""
 
 
-class _DeadlineH11(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol with a deadline for each request's line and
-    headers, which uvicorn lacks: a connection that sends nothing, or a partial head,
-    would otherwise hold a connection slot for ever (a slowloris). The deadline runs
-    from the connection, then from the end of each answer; when it passes while the
-    client's side has not sent a whole request head (h11 state ``IDLE``), the
-    connection is closed. A request in progress (a long poll, a body being read,
-    which :class:`_Guard` times) is never cut by it. Subclassed per server with its
-    ``read_timeout`` (:meth:`HttpService._uvicorn_config`)."""
-
-    read_timeout: ClassVar[float] = 30.0
-    server_name: ClassVar[str] = "server"
-    _head_deadline: asyncio.TimerHandle | None = None
-    _head_from = 0.0  # loop time the current deadline runs from
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._arm_head_deadline()
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        self._arm_head_deadline()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self._head_deadline is not None:
-            self._head_deadline.cancel()
-            self._head_deadline = None
-        super().connection_lost(exc)
-
-    def _arm_head_deadline(self) -> None:
-        # a pending timer is moved lazily (when it fires), not cancelled and made
-        # again: one timer per answer cost a busy relay ~4% of its loop (measured)
-        self._head_from = self.loop.time()
-        if self._head_deadline is None and not self.transport.is_closing():
-            self._head_deadline = self.loop.call_later(self.read_timeout, self._head_late)
-
-    def _head_late(self) -> None:
-        self._head_deadline = None
-        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
-            return  # a request in progress: its answer's end arms the deadline again
-        left = self._head_from + self.read_timeout - self.loop.time()
-        if left > 0:  # an answer ended since this timer was set: the deadline runs from it
-            self._head_deadline = self.loop.call_later(left, self._head_late)
-            return
-        log.info("%s: closed a connection that sent no whole request in %g s (from %s)",
-                 self.server_name, self.read_timeout,
-                 "%s:%s" % self.client if self.client else "?")  # noqa: UP031
-        with contextlib.suppress(h11.LocalProtocolError):
-            self.conn.send(h11.ConnectionClosed())
-        self.transport.close()
-
-
 # -- lifecycle ----------------------------------------------------------------------------
 
 
@@ -534,8 +514,10 @@ class HttpService(ABC):
         config = uvicorn.Config(
             app, log_level="warning", lifespan="on", access_log=False,
             timeout_graceful_shutdown=2, limit_concurrency=http.max_connections,
-            http=type("DeadlineH11", (_DeadlineH11,), {"read_timeout": http.read_timeout,
-                                                       "server_name": self.name}),
+            http=protocol_class(
+                DirectH11, read_timeout=http.read_timeout, send_timeout=http.send_timeout,
+                max_head=http.max_header_bytes, server_name=self.name, gate=app,
+                direct=app.app.direct_get if isinstance(app.app, DirectRoutes) else {}),
             timeout_keep_alive=int(max(1, http.idle_timeout)),
             h11_max_incomplete_event_size=http.max_header_bytes, **tls)
         try:

@@ -1,0 +1,466 @@
+"""``GET /stream``: the windows after a checkpoint, long-polling when there are none.
+
+One :class:`StreamEndpoint` answers every ``/stream`` request of a relay, by two
+routes with the same answers (status, headers, body, errors, request counts):
+
+* **Direct** (:meth:`StreamEndpoint.direct`, a :mod:`databus.serving.direct` route):
+  plain GETs, the request every consumer repeats. A read without a selection runs
+  on the event loop and its answer is written at once, with no task. A request
+  that must wait joins the relay's waiters: one task (the waker) waits for the
+  next append and retries every waiter in one pass, so a wake costs a buffer read
+  per waiter, not a task switch and a timer per waiter; each waiter has one timer
+  for its deadline. Requests with a selection (``sources``, ``filters``), JSON
+  output or a token not verified yet run as tasks, as on the other route.
+* **ASGI** (:meth:`StreamEndpoint.endpoint`): ``HEAD``, and GETs the direct route
+  does not take (see :mod:`databus.serving.direct`), through the app.
+
+What costs per event runs in Starlette's thread pool, so a large answer does not
+stall the other connections: selecting events and encoding ``output=json``. A read
+without a selection is one copy of buffer bytes and stays on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from typing import Any, Protocol
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import Receive, Scope, Send
+
+from databus.buffer import EventBuffer
+from databus.buffer.ring import ReadResult
+from databus.core import event as ev
+from databus.core.checkpoint import Checkpoint, ConsumptionMode
+from databus.core.envelope import dumps, envelope
+from databus.core.errors import (
+    DatabusError,
+    InvalidCheckpointError,
+    InvalidRequestError,
+    UnknownSourceError,
+)
+from databus.core.filters import ServerFilter
+from databus.core.schema import SchemaRegistry
+from databus.relay.cluster import ClusterMember
+from databus.relay.config import RelayConfig
+from databus.relay.metrics import RelayMetrics
+from databus.serving import (
+    bool_param,
+    error_response,
+    float_param,
+    int_param,
+    principal,
+    readable_ids,
+    source_ids_param,
+)
+from databus.serving.direct import DirectReply
+from databus.sources.base import Source
+
+
+class ServedRelay(Protocol):
+    """What the API reads from the relay it serves (:class:`databus.relay.relay.Relay`)."""
+
+    config: RelayConfig
+    metrics: RelayMetrics
+    buffer: EventBuffer
+    source: Source
+    stopping: bool  # set at shutdown: long polls return at once
+
+    def changed_event(self) -> asyncio.Event:
+        """An event set at the next append (take it before reading the buffer)."""
+        ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+    def refresh_gauges(self) -> None: ...
+
+    def fetcher_status(self) -> dict[str, Any]: ...
+
+    @property
+    def cluster(self) -> ClusterMember | None: ...
+
+    def wake(self) -> None:
+        """Wake long polls (e.g. more windows became servable)."""
+        ...
+
+
+class Inflight:
+    """Answer bytes held for clients right now (event-loop only: no lock)."""
+
+    FLOOR = 64 * 1024
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def size_for(self, wanted: int) -> int:
+        """What a new answer may take: ``wanted`` while the budget allows, less (but at
+        least FLOOR, so every consumer still progresses) when it does not."""
+        return max(self.FLOOR, min(wanted, self.limit - self.held))
+
+
+class HeldResponse:
+    """A 200 answer whose bytes count against the in-flight budget until it was sent
+    (or its client was cut or went away). The ASGI messages of a Starlette
+    ``Response`` (``content-length``, ``content-type``, then the given headers),
+    built without its header normalization: the names here are fixed and lowercase."""
+
+    __slots__ = ("body", "held", "inflight", "raw_headers")
+
+    status_code = 200
+
+    def __init__(self, inflight: Inflight, body: bytes, headers: list[tuple[bytes, bytes]],
+                 media_type: bytes) -> None:
+        self.body, self.inflight, self.held = body, inflight, len(body)
+        self.raw_headers = [(b"content-length", b"%d" % len(body)),
+                            (b"content-type", media_type), *headers]
+        inflight.held += self.held
+
+    def release(self) -> None:
+        """The answer left (or was dropped): its bytes no longer count."""
+        self.inflight.held -= self.held
+        self.held = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": self.raw_headers})
+            await send({"type": "http.response.body", "body": self.body})
+        finally:
+            self.release()
+
+
+class _Query:
+    """A validated /stream request."""
+
+    __slots__ = ("cp", "deadline", "filt", "member", "member_hw", "output", "selecting",
+                 "size", "src_ids", "transactions", "upto")
+
+    cp: Checkpoint
+    deadline: float  # time.monotonic(), the clock of asyncio's loop.time() too
+    filt: ServerFilter | None
+    member: str | None
+    member_hw: int | None
+    output: str
+    selecting: bool
+    size: int
+    src_ids: frozenset[int] | None
+    transactions: bool
+    upto: int | None
+
+
+class _Poll:
+    """A direct request waiting for windows."""
+
+    __slots__ = ("query", "reply", "timer")
+
+    def __init__(self, query: _Query, reply: DirectReply) -> None:
+        self.query, self.reply = query, reply
+        self.timer: asyncio.TimerHandle | None = None
+
+
+class StreamEndpoint:
+    """Answers ``/stream`` for one relay (see the module docstring); counts every
+    answer in ``databus_relay_requests`` (endpoint ``stream``)."""
+
+    def __init__(self, relay: ServedRelay, inflight: Inflight) -> None:
+        self.relay, self.inflight = relay, inflight
+        self._counters: dict[int, Any] = {}
+        self._waiting: dict[_Poll, None] = {}  # insertion order: answered in arrival order
+        self._waker: asyncio.Task[None] | None = None
+
+    def count(self, status: int) -> None:
+        """One answer with ``status``."""
+        counter = self._counters.get(status)
+        if counter is None:  # a labelled child per status, looked up once
+            counter = self.relay.metrics.requests.labels(endpoint="stream", status=str(status))
+            self._counters[status] = counter
+        counter.inc()
+
+    # -- the steps every request takes --------------------------------------------------
+
+    def parse(self, request: Request) -> _Query:
+        """The request, validated (raises its 4xx :class:`DatabusError`)."""
+        relay = self.relay
+        cfg = relay.config.stream
+        q = request.query_params
+        listed = [(s.id, s.name) for s in relay.source.sources()]
+        known = {i for i, _ in listed}
+        query = _Query()
+        query.src_ids = readable_ids(request, listed, source_ids_param(request, known))
+        query.size = self.inflight.size_for(
+            int_param(request, "size", cfg.default_size, 1, cfg.max_size))
+        timeout = float_param(request, "timeout", cfg.default_timeout, 0.0, cfg.max_timeout)
+        output = q.get("output", "binary")
+        if output not in ("binary", "json"):
+            raise InvalidRequestError(f"output must be binary or json, got {output[:50]!r}")
+        query.output = output
+        query.transactions = bool_param(request, "transactions")
+        filt = ServerFilter.parse(q["filters"]) if q.get("filters") else None
+        if filt is not None:
+            unknown = set(filt.by_source) - known
+            if unknown:
+                raise UnknownSourceError(f"filter names unknown source ids {sorted(unknown)}")
+            readable_ids(request, listed, frozenset(filt.by_source))
+        query.filt = filt
+        raw_cp = q.get("checkPoint")
+        cp = Checkpoint.from_json(raw_cp) if raw_cp else Checkpoint.flexible()
+        if cp.consumption_mode != ConsumptionMode.ONLINE_CONSUMPTION:
+            raise InvalidCheckpointError(
+                f"a relay serves ONLINE_CONSUMPTION checkpoints, got {cp.consumption_mode.value}"
+            )
+        if cp.is_flexible and bool_param(request, "streamFromLatestScn"):
+            cp = Checkpoint.after(relay.buffer.max_scn)
+        query.cp = cp
+        # a cluster serves consumers only the windows every live member holds; its
+        # members (chain sources) read past that, and their reads say what they hold
+        member = request.headers.get("x-databus-member") or None
+        if member:
+            # a member's read moves the cluster's high-water mark: members read with an
+            # admin token, never with a consumer's
+            principal(request).check_admin("a cluster member's read (X-Databus-Member)")
+        query.member = member
+        query.member_hw = (_int_or_none(request.headers.get("x-databus-member-hw"))
+                           if member else None)
+        query.upto = None
+        if relay.cluster is not None:
+            if member:
+                held = -1 if cp.is_flexible else (cp.prev_scn if cp.in_window else cp.window_scn)
+                if relay.cluster.follower_at(member, held):
+                    relay.wake()  # consumers waiting for replicated windows
+            else:
+                query.upto = relay.cluster.serve_limit()
+        # an unselected read is one copy of buffer bytes: cheaper than a thread hop
+        # (which costs single consumers ~15% of their rate); a selection walks every event
+        query.selecting = query.src_ids is not None or filt is not None
+        query.deadline = time.monotonic() + timeout
+        return query
+
+    def _read_here(self, query: _Query) -> ReadResult:
+        """Read on this thread (an unselected read, on the event loop)."""
+        relay = self.relay
+        if relay.cluster is not None and not query.member:
+            query.upto = relay.cluster.serve_limit()
+        return relay.buffer.read(query.cp, query.size, upto_scn=query.upto)
+
+    async def _read(self, query: _Query) -> ReadResult:
+        if not query.selecting:
+            return self._read_here(query)
+        relay = self.relay
+        if relay.cluster is not None and not query.member:
+            query.upto = relay.cluster.serve_limit()
+        result: ReadResult = await run_in_threadpool(
+            relay.buffer.read, query.cp, query.size, sources=query.src_ids,
+            filter=query.filt, upto_scn=query.upto)
+        return result
+
+    def _done(self, query: _Query, result: ReadResult) -> bool:
+        """Whether ``result`` is the answer: events, the deadline passed, shutdown, or
+        (for a member) a new cluster high-water mark to tell."""
+        relay = self.relay
+        if result.events or query.deadline - time.monotonic() <= 0 or relay.stopping:
+            return True
+        # a member learns a new high-water mark at once
+        return (query.member_hw is not None and relay.cluster is not None
+                and relay.cluster.serve_limit() != query.member_hw)
+
+    def _headers(self, query: _Query, result: ReadResult) -> list[tuple[bytes, bytes]]:
+        relay = self.relay
+        self.relay.metrics.bytes_out.inc(len(result.data))
+        self.relay.metrics.events_out.inc(result.events)
+        # the position after this response, so a client need not scan the body
+        headers = [
+            (b"x-databus-max-scn", b"%d" % relay.buffer.max_scn),
+            (b"x-databus-min-scn", b"%d" % relay.buffer.min_scn),
+            (b"x-databus-last-window-scn", b"%d" % result.last_scn),
+            (b"x-databus-partial-scn", b"%d" % result.partial_scn),
+            (b"x-databus-partial-count", b"%d" % result.partial_count),
+        ]
+        if query.member and relay.cluster is not None:
+            headers.append((b"x-databus-cluster-hw", b"%d" % relay.cluster.serve_limit()))
+        return headers
+
+    async def _answer(self, query: _Query, result: ReadResult) -> HeldResponse:
+        headers = self._headers(query, result)
+        if query.output == "json":
+            body = await run_in_threadpool(to_json_lines, self.relay.source.registry(),
+                                           result.data, transactions=query.transactions)
+            return HeldResponse(self.inflight, body, headers, b"application/x-ndjson")
+        return HeldResponse(self.inflight, result.data, headers, b"application/octet-stream")
+
+    async def _serve(self, query: _Query) -> HeldResponse:
+        while True:
+            changed = self.relay.changed_event()  # before the read: no append is missed
+            result = await self._read(query)
+            if self._done(query, result):
+                return await self._answer(query, result)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(query.deadline):
+                    await changed.wait()
+
+    # -- the ASGI route -------------------------------------------------------------------
+
+    async def endpoint(self, request: Request) -> HeldResponse:
+        """The answer to ``request`` (raises its :class:`DatabusError`)."""
+        return await self._serve(self.parse(request))
+
+    # -- the direct route ----------------------------------------------------------------
+
+    def direct(self, request: Request, reply: DirectReply) -> None:
+        """Answers a plain ``GET /stream`` (a :data:`databus.serving.direct.DirectHandler`)."""
+        try:
+            query = self.parse(request)
+            if query.selecting or query.output == "json":
+                reply.spawn(self._serve_later(query, reply))
+                return
+            changed = self.relay.changed_event()  # before the read: no append is missed
+            result = self._read_here(query)
+            if not self._done(query, result):
+                self._wait(_Poll(query, reply), changed)
+                return
+            headers = self._headers(query, result)
+        except DatabusError as exc:
+            self._send_error(reply, exc)
+            return
+        except Exception:
+            self.count(500)
+            raise  # the reply answers 500
+        self._send(reply, HeldResponse(self.inflight, result.data, headers,
+                                       b"application/octet-stream"))
+
+    async def _serve_later(self, query: _Query, reply: DirectReply) -> None:
+        try:
+            response = await self._serve(query)
+        except DatabusError as exc:
+            self._send_error(reply, exc)
+        except Exception as exc:
+            self.count(500)
+            reply.fail(exc)
+        else:
+            self._send(reply, response)
+
+    def _send(self, reply: DirectReply, response: HeldResponse) -> None:
+        self.count(200)
+        reply.send(200, response.raw_headers, response.body, sent=response.release)
+
+    def _send_error(self, reply: DirectReply, exc: DatabusError) -> None:
+        response: JSONResponse = error_response(exc)
+        self.count(response.status_code)
+        reply.send_response(response)
+
+    # -- waiting for windows (direct route) ------------------------------------------------
+
+    def _wait(self, poll: _Poll, changed: asyncio.Event) -> None:
+        """``poll`` waits for the next append after the read it made (``changed`` was
+        taken before that read) or its deadline."""
+        loop = asyncio.get_running_loop()
+        poll.timer = loop.call_at(poll.query.deadline, self._expire, poll)
+        self._waiting[poll] = None
+        if self._waker is None:
+            # every waiter's event is this one, or a newer one (then this one was set):
+            # waiting for it misses no append
+            self._waker = loop.create_task(self._wake_loop(changed))
+
+    async def _wake_loop(self, changed: asyncio.Event) -> None:
+        try:
+            while self._waiting:
+                await changed.wait()
+                changed = self.relay.changed_event()  # before the reads
+                for poll in list(self._waiting):
+                    self._retry(poll, final=False)
+        finally:
+            self._waker = None
+
+    def _expire(self, poll: _Poll) -> None:
+        poll.timer = None
+        if poll in self._waiting:
+            self._retry(poll, final=True)
+
+    def _retry(self, poll: _Poll, *, final: bool) -> None:
+        reply = poll.reply
+        if reply.closed:  # the client went away: nobody to answer
+            self._drop(poll)
+            return
+        query = poll.query
+        try:
+            result = self._read_here(query)
+            if not final and not self._done(query, result):
+                return
+            self._drop(poll)
+            response = HeldResponse(self.inflight, result.data, self._headers(query, result),
+                                    b"application/octet-stream")
+        except DatabusError as exc:
+            self._drop(poll)
+            self._send_error(reply, exc)
+            return
+        except Exception as exc:
+            self._drop(poll)
+            self.count(500)
+            reply.fail(exc)
+            return
+        self._send(reply, response)
+
+    def _drop(self, poll: _Poll) -> None:
+        self._waiting.pop(poll, None)
+        if poll.timer is not None:
+            poll.timer.cancel()
+            poll.timer = None
+
+
+def _int_or_none(raw: str | None) -> int | None:
+    """An integer header, or None when absent or not an integer."""
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def to_json_lines(reg: SchemaRegistry, data: bytes, *, transactions: bool = False) -> bytes:
+    """Binary events -> envelope lines; each window ends with an ``eop`` line.
+
+    With ``transactions``, a window's events are framed by transaction lines
+    (``status`` BEGIN, and END with the event count per table), as in
+    Debezium's transaction metadata.
+    """
+    lines: list[str] = []
+    total = 0
+    per_source: dict[int, int] = {}
+    txid: str | None = None
+    for event in ev.iter_events(data, verify=False):
+        if event.src_id == ev.SRC_EOP:
+            if transactions and total:
+                lines.append(json.dumps({
+                    "type": "transaction", "status": "END", "id": txid, "scn": event.scn,
+                    "event_count": total,
+                    "data_collections": [
+                        {"data_collection": _source_name(reg, src), "event_count": n}
+                        for src, n in per_source.items()]}))
+            lines.append(json.dumps({"type": "eop", "scn": event.scn,
+                                     "ts_ms": event.timestamp_ns // 1_000_000}))
+            total = 0
+            per_source.clear()
+            continue
+        if event.is_control:
+            continue
+        total += 1
+        per_source[event.src_id] = per_source.get(event.src_id, 0) + 1
+        env = envelope(event, reg, total_order=total,
+                       data_collection_order=per_source[event.src_id])
+        if transactions and total == 1:
+            txid = env["transaction"]["id"]
+            lines.append(json.dumps({"type": "transaction", "status": "BEGIN", "id": txid,
+                                     "scn": event.scn,
+                                     "ts_ms": event.timestamp_ns // 1_000_000}))
+        lines.append(dumps(env))
+    return ("\n".join(lines) + "\n").encode("utf-8") if lines else b""
+
+
+def _source_name(reg: SchemaRegistry, src_id: int) -> str:
+    try:
+        return reg.latest(src_id).name
+    except DatabusError:
+        return str(src_id)
