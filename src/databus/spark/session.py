@@ -4,8 +4,10 @@ The jars come from the Java bundles ``delta`` and ``iceberg``
 (``scripts/java/*.pom.xml``, fetched once by ``scripts/setup.sh`` into the
 cache that :mod:`databus.javadeps` reads); nothing is downloaded here, and a
 missing bundle is a :class:`~databus.core.errors.ConfigError` naming the
-command that fetches it. Jars reach the JVM only when it starts: call this
-before anything else in the process creates a session.
+command that fetches it. The JVM reader of the ``databus`` format
+(:mod:`databus.spark.jvm`, built here from ``java/spark-source``) is put on the
+classpath too unless ``source="python"``. Jars reach the JVM only when it starts:
+call this before anything else in the process creates a session.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pyspark.sql import SparkSession
 
 from databus import javadeps
 from databus.core.errors import ConfigError
+from databus.spark import jvm
 
 LAKEHOUSE = ("delta", "iceberg")
 _EXTENSIONS = {
@@ -35,6 +38,7 @@ def session(
     warehouse: str | Path | None = None,
     iceberg_catalog: str = "local",
     conf: Mapping[str, str] | None = None,
+    source: str | None = None,
 ) -> SparkSession:
     """A new (or the running) session able to read and write ``lakehouse`` formats.
 
@@ -49,6 +53,11 @@ def session(
     otherwise, started by :mod:`databus.spark.workerd` (pyspark's daemon,
     importing pyspark without its zip copy). ``conf`` entries are set last and
     win.
+
+    ``source``: which reader serves ``format("databus")``: ``jvm`` (the default, or
+    ``$DATABUS_SPARK_SOURCE``) puts the JVM reader's jar on the classpath when it
+    can be built here, else the Python source serves; ``python`` leaves it off.
+    ``format("databus-python")`` is the Python source either way.
     """
     unknown = [f for f in lakehouse if f not in _EXTENSIONS]
     if unknown:
@@ -56,9 +65,14 @@ def session(
                           f"(known: {', '.join(LAKEHOUSE)})")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     jars = [str(j) for fmt in lakehouse for j in javadeps.jars(fmt)]
+    if jvm.implementation(source) == "jvm":
+        reader = jvm.jar()
+        if reader is not None:
+            jars.append(str(reader))
     b = SparkSession.builder.master(master).appName(app)
     if jars:
         b = b.config("spark.jars", ",".join(jars))
+    if lakehouse:
         b = b.config("spark.sql.extensions", ",".join(_EXTENSIONS[f] for f in lakehouse))
     if "delta" in lakehouse:
         b = b.config("spark.sql.catalog.spark_catalog",

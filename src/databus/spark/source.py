@@ -59,9 +59,22 @@ if TYPE_CHECKING:
 FORMAT = "databus"
 
 
+PYTHON_FORMAT = "databus-python"
+
+
 def register(spark: SparkSession) -> None:
-    """Make ``format("databus")`` available in ``spark``."""
-    spark.dataSource.register(DatabusDataSource)
+    """Make ``format("databus")`` and ``format("databus-python")`` available in ``spark``.
+
+    When :func:`databus.spark.session` loaded the JVM reader (:mod:`databus.spark.jvm`),
+    ``format("databus")`` is that one (same rows, schema, offsets and options; Spark
+    refuses a Python source under a JVM source's name) and only ``databus-python`` is
+    registered here.
+    """
+    from databus.spark import jvm
+
+    if not jvm.active(spark):
+        spark.dataSource.register(DatabusDataSource)
+    spark.dataSource.register(PythonDatabusDataSource)
 
 
 class _Plan:
@@ -104,6 +117,15 @@ class DatabusDataSource(PlannedDataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return DatabusStreamReader(self._plan())
+
+
+class PythonDatabusDataSource(DatabusDataSource):
+    """The same source under ``databus-python``: the Python reader even when the JVM one
+    serves ``databus``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return PYTHON_FORMAT
 
 
 class BucketPartition(InputPartition):

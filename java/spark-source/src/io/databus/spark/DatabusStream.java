@@ -1,0 +1,155 @@
+package io.databus.spark;
+
+import java.util.List;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
+import org.apache.spark.sql.connector.read.streaming.Offset;
+import org.apache.spark.sql.connector.read.streaming.ReadAllAvailable;
+import org.apache.spark.sql.connector.read.streaming.ReadLimit;
+import org.apache.spark.sql.connector.read.streaming.ReadMaxBytes;
+import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
+import org.apache.spark.sql.connector.read.streaming.SupportsAdmissionControl;
+import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
+import org.apache.spark.sql.types.StructType;
+
+/**
+ * The driver side of a streaming query: offsets, admission control, input partitions.
+ *
+ * <p>Offsets are per-bucket Databus checkpoints ({@link Offsets}); {@code latestOffset}
+ * asks the relay for its newest window, or scans window headers when a row/byte limit
+ * applies ({@code maxRowsPerBatch}, {@code maxBytesPerBatch}: whole windows, at least one).
+ * Unlike the Python source on Spark 4.1, Spark passes every batch's start and limit here,
+ * so the first batch of a query is capped too, and an availableNow run
+ * ({@code prepareForTriggerAvailableNow} pins the relay's newest window) runs as several
+ * capped batches. Each batch is one input partition per MOD bucket.
+ */
+final class DatabusStream implements MicroBatchStream, SupportsAdmissionControl, SupportsTriggerAvailableNow {
+    private final SourceOptions opts;
+    private final List<Integer> srcIds;
+    private final String registryJson;
+    private final StructType row;
+    private Long target;  // availableNow: never plan past this window
+
+    DatabusStream(SourceOptions opts, List<Integer> srcIds, String registryJson, StructType row) {
+        this.opts = opts;
+        this.srcIds = srcIds;
+        this.registryJson = registryJson;
+        this.row = row;
+    }
+
+    private RelayClient conn() {
+        return new RelayClient(opts);
+    }
+
+    static Offsets.DatabusOffset initial(SourceOptions opts, List<Integer> srcIds) {
+        String pos = opts.startingPosition;
+        if (pos.equals("earliest")) {
+            return Offsets.of(-1, -1, opts.partitions);
+        }
+        if (pos.equals("latest")) {
+            return Offsets.of(Planning.relayTop(new RelayClient(opts), srcIds, 0), -1, opts.partitions);
+        }
+        return Offsets.of(opts.sourceScn(), -1, opts.partitions);
+    }
+
+    @Override
+    public Offset initialOffset() {
+        return initial(opts, srcIds);
+    }
+
+    @Override
+    public Offset deserializeOffset(String json) {
+        return Offsets.parse(json, opts.partitions);
+    }
+
+    @Override
+    public void commit(Offset end) {
+        // nothing to do: the relay keeps no consumer state
+    }
+
+    @Override
+    public void stop() {
+        // no resources held between calls
+    }
+
+    @Override
+    public Offset latestOffset() {
+        throw new UnsupportedOperationException("latestOffset(Offset, ReadLimit) is the one Spark calls");
+    }
+
+    @Override
+    public ReadLimit getDefaultReadLimit() {
+        if (opts.maxRowsPerBatch != null) {
+            return ReadLimit.maxRows(opts.maxRowsPerBatch);
+        }
+        if (opts.maxBytesPerBatch != null) {
+            return ReadLimit.maxBytes(opts.maxBytesPerBatch);
+        }
+        return ReadLimit.allAvailable();
+    }
+
+    @Override
+    public void prepareForTriggerAvailableNow() {
+        target = Planning.relayTop(conn(), srcIds, opts.relayRetrySeconds);
+    }
+
+    @Override
+    public Offset latestOffset(Offset startOffset, ReadLimit limit) {
+        Offsets.DatabusOffset start = (Offsets.DatabusOffset) startOffset;
+        long startScn = start.scn();
+        RelayClient conn = conn();
+        long top = target != null ? target : Planning.relayTop(conn, srcIds, opts.relayRetrySeconds);
+        if (top <= startScn) {
+            return start;
+        }
+        Long maxRows = null;
+        Long maxBytes = null;
+        if (limit instanceof ReadMaxRows r) {
+            maxRows = r.maxRows();
+            maxBytes = opts.maxBytesPerBatch;
+        } else if (limit instanceof ReadMaxBytes b) {
+            maxBytes = b.maxBytes();
+        } else if (!(limit instanceof ReadAllAvailable)) {
+            maxRows = opts.maxRowsPerBatch;
+            maxBytes = opts.maxBytesPerBatch;
+        }
+        if (maxRows == null && maxBytes == null) {
+            return Offsets.of(top, startScn, opts.partitions);
+        }
+        Planning.Scan scan = Planning.scanLimit(conn, srcIds, startScn, start.buckets[0][2], top, maxRows,
+            maxBytes, opts.fetchBytes, opts.relayRetrySeconds);
+        if (scan.scn() <= startScn) {
+            return start;
+        }
+        return Offsets.of(scan.scn(), scan.prevScn(), opts.partitions);
+    }
+
+    @Override
+    public Offset reportLatestOffset() {
+        try {
+            return Offsets.of(Planning.relayTop(conn(), srcIds, 0), -1, opts.partitions);
+        } catch (DatabusSourceException e) {
+            return null;  // only informational (query progress)
+        }
+    }
+
+    @Override
+    public InputPartition[] planInputPartitions(Offset start, Offset end) {
+        return partitions((Offsets.DatabusOffset) start, ((Offsets.DatabusOffset) end).scn(), opts.partitions);
+    }
+
+    static InputPartition[] partitions(Offsets.DatabusOffset start, long endScn, int partitions) {
+        InputPartition[] out = new InputPartition[partitions];
+        for (int b = 0; b < partitions; b++) {
+            long[] cp = start.buckets[b];
+            out[b] = new BucketReader.Bucket(b, cp[0], cp[1], cp[2], endScn);
+        }
+        return out;
+    }
+
+    @Override
+    public PartitionReaderFactory createReaderFactory() {
+        return new BucketReader.Factory(opts, srcIds, registryJson, row);
+    }
+}

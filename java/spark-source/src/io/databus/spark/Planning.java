@@ -1,0 +1,114 @@
+package io.databus.spark;
+
+import java.util.List;
+import java.util.function.Supplier;
+
+/**
+ * Driver-side relay reads: the newest window, and how far a batch may go under a row or
+ * byte limit ({@code databus.spark.reading.relay_top} and {@code scan_limit}).
+ */
+final class Planning {
+    private Planning() {}
+
+    /** Where a planning scan stopped: the last whole window taken and its predecessor. */
+    record Scan(long scn, long prevScn, long rows) {}
+
+    /** {@code call}, retrying a transient failure (relay restarting) for {@code retrySeconds}. */
+    static <T> T retrying(Supplier<T> call, double retrySeconds) {
+        double delay = 0.2;
+        long deadline = System.nanoTime() + (long) (retrySeconds * 1e9);
+        while (true) {
+            try {
+                return call.get();
+            } catch (DatabusSourceException e) {
+                if (!e.isTransient() || System.nanoTime() >= deadline) {
+                    throw e;
+                }
+                try {
+                    Thread.sleep((long) (delay * 1000));
+                } catch (InterruptedException ie) {
+                    Thread.currentThread().interrupt();
+                    throw e;
+                }
+                delay = Math.min(delay * 2, 2.0);
+            }
+        }
+    }
+
+    /** The newest window SCN the relay holds (-1 when empty). */
+    static long relayTop(RelayClient conn, List<Integer> srcIds, double retrySeconds) {
+        // a one-byte budget returns at most one event; only the header matters
+        return retrying(() -> conn.stream(null, srcIds, 1, null, 0.0).maxScn(), retrySeconds);
+    }
+
+    private static String after(long scn, long prev) {
+        return scn == -1 ? null : "{\"prevScn\":" + prev + ",\"windowOffset\":-1,\"windowScn\":" + scn + "}";
+    }
+
+    /**
+     * Whole windows after {@code (startScn, startPrev)} up to {@code top} within the limits.
+     * At least one window is taken even when it alone exceeds a limit (or the fetch budget:
+     * the relay then serves a prefix of it). Only event headers are read.
+     */
+    static Scan scanLimit(RelayClient conn, List<Integer> srcIds, long startScn, long startPrev, long top,
+                          Long maxRows, Long maxBytes, int fetchBytes, double retrySeconds) {
+        String cp = after(startScn, startPrev);
+        long rows = 0;
+        long used = 0;
+        long last = startScn;
+        long prev = startPrev;
+        while (last < top) {
+            int budget = maxBytes == null ? fetchBytes : (int) Math.max(Math.min(fetchBytes, maxBytes - used), 1);
+            String at = cp;
+            byte[] data = retrying(() -> conn.stream(at, srcIds, budget, null, 0.0).data(), retrySeconds);
+            if (data.length == 0) {
+                break;
+            }
+            int off = 0;
+            long winRows = 0;
+            long winBytes = 0;
+            boolean ended = false;
+            while (off < data.length) {
+                if (data.length - off < Wire.HEADER_LEN) {
+                    throw DatabusSourceException.corrupt("truncated header at offset " + off);
+                }
+                int length = Wire.i32(data, off + 17);
+                if (length < Wire.HEADER_LEN) {
+                    throw DatabusSourceException.corrupt("bad total length " + length + " at offset " + off);
+                }
+                winBytes += length;
+                if (Wire.i32(data, off + 31) != Wire.SRC_EOP) {
+                    winRows++;
+                    off += length;
+                    continue;
+                }
+                long scn = Wire.i64(data, off + 37);
+                off += length;
+                ended = true;
+                boolean over = (maxRows != null && rows + winRows > maxRows)
+                    || (maxBytes != null && used + winBytes > maxBytes);
+                if (over && last != startScn) {
+                    return new Scan(last, prev, rows);
+                }
+                rows += winRows;
+                used += winBytes;
+                prev = last;
+                last = scn;
+                winRows = 0;
+                winBytes = 0;
+                if (over || scn >= top) {
+                    return new Scan(last, prev, rows);
+                }
+            }
+            if (!ended) {
+                // the next window alone exceeds the budget: only a prefix of it came
+                if (last != startScn) {
+                    return new Scan(last, prev, rows);
+                }
+                return new Scan(Wire.i64(data, 37), last, rows + winRows);
+            }
+            cp = after(last, prev);
+        }
+        return new Scan(last, prev, rows);
+    }
+}

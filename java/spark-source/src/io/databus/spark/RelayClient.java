@@ -1,0 +1,285 @@
+package io.databus.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.IOException;
+import java.io.InputStream;
+import java.net.URI;
+import java.net.URLEncoder;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.security.KeyStore;
+import java.security.cert.Certificate;
+import java.security.cert.CertificateFactory;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.StringJoiner;
+import javax.net.ssl.SSLContext;
+import javax.net.ssl.TrustManagerFactory;
+
+/**
+ * A relay's HTTP API as a client uses it: {@code /sources}, {@code /register},
+ * {@code /stream?output=binary}. The Java twin of {@code databus.client.relay.RelayConnection}:
+ *
+ * <ul>
+ *   <li>{@code relay} is a URL or a comma-separated list of them; after a failure the next
+ *       call goes to the next one (every member holds the same windows);
+ *   <li>the bearer token comes from {@code tokenFile}, else {@code DATABUS_TOKEN}, else the
+ *       file named by {@code DATABUS_TOKEN_FILE} (read at each new client, so a rotated
+ *       token is picked up); {@code https://} is verified against {@code caFile}, else
+ *       {@code DATABUS_CA_FILE}, else the JVM's CAs, never unverified;
+ *   <li>no connection, a timeout or any 5xx is a transient {@code RelayUnavailable}; a 4xx
+ *       with the relay's JSON body {@code {"error": code, "message": ...}} keeps the code.
+ * </ul>
+ * Not supported here (the Python source has them): {@code zk://} cluster addresses and
+ * client certificates ({@code DATABUS_CERT_FILE}); both fail {@code load()} naming the
+ * option {@code format("databus-python")}.
+ */
+final class RelayClient {
+    private static final ObjectMapper JSON = new ObjectMapper();
+    private static final Map<String, HttpClient> CLIENTS = new HashMap<>();
+
+    /** A {@code /stream} body and the relay's newest window ({@code X-Databus-Max-Scn}). */
+    record Response(byte[] data, long maxScn) {}
+
+    private final List<String> urls;
+    private int current;
+    private final String token;
+    private final HttpClient http;
+    private final Duration httpTimeout;
+
+    RelayClient(SourceOptions o) {
+        String spec = o.relay.strip();
+        if (spec.startsWith("zk://")) {
+            throw DatabusSourceException.config("databus source: relay cluster addresses (zk://) "
+                + "need the Python source: use format(\"databus-python\") or list the members");
+        }
+        urls = new ArrayList<>();
+        for (String u : spec.split(",")) {
+            String t = u.strip();
+            while (t.endsWith("/")) {
+                t = t.substring(0, t.length() - 1);
+            }
+            if (!t.startsWith("http://") && !t.startsWith("https://")) {
+                throw DatabusSourceException.config("databus source: invalid options: relay: a relay is "
+                    + "an http:// or https:// URL, a comma-separated list of them, or a cluster "
+                    + "address zk://HOST:PORT/NAME");
+            }
+            urls.add(t);
+        }
+        if (System.getenv("DATABUS_CERT_FILE") != null && !System.getenv("DATABUS_CERT_FILE").isEmpty()) {
+            throw DatabusSourceException.config("databus source: client certificates (DATABUS_CERT_FILE)"
+                + " need the Python source: use format(\"databus-python\")");
+        }
+        token = token(o);
+        httpTimeout = Duration.ofMillis((long) (o.httpTimeout * 1000));
+        String ca = o.caFile != null ? o.caFile : System.getenv("DATABUS_CA_FILE");
+        if (ca != null && ca.isEmpty()) {
+            ca = null;
+        }
+        http = client(ca, httpTimeout);
+    }
+
+    String url() {
+        return urls.get(current);
+    }
+
+    private static String token(SourceOptions o) {
+        String file = o.tokenFile;
+        if (file == null) {
+            String t = System.getenv("DATABUS_TOKEN");
+            if (t != null && !t.isEmpty()) {
+                return t;
+            }
+            file = System.getenv("DATABUS_TOKEN_FILE");
+            if (file == null || file.isEmpty()) {
+                return null;
+            }
+        }
+        String text;
+        try {
+            text = Files.readString(Path.of(file), StandardCharsets.UTF_8);
+        } catch (IOException e) {
+            throw DatabusSourceException.config("cannot read token file " + file + ": " + e.getMessage());
+        }
+        for (String line : text.split("\\R")) {
+            if (!line.strip().isEmpty()) {
+                return line.strip();
+            }
+        }
+        throw DatabusSourceException.config("token file " + file + " is empty");
+    }
+
+    /** One client per CA file (and its modification time): a CA store costs tens of ms. */
+    private static HttpClient client(String caFile, Duration timeout) {
+        String key;
+        try {
+            key = caFile == null ? "" : caFile + "@" + Files.getLastModifiedTime(Path.of(caFile)).toMillis();
+        } catch (IOException e) {
+            throw DatabusSourceException.config("client TLS files unusable: " + e + " (" + caFile + ")");
+        }
+        key += "/" + timeout.toMillis();
+        synchronized (CLIENTS) {
+            HttpClient c = CLIENTS.get(key);
+            if (c == null) {
+                HttpClient.Builder b = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1)
+                    .connectTimeout(timeout);
+                if (caFile != null) {
+                    b.sslContext(sslContext(caFile));
+                }
+                c = b.build();
+                CLIENTS.put(key, c);
+            }
+            return c;
+        }
+    }
+
+    private static SSLContext sslContext(String caFile) {
+        try (InputStream in = Files.newInputStream(Path.of(caFile))) {
+            KeyStore ks = KeyStore.getInstance(KeyStore.getDefaultType());
+            ks.load(null, null);
+            int i = 0;
+            for (Certificate c : CertificateFactory.getInstance("X.509").generateCertificates(in)) {
+                ks.setCertificateEntry("ca" + i++, c);
+            }
+            TrustManagerFactory tmf = TrustManagerFactory.getInstance(TrustManagerFactory.getDefaultAlgorithm());
+            tmf.init(ks);
+            SSLContext ctx = SSLContext.getInstance("TLS");
+            ctx.init(null, tmf.getTrustManagers(), null);
+            return ctx;
+        } catch (Exception e) {
+            throw DatabusSourceException.config("client TLS files unusable: " + e.getMessage() + " (" + caFile + ")");
+        }
+    }
+
+    /** {@code (id, "db.table")} of every source the relay serves. */
+    List<Map.Entry<Integer, String>> sources() {
+        JsonNode raw;
+        try {
+            raw = JSON.readTree(get("/sources", Map.of(), null).body());
+        } catch (IOException e) {
+            throw unavailable(url() + "/sources did not answer JSON", null);
+        }
+        if (!raw.isArray()) {
+            throw unavailable(url() + "/sources did not answer a JSON list", null);
+        }
+        List<Map.Entry<Integer, String>> out = new ArrayList<>();
+        for (JsonNode s : raw) {
+            if (!s.has("id") || !s.has("name")) {
+                throw unavailable(url() + "/sources answered malformed entries", null);
+            }
+            out.add(Map.entry(s.get("id").asInt(), s.get("name").asText()));
+        }
+        return out;
+    }
+
+    /** The JSON list of every schema version of {@code ids}. */
+    String register(List<Integer> ids) {
+        Map<String, String> p = new LinkedHashMap<>();
+        p.put("sources", join(ids));
+        return new String(get("/register", p, null).body(), StandardCharsets.UTF_8);
+    }
+
+    /** Windows after {@code checkpoint} (null: the oldest), long-polling {@code timeout} s. */
+    Response stream(String checkpoint, List<Integer> ids, int size, String filter, double timeout) {
+        Map<String, String> p = new LinkedHashMap<>();
+        p.put("size", Integer.toString(size));
+        p.put("output", "binary");
+        p.put("timeout", Double.toString(timeout));
+        p.put("sources", join(ids));
+        if (checkpoint != null) {
+            p.put("checkPoint", checkpoint);
+        }
+        if (filter != null) {
+            p.put("filters", filter);
+        }
+        Duration read = httpTimeout.plusMillis((long) (timeout * 1000));
+        HttpResponse<byte[]> r = get("/stream", p, read);
+        long max = r.headers().firstValue("X-Databus-Max-Scn").map(v -> {
+            try {
+                return Long.parseLong(v);
+            } catch (NumberFormatException e) {
+                return -1L;
+            }
+        }).orElse(-1L);
+        return new Response(r.body(), max);
+    }
+
+    private static String join(List<Integer> ids) {
+        StringJoiner j = new StringJoiner(",");
+        ids.forEach(i -> j.add(Integer.toString(i)));
+        return j.toString();
+    }
+
+    private HttpResponse<byte[]> get(String path, Map<String, String> params, Duration read) {
+        StringBuilder q = new StringBuilder(url()).append(path);
+        char sep = '?';
+        for (Map.Entry<String, String> e : params.entrySet()) {
+            q.append(sep).append(e.getKey()).append('=')
+                .append(URLEncoder.encode(e.getValue(), StandardCharsets.UTF_8));
+            sep = '&';
+        }
+        HttpRequest.Builder b = HttpRequest.newBuilder(URI.create(q.toString()))
+            .timeout(read != null ? read : httpTimeout).header("User-Agent", "databus-spark-jvm").GET();
+        if (token != null) {
+            b.header("Authorization", "Bearer " + token);
+        }
+        HttpResponse<byte[]> r;
+        try {
+            r = http.send(b.build(), HttpResponse.BodyHandlers.ofByteArray());
+        } catch (IOException e) {
+            DatabusSourceException err = unavailable("relay " + url() + " unreachable (" + path + "): "
+                + e.getClass().getSimpleName() + ": " + e.getMessage(), e);
+            failedOver();
+            throw err;
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw unavailable("interrupted while reading relay " + url() + path, e);
+        }
+        if (r.statusCode() >= 400) {
+            throw error(path, r);
+        }
+        return r;
+    }
+
+    private void failedOver() {
+        current = (current + 1) % urls.size();
+    }
+
+    private DatabusSourceException error(String path, HttpResponse<byte[]> r) {
+        String text = new String(r.body(), StandardCharsets.UTF_8);
+        String code = "";
+        String message = text.length() > 500 ? text.substring(0, 500) : text;
+        try {
+            JsonNode body = JSON.readTree(r.body());
+            if (body != null && body.isObject()) {
+                code = body.path("error").asText("");
+                message = body.path("message").asText(message);
+            }
+        } catch (IOException e) {
+            // not JSON: the text is the message
+        }
+        String where = "relay " + url() + path + " answered " + r.statusCode();
+        if (r.statusCode() >= 500) {
+            failedOver();
+            return new DatabusSourceException(code.isEmpty() ? "RelayUnavailable" : code,
+                where + ": " + (code.isEmpty() ? "error" : code) + ": " + message, true, null);
+        }
+        if (!code.isEmpty()) {
+            return new DatabusSourceException(code, message);
+        }
+        return new DatabusSourceException("TerminalError", where + ": " + message);
+    }
+
+    private static DatabusSourceException unavailable(String message, Throwable cause) {
+        return new DatabusSourceException("RelayUnavailable", message, true, cause);
+    }
+}

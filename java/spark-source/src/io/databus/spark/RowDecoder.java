@@ -1,0 +1,257 @@
+package io.databus.spark;
+
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.function.Supplier;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.types.UTF8String;
+
+/**
+ * A data event to one row of the query's schema, as the Python source builds it
+ * ({@code databus.spark.arrow}): the full envelope (op, scn, sequence, ts_ms, source, key,
+ * before, after) or, with {@code envelope=flat}, the row's columns (the after image, else
+ * the before image), {@code _op} and {@code _sequence}.
+ *
+ * <p>The payload is the after image, except for deletes where it is the before image; the
+ * metadata part may carry an update's before image (checked even when not kept, as the
+ * Python source decodes it). A table version is matched to the query's row by column name:
+ * a column the query lacks fails with "restart the query", a column the version lacks is
+ * null. A schema id the registry lacks makes it fetch the relay's schemas once.
+ */
+final class RowDecoder {
+    private static final UTF8String[] OPS = new UTF8String[8];
+
+    static {
+        String[] letters = {"", "c", "u", "d", "r", "t", "", ""};
+        for (int i = 0; i < 8; i++) {
+            OPS[i] = UTF8String.fromString(letters[i]);
+        }
+    }
+
+    /** How one table version's fields land in the query's row. */
+    private static final class Plan {
+        final Registry.Version version;
+        final int[] out;           // per Avro field: the row column (or -1 in json mode)
+        final String error;        // non-null: a column the query lacks
+        final UTF8String db;
+        final UTF8String table;
+
+        Plan(Registry.Version v, int[] out, String error) {
+            this.version = v;
+            this.out = out;
+            this.error = error;
+            this.db = UTF8String.fromString(v.db());
+            this.table = UTF8String.fromString(v.table());
+        }
+    }
+
+    private Registry registry;
+    private final Supplier<Registry> refresh;
+    private boolean refreshed;
+    private final boolean flat;
+    private final boolean json;
+    private final int ncols;
+    private final Target[] targets;
+    private final String[] columns;
+    private final Map<String, Plan> plans = new HashMap<>();
+
+    /** {@code row}: the query's row type; null for {@code valueFormat=json}. */
+    RowDecoder(Registry registry, Supplier<Registry> refresh, StructType row, boolean flat) {
+        this.registry = registry;
+        this.refresh = refresh;
+        this.flat = flat;
+        json = row == null;
+        ncols = json ? 0 : row.fields().length;
+        targets = new Target[ncols];
+        columns = json ? new String[0] : row.fieldNames();
+        for (int i = 0; i < ncols; i++) {
+            targets[i] = new Target(row.fields()[i].dataType());
+        }
+    }
+
+    private Plan plan(byte[] buf, Wire e) {
+        String id = java.util.HexFormat.of().formatHex(buf, e.digestOff, e.digestOff + e.digestLen);
+        Plan p = plans.get(id);
+        if (p != null) {
+            return p;
+        }
+        Registry.Version v = registry.find(buf, e.digestOff, e.digestLen);
+        if (v == null && !refreshed) {
+            // a table version added after load(): fetch the relay's schemas once
+            registry = refresh.get();
+            refreshed = true;
+            v = registry.find(buf, e.digestOff, e.digestLen);
+        }
+        if (v == null) {
+            throw DatabusSourceException.schema("unknown schema id " + id);
+        }
+        AvroType rec = v.avro();
+        int[] out = new int[rec.children.length];
+        List<String> extra = new ArrayList<>();
+        for (int f = 0; f < out.length; f++) {
+            out[f] = -1;
+            for (int c = 0; c < ncols; c++) {
+                if (columns[c].equals(rec.names[f])) {
+                    out[f] = c;
+                }
+            }
+            if (out[f] < 0 && !json) {
+                extra.add("'" + rec.names[f] + "'");
+            }
+        }
+        extra.sort(null);
+        String error = extra.isEmpty() ? null : v.name() + " v" + v.version() + " has columns " + extra
+            + " that the query's schema lacks: restart the query to pick up the new table version";
+        p = new Plan(v, out, error);
+        plans.put(id, p);
+        return p;
+    }
+
+    /** Decodes an Avro row into {@code vals[0, ncols)} (or only checks it when {@code vals} is null). */
+    private void row(Plan p, byte[] buf, int off, int len, Object[] vals) {
+        AvroType rec = p.version.avro();
+        AvroReader in = new AvroReader(buf, off, off + len, p.version.name() + " v" + p.version.version());
+        for (int f = 0; f < rec.children.length; f++) {
+            AvroType t = rec.children[f];
+            Object v = t.read(in);
+            if (vals != null) {
+                int c = p.out[f];
+                vals[c] = targets[c].convert(v, natural(t, v), columns[c]);
+            }
+        }
+        // trailing bytes are ignored, as fastavro does
+    }
+
+    private static AvroType natural(AvroType t, Object v) {
+        if (t.kind != AvroType.Kind.UNION) {
+            return t;
+        }
+        for (AvroType b : t.children) {
+            if (b.kind == AvroType.Kind.RECORD || b.kind == AvroType.Kind.ARRAY || b.kind == AvroType.Kind.MAP) {
+                return b;
+            }
+        }
+        return null;
+    }
+
+    /** An Avro row as JSON text ({@code valueFormat=json}). */
+    private UTF8String jsonRow(Plan p, byte[] buf, int off, int len) {
+        AvroType rec = p.version.avro();
+        AvroReader in = new AvroReader(buf, off, off + len, p.version.name() + " v" + p.version.version());
+        Object[] vals = new Object[rec.children.length];
+        for (int f = 0; f < vals.length; f++) {
+            vals[f] = rec.children[f].read(in);
+        }
+        return UTF8String.fromString(JsonText.row(rec, vals));
+    }
+
+    /** The row of the data event {@code e} (parsed from {@code buf}), window index {@code index}. */
+    InternalRow decode(byte[] buf, Wire e, int index) {
+        Plan p = plan(buf, e);
+        if (p.error != null) {
+            throw DatabusSourceException.schema(p.error);
+        }
+        int op = e.attributes & 7;
+        boolean delete = op == 3;
+        // metadata: before, txid, file, pos, gtid, server_id, row (each ["null", x])
+        int beforeOff = -1;
+        int beforeLen = 0;
+        Object file = null;
+        Object pos = null;
+        Object gtid = null;
+        Object serverId = null;
+        Object rowNo = null;
+        if (e.metaOff >= 0) {
+            AvroReader m = new AvroReader(buf, e.metaOff, e.metaOff + e.metaLen, "the metadata part");
+            for (int f = 0; f < 7; f++) {
+                long b = m.zlong();
+                if (b != 0 && b != 1) {
+                    throw m.bad("union branch " + b);
+                }
+                if (b == 0) {
+                    continue;
+                }
+                switch (f) {
+                    case 0: {
+                        byte[] before = m.bytes();
+                        beforeLen = before.length;
+                        beforeOff = m.pos - beforeLen;
+                        break;
+                    }
+                    case 1: m.utf8(); break;
+                    case 2: file = m.utf8(); break;
+                    case 3: pos = m.zlong(); break;
+                    case 4: gtid = m.utf8(); break;
+                    case 5: serverId = m.zlong(); break;
+                    default: {
+                        long r = m.zlong();
+                        if (r < Integer.MIN_VALUE || r > Integer.MAX_VALUE) {
+                            throw m.bad("row " + r);
+                        }
+                        rowNo = (int) r;
+                    }
+                }
+            }
+        }
+        GenericInternalRow sequence = new GenericInternalRow(new Object[] {e.scn, index});
+        if (flat) {
+            Object[] vals = new Object[ncols + 2];
+            if (e.payloadLen > 0) {
+                row(p, buf, e.payloadOff, e.payloadLen, vals);
+            }
+            if (!delete && beforeOff >= 0) {  // kept only when there is no after image
+                row(p, buf, beforeOff, beforeLen, e.payloadLen == 0 ? vals : null);
+            }
+            vals[ncols] = OPS[op];
+            vals[ncols + 1] = sequence;
+            return new GenericInternalRow(vals);
+        }
+        Object before = null;
+        Object after = null;
+        if (json) {
+            if (e.payloadLen > 0) {
+                UTF8String img = jsonRow(p, buf, e.payloadOff, e.payloadLen);
+                if (delete) {
+                    before = img;
+                } else {
+                    after = img;
+                }
+            }
+            if (!delete && beforeOff >= 0) {
+                before = jsonRow(p, buf, beforeOff, beforeLen);
+            }
+        } else if (e.payloadLen > 0) {
+            Object[] vals = new Object[ncols];
+            row(p, buf, e.payloadOff, e.payloadLen, vals);
+            if (delete) {
+                before = new GenericInternalRow(vals);
+            } else {
+                after = new GenericInternalRow(vals);
+            }
+        }
+        if (!json && !delete && beforeOff >= 0) {
+            Object[] vals = new Object[ncols];
+            row(p, buf, beforeOff, beforeLen, vals);
+            before = new GenericInternalRow(vals);
+        }
+        GenericInternalRow source = new GenericInternalRow(new Object[] {p.db, p.table, e.scn, file, pos,
+            gtid, serverId, rowNo, (e.attributes & Wire.ATTR_SNAPSHOT) != 0});
+        return new GenericInternalRow(new Object[] {OPS[op], e.scn, sequence,
+            Math.floorDiv(e.timestampNs, 1_000_000L), source, key(buf, e), before, after});
+    }
+
+    /** The event key as text: decimal, UTF-8, or 0x + hex. */
+    static UTF8String key(byte[] buf, Wire e) {
+        if (!e.keyBytes) {
+            return UTF8String.fromString(Long.toString(e.intKey));
+        }
+        if (Utf8.valid(buf, e.keyOff, e.keyLen)) {
+            return UTF8String.fromBytes(buf, e.keyOff, e.keyLen);
+        }
+        return UTF8String.fromString("0x" + java.util.HexFormat.of().formatHex(buf, e.keyOff, e.keyOff + e.keyLen));
+    }
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Builds the JVM reader of the databus Spark source (java/spark-source) into
+# .cache/java/spark-source/databus-spark-source.jar (or $DATABUS_JAVA_CACHE/spark-source),
+# compiled with javac against pyspark's own jars: nothing is downloaded. Rebuilt only when
+# the Java sources (or the pyspark version) change: the stamp file holds their hash.
+# Usage: bash scripts/java/build-spark-source.sh [--print-hash]  (PYSPARK_JARS: pyspark's jars dir)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+src=java/spark-source
+jars=${PYSPARK_JARS:-$(.venv/bin/python -c "import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), 'jars'))")}
+jars=$(cd "$jars" && pwd)
+want=$( (cd "$src" && find src resources -type f | LC_ALL=C sort | xargs sha256sum; ls "$jars" | grep '^spark-sql_') | sha256sum | cut -d' ' -f1)
+if [ "${1:-}" = "--print-hash" ]; then
+  echo "$want"
+  exit 0
+fi
+out=${DATABUS_JAVA_CACHE:-.cache/java}/spark-source
+jar="$out/databus-spark-source.jar"
+mkdir -p "$out"
+exec 9>"$out/.lock"
+flock 9  # one build at a time (a test session and setup.sh may race)
+if [ -f "$jar" ] && [ "$(cat "$out/stamp" 2>/dev/null)" = "$want" ]; then
+  exit 0
+fi
+if ! command -v javac >/dev/null; then
+  echo "build-spark-source: javac (a JDK 17) is required to build the JVM source" >&2
+  exit 1
+fi
+build=$(mktemp -d)
+trap 'rm -rf "$build"' EXIT
+javac -d "$build/classes" --release 17 -Xlint:all,-path -Werror -cp "$jars/*" \
+  $(find "$src/src" -name '*.java' | LC_ALL=C sort)
+cp -r "$src/resources/." "$build/classes/"
+jar --create --file "$build/databus-spark-source.jar" -C "$build/classes" .
+mv "$build/databus-spark-source.jar" "$jar"
+echo "$want" > "$out/stamp"
+echo "build-spark-source: built $jar"

@@ -1,0 +1,168 @@
+"""The JVM reader of ``format("databus")`` against the Python source: same rows, same
+schema, same offsets, same errors (databus.spark.jvm)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from databus.core.errors import ConfigError, UnknownSourceError
+from databus.relay.config import parse_config
+from databus.relay.relay import Relay
+from databus.spark import jvm
+from tests.support.mariadb import MariaDB
+from tests.support.shop import TABLES, Writer, create_shop
+from tests.support.sparkrelay import start_relay, wait_relay
+from tests.support.typematrix import COLUMNS, ROWS
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.skipif(jvm.jar() is None, reason="no JDK here to build the JVM reader")
+
+
+def read(spark: SparkSession, fmt: str, url: str, source: str, **opts: object) -> DataFrame:
+    reader = spark.readStream.format(fmt).option("relay", url).option("sources", source)
+    for k, v in opts.items():
+        reader = reader.option(k, str(v))
+    return reader.load()
+
+
+def drain(df: DataFrame, out: Path) -> tuple[list[Any], list[str]]:
+    """One availableNow run into Parquet: the rows (sorted) and the offsets Spark logged."""
+    q = (df.writeStream.format("parquet").option("path", str(out / "data"))
+         .option("checkpointLocation", str(out / "ckpt")).trigger(availableNow=True).start())
+    q.awaitTermination(180)
+    assert q.exception() is None, q.exception()
+    spark = df.sparkSession
+    rows = sorted(spark.read.parquet(str(out / "data")).collect(), key=repr)
+    logged = [f for f in (out / "ckpt" / "offsets").iterdir() if f.name.isdigit()]
+    offsets = [f.read_text().splitlines()[-1] for f in sorted(logged, key=lambda f: int(f.name))]
+    return rows, offsets
+
+
+@pytest.fixture
+def shop(tmp_path: Path) -> Any:
+    db = tmp_path / "shop.db"
+    create_shop(db)
+    relay = start_relay(db, tmp_path, TABLES)
+    w = Writer(db, seed=17, rollback_ratio=0.1)
+    for _ in range(80):
+        w.transaction()
+    wait_relay(relay, db)
+    yield relay
+    w.close()
+    relay.stop()
+
+
+def test_the_jvm_reader_serves_the_databus_format(spark: SparkSession) -> None:
+    assert jvm.active(spark)
+
+
+@pytest.mark.parametrize("opts", [
+    {"partitions": 1}, {"partitions": 3}, {"partitions": 2, "envelope": "flat"},
+    {"partitions": 2, "fetchBytes": 4096},
+])
+@pytest.mark.parametrize("table", ["customers", "orders"])
+def test_jvm_and_python_sources_read_the_same_rows_schema_and_offsets(
+        spark: SparkSession, tmp_path: Path, shop: Relay, table: str,
+        opts: dict[str, object]) -> None:
+    got = {fmt: read(spark, fmt, shop.url, table, **opts) for fmt in ("databus-jvm", "databus-python")}
+    assert got["databus-jvm"].schema == got["databus-python"].schema
+    jrows, joffsets = drain(got["databus-jvm"], tmp_path / "jvm")
+    prows, poffsets = drain(got["databus-python"], tmp_path / "py")
+    assert jrows and jrows == prows
+    assert joffsets == poffsets  # byte for byte: checkpoints move between the two
+
+
+def test_json_values_are_the_python_sources_text(
+        spark: SparkSession, tmp_path: Path, shop: Relay) -> None:
+    dfs = {fmt: read(spark, fmt, shop.url, "customers,orders,items", partitions=2,
+                     valueFormat="json") for fmt in ("databus-jvm", "databus-python")}
+    assert dfs["databus-jvm"].schema == dfs["databus-python"].schema
+    jrows, _ = drain(dfs["databus-jvm"], tmp_path / "jvm")
+    prows, _ = drain(dfs["databus-python"], tmp_path / "py")
+    assert len(jrows) > 100 and jrows == prows
+
+
+def test_a_checkpoint_of_one_source_resumes_with_the_other(
+        spark: SparkSession, tmp_path: Path, shop: Relay) -> None:
+    out = tmp_path / "both"
+    first, _ = drain(read(spark, "databus-python", shop.url, "customers", partitions=2), out)
+    db = Path(str(shop.config.source.url).removeprefix("sqlite:///"))
+    with Writer(db, seed=99) as w:
+        for _ in range(40):
+            w.transaction()
+    wait_relay(shop, db)
+    both, _ = drain(read(spark, "databus-jvm", shop.url, "customers", partitions=2), out)
+    once, _ = drain(read(spark, "databus-python", shop.url, "customers", partitions=2),
+                    tmp_path / "once")
+    assert len(both) > len(first)
+    assert both == once  # nothing lost, nothing read twice
+
+
+@pytest.mark.parametrize(("options", "error", "message"), [
+    ({"sources": "nosuchtable"}, UnknownSourceError, "'nosuchtable' is not served"),
+    ({"sources": "customers", "partitions": "0"}, ConfigError, "partitions"),
+    ({"sources": "customers", "colour": "red"}, ConfigError, "unknown option 'colour'"),
+    ({"sources": "customers,orders"}, ConfigError, "exactly one source"),
+])
+def test_bad_options_fail_load_with_the_python_sources_error(
+        spark: SparkSession, shop: Relay, options: dict[str, str], error: type[Exception],
+        message: str) -> None:
+    with pytest.raises(error, match=message), jvm.errors():
+        spark.readStream.format("databus-jvm").options(relay=shop.url, **options).load()
+
+
+def test_the_type_matrix_reads_the_same_on_both_sources(
+        spark: SparkSession, tmp_path: Path, mariadb: MariaDB) -> None:
+    name = f"jvmtm_{abs(hash(tmp_path)) % 10**8}"
+    cols = ", ".join(f"`{c}` {t}" for c, t in COLUMNS)
+    mariadb.execute(f"CREATE DATABASE {name}", f"CREATE TABLE {name}.tm ({cols})")
+    cfg = parse_config({"source": {"url": f"{mariadb.url}/", "tables": [rf"{name}\.tm"],
+                                   "snapshot_mode": "no_data"},
+                        "http": {"port": 0}, "state_dir": str(tmp_path / "state")})
+    con = mariadb.connect(name)
+    con.autocommit(True)
+    cur = con.cursor()
+    try:
+        with Relay(cfg) as relay:
+            wait_until(lambda: mariadb.binlog_dumps() > 0, 60, "the relay's binlog dump")
+            marks = ", ".join(["%s"] * len(COLUMNS))
+            for row in ROWS:
+                cur.execute(f"INSERT INTO tm VALUES ({marks})", row)
+            cur.execute("UPDATE tm SET i = i - 1, vc = 'changed' WHERE id = 2")
+            cur.execute("DELETE FROM tm WHERE id = 1")
+
+            def count() -> int:
+                with_rows = 0
+                from databus.client.relay import RelayConnection
+                from databus.core import event as ev
+                with RelayConnection(relay.url) as c:
+                    data = c.stream(None, None, size=1 << 24, timeout=0).data
+                    with_rows = sum(1 for e in ev.iter_events(data) if not e.is_control)
+                return with_rows
+
+            wait_until(lambda: count() >= len(ROWS) + 2, 60, "the relay to hold the changes")
+            for opts in ({"partitions": 1}, {"partitions": 2, "envelope": "flat"},
+                         {"valueFormat": "json"}):
+                dfs = {fmt: read(spark, fmt, relay.url, f"{name}.tm", **opts)
+                       for fmt in ("databus-jvm", "databus-python")}
+                assert dfs["databus-jvm"].schema == dfs["databus-python"].schema, opts
+                tag = "-".join(f"{k}{v}" for k, v in opts.items())
+                jrows, _ = drain(dfs["databus-jvm"], tmp_path / f"jvm-{tag}")
+                prows, _ = drain(dfs["databus-python"], tmp_path / f"py-{tag}")
+                assert len(jrows) == len(ROWS) + 2
+                if opts.get("valueFormat") == "json":  # the same JSON values, not text
+                    def parsed(rows: list[Any]) -> list[Any]:
+                        return sorted(json.dumps([json.loads(r["before"] or "null"),
+                                                  json.loads(r["after"] or "null"), r["scn"]],
+                                                 sort_keys=True) for r in rows)
+                    assert parsed(jrows) == parsed(prows)
+                else:
+                    assert jrows == prows, opts
+    finally:
+        con.close()
+        mariadb.execute(f"DROP DATABASE {name}")
