@@ -487,6 +487,85 @@ def bootstrap_cmd(
         _fail(exc, redactor)
 
 
+@app.command(name="binlog-server")
+def binlog_server(
+    relay: Annotated[str | None, typer.Option(
+        help="relay URL, comma-separated relays, or a relay cluster zk://HOST:PORT/NAME")] = None,
+    port: Annotated[int | None, typer.Option(help="MySQL protocol port (default 3307)")] = None,
+    user: Annotated[str | None, typer.Option(help="replication user name (default repl)")] = None,
+    password_file: Annotated[Path | None, typer.Option(
+        help="file whose first line is that user's password")] = None,
+    data_dir: Annotated[Path | None, typer.Option(
+        help="directory of the binlog files, index and position map")] = None,
+    server_id: Annotated[int | None, typer.Option(help="@@server_id of the service")] = None,
+    tables: Annotated[str | None, typer.Option(
+        help="comma-separated db.table to convert (default: every table of the relay)")] = None,
+    config: Annotated[Path | None, typer.Option(
+        help="binlog service YAML config file (options given here win)")] = None,
+    host: Annotated[str | None, typer.Option(help="address to bind (default 127.0.0.1)")] = None,
+    tls_cert: TlsCertOpt = None,
+    tls_key: TlsKeyOpt = None,
+    tls_client_ca: TlsClientCaOpt = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Serve a relay's changes as MySQL binlog files over the MySQL replication protocol,
+    for binlog readers (python-mysql-replication, mariadb-binlog, Debezium, ...);
+    docs/binlog-service.md."""
+    redactor = _setup_logging(verbose)
+    try:
+        try:
+            from databus.binlog.config import BinlogServiceConfig
+            from databus.binlog.server import run_service  # imported when run
+        except ImportError as exc:
+            from databus.core.errors import ConfigError
+
+            raise ConfigError("databus binlog-server needs mysql-mimic: pip install"
+                              " 'databus[binlog]'") from exc
+        from databus.client.credentials import read_secret_file
+        from databus.core.config import validate
+
+        _private_files()
+        raw: dict[str, object] = {}
+        if config is not None:
+            import yaml
+
+            from databus.core.config import interpolate
+            from databus.core.errors import ConfigError
+
+            try:
+                loaded = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
+            except (OSError, yaml.YAMLError) as exc:
+                raise ConfigError(f"cannot read config {config}: {exc}") from exc
+            if not isinstance(loaded, dict):
+                raise ConfigError(f"config {config} must be a mapping")
+            raw = interpolate(loaded)
+        given = {"relay": relay, "port": port, "user": user, "password_file": password_file,
+                 "data_dir": data_dir, "server_id": server_id, "host": host,
+                 "tables": _csv(tables) if tables is not None else None}
+        raw.update({k: str(v) if isinstance(v, Path) else v
+                    for k, v in given.items() if v is not None})
+        tls = _http_overrides(None, None, False, tls_cert, tls_key, tls_client_ca).get("tls")
+        if tls is not None:
+            raw["tls"] = tls
+        if "relay" not in raw:
+            raise typer.BadParameter("--relay (or relay: in --config) is required")
+        cfg = validate(BinlogServiceConfig, raw, "binlog service")
+        if cfg.password_file is None:
+            from databus.core.errors import ConfigError
+
+            raise ConfigError("--password-file (or password_file: in --config) is required")
+        password = read_secret_file(cfg.password_file, "password file")
+        redactor.add(password)
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: threading.Thread(target=stop.set, daemon=True).start())
+        logging.getLogger("databus").info("binlog service: relay %s, data %s, port %d",
+                                          cfg.relay, cfg.data_dir, cfg.port)
+        run_service(cfg, password, stop)
+    except DatabusError as exc:
+        _fail(exc, redactor)
+
+
 cluster_app = typer.Typer(no_args_is_help=True, help="Relay clusters (docs/cluster.md)")
 app.add_typer(cluster_app, name="cluster")
 

@@ -55,6 +55,7 @@ from mysql_mimic.control import LocalControl, TooManyConnections
 from mysql_mimic.errors import ErrorCode, MysqlError
 from mysql_mimic.stream import ConnectionClosed, MysqlStream
 
+from databus.binlog.config import BinlogServiceConfig
 from databus.binlog.dump import (
     Dumper,
     DumpError,
@@ -64,7 +65,7 @@ from databus.binlog.dump import (
     parse_binlog_dump,
     parse_binlog_dump_gtid,
 )
-from databus.binlog.sql import BinlogSession, Catalog, ServiceFacts
+from databus.binlog.sql import BinlogSession, Catalog, ServiceFacts, TableMapCatalog
 from databus.binlog.store import BinlogStore
 from databus.core.errors import ConfigError, TerminalError
 
@@ -92,6 +93,7 @@ class ServerOptions:
     tls_key: Path | None = None
     tls_client_ca: Path | None = None  # mutual TLS: clients present a cert this CA signed
     max_connections: int = 256
+    default_heartbeat: float = 0.0  # seconds, for clients that set no heartbeat period
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """The server's TLS context, or None without a certificate (ConfigError when the
@@ -230,8 +232,10 @@ class BinlogConnection(Connection):  # type: ignore[misc]
     async def _dump(self, request: DumpRequest) -> None:
         session = self.session
         assert isinstance(session, BinlogSession)
+        period = session.heartbeat_period()
         options = DumpOptions(checksum=session.checksum_choice(),
-                              heartbeat_period=session.heartbeat_period())
+                              heartbeat_period=(self._server.options.default_heartbeat
+                                                if period is None else period))
         srv = self._server
         dumper = Dumper(srv.store, srv.notifier, request, options, server_id=srv.server_id)
         stream = self.stream
@@ -410,4 +414,59 @@ async def _write_raw(writer: asyncio.StreamWriter, payload: bytes) -> None:
         await writer.drain()
 
 
-__all__ = ["BinlogConnection", "BinlogServer", "ServerOptions"]
+def run_service(cfg: BinlogServiceConfig, password: str, stop: threading.Event) -> None:
+    """``databus binlog-server``: the converter on a thread, the server on this one,
+    until ``stop`` is set (then both end and the store is closed) or the converter fails
+    (then the server stops too and the converter's error is raised)."""
+    import socket
+
+    from databus.binlog.convert import BinlogConverter
+
+    store = BinlogStore(cfg.data_dir, base=cfg.base, server_id=cfg.server_id,
+                        rotate_bytes=cfg.rotate_bytes)
+    failed: list[BaseException] = []
+    conv_stop = threading.Event()
+    try:
+        tls = cfg.tls
+        options = ServerOptions(
+            host=cfg.host, port=cfg.port, user=cfg.user, password=password,
+            tls_cert=tls.cert_file if tls else None, tls_key=tls.key_file if tls else None,
+            tls_client_ca=tls.client_ca_file if tls else None,
+            default_heartbeat=cfg.heartbeat)
+        facts = ServiceFacts(
+            server_id=cfg.server_id, server_uuid=store.server_uuid,
+            hostname=socket.gethostname(), port=cfg.port,
+            log_bin_basename=str(cfg.data_dir / cfg.base), max_binlog_size=cfg.rotate_bytes,
+            expire_logs_seconds=int(cfg.retention))
+        server = BinlogServer(store, options, facts, TableMapCatalog(store))
+        converter = BinlogConverter(cfg.client_config(), store, retention=cfg.retention,
+                                    checkpoint_every=cfg.checkpoint_every,
+                                    purge_interval=cfg.purge_interval)
+
+        def convert() -> None:
+            try:
+                converter.run(conv_stop)
+            except BaseException as exc:  # reported by the main thread
+                failed.append(exc)
+                stop.set()
+
+        def watch() -> None:
+            stop.wait()
+            server.stop()
+
+        conv_thread = threading.Thread(target=convert, name="binlog-converter")
+        conv_thread.start()
+        threading.Thread(target=watch, name="binlog-stop", daemon=True).start()
+        try:
+            server.run()
+        finally:
+            stop.set()
+            conv_stop.set()
+            conv_thread.join()
+    finally:
+        store.close()
+    if failed:
+        raise failed[0]
+
+
+__all__ = ["BinlogConnection", "BinlogServer", "ServerOptions", "run_service"]

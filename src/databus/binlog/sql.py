@@ -25,6 +25,7 @@ statement sqlglot cannot parse is error 1064. The connection stays usable either
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -160,10 +161,12 @@ class BinlogSession(Session):  # type: ignore[misc]
         text = str(value).upper() if value is not None else ""
         return True if text == "CRC32" else False if text == "NONE" else None
 
-    def heartbeat_period(self) -> float:
-        """@master_heartbeat_period in seconds (0 = no heartbeats)."""
+    def heartbeat_period(self) -> float | None:
+        """@master_heartbeat_period in seconds (0 = no heartbeats; None = not set)."""
         value = self.user_vars.get("master_heartbeat_period",
-                                   self.user_vars.get("source_heartbeat_period", 0))
+                                   self.user_vars.get("source_heartbeat_period"))
+        if value is None:
+            return None
         try:
             return max(0.0, float(value) / 1e9)
         except (TypeError, ValueError):
@@ -337,7 +340,8 @@ class BinlogSession(Session):  # type: ignore[misc]
         tables = info_schema_tables([])
         info = tables["information_schema"]
         seen_dbs: set[str] = set()
-        for (db, table), cols in sorted((self.catalog() if self.catalog else {}).items()):
+        catalog = await asyncio.to_thread(self.catalog) if self.catalog else {}
+        for (db, table), cols in sorted(catalog.items()):
             seen_dbs.add(db)
             for i, c in enumerate(cols, start=1):
                 info["columns"].append((
@@ -427,3 +431,167 @@ def _event_info(etype: int, ev: bytes) -> str:
     except (struct.error, IndexError, UnicodeDecodeError, ValueError):
         return ""
     return ""
+
+
+# -- the catalog, read back from the binlog's own Table_map events -------------------------
+
+_CHARSETS = {8: ("latin1", "latin1_swedish_ci", 1), 33: ("utf8mb3", "utf8mb3_general_ci", 3),
+             45: ("utf8mb4", "utf8mb4_general_ci", 4), 46: ("utf8mb4", "utf8mb4_bin", 4),
+             63: ("binary", "binary", 1), 255: ("utf8mb4", "utf8mb4_0900_ai_ci", 4)}
+_INT_NAMES = {1: "tinyint", 2: "smallint", 9: "mediumint", 3: "int", 8: "bigint"}
+_META_LEN = {4: 1, 5: 1, 252: 1, 255: 1, 245: 1, 15: 2, 253: 2, 246: 2, 16: 2, 254: 2,
+             247: 2, 248: 2, 17: 1, 18: 1, 19: 1}
+
+
+def _packed(data: bytes, off: int) -> tuple[int, int]:
+    first = data[off]
+    if first < 251:
+        return first, off + 1
+    size = {252: 2, 253: 3, 254: 8}[first]
+    return int.from_bytes(data[off + 1:off + 1 + size], "little"), off + 1 + size
+
+
+def _column_type(code: int, meta: bytes, unsigned: bool, charset: int | None) -> str:
+    mbmax = _CHARSETS.get(charset or 63, ("", "", 1))[2]
+    binary = charset in (None, 63)
+    if code in _INT_NAMES:
+        return _INT_NAMES[code] + (" unsigned" if unsigned else "")
+    if code in (4, 5):
+        return "float" if code == 4 else "double"
+    if code == 246:
+        return f"decimal({meta[0]},{meta[1]})"
+    if code in (17, 18, 19):
+        name = {17: "timestamp", 18: "datetime", 19: "time"}[code]
+        return f"{name}({meta[0]})" if meta[0] else name
+    if code in (15, 253):
+        n = int.from_bytes(meta[:2], "little")
+        return f"varbinary({n})" if binary else f"varchar({n // mbmax})"
+    if code == 252:
+        size = {1: "tiny", 2: "", 3: "medium", 4: "long"}.get(meta[0], "long")
+        return size + ("blob" if binary else "text")
+    if code == 254:
+        real, n = meta[0], meta[1]
+        if real == 247:
+            return "enum"
+        if real == 248:
+            return "set"
+        return f"binary({n})" if binary else f"char({n // mbmax})"
+    if code == 16:
+        return f"bit({meta[0] + meta[1] * 8})"
+    return {10: "date", 13: "year", 245: "json", 7: "timestamp", 12: "datetime",
+            11: "time"}.get(code, "blob")
+
+
+def parse_table_map(body: bytes) -> tuple[str, str, list[ColumnInfo]]:
+    """(db, table, columns) of a Table_map event body (header and checksum removed),
+    from its optional metadata (binlog_row_metadata=FULL: names, signedness, charsets,
+    primary key)."""
+    from databus.binlog.types import CHARACTER_TYPES, NUMERIC_TYPES
+
+    off = 8
+    db = body[off + 1:off + 1 + body[off]].decode("utf-8", "replace")
+    off += 2 + body[off]
+    table = body[off + 1:off + 1 + body[off]].decode("utf-8", "replace")
+    off += 2 + body[off]
+    n, off = _packed(body, off)
+    types = list(body[off:off + n])
+    off += n
+    meta_len, off = _packed(body, off)
+    meta_end = off + meta_len
+    metas = []
+    for t in types:
+        k = _META_LEN.get(t, 0)
+        metas.append(bytes(body[off:off + k]))
+        off += k
+    off = meta_end
+    nulls = body[off:off + (n + 7) // 8]
+    off += (n + 7) // 8
+    names = [f"col{i + 1}" for i in range(n)]
+    unsigned = [False] * n
+    charsets: list[int | None] = [None] * n
+    pk: set[int] = set()
+    char_cols = [i for i, t in enumerate(types) if t in CHARACTER_TYPES]
+    num_cols = [i for i, t in enumerate(types) if t in NUMERIC_TYPES]
+    while off < len(body):
+        kind = body[off]
+        length, off = _packed(body, off + 1)
+        value, off = body[off:off + length], off + length
+        if kind == 1:  # SIGNEDNESS
+            for j, i in enumerate(num_cols):
+                unsigned[i] = bool(value[j // 8] & (0x80 >> (j % 8)))
+        elif kind == 2:  # DEFAULT_CHARSET: default, then (column, charset) pairs
+            default, p = _packed(value, 0)
+            exceptions = {}
+            while p < len(value):
+                col, p = _packed(value, p)
+                exceptions[col], p = _packed(value, p)
+            for j, i in enumerate(char_cols):
+                charsets[i] = exceptions.get(j, default)
+        elif kind == 3:  # COLUMN_CHARSET
+            p = 0
+            for i in char_cols:
+                charsets[i], p = _packed(value, p)
+        elif kind == 4:  # COLUMN_NAME
+            p = 0
+            for i in range(n):
+                size, p = _packed(value, p)
+                names[i] = value[p:p + size].decode("utf-8", "replace")
+                p += size
+        elif kind in (8, 9):  # SIMPLE_PRIMARY_KEY, PRIMARY_KEY_WITH_PREFIX
+            p = 0
+            while p < len(value):
+                col, p = _packed(value, p)
+                pk.add(col)
+                if kind == 9:
+                    _, p = _packed(value, p)
+    cols = []
+    for i, t in enumerate(types):
+        ctype = _column_type(t, metas[i], unsigned[i], charsets[i])
+        cs_id = charsets[i]
+        cs = _CHARSETS.get(cs_id) if cs_id is not None and cs_id != 63 else None
+        cols.append(ColumnInfo(
+            name=names[i], data_type=ctype.split("(")[0].split()[0], column_type=ctype,
+            nullable=bool(nulls[i // 8] & (1 << (i % 8))), key="PRI" if i in pk else "",
+            charset=cs[0] if cs else None, collation=cs[1] if cs else None))
+    return db, table, cols
+
+
+class TableMapCatalog:
+    """The captured tables' columns as the binlog's latest Table_map of each says
+    (:data:`Catalog`). Reads only what was appended since the last call; a table shows
+    once a row of it was written."""
+
+    def __init__(self, store: BinlogStore) -> None:
+        self._store = store
+        self._tables: dict[tuple[str, str], list[ColumnInfo]] = {}
+        self._file = ""
+        self._pos = 0
+
+    def __call__(self) -> dict[tuple[str, str], list[ColumnInfo]]:
+        for name, size in self._store.files():
+            if name < self._file:
+                continue
+            start = self._pos if name == self._file else BIN_LOG_HEADER_SIZE
+            if size <= start:
+                self._file, self._pos = name, max(start, size)
+                continue
+            try:
+                with self._store.path(name).open("rb") as f:
+                    f.seek(start)
+                    data = f.read(size - start)
+            except OSError:
+                continue  # purged meanwhile
+            off = 0
+            while off + HEADER_LEN <= len(data):
+                (length,) = struct.unpack_from("<I", data, off + LEN_OFFSET)
+                if length < HEADER_LEN or off + length > len(data):
+                    break
+                if data[off + TYPE_OFFSET] == 19:
+                    try:
+                        db, table, cols = parse_table_map(data[off + HEADER_LEN:off + length - 4])
+                        self._tables[(db, table)] = cols
+                    except (IndexError, KeyError, UnicodeDecodeError):
+                        pass  # not ours to judge: the dump sends it as it is
+                off += length
+            self._file, self._pos = name, start + off
+        return dict(self._tables)

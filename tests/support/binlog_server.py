@@ -1,0 +1,173 @@
+"""A SQLite source, its relay and ``databus binlog-server`` as processes, and a rebuild of
+the source's tables from the served binlog with python-mysql-replication.
+
+:class:`BinlogService` starts the relay (free port, stream-only) and the binlog server
+(free port, its data directory under ``tmp``) and stops both at exit; :func:`rebuild`
+reads the binlog from a position (or a GTID set) to its current end, non-blocking, and
+applies every row event to per-table dictionaries keyed by the primary key.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pymysql
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import GtidEvent, XidEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+from tests.support.procs import DATABUS, free_port, running, wait_http
+from tests.support.wait import wait_until
+
+USER, PASSWORD = "repl", "s3cret-pw"
+
+TYPES_SCHEMA = [
+    "CREATE TABLE IF NOT EXISTS kinds (id INTEGER PRIMARY KEY, name TEXT, price REAL,"
+    " data BLOB, n INTEGER)",
+]
+
+Tables = dict[str, dict[tuple[Any, ...], dict[str, Any]]]
+
+
+@dataclass
+class BinlogService:
+    """Relay + binlog server on the SQLite ``db`` (see the module docstring)."""
+
+    db: Path
+    tmp: Path
+    tables: list[str]
+    extra: list[str] = field(default_factory=list)
+    config: str = ""  # more YAML of the service's config file
+    relay_port: int = field(default_factory=free_port)
+    port: int = field(default_factory=free_port)
+
+    def __post_init__(self) -> None:
+        self._stack = ExitStack()
+        self.password_file = self.tmp / "repl.pw"
+        self.password_file.write_text(PASSWORD + "\n")
+        self.data_dir = self.tmp / "binlog"
+        # a short relay long-poll: the converter writes what it has whenever the relay
+        # is idle, so a test sees its changes within a second
+        self.config_file = self.tmp / "binlog.yaml"
+        self.config_file.write_text("poll_timeout: 0.5\n" + self.config)
+
+    def __enter__(self) -> BinlogService:
+        relay = self._stack.enter_context(running(
+            [*DATABUS, "relay", "--source", f"sqlite:///{self.db}", "--tables",
+             ",".join(self.tables), "--port", str(self.relay_port)], self.tmp / "relay.log"))
+        wait_http(f"http://127.0.0.1:{self.relay_port}/admin", relay)
+        self.start_server()
+        return self
+
+    def start_server(self) -> None:
+        self.server = self._stack.enter_context(running(
+            [*DATABUS, "binlog-server", "--relay", f"http://127.0.0.1:{self.relay_port}",
+             "--port", str(self.port), "--user", USER, "--password-file",
+             str(self.password_file), "--data-dir", str(self.data_dir), "--config",
+             str(self.config_file), *self.extra],
+            self.tmp / "binlog-server.log"))
+        wait_until(self._serving, 60, "the binlog server to accept connections")
+        # a new converter starts at the relay's newest window: wait until it follows
+        log = self.tmp / "binlog-server.log"
+        wait_until(lambda: "consuming" in log.read_text(errors="replace"), 60,
+                   "the converter to follow the relay")
+        time.sleep(1.0)  # its first request fixes the start; then changes are converted
+
+    def _serving(self) -> bool:
+        if self.server.poll() is not None:
+            raise AssertionError(f"binlog-server exited with {self.server.returncode}: "
+                                 + (self.tmp / "binlog-server.log").read_text()[-2000:])
+        try:
+            self.connect().close()
+            return True
+        except pymysql.err.OperationalError:
+            return False
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def connect(self) -> pymysql.connections.Connection[Any]:
+        return pymysql.connect(host="127.0.0.1", port=self.port, user=USER, password=PASSWORD,
+                               connect_timeout=5)
+
+    def query(self, sql: str) -> tuple[tuple[Any, ...], ...]:
+        con = self.connect()
+        try:
+            with con.cursor() as cur:
+                cur.execute(sql)
+                return tuple(cur.fetchall())
+        finally:
+            con.close()
+
+    def settings(self) -> dict[str, Any]:
+        return {"host": "127.0.0.1", "port": self.port, "user": USER, "password": PASSWORD}
+
+
+@dataclass
+class Rebuilt:
+    tables: Tables = field(default_factory=dict)
+    gtids: list[str] = field(default_factory=list)
+    xid_positions: list[tuple[str, int]] = field(default_factory=list)
+    rows: int = 0
+
+
+def apply_events(events: Iterator[Any], into: Rebuilt, keys: dict[str, list[str]],
+                 reader: BinLogStreamReader) -> None:
+    for e in events:
+        if isinstance(e, GtidEvent):
+            into.gtids.append(e.gtid)
+        elif isinstance(e, XidEvent):
+            into.xid_positions.append((reader.log_file, reader.log_pos))
+        elif isinstance(e, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
+            table = into.tables.setdefault(e.table, {})
+            for row in e.rows:
+                into.rows += 1
+                if isinstance(e, WriteRowsEvent):
+                    table[tuple(row["values"][k] for k in keys[e.table])] = row["values"]
+                elif isinstance(e, UpdateRowsEvent):
+                    del table[tuple(row["before_values"][k] for k in keys[e.table])]
+                    table[tuple(row["after_values"][k] for k in keys[e.table])] = \
+                        row["after_values"]
+                else:
+                    del table[tuple(row["values"][k] for k in keys[e.table])]
+
+
+def rebuild(svc: BinlogService, keys: dict[str, list[str]], *, into: Rebuilt | None = None,
+            log_file: str | None = None, log_pos: int | None = None,
+            gtid_set: str | None = None) -> Rebuilt:
+    """Read from ``log_file``/``log_pos`` (default: the first file) or after ``gtid_set``
+    to the end (non-blocking) into ``into``."""
+    out = into if into is not None else Rebuilt()
+    if gtid_set is not None:
+        reader = BinLogStreamReader(connection_settings=svc.settings(), server_id=7001,
+                                    blocking=False, auto_position=gtid_set)
+    else:
+        first = svc.query("SHOW BINARY LOGS")[0][0]
+        reader = BinLogStreamReader(connection_settings=svc.settings(), server_id=7001,
+                                    blocking=False, resume_stream=True,
+                                    log_file=log_file or first, log_pos=log_pos or 4)
+    try:
+        apply_events(iter(reader), out, keys, reader)
+    finally:
+        reader.close()
+    return out
+
+
+def sqlite_rows(db: Path, table: str, keys: list[str]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    con = sqlite3.connect(db)
+    try:
+        cur = con.execute(f"SELECT * FROM {table}")
+        names = [d[0] for d in cur.description]
+        out = {}
+        for row in cur.fetchall():
+            values = dict(zip(names, row, strict=True))
+            out[tuple(values[k] for k in keys)] = values
+        return out
+    finally:
+        con.close()
