@@ -103,7 +103,13 @@ class Tail:
     def _run(self) -> None:
         try:
             while not self._stop.is_set() and not self.done.is_set():
-                msgs = self.consumer.consume(10_000, timeout=0.1)
+                # consume(n, timeout) waits for n messages or the timeout: it would add up
+                # to the timeout to each lag. poll() returns at the first message, then the
+                # queue is drained without waiting.
+                one = self.consumer.poll(0.1)
+                if one is None:
+                    continue
+                msgs = [one, *self.consumer.consume(10_000, timeout=0)]
                 now = time.monotonic()
                 now_us = time.time_ns() // 1000
                 for msg in msgs:
@@ -132,13 +138,19 @@ class Tail:
 
 
 def _create_topics(broker: KafkaBroker, names: list[str]) -> None:
+    """Topics of one partition (a :class:`Tail` reads partition 0); existing ones are kept."""
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
     futures = admin.create_topics([NewTopic(n, num_partitions=1, replication_factor=1)
                                    for n in names])
     for f in futures.values():
-        f.result(30)
+        try:
+            f.result(30)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
 
 
 def _until_streaming(m: MariaDB, broker: KafkaBroker, control_topic: str, what: str,
@@ -251,7 +263,8 @@ def backlog(m: MariaDB, broker: KafkaBroker, tmp: Path, cp: str, rows: int, repe
 def lag(m: MariaDB, broker: KafkaBroker, tmp: Path, cp: str, rate: float, seconds: float,
         writers: int, linger: float, poll_ms: int) -> dict[str, Any]:
     m.execute("CREATE DATABASE IF NOT EXISTS bench", TABLE)
-    _create_topics(broker, ["dbz.bench.lat", "dbs.bench.lat"])
+    _create_topics(broker, ["dbz.bench.lat", "dbs.bench.lat", "dbz.peerctl.mark",
+                            "dbs.peerctl.mark"])
     count = int(rate * seconds)
     out: dict[str, Any] = {"rate": rate, "count": count}
     first = 1
