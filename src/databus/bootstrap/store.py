@@ -72,6 +72,7 @@ _PART = 1 << 20  # bytes per log row: keeps each statement well under packet lim
 # bytes one snapshot concatenation aims at: well under MariaDB's max_allowed_packet
 # (16 MiB by default), large enough that a usual page is one query
 CHUNK_BYTES = 4 << 20
+_MAX_ID = (1 << 63) - 1  # no upper id bound
 _CHUNK_ROWS = 32_768  # rows per concatenation at most, whatever the average size
 _I64 = struct.Struct(">q")
 
@@ -322,11 +323,11 @@ class BootstrapStore:
             return self._rows_after(conn, src, after_id, below_scn, limit)
 
     def snapshot_chunks(self, src: int, after_id: int, below_scn: int,
-                        limit: int) -> tuple[list[bytes], int, int]:
+                        limit: int, upto_id: int = _MAX_ID) -> tuple[list[bytes], int, int]:
         """The events of :meth:`snapshot_batch` as concatenations: ``(chunks, last
         id, rows)``; ``b"".join(chunks)`` is the rows' events in id order.
 
-        Up to ``limit`` rows of ``src`` with id > ``after_id`` and scn <
+        Up to ``limit`` rows of ``src`` with ``after_id < id <= upto_id`` and scn <
         ``below_scn``; ``last id`` is that of the last row (``after_id`` when
         none is left). All chunks are read in one read transaction.
         """
@@ -337,7 +338,8 @@ class BootstrapStore:
                 n = max(1, min(limit - rows, _CHUNK_ROWS,
                                int(CHUNK_BYTES / self._event_bytes)))
                 data, top, count, size = conn.execute(self._concat, {
-                    "src": src, "after": last, "below": below_scn, "n": n}).one()
+                    "src": src, "after": last, "upto": upto_id, "below": below_scn,
+                    "n": n}).one()
                 if not count:
                     break
                 self._event_bytes = max(int(size) / int(count), 1.0)
@@ -345,7 +347,7 @@ class BootstrapStore:
                     # the database did not concatenate it whole (a result over its
                     # packet or length limit): read these rows one by one
                     self._warn_concat(count, size, data)
-                    evs, top = self._rows_after(conn, src, last, below_scn, n)
+                    evs, top = self._rows_after(conn, src, last, below_scn, n, upto_id)
                     data, count = b"".join(evs), len(evs)
                 chunks.append(bytes(data))
                 rows += int(count)
@@ -353,10 +355,11 @@ class BootstrapStore:
         return chunks, last, rows
 
     def _rows_after(self, conn: sa.Connection, src: int, after_id: int, below_scn: int,
-                    limit: int) -> tuple[list[bytes], int]:
+                    limit: int, upto_id: int = _MAX_ID) -> tuple[list[bytes], int]:
         s = self.snap
         rows = conn.execute(sa.select(s.c.id, s.c.ev)
-                            .where(s.c.src == src, s.c.id > after_id, s.c.scn < below_scn)
+                            .where(s.c.src == src, s.c.id > after_id, s.c.id <= upto_id,
+                                   s.c.scn < below_scn)
                             .order_by(s.c.id).limit(limit)).all()
         return [bytes(r[1]) for r in rows], int(rows[-1][0]) if rows else after_id
 
@@ -412,8 +415,8 @@ class BootstrapStore:
 
 
 def _concat_sql(dialect: str) -> str:
-    """One snapshot chunk: the concatenated events of ``src``'s next rows (id >
-    ``after``, scn < ``below``, at most ``n``) in id order, with the last id, the
+    """One snapshot chunk: the concatenated events of ``src``'s next rows (``after``
+    < id <= ``upto``, scn < ``below``, at most ``n``) in id order, with the last id, the
     row count and the sum of the rows' lengths (to check the concatenation)."""
     if dialect == "postgresql":
         agg = "string_agg(ev, ''::bytea ORDER BY id)"
@@ -429,7 +432,8 @@ def _concat_sql(dialect: str) -> str:
         agg = "CAST(group_concat(ev, '') AS BLOB)"
     return (f"SELECT {agg}, MAX(id), COUNT(*), SUM(LENGTH(ev)) FROM ("
             " SELECT id, ev FROM dbus_bs_snapshot"
-            " WHERE src = :src AND id > :after AND scn < :below ORDER BY id LIMIT :n) page")
+            " WHERE src = :src AND id > :after AND id <= :upto AND scn < :below"
+            " ORDER BY id LIMIT :n) page")
 
 
 def _mysql_setup(engine: sa.Engine) -> None:

@@ -26,27 +26,29 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from databus.bootstrap.store import BootstrapStore
 from databus.core import event as ev
-from databus.core.envelope import decode_images
 from databus.core.errors import (
     BootstrapTooOldError,
     BootstrapTooYoungError,
     ConfigError,
+    CorruptEventError,
     DatabusError,
     UnknownSourceError,
 )
 from databus.core.schema import SchemaRegistry, TableSchema
 from databus.spark import arrow
+from databus.spark.fastread import ChunkDecoder
 from databus.spark.options import MAX_PARTITIONS
 from databus.spark.planned import PlannedDataSource
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import SparkSession
 
 FORMAT = "databus-snapshot"
@@ -245,33 +247,70 @@ class SnapshotReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, IdRangePartition)
-        registry = SchemaRegistry.from_json(self.registry_json)
-        builder = arrow.EnvelopeBuilder(self.arrow_schema)
         store = open_store(self.opts.store)
+        registry = SchemaRegistry.from_json(self.registry_json)
+
+        def refresh() -> SchemaRegistry:  # a table version the producer copied after planning
+            return SchemaRegistry.from_json(store.get("registry") or self.registry_json)
+
+        decoder = ChunkDecoder(self.arrow_schema, registry, refresh)
         try:
-            after, refreshed = partition.after_id, False
-            while after < partition.last_id:
-                page = store.snapshot_page(self.src_ids, after, partition.last_id, self.scn,
-                                           self.opts.page_rows)
-                if not page:
-                    break
-                for _id, _src, scn, data in page:
-                    e = ev.decode(data, 0)
-                    if registry.find(e.schema_id) is None and not refreshed:
-                        # a table version the producer copied after planning
-                        registry = SchemaRegistry.from_json(store.get("registry") or self.registry_json)
-                        refreshed = True
-                    schema, _before, after_img, meta = decode_images(e, registry)
-                    builder.add(ev.Op.READ.letter, scn, 0, e.timestamp_ns // 1_000_000, schema,
-                                meta, True, arrow.key_text(e.key), None, after_img)
-                    if len(builder) >= self.opts.rows_per_arrow_batch:
-                        yield builder.flush()
-                after = page[-1][0]
+            for src in self.src_ids:
+                yield from self._read_source(store, decoder, src, partition)
             if store.get("initial_scn") != self.initial_scn:
                 raise BootstrapTooYoungError(
                     f"{_WHO}: the bootstrap store was rebuilt (new initial load) while it was "
                     "read; read the snapshot again")
         finally:
             store.close()
-        if len(builder):
-            yield builder.flush()
+
+    def _read_source(self, store: BootstrapStore, decoder: ChunkDecoder, src: int,
+                     partition: IdRangePartition) -> Iterator[pa.RecordBatch]:
+        """The rows of ``src`` in the partition's range as envelope batches of
+        ``rowsPerArrowBatch`` rows (the last one shorter): each page comes from the
+        store as concatenated events and is decoded many events per call; a page's
+        tail shorter than a batch is carried into the next page's buffer."""
+        per_batch = self.opts.rows_per_arrow_batch
+        after, pending, rows = partition.after_id, b"", 0
+        while True:
+            chunks, last, got = store.snapshot_chunks(src, after, self.scn + 1,
+                                                      self.opts.page_rows, partition.last_id)
+            buf = pending + b"".join(chunks) if pending else b"".join(chunks)
+            rows += got
+            off = 0
+            while rows >= per_batch or (not got and rows):
+                ch = decoder.decode(buf, off, per_batch, _NO_END, 0)
+                assert ch.batch is not None and not ch.eops  # the store holds data events only
+                off, rows = ch.off, rows - ch.batch.num_rows
+                yield self._snapshot_rows(ch.batch)
+            if not got:
+                return
+            pending, after = buf[off:], last
+
+    def _snapshot_rows(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """A decoded batch of stored events as snapshot rows: op ``r``, sequence
+        index 0, ``source.snapshot`` true, no before image (what the applier and the
+        initial load store already, made certain here at the cost of a few columns).
+        ``scn`` is the event's, which is the store's scn column (the window that
+        wrote the row; both writers store it so): checked against the plan's SCN."""
+        n = batch.num_rows
+        scn = batch.column("scn")
+        top = pc.max(scn).as_py()
+        if top is not None and top > self.scn:
+            raise CorruptEventError(f"{_WHO}: a snapshot row's event has SCN {top}, above the "
+                                    f"snapshot SCN {self.scn} its store row was selected by")
+        source = batch.column("source")
+        fields = [source.type.field(i) for i in range(source.type.num_fields)]
+        children = [source.field(i) for i in range(len(fields) - 1)]
+        snapshot = pa.StructArray.from_arrays(
+            [*children, pa.repeat(True, n)], fields=fields)
+        sequence = pa.StructArray.from_arrays(
+            [scn, pa.repeat(pa.scalar(0, pa.int32()), n)], fields=list(arrow.SEQUENCE_TYPE))
+        row_type = self.arrow_schema.field("before").type
+        return pa.RecordBatch.from_arrays(
+            [pa.repeat(pa.scalar(ev.Op.READ.letter, pa.string()), n), scn, sequence,
+             batch.column("ts_ms"), snapshot, batch.column("key"), pa.nulls(n, row_type),
+             batch.column("after")], schema=self.arrow_schema)
+
+
+_NO_END = (1 << 63) - 1  # a snapshot has no EOP to stop at
