@@ -1,10 +1,10 @@
 """Build of the optional C accelerators (the binlog row codec, which also reads
-snapshot chunk rows, the relay buffer's event selection, the Spark event decoder, the
-client's batch decoder).
+snapshot chunk rows, the pgoutput row codec, the relay buffer's event selection, the
+Spark event decoder, the client's batch decoder).
 
 Everything else is in pyproject.toml. The extensions are optional: where one
 cannot be compiled, databus installs without it and uses its pure-Python path
-(same output, slower): the MySQL source's decoder, the buffer's
+(same output, slower): the MySQL and PostgreSQL sources' decoders, the buffer's
 selection, the Spark source's reader, the client's ``wiredecode``.
 """
 
@@ -16,6 +16,12 @@ setup(
             "databus.sources.mysql._rowcodec",
             ["src/databus/sources/mysql/_rowcodec.c"],
             depends=["src/databus/sources/mysql/_snaptext.c"],  # #included: snapshot rows
+            optional=True,
+            extra_compile_args=["-O2", "-std=c99", "-Wall"],
+        ),
+        Extension(
+            "databus.sources.postgres._pgcodec",
+            ["src/databus/sources/postgres/_pgcodec.c"],
             optional=True,
             extra_compile_args=["-O2", "-std=c99", "-Wall"],
         ),

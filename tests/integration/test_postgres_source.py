@@ -19,6 +19,7 @@ from databus.core.errors import ConfigError, SourcePositionLostError
 from databus.core.schema import MetadataCodec
 from databus.core.window import Window
 from databus.sources import open_source
+from databus.sources.postgres import fastpath
 from databus.sources.postgres.connection import SESSION_SETTINGS
 from databus.sources.postgres.source import PostgresSource
 from tests.support.postgres import PostgreSQL
@@ -227,6 +228,66 @@ def test_type_matrix_inserts_updates_deletes_equal_select_text(postgres: Postgre
     assert sql_types["c_num_ps"] == "numeric(12,3)" and sql_types["c_enum"] == "mood"
     assert schema.key_columns == ("id",)
     src.close()
+
+
+@pytest.mark.skipif(not fastpath.available(), reason="the C extension is not built")
+def test_compiled_and_python_decoding_give_the_same_bytes(postgres: PostgreSQL, db: str,
+        conn: psycopg.Connection[Any]) -> None:
+    """The same WAL read twice from one slot, through the C codec and through the Python
+    path: the same windows, byte for byte. Covers the type matrix (inserts, updates with
+    before images and a carried TOAST value, deletes), JSON keys of every kind with
+    characters JSON escapes, an integer key set to NULL-free values, a key change, a table
+    keyed by row index, a fetched TOAST value (Python rows among C rows) and TRUNCATE."""
+    _create_matrix(conn, "FULL")
+    conn.execute("CREATE TABLE keyed (k1 text, k2 boolean, k3 float8, k4 bytea, k5 bigint,"
+                 " v text, PRIMARY KEY (k1, k2, k3, k4, k5))")
+    conn.execute("CREATE TABLE nokey (a int, b text)")
+    conn.execute("ALTER TABLE nokey REPLICA IDENTITY FULL")
+    conn.execute("CREATE TABLE docs (id int PRIMARY KEY, title text, body text)")
+    conn.execute("ALTER TABLE docs ALTER body SET STORAGE EXTERNAL")
+    cfg = source_config(postgres.source_url(db), [r"public\..*"], snapshot_mode="no_data",
+                        create_publication=True)
+    first = PostgresSource(cfg, name="twice", compiled=True)
+    first.open()
+    stop = threading.Event()
+    assert first.read(-1, stop, 0.2) == []  # the slot: changes from here on
+    in_c = []
+    c_change = first._rows.change
+    first._rows.change = (  # type: ignore[method-assign]
+        lambda payload, skip: in_c.append(c_change(payload, skip)) or in_c[-1])
+    with conn.transaction():
+        for i, values in enumerate(MATRIX_ROWS, 1):
+            names = ", ".join(["id", *values])
+            marks = ", ".join(["%s"] * (len(values) + 1))
+            conn.execute(f"INSERT INTO matrix ({names}) VALUES ({marks})", [i, *values.values()])
+        conn.execute("INSERT INTO docs VALUES (1, 'a', repeat('z', 100000))")
+    conn.execute("UPDATE matrix SET c_int4 = coalesce(c_int4, 0) - 1, c_text = 'u' || id")
+    odd = 'a"b\\c\n\x01\x1f\x7f ü ✓ \t/'
+    with conn.transaction():
+        conn.execute("INSERT INTO keyed VALUES (%s, true, 1.5, '\\xDEADbeef', -7, 'x'),"
+                     " ('', false, 'NaN', '\\x', 9223372036854775807, NULL),"
+                     " ('z', true, '-Infinity', '\\x00', 0, 'y'),"
+                     " ('w', false, 1e300, '\\x01', -1, 'v'),"
+                     " ('q', true, 0.1, '\\x02', 2, 'q')", [odd])
+        conn.execute("UPDATE keyed SET v = 'changed' WHERE k1 = %s", [odd])
+        conn.execute("UPDATE keyed SET k5 = 5 WHERE k1 = 'z'")  # a key change
+        conn.execute("UPDATE docs SET title = 'b'")  # TOAST fetched: a Python row
+        conn.execute("INSERT INTO nokey VALUES (1, 'a'), (1, 'a'), (NULL, NULL)")
+        conn.execute("UPDATE nokey SET b = 'c' WHERE b = 'a'")
+        conn.execute("DELETE FROM keyed WHERE k1 = ''")
+    conn.execute("TRUNCATE nokey, keyed")
+    conn.execute("DELETE FROM matrix")
+    compiled = [(w.scn, w.count, w.events) for w in drain(first, -1, 5)]
+    first.close()  # never acknowledged: the slot gives the same changes again
+    # Python decoded the two updates with an unchanged TOAST value (carried, fetched)
+    assert in_c.count(1) == 25 and in_c.count(-1) == 2
+    second = PostgresSource(cfg, name="twice", compiled=False)
+    second.open()
+    python = [(w.scn, w.count, w.events) for w in drain(second, -1, 5)]
+    second.close()
+    assert [(scn, n) for scn, n, _ in compiled] == [(scn, n) for scn, n, _ in python]
+    assert compiled == python
+    assert sum(n for _, n, _ in compiled) == 4 + 1 + 4 + 5 + 1 + 2 + 1 + 3 + 2 + 1 + 2 + 4
 
 
 def test_unchanged_toast_is_fetched_with_replica_identity_default(postgres: PostgreSQL, db: str,
@@ -457,4 +518,33 @@ def test_pgoutput_damaged_or_unknown_messages_stop_capture_loudly() -> None:
     with pytest.raises(CorruptEventError):
         po.decode(insert[:-1] + b"x")  # a column kind that does not exist
     with pytest.raises(UnsupportedEventError, match="nothing was skipped"):
-        po.decode(b"S" + bytes(5))  # protocol 2's stream start: never asked for
+        po.decode(b"P" + bytes(25))  # protocol 3's Prepare: never asked for
+    assert po.decode(b"S" + (7).to_bytes(4, "big") + b"\x01") == po.StreamStart(7, True)
+    assert po.decode(b"A" + (7).to_bytes(4, "big") + (9).to_bytes(4, "big")) \
+        == po.StreamAbort(7, 9)
+
+
+@pytest.mark.skipif(not fastpath.available(), reason="the C extension is not built")
+def test_compiled_decoder_hands_damaged_changes_back_to_python() -> None:
+    """Every cut or damaged change message: C declines (-1) and adds no row, so the Python
+    decoder raises its precise error; a relation it was not told of is declined too."""
+    from databus.sources.postgres.types import TableVersion, version_schema
+
+    schema = version_schema("public", "t", ["id", "v"], [23, 25], ["integer", "text"],
+                            ["id"], 1)
+    version = TableVersion(schema, [23, 25], [0])
+    rows = fastpath.CRows()
+    rows.relate(16384, version)
+    insert = b"I" + (16384).to_bytes(4, "big") + b"N" + (2).to_bytes(2, "big") \
+        + b"t" + (2).to_bytes(4, "big") + b"42" + b"n"
+    for cut in range(0, len(insert) - 1):
+        assert rows.change(insert[:cut] or b"I", 0) == -1
+    assert rows.change(insert[:-1] + b"x", 0) == -1
+    assert rows.change(insert.replace(b"42", b"4x"), 0) == -1  # not an integer
+    assert rows.change(b"I" + (16385).to_bytes(4, "big") + insert[5:], 0) == -1
+    assert rows.pending == 0
+    assert rows.change(insert, 0) == 1
+    py = fastpath.PyRows()
+    after, payload = version.typed([b"42", None])
+    py.add(version, ev.Op.INSERT, version.key(after, 0), payload, None)
+    assert rows.commit(99, 5, b"7", None) == py.commit(99, 5, b"7", None)

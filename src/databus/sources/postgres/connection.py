@@ -168,16 +168,18 @@ def quote_ident(name: str) -> str:
 
 
 class ReplicationStream:
-    """``START_REPLICATION`` of a logical slot with pgoutput, protocol version 1.
+    """``START_REPLICATION`` of a logical slot with pgoutput: protocol version 1, or 2
+    with ``streaming 'on'`` when ``streaming`` (PostgreSQL 14+).
 
     :meth:`read` returns the payload of the next message, waiting at most
-    ``timeout`` seconds; :attr:`server_lsn` is where the server says it has
+    ``timeout`` seconds; :meth:`read_many` the payloads of every message already
+    received (one translation and no object per message but its payload); :attr:`server_lsn` is where the server says it has
     decoded to (its keepalives); :meth:`confirm` tells the server the slot may
     move to an LSN (it keeps that value and repeats it every ``status_interval``).
     """
 
     def __init__(self, url: PgUrl, *, slot: str, publication: str, start_lsn: int,
-                 status_interval: float = 10.0) -> None:
+                 status_interval: float = 10.0, streaming: bool = False) -> None:
         self.url = url
         self._conn: Any = None
         self._cur: Any = None
@@ -190,7 +192,9 @@ class ReplicationStream:
                 cur.start_replication(
                     slot_name=slot, decode=False, start_lsn=max(start_lsn, 0),
                     status_interval=status_interval,
-                    options={"proto_version": "1", "publication_names": publication})
+                    options=({"proto_version": "2", "streaming": "on",
+                              "publication_names": publication} if streaming else
+                             {"proto_version": "1", "publication_names": publication}))
             except BaseException:
                 conn.close()
                 raise
@@ -207,6 +211,24 @@ class ReplicationStream:
         if msg is None:
             return None
         return int(msg.data_start), bytes(msg.payload)
+
+    def read_many(self, timeout: float, limit: int) -> list[bytes]:
+        """The payloads of up to ``limit`` messages: those already received, else what
+        arrives within ``timeout`` seconds (none: an empty list)."""
+        cur = self._cur
+        out: list[bytes] = []
+        with translated("reading the replication stream", self.url):
+            read = cur.read_message
+            msg = read()
+            if msg is None and timeout > 0:
+                select.select([self._conn], [], [], timeout)
+                msg = read()
+            while msg is not None:
+                out.append(msg.payload)
+                if len(out) >= limit:
+                    break
+                msg = read()
+        return out
 
     @property
     def server_lsn(self) -> int:

@@ -1,4 +1,4 @@
-"""Decoding of pgoutput's messages (logical replication protocol, version 1).
+"""Decoding of pgoutput's messages (logical replication protocol, versions 1 and 2).
 
 Written here rather than taken from a library: the maintained Python drivers
 carry the replication protocol's framing (psycopg2) but not pgoutput's message
@@ -14,6 +14,11 @@ undecoded: most of it is copied into Avro as it is. Binary-format values
 (``binary`` option) are never asked for and refused. A message type
 this module does not know raises
 :class:`~databus.core.errors.UnsupportedEventError`: nothing is skipped.
+
+Protocol 2 adds streamed transactions: Stream Start, Stop, Commit and Abort
+messages, and, inside a stream block (between Start and Stop), the id of the
+(sub)transaction after the type byte of every other message
+(:func:`streamed_xid`, :func:`unstreamed`).
 """
 
 from __future__ import annotations
@@ -131,8 +136,36 @@ class LogicalMessage:
     content: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class StreamStart:
+    xid: int
+    first: bool  # the first block of this transaction
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStop:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class StreamCommit:
+    xid: int
+    flags: int
+    commit_lsn: int
+    end_lsn: int
+    commit_ts_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamAbort:
+    xid: int
+    subxid: int  # == xid: the whole transaction
+
+
 Message = (Begin | Commit | Origin | Relation | TypeInfo | Insert | Update | Delete | Truncate
-           | LogicalMessage)
+           | LogicalMessage | StreamStart | StreamStop | StreamCommit | StreamAbort)
+
+STREAM_START, STREAM_STOP, STREAM_COMMIT, STREAM_ABORT = 0x53, 0x45, 0x63, 0x41
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -281,9 +314,31 @@ def decode(payload: bytes) -> Message:
         lsn = r.u64()
         prefix = r.string()
         return LogicalMessage(bool(flags & 1), lsn, prefix, r.take(r.i32()))
+    if t == STREAM_START:
+        return StreamStart(r.u32(), r.byte() == 1)
+    if t == STREAM_STOP:
+        return StreamStop()
+    if t == STREAM_COMMIT:
+        return StreamCommit(r.u32(), r.byte(), r.u64(), r.u64(), r.i64())
+    if t == STREAM_ABORT:
+        return StreamAbort(r.u32(), r.u32())
     raise UnsupportedEventError(
         f"pgoutput message type {chr(t)!r} is not supported by this source (protocol"
-        " version 1); capture stopped before it, nothing was skipped")
+        " versions 1 and 2); capture stopped before it, nothing was skipped")
+
+
+def streamed_xid(payload: bytes) -> int:
+    """The (sub)transaction id of a message inside a stream block."""
+    if len(payload) < 5:
+        raise CorruptEventError("pgoutput streamed message truncated")
+    return int.from_bytes(payload[1:5], "big")
+
+
+def unstreamed(payload: bytes) -> bytes:
+    """A message of a stream block without its transaction id: as protocol 1 sends it."""
+    if len(payload) < 5:
+        raise CorruptEventError("pgoutput streamed message truncated")
+    return payload[:1] + payload[5:]
 
 
 def lsn_text(lsn: int) -> str:

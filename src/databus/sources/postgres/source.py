@@ -7,8 +7,15 @@ Guarantees (the :class:`~databus.sources.base.Source` contract, made concrete):
   ``read(after_scn=S)`` starts replication at S; the server skips every
   transaction whose commit record starts before S, i.e. exactly those with an
   SCN up to S (and the source drops any it would still send).
-* **Window** = one transaction, whole (the server decodes a transaction only at
-  its commit; rolled-back work is never sent). Events carry the commit time.
+* **Window** = one transaction, whole, at its commit; rolled-back work never
+  appears. Events carry the commit time. On PostgreSQL 14+ replication uses
+  protocol 2 with ``streaming 'on'``: a transaction larger than the server's
+  ``logical_decoding_work_mem`` is sent while it runs, in blocks that may
+  interleave with other transactions; its messages are held (:mod:`.streams`:
+  in memory up to ``stream_memory`` bytes for all open ones, then in a
+  temporary file) and decoded into one window at its Stream Commit, never
+  before; a Stream Abort drops it, or the part of an aborted subtransaction.
+  Older servers: protocol 1 (the server decodes a transaction at its commit).
 * **Slot** (``slot``, default ``databus_<relay name>``): created on a fresh
   start (``after_scn < 0``); its confirmed flush LSN moves only to SCNs the
   relay passed to :meth:`acknowledge` (which the relay calls with what its
@@ -56,9 +63,12 @@ Guarantees (the :class:`~databus.sources.base.Source` contract, made concrete):
   (:mod:`.snapshot`); the stream continues right after that point. no_data:
   no snapshot. A lost slot is never re-snapshotted (when_needed included).
 
+* **Decoding**: change messages are decoded and encoded in C when the
+  extension is built (:mod:`.fastpath`, the measured reason there), else in
+  Python; the events are the same bytes.
+
 Not yet: ``snapshot_mode`` always, incremental (signal table) snapshots,
-protocol version 2 (streamed large transactions), tables added to the
-database after start.
+tables added to the database after start.
 """
 
 from __future__ import annotations
@@ -68,24 +78,24 @@ import logging
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from databus.core import event as ev
 from databus.core.atomic import write_atomic
-from databus.core.avrobin import long_bytes
 from databus.core.errors import (
     ConfigError,
+    CorruptEventError,
     DatabusError,
     SchemaError,
     SourcePositionLostError,
 )
-from databus.core.schema import MetadataCodec, SchemaRegistry, TableSchema
+from databus.core.schema import SchemaRegistry, TableSchema
 from databus.core.window import Window
 from databus.sources.base import Source, SourceInfo
 from databus.sources.config import SourceConfig
-from databus.sources.postgres import checks
+from databus.sources.postgres import checks, fastpath
 from databus.sources.postgres import pgoutput as po
 from databus.sources.postgres.connection import (
     PgUrl,
@@ -98,11 +108,16 @@ from databus.sources.postgres.connection import (
     quote_ident,
 )
 from databus.sources.postgres.snapshot import InitialSnapshot
+from databus.sources.postgres.streams import Budget, Spool
 from databus.sources.postgres.types import TableVersion, version_schema
 
 log = logging.getLogger("databus.sources.postgres")
 
 _MAX_WINDOWS_PER_READ = 64
+_BATCH = 1024  # messages taken from the socket at once
+_CHANGES = frozenset({b"I", b"U", b"D"})
+STREAM_MEMORY = 64 << 20
+"""Default bound of the streamed transactions' messages held in memory (bytes)."""
 
 
 def pg_url(config: SourceConfig) -> PgUrl:
@@ -125,12 +140,11 @@ class _Rel:
 
 @dataclass
 class _Txn:
+    """The transaction being decoded (its rows wait in the source's ``_rows``)."""
+
     xid: int
     commit_ts_us: int
     origin: str | None = None
-    # events waiting for the commit's SCN: op, version, key, payload, before image
-    pending: list[tuple[ev.Op, TableVersion, int | bytes, bytes, bytes | None]] = field(
-        default_factory=list)
 
 
 def _regexes(patterns: list[str]) -> list[re.Pattern[str]]:
@@ -145,10 +159,14 @@ class PostgresSource(Source):
     database in the URL; see the module docstring."""
 
     def __init__(self, config: SourceConfig, *, name: str = "relay",
-                 state_dir: Path | None = None, slot_wait: float = 10.0) -> None:
+                 state_dir: Path | None = None, slot_wait: float = 10.0,
+                 compiled: bool | None = None, stream_memory: int = STREAM_MEMORY) -> None:
         """Describes the capture and does no I/O: :meth:`open` checks the server, the
         publication and the slot. ``slot_wait``: how long a start waits for a slot held
-        by another process (a killed relay's server process) before refusing."""
+        by another process (a killed relay's server process) before refusing.
+        ``compiled``: decode in C (True), in Python (False), or in C when built (None).
+        ``stream_memory``: bytes of streamed transactions' messages held in memory
+        before they spill to a temporary file (in ``state_dir`` when given)."""
         self.config = config
         self.url = pg_url(config)
         self.slot = config.slot or default_name(name)
@@ -156,6 +174,13 @@ class PostgresSource(Source):
         self._include = _regexes(config.tables or [".*"])
         self._exclude = _regexes(config.exclude_tables)
         self._slot_wait = slot_wait
+        self._compiled = compiled
+        self._rows: fastpath.Rows = fastpath.rows(compiled)
+        self._budget = Budget(stream_memory)
+        self._spill_dir = state_dir
+        self._spools: dict[int, Spool] = {}  # open streamed transactions
+        self._in_stream: int | None = None  # inside a stream block of this transaction
+        self._streaming = False  # protocol 2 (PostgreSQL 14+)
         self._history = state_dir / f"{name}.postgres-schemas.json" if state_dir else None
         self._acked_path = state_dir / f"{name}.postgres-slot.json" if state_dir else None
         self._registry = SchemaRegistry()
@@ -182,7 +207,8 @@ class PostgresSource(Source):
         self._stats: dict[str, float] = dict.fromkeys(
             ["slot_confirmed_lsn", "slot_lag_bytes", "server_lsn", "toast_fetched_total",
              "toast_carried_total", "toast_unavailable_total", "truncates_total",
-             "snapshot_rows_total", "snapshot_running"], 0.0)
+             "snapshot_rows_total", "snapshot_running", "streamed_transactions_total",
+             "streamed_aborts_total", "stream_spilled_bytes_total", "streams_open"], 0.0)
 
     # -- life cycle ----------------------------------------------------------------
 
@@ -203,6 +229,7 @@ class PostgresSource(Source):
             log.info("PostgreSQL %d at %s, wal_level=%s, slots %d/%d", facts.version_num,
                      self.url.where(), facts.wal_level, facts.used_slots, facts.max_slots)
             checks.check_server(facts)
+            self._streaming = facts.version_num >= 140000
             tables = checks.matching_tables(sql, self._include, self._exclude)
             checks.check_tables(tables, self.config.tables)
             checks.ensure_publication(sql, self.publication, tables,
@@ -232,7 +259,16 @@ class PostgresSource(Source):
             self._snap = None
             self._stats["snapshot_running"] = 0.0
         self._txn = None
+        self._rows.clear()
+        self._end_streams()
         self._stream_scn = -2
+
+    def _end_streams(self) -> None:
+        for spool in self._spools.values():
+            spool.close()
+        self._spools.clear()
+        self._in_stream = None
+        self._stats["streams_open"] = 0.0
 
     # -- schemas -------------------------------------------------------------------
 
@@ -267,6 +303,7 @@ class PostgresSource(Source):
         name = f"{msg.namespace}.{msg.name}"
         if not self._wanted(name):
             self._rels[msg.oid] = _Rel(msg, None)
+            self._rows.relate(msg.oid, None)
             return
         sig = (msg.namespace, msg.name, msg.replica_identity,
                tuple((c.name, c.type_oid, c.typmod, c.flags) for c in msg.columns))
@@ -274,6 +311,7 @@ class PostgresSource(Source):
         if version is None:
             version = self._new_version(msg, sig)
         self._rels[msg.oid] = _Rel(msg, version)
+        self._rows.relate(msg.oid, version)
 
     def _new_version(self, msg: po.Relation, sig: tuple[Any, ...]) -> TableVersion:
         assert self._sql is not None
@@ -344,10 +382,13 @@ class PostgresSource(Source):
         self._slot_floor = floor
         self._stream = ReplicationStream(self.url, slot=self.slot,
                                          publication=self.publication,
-                                         start_lsn=max(after_scn, 0))
+                                         start_lsn=max(after_scn, 0),
+                                         streaming=self._streaming)
         self._stream_scn = after_scn
         self._last_scn = after_scn
         self._rels.clear()  # the server sends every Relation again in a new session
+        self._rows = fastpath.rows(self._compiled)
+        self._end_streams()
         self._txn = None
         with self._lock:
             self._confirmed = -1  # a new session: say it again
@@ -479,9 +520,9 @@ class PostgresSource(Source):
         while not stop.is_set() and len(out) < _MAX_WINDOWS_PER_READ:
             self._confirm(stream)
             wait = 0.0 if out else max(0.0, min(deadline - time.monotonic(), 0.25))
-            got = stream.read(wait)
-            if got is None:
-                if self._txn is None:
+            batch = stream.read_many(wait, _BATCH)
+            if not batch:
+                if self._txn is None and not self._spools:
                     self._server_lsn = max(self._server_lsn, stream.server_lsn)
                 if out:
                     break
@@ -492,9 +533,15 @@ class PostgresSource(Source):
                 if time.monotonic() >= deadline:
                     break
                 continue
-            window = self._message(po.decode(got[1]))
-            if window is not None and window.scn > after_scn:
-                out.append(window)
+            change = self._rows.change
+            for payload in batch:
+                # the hot path: a row change of a transaction, decoded in C when built
+                if (self._txn is not None and payload[:1] in _CHANGES
+                        and change(payload, 0) >= 0):
+                    continue
+                window = self._payload(payload)
+                if window is not None and window.scn > after_scn:
+                    out.append(window)
         if out:
             self._stream_scn = self._last_scn = out[-1].scn
             self._last_out = time.monotonic()
@@ -502,11 +549,92 @@ class PostgresSource(Source):
         return out
 
     def _progress(self) -> Window | None:
-        if (not self._progress_every or self._txn is not None
+        # never inside a transaction, nor while a streamed one is open (the slot cannot
+        # release its WAL before that transaction's start anyway)
+        if (not self._progress_every or self._txn is not None or self._spools
                 or time.monotonic() - self._last_out < self._progress_every
                 or self._server_lsn <= max(self._last_scn, self._stream_scn)):
             return None
         return Window(self._server_lsn, b"", 0, time.time_ns())
+
+    def _payload(self, payload: bytes) -> Window | None:
+        """One message outside the hot path (see :meth:`_read`)."""
+        if self._in_stream is not None:
+            self._streamed(payload)
+            return None
+        msg = po.decode(payload)
+        if isinstance(msg, po.StreamStart):
+            if self._txn is not None:
+                raise CorruptEventError("pgoutput Stream Start inside a transaction")
+            spool = self._spools.get(msg.xid)
+            if spool is None or msg.first:
+                if spool is not None:
+                    spool.close()
+                spool = self._spools[msg.xid] = Spool(msg.xid, self._budget, self._spill_dir)
+            self._in_stream = msg.xid
+            self._stats["streams_open"] = float(len(self._spools))
+            return None
+        if isinstance(msg, po.StreamCommit):
+            return self._stream_commit(msg)
+        if isinstance(msg, po.StreamAbort):
+            self._stream_abort(msg)
+            return None
+        if isinstance(msg, po.StreamStop):
+            raise CorruptEventError("pgoutput Stream Stop outside a stream block")
+        return self._message(msg)
+
+    def _streamed(self, payload: bytes) -> None:
+        """A message inside a stream block: held until its transaction ends."""
+        t = payload[:1]
+        if t == b"E":  # Stream Stop
+            self._in_stream = None
+            return
+        if t in (b"S", b"c", b"A", b"B", b"C"):
+            raise CorruptEventError(f"pgoutput message {t!r} inside a stream block")
+        assert self._in_stream is not None
+        spool = self._spools[self._in_stream]
+        before = spool.spilled_bytes
+        spool.append(payload, po.streamed_xid(payload))
+        self._stats["stream_spilled_bytes_total"] += spool.spilled_bytes - before
+
+    def _stream_abort(self, msg: po.StreamAbort) -> None:
+        spool = self._spools.get(msg.xid)
+        if spool is None:
+            return  # nothing of it was streamed in this session
+        if msg.subxid == msg.xid:
+            spool.close()
+            del self._spools[msg.xid]
+            self._stats["streamed_aborts_total"] += 1
+            self._stats["streams_open"] = float(len(self._spools))
+        else:
+            spool.abort_subxact(msg.subxid)
+
+    def _stream_commit(self, msg: po.StreamCommit) -> Window | None:
+        """Decode a streamed transaction's messages, in order, into its one window."""
+        spool = self._spools.pop(msg.xid, None)
+        self._stats["streams_open"] = float(len(self._spools))
+        if spool is None:
+            raise CorruptEventError(
+                f"pgoutput Stream Commit of transaction {msg.xid}, never streamed")
+        if self._txn is not None:
+            raise CorruptEventError("pgoutput Stream Commit inside a transaction")
+        self._txn = _Txn(msg.xid, msg.commit_ts_us)
+        change = self._rows.change
+        try:
+            for payload in spool.messages():
+                if payload[:1] in _CHANGES and change(payload, 4) >= 0:
+                    continue
+                inner = po.decode(po.unstreamed(payload))
+                if isinstance(inner, (po.Begin, po.Commit, po.StreamStart, po.StreamStop,
+                                      po.StreamCommit, po.StreamAbort)):
+                    raise CorruptEventError(f"pgoutput {type(inner).__name__} inside a"
+                                            " streamed transaction")
+                self._message(inner)
+        finally:
+            spool.close()
+        self._stats["streamed_transactions_total"] += 1
+        return self._commit(po.Commit(msg.flags, msg.commit_lsn, msg.end_lsn,
+                                      msg.commit_ts_us))
 
     def _message(self, msg: po.Message) -> Window | None:
         if isinstance(msg, po.Begin):
@@ -540,15 +668,14 @@ class PostgresSource(Source):
         version = self._version_of(msg.rel)
         if version is None:
             return
-        index = len(txn.pending)
+        rows = self._rows
+        index = rows.pending
         if isinstance(msg, po.Insert):
             after, payload = version.typed(msg.new)
-            txn.pending.append((ev.Op.INSERT, version, version.key(after, index), payload,
-                                None))
+            rows.add(version, ev.Op.INSERT, version.key(after, index), payload, None)
         elif isinstance(msg, po.Delete):
             before, payload = version.typed(msg.old)
-            txn.pending.append((ev.Op.DELETE, version, version.key(before, index), payload,
-                                None))
+            rows.add(version, ev.Op.DELETE, version.key(before, index), payload, None)
         else:
             new = self._untoasted(msg, version)
             after = version.values(new)
@@ -557,13 +684,11 @@ class PostgresSource(Source):
             if old is not None and version.key_index:
                 old_key = version.key(old, index)
                 if old_key != new_key:
-                    txn.pending.append((ev.Op.DELETE, version, old_key, version.encode(old),
-                                        None))
-                    txn.pending.append((ev.Op.INSERT, version, new_key, version.encode(after),
-                                        None))
+                    rows.add(version, ev.Op.DELETE, old_key, version.encode(old), None)
+                    rows.add(version, ev.Op.INSERT, new_key, version.encode(after), None)
                     return
             image = version.encode(old) if old is not None and msg.old_kind == "O" else None
-            txn.pending.append((ev.Op.UPDATE, version, new_key, version.encode(after), image))
+            rows.add(version, ev.Op.UPDATE, new_key, version.encode(after), image)
 
     def _untoasted(self, msg: po.Update, version: TableVersion) -> list[Any]:
         """The new tuple with unchanged TOASTed values filled in (module docstring)."""
@@ -615,40 +740,20 @@ class PostgresSource(Source):
         for rel in msg.rels:
             version = self._version_of(rel)
             if version is not None:
-                txn.pending.append((ev.Op.TRUNCATE, version, 0, b"", None))
+                self._rows.add(version, ev.Op.TRUNCATE, 0, b"", None)
                 self._stats["truncates_total"] += 1
 
     def _commit(self, msg: po.Commit) -> Window | None:
         txn, self._txn = self._txn, None
         self._server_lsn = max(self._server_lsn, msg.end_lsn)
-        if txn is None or not txn.pending:
+        if txn is None or not self._rows.pending:
+            self._rows.clear()
             return None
         scn = msg.end_lsn
         ts_ns = (msg.commit_ts_us + po.PG_EPOCH_US) * 1000
-        parts = []
-        # the metadata part, Avro of METADATA_SCHEMA by hand: before, txid, file (null),
-        # pos, gtid (the origin), server_id (null), row
-        txid = str(txn.xid).encode()
-        txid_to_pos = b"\x02" + long_bytes(len(txid)) + txid + b"\x00\x02" + long_bytes(scn)
-        if txn.origin is None:
-            origin = b"\x00"
-        else:
-            raw = txn.origin.encode("utf-8")
-            origin = b"\x02" + long_bytes(len(raw)) + raw
-        for row, (op, version, key, payload, before) in enumerate(txn.pending):
-            s = version.schema
-            if op == ev.Op.TRUNCATE:
-                parts.append(ev.encode(scn=scn, src_id=s.src_id, key=0, payload=b"",
-                                       schema_id=s.id, schema_version=s.version, op=op,
-                                       timestamp_ns=ts_ns))
-                continue
-            meta = (b"\x00" if before is None else b"\x02" + long_bytes(len(before)) + before
-                    ) + txid_to_pos + origin + b"\x00\x02" + long_bytes(row)
-            parts.append(ev.encode(scn=scn, src_id=s.src_id, key=key, payload=payload,
-                                   schema_id=s.id, schema_version=s.version, op=op,
-                                   timestamp_ns=ts_ns, metadata=meta,
-                                   metadata_schema_id=MetadataCodec.ID))
-        return Window(scn, b"".join(parts), len(parts), ts_ns)
+        origin = None if txn.origin is None else txn.origin.encode("utf-8")
+        data, count = self._rows.commit(scn, ts_ns, str(txn.xid).encode(), origin)
+        return Window(scn, data, count, ts_ns)
 
     # -- positions -----------------------------------------------------------------
 

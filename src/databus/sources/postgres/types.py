@@ -138,6 +138,7 @@ class TableVersion:
         # Avro binary by hand (every field is ["null", T]: union index 0 or 1, then T):
         # the same bytes fastavro writes for these types, several times faster
         self._avro = [avro_type(t) for t in type_oids]
+        self.avro_types: tuple[AvroType, ...] = tuple(self._avro)
         self._encoders = [_ENCODERS[a] for a in self._avro]
         self.key_index = key_index  # positions of the key columns; empty: row index
         self.int_key = len(key_index) == 1 and type_oids[key_index[0]] in INTEGERS
