@@ -43,8 +43,10 @@ if ! command -v java >/dev/null && command -v dpkg >/dev/null; then
   apt_install openjdk-17-jre-headless
 fi
 if [ "${DATABUS_SETUP_SERVERS:-0}" = "1" ]; then
-  # pinned Java bundles (ZooKeeper, ...): fetched once into .cache/java, checked
-  # against scripts/java/*.sha256; a second run fetches nothing
+  # pinned Java bundles, every scripts/java/*.pom.xml (ZooKeeper, Kafka, Debezium, Delta,
+  # Iceberg, spark-kafka: Spark's Kafka source for tests/spark/test_kafka_source.py):
+  # fetched once into .cache/java, checked against scripts/java/*.sha256; a second run
+  # fetches nothing
   if ! command -v mvn >/dev/null && command -v dpkg >/dev/null; then
     apt_install maven
   fi

@@ -2,7 +2,8 @@
 # Fetches the pinned Java bundles (scripts/java/<bundle>.pom.xml) into the ignored
 # cache .cache/java/<bundle>/ with Maven, once: a bundle whose jars are all present
 # and match scripts/java/<bundle>.sha256 is left alone (nothing is fetched).
-# Tests and databus find the jars through databus.javadeps.classpath(bundle);
+# Tests and databus find the jars through databus.javadeps.classpath(bundle)
+# (spark-kafka: put on spark.jars by tests/support/kafka.spark_kafka_jars);
 # nothing downloads at test time. Adding a bundle: a new <bundle>.pom.xml with
 # pinned versions; the first fetch writes its .sha256 (commit it).
 # Usage: bash scripts/java/fetch.sh [bundle ...]   (default: every bundle)
