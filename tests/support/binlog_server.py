@@ -131,11 +131,12 @@ def apply_events(events: Iterator[Any], into: Rebuilt, keys: dict[str, list[str]
                 if isinstance(e, WriteRowsEvent):
                     table[tuple(row["values"][k] for k in keys[e.table])] = row["values"]
                 elif isinstance(e, UpdateRowsEvent):
-                    del table[tuple(row["before_values"][k] for k in keys[e.table])]
+                    # pop: a stream read from the middle deletes rows it never saw
+                    table.pop(tuple(row["before_values"][k] for k in keys[e.table]), None)
                     table[tuple(row["after_values"][k] for k in keys[e.table])] = \
                         row["after_values"]
                 else:
-                    del table[tuple(row["values"][k] for k in keys[e.table])]
+                    table.pop(tuple(row["values"][k] for k in keys[e.table]), None)
 
 
 def rebuild(svc: BinlogService, keys: dict[str, list[str]], *, into: Rebuilt | None = None,
