@@ -7,7 +7,10 @@ table is then applied into a fresh SCD1 table of the format (Delta, Iceberg) on
 first start to the last end:
 
 * ``relay``: ``apply_changes(format=...)`` reading the relay
-  (``envelope=flat``, ``partitions=2``);
+  (``envelope=flat``, ``partitions=2``) through ``format("databus")``: the JVM reader
+  (databus.spark.jvm) when its jar is built, as by default;
+* ``relay-python``: the same through the Python source (``format("databus-python")``),
+  the reader before the JVM one (``--inputs`` leaves it out);
 * ``parquet``: the same ``apply_changes`` reading the same changes dumped once
   to Parquet (not timed): does the source cost anything? (goal >= 0.9);
 * ``kafka-way``: what a Debezium -> Kafka -> Spark user writes, fed from
@@ -29,6 +32,7 @@ batch is the time from the commit of its oldest change to the end of its MERGE.
 
     .venv/bin/python -m bench.spark_lakehouse [--changes 1000000] [--repeat 2]
         [--formats delta,iceberg] [--steady 30] [--rate 2000]
+        [--inputs parquet,relay,relay-python,kafka-way]
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from databus.spark import (
     EvolvingQuery,
     apply_changes,
     changes,
+    jvm,
     read_lakehouse,
     register,
     session,
@@ -130,7 +135,9 @@ def main() -> None:
     ap.add_argument("--formats", default="delta,iceberg")
     ap.add_argument("--steady", type=float, default=30.0, help="seconds of the steady phase")
     ap.add_argument("--rate", type=int, default=2000, help="changes/s in the steady phase")
+    ap.add_argument("--inputs", default="parquet,relay,relay-python,kafka-way")
     args = ap.parse_args()
+    inputs = args.inputs.split(",")
     formats = args.formats.split(",")
     tmp = Path(tempfile.mkdtemp(prefix="databus-lakebench-"))
     db = tmp / "src.db"
@@ -159,8 +166,11 @@ def main() -> None:
         want = {t: sorted(sqlite3.connect(db).execute(f"SELECT * FROM {t}").fetchall())
                 for t in TABLES}
 
-        def relay_stream(t: str) -> DataFrame:
-            return (spark.readStream.format("databus").option("relay", relay.url)
+        print(f"format(\"databus\") is the {'JVM' if jvm.active(spark) else 'Python'} reader",
+              flush=True)
+
+        def relay_stream(t: str, fmt: str = "databus") -> DataFrame:
+            return (spark.readStream.format(fmt).option("relay", relay.url)
                     .option("sources", t).option("partitions", 2).option("envelope", "flat")
                     .load())
 
@@ -206,8 +216,9 @@ def main() -> None:
                         kafka_merge(fmt, target(fmt, name, t), row_ddl[7:-1]))
                         .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
                 else:
-                    src = (relay_stream(t) if kind == "relay" else spark.readStream.schema(
-                        schemas[t]).parquet(str(tmp / f"dump-{t}")))  # type: ignore[arg-type]
+                    src = (relay_stream(t) if kind == "relay" else relay_stream(t, "databus-python")
+                           if kind == "relay-python" else spark.readStream.schema(
+                               schemas[t]).parquet(str(tmp / f"dump-{t}")))  # type: ignore[arg-type]
                     qq = apply_changes(target=target(fmt, name, t), source=src, keys=["id"],
                                        format=fmt, checkpoint_location=ckpt,  # type: ignore[arg-type]
                                        trigger={"availableNow": True}, **FLAT)  # type: ignore[arg-type]
@@ -229,10 +240,12 @@ def main() -> None:
         # JIT, Python workers, the source's imports: not timed (without the relay warm-up
         # the first relay input measured ~1.9x slower than the same input later in a run)
         run(formats[0], "parquet", "warm")
-        run(formats[0], "relay", "warmrelay")
+        for kind in inputs:
+            if kind.startswith("relay"):
+                run(formats[0], kind, "warm" + kind.replace("-", ""))
         for round_ in range(args.repeat):
             for fmt in formats:
-                for kind in ("parquet", "relay", "kafka-way"):
+                for kind in inputs:
                     name = f"{fmt}-{kind}-{round_}".replace("-", "_")
                     secs, inside = run(fmt, kind, name)
                     check(fmt, name)
@@ -252,11 +265,13 @@ def main() -> None:
                   f"{inside:>10.2f} | {best - inside:>7.2f} | "
                   + ", ".join(f"{s:.2f}" for s in times))
         for fmt in formats:
-            relay_best = min(results[(fmt, "relay")])
-            print(f"{fmt}: relay / parquet (same apply_changes): "
-                  f"{min(results[(fmt, 'parquet')]) / relay_best:.2f}x (goal >= 0.9); "
-                  f"relay / kafka-way: {min(results[(fmt, 'kafka-way')]) / relay_best:.2f}x "
-                  "(goal >= 1.0)")
+            for kind in (k for k in inputs if k.startswith("relay")):
+                relay_best = min(results[(fmt, kind)])
+                ratios = [f"{kind} / {base}: {min(results[(fmt, base)]) / relay_best:.2f}x "
+                          f"(goal >= {goal})" for base, goal in (("parquet", 0.9),
+                                                                 ("kafka-way", 1.0))
+                          if (fmt, base) in results]
+                print(f"{fmt}: " + "; ".join(ratios))
 
         if args.steady > 0:
             steady(spark, relay, db, tmp, args.steady, args.rate)

@@ -64,3 +64,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q -e '.[dev]'
   echo "$want" > "$stamp"
 fi
+# the JVM reader of the Spark source (java/spark-source): javac against pyspark's jars,
+# rebuilt when its sources change; without a JDK the Python source serves format("databus")
+if command -v javac >/dev/null; then
+  bash scripts/java/build-spark-source.sh
+fi

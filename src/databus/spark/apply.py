@@ -39,6 +39,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from databus.core.atomic import write_atomic
 from databus.core.errors import ConfigError
+from databus.spark import jvm
 from databus.spark.lakehouse import EvolvingQuery, TableApplier, query_app_id
 from databus.spark.scd import reduce_scd1, reduce_scd2
 from databus.spark.spec import BUCKET, ApplySpec
@@ -204,7 +205,8 @@ def apply_changes(
         raise ConfigError(f"apply_changes: format must be parquet, delta or iceberg, not {format!r}")
 
     def start() -> StreamingQuery:
-        df = source() if callable(source) else source
+        with jvm.errors():  # the JVM reader's load() failures as the DatabusError they stand for
+            df = source() if callable(source) else source
         spec.columns(df)  # fail before starting on unknown columns
         writer = df.writeStream.foreachBatch(fn).option("checkpointLocation", checkpoint_location)
         if trigger:
