@@ -42,10 +42,15 @@ def mariadb_decode(files: list[Path]) -> Decoded:
     proc = subprocess.run([MARIADB_BINLOG, "--verbose", *map(str, files)],
                           capture_output=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
-    out = Decoded(stderr=proc.stderr)
+    return parse_verbose(proc.stdout, proc.stderr)
+
+
+def parse_verbose(stdout: bytes, stderr: bytes = b"") -> Decoded:
+    """What ``mariadb-binlog --verbose`` printed (``stdout``), parsed."""
+    out = Decoded(stderr=stderr)
     op = table = ""
     images: list[list[Any]] = []
-    lines = proc.stdout.split(b"\n")
+    lines = stdout.split(b"\n")
 
     def end_change() -> None:
         nonlocal images

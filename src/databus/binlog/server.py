@@ -156,6 +156,28 @@ class _ReplicationStream:
             self._inner.reset_seq()
 
 
+MARIADB_VERSION_PREFIX = "5.5.5-"
+"""What ``VERSION()`` starts with for MariaDB's ``mysqlbinlog`` (see :func:`client_version`)."""
+
+
+def client_version(version: str, connect_attrs: dict[str, str] | None) -> str:
+    """The ``VERSION()`` answered to one client: ``version`` (MySQL 8's), except for
+    MariaDB's ``mariadb-binlog`` / ``mysqlbinlog`` (connection attributes ``_client_name``
+    ``libmariadb`` and ``program_name`` ``mysqlbinlog`` or ``mariadb-binlog``), which
+    refuses every server whose version does not start with a major version it knows
+    (3, 4, 5 and MariaDB's 10, 11: ``check_master_version`` in MariaDB's
+    client/mysqlbinlog.cc) and reads nothing else from it. It gets ``5.5.5-`` + version:
+    the prefix MariaDB's own servers put before their 10.x versions for exactly such
+    clients. Every other client (Oracle's mysqlbinlog, python-mysql-replication,
+    Debezium, ...) sees MySQL 8's version, which they use to pick MySQL 8 behaviour.
+    The handshake and the binlog's Format_description always carry ``version``."""
+    attrs = connect_attrs or {}
+    if attrs.get("_client_name") == "libmariadb" and \
+            attrs.get("program_name") in ("mysqlbinlog", "mariadb-binlog"):
+        return MARIADB_VERSION_PREFIX + version
+    return version
+
+
 def _error_packet(code: int, message: str, sqlstate: bytes = b"HY000") -> bytes:
     return b"\xff" + struct.pack("<H", code) + b"#" + sqlstate + message.encode("utf-8")
 
@@ -178,6 +200,9 @@ class BinlogConnection(Connection):  # type: ignore[misc]
                 "Connections using insecure transport are prohibited while"
                 " --require_secure_transport=ON."))
             return
+        version = client_version(self._server.facts.version, kwargs.get("connect_attrs"))
+        if version != self._server.facts.version:
+            self.session.variables.set("version", version, force=True)
         await super().authenticate(*args, **kwargs)
 
     async def command_phase(self) -> None:
@@ -469,4 +494,4 @@ def run_service(cfg: BinlogServiceConfig, password: str, stop: threading.Event) 
         raise failed[0]
 
 
-__all__ = ["BinlogConnection", "BinlogServer", "ServerOptions", "run_service"]
+__all__ = ["BinlogConnection", "BinlogServer", "ServerOptions", "client_version", "run_service"]
