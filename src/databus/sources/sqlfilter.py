@@ -35,15 +35,17 @@ _VALUES = (exp.Literal, exp.Null, exp.Boolean, exp.Identifier, exp.Neg, exp.Add,
            exp.Mul, exp.Div, exp.Mod, exp.Column, exp.Tuple)
 
 
-def safe_filter(text: str, table: str, columns: Iterable[str]) -> str:
+def safe_filter(text: str, table: str, columns: Iterable[str], *,
+                dialect: str = "mysql") -> str:
     """The filter ``text`` for ``table`` (``db.table``) as SQL generated from its parse
-    tree, or :class:`InvalidRequestError` naming what is not allowed."""
+    tree, or :class:`InvalidRequestError` naming what is not allowed. ``dialect``:
+    sqlglot's name of the SQL read and written (the PostgreSQL source: ``postgres``)."""
     known = {c.lower() for c in columns}
     bare = _outside_strings(text)
     if "--" in bare or "/*" in bare or "#" in bare:
         raise InvalidRequestError(f"filter for {table}: comments are not allowed")
     try:
-        statements = [s for s in sqlglot.parse(text, read="mysql") if s is not None]
+        statements = [s for s in sqlglot.parse(text, read=dialect) if s is not None]
     except ParseError as exc:
         raise InvalidRequestError(f"filter for {table} is not valid SQL: {exc}") from exc
     if len(statements) != 1:
@@ -74,7 +76,7 @@ def safe_filter(text: str, table: str, columns: Iterable[str]) -> str:
                 f" ({type(node).__name__}) is not allowed; allowed: the table's columns,"
                 " literals, comparisons, AND/OR/NOT, IS NULL, IN, BETWEEN, LIKE, arithmetic"
                 f" and {', '.join(sorted(FUNCTIONS.values()))}")
-    return tree.sql(dialect="mysql")
+    return tree.sql(dialect=dialect)
 
 
 def _outside_strings(text: str) -> str:

@@ -61,6 +61,8 @@ class Rows(Protocol):
 
     def relate(self, oid: int, version: TableVersion | None) -> None: ...
 
+    def forget(self, oid: int) -> None: ...
+
     def change(self, payload: bytes, skip: int) -> int: ...
 
     def add(self, version: TableVersion, op: ev.Op, key: int | bytes, payload: bytes,
@@ -83,6 +85,9 @@ class PyRows:
         return len(self._rows)
 
     def relate(self, oid: int, version: TableVersion | None) -> None:
+        pass
+
+    def forget(self, oid: int) -> None:
         pass
 
     def change(self, payload: bytes, skip: int) -> int:
@@ -153,6 +158,10 @@ class CRows:
 
     def relate(self, oid: int, version: TableVersion | None) -> None:
         self._dec.relate(oid, None if version is None else self._codec_of(version))
+
+    def forget(self, oid: int) -> None:
+        """Changes of ``oid`` go to Python (the signal table)."""
+        self._dec.forget(oid)
 
     def change(self, payload: bytes, skip: int) -> int:
         try:

@@ -28,14 +28,15 @@ import math
 from collections.abc import Callable, Iterator
 
 from databus.core import event as ev
+from databus.core.errors import SchemaError
 from databus.core.window import Window
 from databus.sources.postgres import pgoutput as po
 from databus.sources.postgres.checks import TableFacts
-from databus.sources.postgres.connection import SnapshotSession, quote_ident
+from databus.sources.postgres.connection import SnapshotSession, SqlSession, quote_ident
 from databus.sources.postgres.types import TableVersion
 
 
-def relation_of(session: SnapshotSession, table: TableFacts) -> po.Relation:
+def relation_of(session: SnapshotSession | SqlSession, table: TableFacts) -> po.Relation:
     """The table as a pgoutput Relation message would describe it (columns, types,
     replica identity flags), read from the catalog in the snapshot."""
     rows = session.query(
@@ -50,6 +51,8 @@ def relation_of(session: SnapshotSession, table: TableFacts) -> po.Relation:
         " JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped"
         " WHERE n.nspname = %s AND c.relname = %s ORDER BY a.attnum",
         (table.schema, table.name))
+    if not rows:
+        raise SchemaError(f"table {table.full_name} does not exist")
     cols = tuple(po.Column(po.KEY_FLAG if key else 0, str(name), int(oid), int(mod))
                  for _, _, name, oid, mod, key in rows)
     return po.Relation(int(rows[0][0]), table.schema, table.name, str(rows[0][1]), cols)

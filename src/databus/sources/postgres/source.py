@@ -67,8 +67,15 @@ Guarantees (the :class:`~databus.sources.base.Source` contract, made concrete):
   extension is built (:mod:`.fastpath`, the measured reason there), else in
   Python; the events are the same bytes.
 
-Not yet: ``snapshot_mode`` always, incremental (signal table) snapshots,
-tables added to the database after start.
+* **Incremental snapshots** (signals): as the MySQL source's, with the same
+  signal-table contract, chunk windows and watermarks (:mod:`.incremental`),
+  when the signal table (``signal_table``, default ``databus.signals``) exists
+  and is in the publication (both made so with ``create_publication``; else
+  :meth:`signal` says what to run). Progress is kept in
+  ``<state_dir>/<relay>.postgres-snapshot.json``; a relay restarted mid-snapshot
+  resumes after the last chunk it holds.
+
+Not yet: ``snapshot_mode`` always, tables added to the database after start.
 """
 
 from __future__ import annotations
@@ -78,7 +85,8 @@ import logging
 import re
 import threading
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -88,13 +96,15 @@ from databus.core.errors import (
     ConfigError,
     CorruptEventError,
     DatabusError,
+    InvalidRequestError,
     SchemaError,
     SourcePositionLostError,
 )
-from databus.core.schema import SchemaRegistry, TableSchema
+from databus.core.schema import ColumnSpec, SchemaRegistry, TableSchema, table_schema
 from databus.core.window import Window
 from databus.sources.base import Source, SourceInfo
 from databus.sources.config import SourceConfig
+from databus.sources.mysql import incremental as inc
 from databus.sources.postgres import checks, fastpath
 from databus.sources.postgres import pgoutput as po
 from databus.sources.postgres.connection import (
@@ -107,15 +117,25 @@ from databus.sources.postgres.connection import (
     parse_pg_url,
     quote_ident,
 )
+from databus.sources.postgres.incremental import PgChunks, signal_table_ready
 from databus.sources.postgres.snapshot import InitialSnapshot
 from databus.sources.postgres.streams import Budget, Spool
-from databus.sources.postgres.types import TableVersion, version_schema
+from databus.sources.postgres.types import TableVersion, source_id, version_schema
+from databus.sources.progress import ProgressRecords
+from databus.sources.sqlfilter import safe_filter
 
 log = logging.getLogger("databus.sources.postgres")
 
 _MAX_WINDOWS_PER_READ = 64
 _BATCH = 1024  # messages taken from the socket at once
 _CHANGES = frozenset({b"I", b"U", b"D"})
+NOTIFICATIONS = "databus.notifications"
+"""Logical source of snapshot progress notifications (as the MySQL source's)."""
+
+NOTIFICATION_AVRO = table_schema("databus", "notifications", [
+    ColumnSpec("kind", "string", nullable=False), ColumnSpec("snapshot", "string"),
+    ColumnSpec("table", "string"), ColumnSpec("data", "string", nullable=False)])
+
 STREAM_MEMORY = 64 << 20
 """Default bound of the streamed transactions' messages held in memory (bytes)."""
 
@@ -145,6 +165,8 @@ class _Txn:
     xid: int
     commit_ts_us: int
     origin: str | None = None
+    # rows inserted into the signal table: (id, type, data)
+    signals: list[tuple[str, str, str | None]] = field(default_factory=list)
 
 
 def _regexes(patterns: list[str]) -> list[re.Pattern[str]]:
@@ -181,6 +203,15 @@ class PostgresSource(Source):
         self._spools: dict[int, Spool] = {}  # open streamed transactions
         self._in_stream: int | None = None  # inside a stream block of this transaction
         self._streaming = False  # protocol 2 (PostgreSQL 14+)
+        self.signal_table = config.signal_table
+        self._signals_off: str | None = "the source is not open"  # else None: signals on
+        self._signal_rels: set[int] = set()
+        self._coord: inc.Coordinator | None = None
+        self._chunks: PgChunks | None = None
+        self._records = ProgressRecords(
+            state_dir / f"{name}.postgres-snapshot.json" if state_dir else None, keep=None)
+        self._notices: list[dict[str, Any]] = []
+        self._notify: TableSchema | None = None
         self._history = state_dir / f"{name}.postgres-schemas.json" if state_dir else None
         self._acked_path = state_dir / f"{name}.postgres-slot.json" if state_dir else None
         self._registry = SchemaRegistry()
@@ -208,7 +239,9 @@ class PostgresSource(Source):
             ["slot_confirmed_lsn", "slot_lag_bytes", "server_lsn", "toast_fetched_total",
              "toast_carried_total", "toast_unavailable_total", "truncates_total",
              "snapshot_rows_total", "snapshot_running", "streamed_transactions_total",
-             "streamed_aborts_total", "stream_spilled_bytes_total", "streams_open"], 0.0)
+             "streamed_aborts_total", "stream_spilled_bytes_total", "streams_open",
+             # every key from the start: the relay's metrics thread copies the dict
+             *(f"snapshot_{k.lower()}_total" for k in inc.NOTICE_KINDS)], 0.0)
 
     # -- life cycle ----------------------------------------------------------------
 
@@ -230,7 +263,8 @@ class PostgresSource(Source):
                      self.url.where(), facts.wal_level, facts.used_slots, facts.max_slots)
             checks.check_server(facts)
             self._streaming = facts.version_num >= 140000
-            tables = checks.matching_tables(sql, self._include, self._exclude)
+            tables = [t for t in checks.matching_tables(sql, self._include, self._exclude)
+                      if t.full_name != self.signal_table]
             checks.check_tables(tables, self.config.tables)
             checks.ensure_publication(sql, self.publication, tables,
                                       create=self.config.create_publication)
@@ -241,6 +275,17 @@ class PostgresSource(Source):
         self._sql = sql
         self._tables = tables
         self._load_history()
+        self._signals_off = signal_table_ready(sql, self.signal_table, self.publication,
+                                               create=self.config.create_publication)
+        if self._signals_off is None:
+            self._chunks = PgChunks(sql, self.signal_table, self._wanted,
+                                    self._version_for)
+            self._coord = inc.Coordinator(self._chunks, self.config.snapshot_chunk_size,
+                                          self._wanted)
+        else:
+            log.info("signals (incremental snapshots) off: the signal table %s is not in"
+                     " publication %s; to turn them on run %s", self.signal_table,
+                     self.publication, self._signals_off)
         self._opened = True
 
     def close(self) -> None:
@@ -297,21 +342,34 @@ class PostgresSource(Source):
 
     def _wanted(self, name: str) -> bool:
         return (any(p.fullmatch(name) for p in self._include)
-                and not any(p.fullmatch(name) for p in self._exclude))
+                and not any(p.fullmatch(name) for p in self._exclude)
+                and name != self.signal_table)
 
     def _relation(self, msg: po.Relation) -> None:
         name = f"{msg.namespace}.{msg.name}"
+        self._signal_rels.discard(msg.oid)
+        if name == self.signal_table:
+            self._rels[msg.oid] = _Rel(msg, None)
+            self._signal_rels.add(msg.oid)
+            self._rows.forget(msg.oid)  # its rows come to _change
+            return
         if not self._wanted(name):
             self._rels[msg.oid] = _Rel(msg, None)
             self._rows.relate(msg.oid, None)
             return
+        version = self._version_for(msg)
+        self._rels[msg.oid] = _Rel(msg, version)
+        self._rows.relate(msg.oid, version)
+
+    def _version_for(self, msg: po.Relation) -> TableVersion:
+        """The table version of a shape (made and recorded when new); the stream's
+        relation map is left as it is."""
         sig = (msg.namespace, msg.name, msg.replica_identity,
                tuple((c.name, c.type_oid, c.typmod, c.flags) for c in msg.columns))
         version = self._versions.get(sig)
         if version is None:
             version = self._new_version(msg, sig)
-        self._rels[msg.oid] = _Rel(msg, version)
-        self._rows.relate(msg.oid, version)
+        return version
 
     def _new_version(self, msg: po.Relation, sig: tuple[Any, ...]) -> TableVersion:
         assert self._sql is not None
@@ -388,8 +446,12 @@ class PostgresSource(Source):
         self._last_scn = after_scn
         self._rels.clear()  # the server sends every Relation again in a new session
         self._rows = fastpath.rows(self._compiled)
+        self._signal_rels.clear()
         self._end_streams()
         self._txn = None
+        self._notices = []
+        if self._coord is not None:
+            self._coord.restore(self._records.at(after_scn) if after_scn >= 0 else None)
         with self._lock:
             self._confirmed = -1  # a new session: say it again
         log.info("replication of slot %s started after %s", self.slot,
@@ -519,6 +581,8 @@ class PostgresSource(Source):
         out: list[Window] = []
         while not stop.is_set() and len(out) < _MAX_WINDOWS_PER_READ:
             self._confirm(stream)
+            if self._coord is not None and self._coord.wants_chunk():
+                self._open_chunk()
             wait = 0.0 if out else max(0.0, min(deadline - time.monotonic(), 0.25))
             batch = stream.read_many(wait, _BATCH)
             if not batch:
@@ -552,6 +616,7 @@ class PostgresSource(Source):
         # never inside a transaction, nor while a streamed one is open (the slot cannot
         # release its WAL before that transaction's start anyway)
         if (not self._progress_every or self._txn is not None or self._spools
+                or (self._coord is not None and self._coord.active)
                 or time.monotonic() - self._last_out < self._progress_every
                 or self._server_lsn <= max(self._last_scn, self._stream_scn)):
             return None
@@ -665,6 +730,10 @@ class PostgresSource(Source):
         txn = self._txn
         if txn is None:
             raise SchemaError("pgoutput change outside a transaction")
+        if msg.rel in self._signal_rels:
+            if isinstance(msg, po.Insert):  # signals and watermarks are inserted rows
+                self._signal_row(txn, msg)
+            return
         version = self._version_of(msg.rel)
         if version is None:
             return
@@ -746,14 +815,137 @@ class PostgresSource(Source):
     def _commit(self, msg: po.Commit) -> Window | None:
         txn, self._txn = self._txn, None
         self._server_lsn = max(self._server_lsn, msg.end_lsn)
-        if txn is None or not self._rows.pending:
+        coord = self._coord
+        if txn is None or (not self._rows.pending and not txn.signals and not self._notices
+                           and (coord is None or coord.chunk is None)):
             self._rows.clear()
             return None
         scn = msg.end_lsn
         ts_ns = (msg.commit_ts_us + po.PG_EPOCH_US) * 1000
         origin = None if txn.origin is None else txn.origin.encode("utf-8")
         data, count = self._rows.commit(scn, ts_ns, str(txn.xid).encode(), origin)
-        return Window(scn, data, count, ts_ns)
+        if coord is None:
+            return Window(scn, data, count, ts_ns) if count else None
+        parts, rows = [data], count
+        notices, self._notices = self._notices, []
+        marks = [sid for sid, kind, _ in txn.signals if kind in inc.MARKS]
+        for sid, kind, text in txn.signals:
+            if kind not in inc.MARKS:
+                notices += coord.signal(sid, kind, text)
+        chunk, more = coord.on_commit(marks, lambda table: _keys(data, table))
+        notices += more
+        if chunk is not None:
+            version: TableVersion = chunk.shape
+            s = version.schema
+            parts += [ev.encode(scn=scn, src_id=s.src_id, key=key, payload=payload,
+                                schema_id=s.id, schema_version=s.version, op=ev.Op.READ,
+                                timestamp_ns=ts_ns, extra_attributes=ev.ATTR_SNAPSHOT)
+                      for key, payload in chunk.rows.items()]
+            rows += len(chunk.rows)
+            self._stats["snapshot_rows_total"] += len(chunk.rows)
+        for notice in notices:
+            parts.append(self._notice_event(notice, scn, ts_ns))
+            rows += 1
+            name = f"snapshot_{notice['kind'].lower()}_total"
+            self._stats[name] += 1
+        if chunk is not None or txn.signals or notices:
+            self._records.add(scn, coord.state())
+        if not rows:
+            return None
+        return Window(scn, b"".join(parts), rows, ts_ns)
+
+    # -- incremental snapshots -----------------------------------------------------
+
+    def _signal_row(self, txn: _Txn, msg: po.Insert) -> None:
+        rel = self._rels[msg.rel].msg
+        row = {c.name: v for c, v in zip(rel.columns, msg.new, strict=False)}
+
+        def text(v: Any) -> str | None:
+            return v.decode("utf-8") if isinstance(v, bytes) else None
+
+        txn.signals.append((str(text(row.get("id"))), str(text(row.get("type"))),
+                            text(row.get("data"))))
+
+    def _open_chunk(self) -> None:
+        assert self._coord is not None and self._chunks is not None
+        self._notices += self._coord.open_chunk()
+        if self._notices and self._coord.chunk is None:
+            # no watermark will commit: a marker row carries the notices to the stream
+            self._chunks.write_watermark(uuid.uuid4().hex, inc.NOTIFY, "{}")
+
+    def _notice_event(self, notice: dict[str, Any], scn: int, ts_ns: int) -> bytes:
+        if self._notify is None:  # registered with the first notice
+            self._notify = TableSchema(source_id(NOTIFICATIONS), NOTIFICATIONS, 1,
+                                       NOTIFICATION_AVRO, ("snapshot",))
+            self._registry.add(self._notify)
+            self._by_src[self._notify.src_id] = SourceInfo(self._notify.src_id, NOTIFICATIONS)
+        s = self._notify
+        rest = {k: v for k, v in notice.items() if k not in ("kind", "snapshot", "table")}
+        row = {"kind": notice["kind"], "snapshot": notice.get("snapshot"),
+               "table": notice.get("table"), "data": json.dumps(rest, default=str)}
+        log.info("snapshot %s: %s %s", row["snapshot"], row["kind"], row["data"])
+        key = json.dumps([row["snapshot"]]).encode()
+        return ev.encode(scn=scn, src_id=s.src_id, key=key, payload=s.encode(row),
+                         schema_id=s.id, schema_version=s.version, op=ev.Op.INSERT,
+                         timestamp_ns=ts_ns)
+
+    def signal(self, kind: str, data: dict[str, Any] | None) -> str:
+        """Insert a signal row (the MySQL source's contract, :mod:`.incremental`) on its
+        own connection: the capture thread meets it in the stream, in commit order.
+        Thread-safe."""
+        if kind not in (inc.EXECUTE, inc.STOP, inc.PAUSE, inc.RESUME):
+            raise InvalidRequestError(
+                f"unknown signal {kind!r}; one of {inc.EXECUTE}, {inc.STOP}, {inc.PAUSE},"
+                f" {inc.RESUME}")
+        if self._signals_off is not None:
+            raise InvalidRequestError(
+                f"signals are off for this source: the signal table {self.signal_table} is"
+                f" not in publication {self.publication}; run {self._signals_off} (or set"
+                " create_publication: true) and restart the relay")
+        sid = uuid.uuid4().hex
+        session = SqlSession(self.url)
+        try:
+            if kind == inc.EXECUTE and data:
+                data = self._checked_conditions(session, data)
+            PgChunks(session, self.signal_table, self._wanted, self._version_for
+                     ).write_watermark(sid, kind, json.dumps(data or {}))
+        except DatabusError as exc:
+            if isinstance(exc, InvalidRequestError):
+                raise
+            raise InvalidRequestError(f"cannot write to {self.signal_table}: {exc}") from exc
+        finally:
+            session.close()
+        return sid
+
+    def _checked_conditions(self, session: SqlSession, data: dict[str, Any]
+                            ) -> dict[str, Any]:
+        """``data`` with each ``additional-conditions`` filter parsed against its table's
+        columns and written again from the parse tree (PostgreSQL dialect)."""
+        conditions = data.get("additional-conditions")
+        if conditions is None:
+            return data
+        if not isinstance(conditions, list):
+            raise InvalidRequestError("additional-conditions must be a list")
+        checked = []
+        for c in conditions:
+            if not isinstance(c, dict) or not isinstance(c.get("data-collection"), str) \
+                    or not isinstance(c.get("filter"), str):
+                raise InvalidRequestError("additional-conditions entries need a data-collection"
+                                          " (schema.table) and a filter, both strings")
+            table = c["data-collection"]
+            schema, _, name = table.partition(".")
+            if not name or not self._wanted(table):
+                raise InvalidRequestError(f"additional-conditions: {table!r} is not a captured"
+                                          " table (schema.table)")
+            columns = [str(r[0]) for r in session.query(
+                "SELECT column_name FROM information_schema.columns"
+                " WHERE table_schema = %s AND table_name = %s", (schema, name))]
+            if not columns:
+                raise InvalidRequestError(f"additional-conditions: table {table} does not exist")
+            checked.append({"data-collection": table,
+                            "filter": safe_filter(c["filter"], table, columns,
+                                                  dialect="postgres")})
+        return {**data, "additional-conditions": checked}
 
     # -- positions -----------------------------------------------------------------
 
@@ -770,6 +962,7 @@ class PostgresSource(Source):
                 return
             self._confirmed = ack
         self._save_slot_state(acknowledged=ack)  # recorded before the server hears of it
+        self._records.forget_before(ack)  # a restart never goes back before it
         if ack > self._slot_floor:  # never back: the server would take a lower LSN
             stream.confirm(ack)
         self._stats["slot_confirmed_lsn"] = float(ack)
@@ -778,6 +971,22 @@ class PostgresSource(Source):
         """The slot's confirmed LSN and its lag behind the server's decoded position
         (bytes of WAL the server keeps for this relay), TOAST fill-ins, truncates."""
         out = dict(self._stats)
+        p = self._coord.progress if self._coord is not None else None
+        out["snapshot_running"] = float(bool(out["snapshot_running"]) or p is not None)
+        out["snapshot_paused"] = float(bool(p and p.paused))
+        out["snapshot_tables_left"] = float(len(p.tables) if p else 0)
         confirmed = out["slot_confirmed_lsn"]
         out["slot_lag_bytes"] = max(0.0, out["server_lsn"] - confirmed) if confirmed else 0.0
         return out
+
+
+def _keys(data: bytes, table: str) -> list[int | bytes]:
+    """Event keys of ``table``'s rows among encoded events."""
+    src = source_id(table)
+    out: list[int | bytes] = []
+    off = 0
+    while off < len(data):
+        if ev.peek_src_id(data, off) == src:
+            out.append(ev.peek_key(data, off))
+        off += ev.peek_length(data, off)
+    return out
