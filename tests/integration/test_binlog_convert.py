@@ -24,6 +24,7 @@ from databus.binlog import events as ev
 from databus.binlog.convert import BinlogConverter
 from databus.binlog.store import BinlogStore
 from databus.client.config import ClientConfig
+from databus.core.errors import ScnNotFoundError
 from databus.relay.relay import Relay
 from tests.support.binlog import MARIADB_BINLOG, mariadb_decode, replay
 from tests.support.relays import make_relay
@@ -184,3 +185,41 @@ def test_a_converter_killed_mid_stream_leaves_every_transaction_exactly_once(
     _check_equal(con, out, changes)
     names = [h.name for f in _files(out) for h in ev.iter_headers(f.read_bytes())]
     assert names.count("Gtid") == BinlogStore(out).last_gno()
+
+
+def test_a_new_binlog_refuses_a_relay_without_its_sources_beginning_only_when_told(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    db = tmp_path / "src.db"
+    con = sqlite3.connect(db)
+    con.execute(DDL)
+    con.execute("INSERT INTO t (id, tx) VALUES (1, 'before the relay')")
+    con.commit()
+    # a relay that starts with a snapshot cannot prove what came before it
+    relay = make_relay(db, tmp_path, tables=["t"], snapshot_mode="initial")
+    with relay:
+        wait_until(lambda: relay.buffer.max_scn >= 0, 10, "the relay's snapshot")
+        strict = BinlogConverter(ClientConfig(relay_url=relay.url, poll_timeout=0.2),
+                                 BinlogStore(tmp_path / "strict"),
+                                 require_complete_history=True)
+        with pytest.raises(ScnNotFoundError, match="require_complete_history"):
+            strict.run(threading.Event())
+        assert strict.store.last_scn() == -1
+        strict.store.close()
+        # by default it starts at the relay's oldest window (the snapshot), and says so
+        store = BinlogStore(tmp_path / "lenient")
+        conv = BinlogConverter(ClientConfig(relay_url=relay.url, poll_timeout=0.2), store)
+        stop = threading.Event()
+        th = threading.Thread(target=conv.run, args=(stop,))
+        with caplog.at_level("WARNING", logger="databus.binlog"):
+            th.start()
+            try:
+                wait_until(lambda: store.last_scn() >= relay.buffer.max_scn, 30,
+                           "the converter to write the snapshot")
+            finally:
+                stop.set()
+                th.join()
+        assert "cannot prove" in caplog.text
+        decoded = mariadb_decode(_files(tmp_path / "lenient"))
+        assert [c[3][0] for c in decoded.changes if c[1] == "INSERT"] == ["1"]
+        store.close()
+    con.close()

@@ -10,7 +10,14 @@ Fields (all but ``relay`` have defaults)::
     rotate_bytes:   a file is closed (Rotate) once it reaches this size
     retention:      seconds a closed file is kept (default 7 days); then purged
     purge_interval: seconds between purge checks
-    checkpoint_every: relay windows written per fsync + map update (also at every idle poll)
+    checkpoint_every: at most this many relay windows per fsync + map update (a backlog)
+    flush_delay:    seconds without a new window after which the windows received are
+                    written (fsync + map): each relay answer is visible at once
+    poll_timeout:   the converter's relay long poll (it wakes at once on new windows;
+                    this bounds how long a stop waits)
+    require_complete_history: a new binlog refuses to start when the relay cannot prove
+                    it holds its source's changes from the beginning (default: start at
+                    the relay's oldest window with a warning)
     host, port:     where the MySQL-protocol server listens (default 127.0.0.1:3307)
     user:           the replication user's name
     password_file:  file whose first line is its password (required)
@@ -26,7 +33,8 @@ Fields (all but ``relay`` have defaults)::
                         rotate_bytes=cfg.rotate_bytes)
     conv = BinlogConverter(cfg.client_config(), store, retention=cfg.retention,
                            checkpoint_every=cfg.checkpoint_every,
-                           purge_interval=cfg.purge_interval)
+                           purge_interval=cfg.purge_interval, flush_delay=cfg.flush_delay,
+                           require_complete_history=cfg.require_complete_history)
     threading.Thread(target=conv.run, args=(stop,)).start()
 """
 
@@ -58,8 +66,14 @@ class BinlogServiceConfig(ConfigModel):
                               description="rotate to a new file at this size")
     retention: float = Field(7 * 86400.0, gt=0, description="seconds a closed file is kept")
     purge_interval: float = Field(60.0, gt=0, description="seconds between purge checks")
-    checkpoint_every: int = Field(1000, ge=1, description="windows per fsync and map write")
-    poll_timeout: float = Field(10.0, ge=0, le=600, description="relay long-poll seconds")
+    checkpoint_every: int = Field(1000, ge=1, description="most windows per fsync and map write")
+    flush_delay: float = Field(0.002, ge=0, le=10,
+                               description="quiet seconds after which received windows are"
+                               " written and visible")
+    poll_timeout: float = Field(2.0, ge=0.1, le=600, description="relay long-poll seconds")
+    require_complete_history: bool = Field(
+        False, description="a new binlog refuses a relay that cannot prove it holds its"
+        " source's changes from the beginning")
     host: str = Field("127.0.0.1", description="address the MySQL-protocol server binds")
     port: int = Field(3307, ge=0, le=65535, description="its port; 0 picks a free one")
     user: str = Field("repl", min_length=1, description="replication user name")

@@ -2,12 +2,35 @@
 
 :class:`BinlogConverter` is a :class:`~databus.client.Consumer` *and* the client's
 :class:`~databus.client.CheckpointStore`: the binlog's position map is the checkpoint.
-``load()`` returns "after the last window the map records", and ``save()`` is where the
-windows collected since the last save are written to the files, fsynced and recorded
-(:meth:`databus.binlog.store.BinlogStore.append`). So the relay position and the binlog
-can never disagree: after a crash the client resumes after the map's SCN, and the store
-has cut its files back to the map (see :mod:`databus.binlog.store`). Windows are saved
-every ``checkpoint_every`` windows and whenever the relay is idle.
+``load()`` returns "after the last window the map records", and the windows are written
+to the files, fsynced and recorded (:meth:`databus.binlog.store.BinlogStore.append`) in
+batches. So the relay position and the binlog can never disagree: after a crash the
+client resumes after the map's SCN, and the store has cut its files back to the map (see
+:mod:`databus.binlog.store`).
+
+**Where a new binlog starts.** A data directory without a window starts at the relay's
+*oldest* window (never its newest: what was committed before the service started is in
+the binlog). Before that, the converter asks the relay whether it holds its source's
+changes from the source's very beginning (a read after SCN 0, which a relay refuses with
+ScnNotFound unless it can prove that). If it cannot (the relay started with a snapshot,
+whose first windows carry every existing row as inserts; or at its source's end; or it
+dropped older windows), the binlog still starts at the oldest window and the converter
+logs a WARNING naming that window; with ``require_complete_history`` it refuses to start
+instead (:class:`~databus.core.errors.ScnNotFoundError`). A relay that no longer holds
+the binlog's end (the service was down longer than the relay's buffer) stops the
+converter with ScnNotFoundError saying so: writing on would leave a gap. The client's
+bootstrap path is not used (see docs/binlog-service.md).
+
+**When windows become visible** (readers see only what the map records): a batch is
+written when the client goes back to the relay after dispatching what one relay answer
+held (detected as ``flush_delay`` seconds without a new window, by a flusher thread), when
+``checkpoint_every`` windows are pending (a backlog: fsyncs stay batched), when the relay
+is idle and when the client stops. The flusher and the client's own saves take one lock,
+so windows are appended in order by one writer at a time. The schema versions announced
+are recorded with each batch as of its last window, never ahead of what was written.
+After a rollback the client replays windows from its own checkpoint, which may be behind
+the map (the flusher wrote them): windows at or below the map's SCN are skipped (a relay
+replays identical windows).
 
 Per relay window, in commit order:
 
@@ -28,6 +51,8 @@ position map with the end, so a restart does not announce them again.
 
 Run it with :meth:`run` (blocking, stops when ``stop`` is set) on a thread of its own;
 it owns the store's writer side and purges files older than ``retention`` seconds.
+Relay client settings forced here: ``from_start`` (the oldest window), no
+``bootstrap_url``, ``checkpoint_every_windows`` = ``checkpoint_every``.
 Errors: a value that cannot be written exactly (:class:`~databus.core.errors.SchemaError`)
 stops the converter (it is retried ``max_retries`` times by the client, then raised);
 relay outages are retried forever.
@@ -48,8 +73,9 @@ from databus.client.checkpoints import CheckpointStore
 from databus.client.client import DatabusClient
 from databus.client.config import ClientConfig
 from databus.client.consumer import Consumer, DataBatch, Result
+from databus.client.relay import RelayConnection
 from databus.core.checkpoint import Checkpoint
-from databus.core.errors import SchemaError
+from databus.core.errors import SchemaError, ScnNotFoundError
 from databus.core.event import Op
 from databus.core.schema import INTERNAL_PREFIX, TableSchema
 
@@ -77,24 +103,34 @@ class BinlogConverter(Consumer, CheckpointStore):
 
     def __init__(self, client_config: ClientConfig, store: BinlogStore, *,
                  retention: float = 7 * 86400, checkpoint_every: int = 1000,
-                 purge_interval: float = 60.0) -> None:
+                 purge_interval: float = 60.0, flush_delay: float = 0.002,
+                 require_complete_history: bool = False) -> None:
         super().__init__()
-        self.config = client_config.model_copy(update={"checkpoint_every_windows":
-                                                       checkpoint_every})
+        self.config = client_config.model_copy(update={
+            "checkpoint_every_windows": checkpoint_every, "from_start": True,
+            "bootstrap_url": None})
         self.store = store
         self.retention = retention
         self.purge_interval = purge_interval
+        self.flush_delay = flush_delay
+        self.require_complete_history = require_complete_history
         self._mapped: dict[bytes, _Mapped] = {}
         self._table_ids: dict[bytes, int] = {}
         meta = store.writer_meta()
-        # table name -> schema id (hex) of the version last announced in the binlog
+        # table name -> schema id (hex) of the version last announced in the binlog;
+        # replaced, never changed in place: a pending window keeps the dict of its end
         self._announced: dict[str, str] = dict(meta.get("announced", {}))
-        self._pending: list[Window] = []
+        # whole windows not yet written, each with the announcements as of its end
+        self._pending: list[tuple[Window, dict[str, str]]] = []
+        self._write = threading.Condition(threading.Lock())  # pending + the store's writes
+        self._last_end = 0.0  # monotonic time of the last window end
+        self._skip = False  # the window being dispatched is in the binlog already
         self._cur: list[Transaction] = []
         self._ddl: list[Transaction] = []
         self._rows: list[tuple[int, int, bytes]] = []
         self._ts_us = 0
         self._last_purge = 0.0
+        self._probed = False
         self.client: DatabusClient | None = None
 
     # -- running ---------------------------------------------------------------
@@ -103,41 +139,128 @@ class BinlogConverter(Consumer, CheckpointStore):
         """Convert until ``stop`` is set (returns within one long poll), or raise a
         terminal error. Purges old files every ``purge_interval`` seconds."""
         self.client = DatabusClient(self.config, self, self)
-        self.client.run(stop)
+        done = threading.Event()
+        flusher = threading.Thread(target=self._flusher, args=(done,), name="binlog-flusher",
+                                   daemon=True)
+        flusher.start()
+        try:
+            self.client.run(stop)
+        except ScnNotFoundError as exc:
+            raise ScnNotFoundError(
+                f"relay {self.config.relay_url} no longer holds the windows after scn "
+                f"{self.store.last_scn()}, where this binlog ends ({exc}); converting on "
+                "would leave a gap in the binlog. Point the service at a relay that holds "
+                "them, or start a new data directory (a new server UUID: its clients "
+                "start over)") from exc
+        finally:
+            done.set()
+            with self._write:
+                self._write.notify_all()
+            flusher.join()
+
+    def _flusher(self, done: threading.Event) -> None:
+        """Writes the pending windows once ``flush_delay`` passed without a new one:
+        the client went back to the relay, so what its answer held becomes visible now
+        instead of at the next idle poll."""
+        with self._write:
+            while not done.is_set():
+                if not self._pending:
+                    self._write.wait()
+                    continue
+                quiet = time.monotonic() - self._last_end
+                if quiet < self.flush_delay:
+                    self._write.wait(self.flush_delay - quiet)
+                    continue
+                try:
+                    self._append_pending()
+                except Exception:  # the client's next save retries and reports it
+                    log.exception("writing binlog windows failed; retried at the next save")
+                    self._write.wait(1.0)
+
+    def _append_pending(self) -> None:
+        """Write every pending window (call with ``_write`` held)."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        try:
+            self.store.append([w for w, _ in pending], meta={"announced": pending[-1][1]})
+        except BaseException:
+            self._pending = pending + self._pending
+            raise
 
     # -- CheckpointStore: the binlog's map ---------------------------------------
 
     def load(self) -> Checkpoint | None:
         scn = self.store.last_scn()
-        return Checkpoint.after(scn) if scn >= 0 else None
+        if scn >= 0:
+            return Checkpoint.after(scn)
+        if not self._probed:
+            self._probe_history()
+            self._probed = True
+        return None
+
+    def _probe_history(self) -> None:
+        """A new binlog: whether the relay holds its source's changes from the start
+        (see the module docstring); logs where the binlog starts, or raises
+        ScnNotFoundError with ``require_complete_history``. Relay outages are
+        TransientErrors (the client retries ``load``)."""
+        cfg = self.config
+        with RelayConnection(cfg.relay_url, http_timeout=cfg.http_timeout,
+                             credentials=cfg.credentials()) as conn:
+            ids = [sid for sid, name in conn.sources()
+                   if not cfg.sources or name in cfg.sources or sid in cfg.sources]
+            try:
+                resp = conn.stream(Checkpoint.after(0), ids or None, size=1024, timeout=0)
+            except ScnNotFoundError as exc:
+                if self.require_complete_history:
+                    raise ScnNotFoundError(
+                        f"relay {cfg.relay_url} cannot prove it holds its source's changes "
+                        f"from the beginning ({exc}), and require_complete_history is set: "
+                        "not starting a binlog that may miss earlier changes") from exc
+                log.warning(
+                    "new binlog: it starts at relay %s's oldest window; the relay cannot "
+                    "prove it holds its source's changes before that window (it started "
+                    "with a snapshot, whose first windows carry every existing row as "
+                    "inserts; or at its source's end; or it dropped older windows): "
+                    "changes older than its oldest window are not in this binlog (%s)",
+                    cfg.relay_url, exc)
+                return
+        log.info("new binlog: relay %s holds its source's changes from the beginning; the "
+                 "binlog starts with the first (oldest window now: scn %d)",
+                 cfg.relay_url, resp.min_scn)
 
     def save(self, checkpoint: Checkpoint) -> None:
-        windows, self._pending = self._pending, []
-        if windows:
-            self.store.append(windows, meta={"announced": dict(self._announced)})
+        with self._write:
+            self._append_pending()
         now = time.time()
         if now - self._last_purge >= self.purge_interval:
             self._last_purge = now
-            gone = self.store.purge(now - self.retention)
+            with self._write:
+                gone = self.store.purge(now - self.retention)
             if gone:
                 log.info("purged binlog files %s", ", ".join(gone))
 
     # -- Consumer callbacks -------------------------------------------------------
 
     def on_rollback(self, scn: int) -> Result:
-        # the client replays every window after the persisted checkpoint
-        self._pending.clear()
-        self._announced = dict(self.store.writer_meta().get("announced", {}))
+        # the client replays every window after its persisted checkpoint; those the
+        # flusher wrote already are skipped (on_start_data_event_sequence)
+        with self._write:
+            self._pending.clear()
+            self._announced = dict(self.store.writer_meta().get("announced", {}))
         return None
 
     def on_start_data_event_sequence(self, scn: int) -> Result:
         self._ddl, self._rows, self._cur = [], [], []
         self._ts_us = 0
+        with self._write:
+            last = self._pending[-1][0].scn if self._pending else self.store.last_scn()
+        self._skip = scn <= last
         return None
 
     def on_data_events(self, batch: DataBatch) -> Result:
         schema = batch.schema
-        if schema.name.startswith(INTERNAL_PREFIX) or not len(batch):
+        if self._skip or schema.name.startswith(INTERNAL_PREFIX) or not len(batch):
             return None
         events = batch.data_events()
         if not self._ts_us:
@@ -189,11 +312,17 @@ class BinlogConverter(Consumer, CheckpointStore):
         return None
 
     def on_end_data_event_sequence(self, scn: int) -> Result:
+        if self._skip:
+            return None
         txns = list(self._ddl)
         if self._rows:
             txns.append(Transaction(self._rows))
         ts = self._ts_us or time.time_ns() // 1000
-        self._pending.append(Window(scn=scn, timestamp_us=ts, transactions=txns))
+        with self._write:
+            self._pending.append((Window(scn=scn, timestamp_us=ts, transactions=txns),
+                                  self._announced))
+            self._last_end = time.monotonic()
+            self._write.notify_all()
         self._ddl, self._rows = [], []
         return None
 
@@ -221,7 +350,7 @@ class BinlogConverter(Consumer, CheckpointStore):
                        else bt.create_table_sql(m.db, m.table, m.cols, schema.key_columns))
             if sql is not None:
                 self._ddl_txn(sql, m.db)
-            self._announced[schema.name] = schema.id.hex()
+            self._announced = {**self._announced, schema.name: schema.id.hex()}
         return m
 
     def _old_columns(self, schema: TableSchema, schema_hex: str) -> list[bt.MysqlColumn] | None:

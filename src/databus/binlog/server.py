@@ -466,7 +466,9 @@ def run_service(cfg: BinlogServiceConfig, password: str, stop: threading.Event) 
         server = BinlogServer(store, options, facts, TableMapCatalog(store))
         converter = BinlogConverter(cfg.client_config(), store, retention=cfg.retention,
                                     checkpoint_every=cfg.checkpoint_every,
-                                    purge_interval=cfg.purge_interval)
+                                    purge_interval=cfg.purge_interval,
+                                    flush_delay=cfg.flush_delay,
+                                    require_complete_history=cfg.require_complete_history)
 
         def convert() -> None:
             try:
