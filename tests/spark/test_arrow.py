@@ -72,6 +72,21 @@ def test_a_value_that_does_not_fit_fails_with_the_column_name() -> None:
         build([{"id": 1, "any_": "text"}])
 
 
+@pytest.mark.parametrize("value", [0.1, -2.5, 1e30, decimal.Decimal("1.5"), b"7"])
+def test_a_value_arrow_would_take_inexactly_fails_instead(value: Any) -> None:
+    # pa.array([0.1], pa.int64()) is [0] and pa.array([b"7"], pa.string()) is ["7"]
+    with pytest.raises(SchemaError, match="column any"):
+        build([{"id": 1, "any_": 2}, {"id": 2, "any_": value}])
+    if isinstance(value, float):
+        with pytest.raises(SchemaError, match="uid"):
+            build([{"id": 1, "uid": value}])
+
+
+def test_whole_floats_in_an_integer_column_are_kept() -> None:
+    got = build([{"id": 1, "any_": 3.0}, {"id": 2, "any_": -(2.0**62)}, {"id": 3}])
+    assert [r["any"] for r in got.column("after").to_pylist()] == [3, -(2**62), None]
+
+
 def test_json_mode_carries_any_value() -> None:
     got = build([{"id": 1, "any_": "text", "amount": decimal.Decimal("1.50")}],
                 json_mode=True).column("after").to_pylist()

@@ -275,7 +275,7 @@ class EnvelopeBuilder:
     def flush(self) -> pa.RecordBatch:
         try:
             batch = self._build()
-        except (pa.ArrowException, TypeError, ValueError) as exc:
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
             raise SchemaError(f"cannot build the Arrow batch: {exc}") from exc
         self._reset()
         return batch
@@ -324,11 +324,29 @@ class EnvelopeBuilder:
 
 
 def _column(values: list[Any], t: pa.DataType, name: str) -> pa.Array:
+    if not _inexact(values, t):
+        try:
+            return pa.array(values, t)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            pass  # another union branch or a logical type Arrow does not take as is
+    converted = [convert(v, t, name) for v in values]
     try:
-        return pa.array(values, t)
-    except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        # another union branch or a logical type Arrow does not take as is
-        return pa.array([convert(v, t, name) for v in values], t)
+        return pa.array(converted, t)
+    except (pa.ArrowException, OverflowError) as exc:  # e.g. 1e30, a whole float, in int64
+        raise SchemaError(f"column {name}: a value does not fit {t} ({exc}); use "
+                          "valueFormat=json to carry any value") from exc
+
+
+def _inexact(values: list[Any], t: pa.DataType) -> bool:
+    """Whether ``pa.array(values, t)`` might take a value inexactly instead of refusing
+    it: pyarrow truncates floats and Decimals into integer columns (0.1 -> 0, a SQLite
+    REAL in an INTEGER-affinity column) and decodes bytes into string columns, without
+    a word. Such values go through :func:`convert`, which keeps exact ones only."""
+    if pa.types.is_integer(t):
+        return any(type(v) is not int and v is not None for v in values)
+    if pa.types.is_string(t):
+        return any(type(v) is not str and v is not None for v in values)
+    return False
 
 
 def _json_row(schema: TableSchema, row: dict[str, Any] | None) -> str | None:
