@@ -1,11 +1,11 @@
 """Build of the optional C accelerators (the binlog row codec, which also reads
 snapshot chunk rows, the pgoutput row codec, the relay buffer's event selection, the
-Spark event decoder, the client's batch decoder).
+one decoder of the wire format: the client's and the Spark readers').
 
 Everything else is in pyproject.toml. The extensions are optional: where one
 cannot be compiled, databus installs without it and uses its pure-Python path
 (same output, slower): the MySQL and PostgreSQL sources' decoders, the buffer's
-selection, the Spark source's reader, the client's ``wiredecode``.
+selection, the client's ``wiredecode`` and the Spark readers' ``fastread``.
 """
 
 from setuptools import Extension, setup
@@ -30,13 +30,6 @@ setup(
             ["src/databus/buffer/_select.c"],
             optional=True,
             libraries=["z"],  # CRC-32 of bytes keys, as zlib.crc32
-            extra_compile_args=["-O2", "-std=c99", "-Wall"],
-        ),
-        Extension(
-            "databus.spark._fastdecode",
-            ["src/databus/spark/_fastdecode.c"],
-            optional=True,
-            libraries=["z"],  # CRC-32, as zlib.crc32
             extra_compile_args=["-O2", "-std=c99", "-Wall"],
         ),
         Extension(

@@ -1,6 +1,7 @@
 """The client's compiled row decoder on the MySQL type matrix: events captured from a
 private MariaDB (every column type, inserts, updates with before images, deletes)
-decode to the same rows and columns on the compiled and the Python half."""
+decode to the same rows and columns on the compiled and the Python half, and to the
+same rows, as Arrow takes them, in the Arrow sink (the Spark readers')."""
 
 from __future__ import annotations
 
@@ -67,3 +68,10 @@ def test_the_type_matrix_decodes_alike_on_both_halves(server: MariaDB) -> None:
     assert repr([native.row(p) for p in payloads]) == repr(rows)
     assert repr(native.columns(payloads)) == repr(python.columns(payloads))
     assert rows[0]["id"] == 1 and rows[2]["id"] == 3 and rows[2]["vc"] is None
+    # the one decoder's other sink: Arrow envelope columns, compiled and Python
+    sinks = pytest.importorskip("tests.unit.test_wiredecode_sinks")
+    body = sinks.body_of(data)
+    want = repr([sinks.expect(schema, e) for e in data])
+    for native in (True, False):
+        got = [sinks.picked(r) for r in sinks.arrow_sink(schema, body, native=native)]
+        assert repr(got) == want

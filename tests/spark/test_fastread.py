@@ -151,7 +151,7 @@ def flattened(chunk: Any, names: list[str]) -> Any:
 @pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None,
                     reason="no C compiler on this machine: the Python path is used")
 def test_the_compiled_decoder_is_built() -> None:
-    assert fastread.available(), "run scripts/setup.sh: the _fastdecode extension did not build"
+    assert fastread.available(), "run scripts/setup.sh: the _wiredecode extension did not build"
 
 
 @pytest.mark.parametrize("max_rows", [1, 7, 8192])
@@ -168,8 +168,8 @@ def test_both_paths_give_the_same_chunks_on_every_type_op_and_key(max_rows: int)
     # the clean input is decoded by the extension, not handed to the Python path
     dec = decoders(registry, v2)[True]
     assert dec.native
-    assert fastread._fastdecode.decode(data, 0, 1 << 20, 1 << 62, 0, dec._plans,
-                                       dec._kinds) is not None
+    assert fastread._native.envelope_columns(data, 0, 1 << 20, 1 << 62, 0, dec._plans,
+                                             dec._kinds) is not None
 
 
 def test_the_batch_end_window_stops_both_paths_at_the_same_place() -> None:
@@ -270,7 +270,8 @@ def test_the_flat_envelope_is_decoded_by_the_extension() -> None:
     dec = decoders(SchemaRegistry([v1]), v1, flat=True)[True]
     assert dec.native and dec.schema.names == [*(f["column"] if "column" in f else f["name"]
                                                   for f in V1["fields"]), "_op", "_sequence"]
-    res = fastread._fastdecode.decode(data, 0, 1 << 20, 1 << 62, 0, dec._plans, dec._kinds, True)
+    res = fastread._native.envelope_columns(data, 0, 1 << 20, 1 << 62, 0, dec._plans,
+                                            dec._kinds, True)
     assert res is not None and res[9] == ()  # only the row columns come back
 
 

@@ -1,6 +1,6 @@
 """Where a C compiler exists, the setup command builds the C accelerators: the
-MySQL source's, the relay's and the Spark reader's speed depend on them, so a
-silent build failure must show."""
+MySQL source's, the relay's, the client's and the Spark readers' speed depend on
+them, so a silent build failure must show."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 @pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None,
                     reason="no C compiler on this machine: the Python paths are used")
 @pytest.mark.parametrize("module", ["databus.sources.mysql._rowcodec", "databus.buffer._select",
-                                    "databus.spark._fastdecode"])
+                                    "databus.client._wiredecode"])
 def test_the_c_accelerators_are_built(module: str) -> None:
     try:
         importlib.import_module(module)

@@ -35,16 +35,19 @@ in place (bytes or any buffer); the only copies are the per-event ``payload`` an
 ``scan_table`` path until events are asked for). The body must not change while a
 call reads it, nor while a :class:`Scanned` refers to it (``bytes`` never do).
 
-One decoder for every consumer (issue #18): the Spark source's
-``databus/spark/_fastdecode.c`` walks the same wire format and checks it the
-same way but writes Arrow buffers. The next step is one C walk with two sinks
-(Python objects here, Arrow buffers there): its ``Plan``/``decode_row`` and this
-module's ``RowDecoder`` describe a field the same way (branch type codes, below,
-are the same numbers), so Spark would call :func:`scan`'s walk and get
-columns from a ``RowDecoder`` whose sink is Arrow. The relay client
+One decoder for every consumer (issue #18): ``_wiredecode.c`` is the one compiled
+decoder of the wire format. Its event walk (every check above, both CRCs) has two
+sinks: Python objects (this module: :func:`scan`, :func:`scan_table`,
+:class:`RowDecoder`) and Arrow buffers (``envelope_columns``, the compiled half of
+:mod:`databus.spark.fastread`, used by the Spark source and the snapshot reader),
+with the same branch type codes (below) and the same refusals (anything not read
+exactly as the Python path is handed to it). The relay client
 (``client/window.py``), the bootstrap client (``client/bootstrap.py``: ``scan``,
 or ``scan_table`` for a consumer of batches) and the replicate sink (through
-``DataEvent``) all decode with this module.
+``DataEvent``) decode with this module; the Spark readers through ``fastread``.
+Both Python fallbacks walk with :mod:`databus.core.event` and decode rows with
+fastavro; tests hold each compiled sink to its fallback and the two sinks to each
+other (``tests/unit/test_wiredecode_sinks.py``).
 
 Thread safety: all are safe to call from any thread; a ``RowDecoder`` holds no
 mutable state.
@@ -65,7 +68,7 @@ try:
 except ImportError:  # no C compiler where databus was installed
     _native = None
 
-# Avro type -> code; the C side's T_* (the same codes as spark/_fastdecode.c)
+# Avro type -> code; the C side's A_* (the Arrow sink's column kinds use the same codes)
 _CODES = {"null": 0, "boolean": 1, "int": 2, "long": 3, "float": 4, "double": 5,
           "string": 6, "bytes": 7}
 

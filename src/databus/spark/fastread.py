@@ -7,11 +7,13 @@ passed, the next window index, whether the batch's end window was reached).
 
 Two implementations with one contract and identical output:
 
-* the compiled ``_fastdecode`` extension (built by setup.py when a C compiler
-  and zlib's headers exist): verifies both CRCs and decodes headers, keys,
-  metadata and flat Avro rows straight into Arrow buffers. It covers tables
-  whose columns are boolean, int, long, float, double, string or bytes
-  (nullable unions included) in ``valueFormat=struct``;
+* the compiled one: ``envelope_columns`` of ``databus.client._wiredecode``, the
+  one compiled decoder of the wire format (built by setup.py when a C compiler
+  and zlib's headers exist), whose event walk (every check, both CRCs) is the
+  one the client's ``scan`` uses, with an Arrow sink instead of Python objects:
+  headers, keys, metadata and flat Avro rows go straight into Arrow buffers. It
+  covers tables whose columns are boolean, int, long, float, double, string or
+  bytes (nullable unions included) in ``valueFormat=struct``;
 * the Python path (event.decode, fastavro, :class:`~databus.spark.arrow.EnvelopeBuilder`),
   used for everything else and for any range the extension declines: a
   damaged event, an unknown schema version, a value stored in another union
@@ -36,11 +38,11 @@ from databus.core.schema import METADATA_SCHEMA, SchemaRegistry, TableSchema
 from databus.spark import arrow
 
 try:
-    _fastdecode: Any = importlib.import_module("databus.spark._fastdecode")
+    _native: Any = importlib.import_module("databus.client._wiredecode")
 except ImportError:  # not built: the Python path only
-    _fastdecode = None
+    _native = None
 
-# Avro type -> code; the C side's T_* (keep in step with _fastdecode.c)
+# Avro type -> code; the C side's A_* (keep in step with client/_wiredecode.c)
 _AVRO_CODES = {"null": 0, "boolean": 1, "int": 2, "long": 3, "float": 4, "double": 5,
                "string": 6, "bytes": 7}
 _ARROW_CODES = {pa.bool_(): 1, pa.int32(): 2, pa.int64(): 3, pa.float32(): 4,
@@ -52,7 +54,7 @@ _META_LAYOUT = [("before", "bytes"), ("txid", "string"), ("file", "string"), ("p
 
 def available() -> bool:
     """Whether the compiled decoder was built."""
-    return _fastdecode is not None
+    return _native is not None
 
 
 def _metadata_fits() -> bool:
@@ -125,7 +127,7 @@ class ChunkDecoder:
         # built on first use: pa.array() makes pyarrow import pandas (a quarter second),
         # which the driver-side source process never needs
         self._ops: pa.Array | None = None
-        if native and _fastdecode is not None and self._row_type is not None and _metadata_fits():
+        if native and _native is not None and self._row_type is not None and _metadata_fits():
             codes = [_ARROW_CODES.get(self._row_type.field(i).type)
                      for i in range(self._row_type.num_fields)]
             if all(c is not None for c in codes):
@@ -171,8 +173,8 @@ class ChunkDecoder:
     def decode(self, buf: bytes, off: int, max_rows: int, end_scn: int, index: int) -> Chunk:
         """The events of ``buf`` from ``off``: at most ``max_rows`` (>= 1) data events."""
         if self._kinds is not None:
-            res = _fastdecode.decode(buf, off, max_rows, end_scn, index, self._plans,
-                                     self._kinds, self._flat)
+            res = _native.envelope_columns(buf, off, max_rows, end_scn, index, self._plans,
+                                           self._kinds, self._flat)
             if res is not None:
                 return self._native_chunk(res)
         return self.decode_python(buf, off, max_rows, end_scn, index)
