@@ -19,11 +19,15 @@ Rounds alternate the inputs; each input's best time counts; every table is check
 to its SQLite table. Then the lag: a writer commits ``--rate`` changes/s to one table
 (20 transactions/s) for ``--steady`` seconds, while one query (1 s trigger) applies them
 into Delta: first from the relay, then (with a ``databus publish`` process running) from
-Kafka. Each row carries its commit time; its lag is the time from its commit to the end
-of the MERGE that applied it: p50/p99 over all rows.
+Kafka; the publisher first catches up what the relay phase wrote, and rows committed
+before the phase's writer started are not counted. Each row carries its commit time; its
+lag is the time from its commit to the end of the MERGE that applied it: p50/p99 over
+all rows the writer changed.
 
     flock /tmp/databus-bench.lock .venv/bin/python -m bench.spark_kafka [--changes 300000]
-        [--repeat 2] [--steady 30] [--rate 2000]
+        [--repeat 2] [--steady 30] [--rate 2000] [--skip-throughput]
+
+Its last line is machine-readable: ``ratio relay/kafka: X`` (changes/s, best of each).
 """
 
 from __future__ import annotations
@@ -40,7 +44,12 @@ from pathlib import Path
 
 import httpx
 from pyspark.sql import DataFrame, SparkSession
-from tests.support.kafka import KafkaBroker, spark_kafka_changes, spark_kafka_jars
+from tests.support.kafka import (
+    KafkaBroker,
+    published_position,
+    spark_kafka_changes,
+    spark_kafka_jars,
+)
 from tests.support.procs import DATABUS, spawn, stop
 
 from bench.spark_apply import RelayProcess
@@ -75,6 +84,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--steady", type=float, default=30.0, help="seconds of each lag phase")
     ap.add_argument("--rate", type=int, default=2000, help="changes/s in the lag phases")
+    ap.add_argument("--skip-throughput", action="store_true", help="the lag phases only")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="databus-spark-kafka-"))
     db = tmp / "src.db"
@@ -136,11 +146,12 @@ def main() -> None:
                 got = sorted(tuple(r) for r in df.select(*COLS).collect())
                 assert got == want[t], f"{name} {t}: table differs from the source"
 
-        # JIT, Python workers, the sources' imports: not timed
-        run("relay", "warmrelay")
-        run("kafka", "warmkafka")
         times: dict[str, list[tuple[float, float]]] = {"kafka": [], "relay": []}
-        for round_ in range(args.repeat):
+        if not args.skip_throughput:
+            # JIT, Python workers, the sources' imports: not timed
+            run("relay", "warmrelay")
+            run("kafka", "warmkafka")
+        for round_ in range(0 if args.skip_throughput else args.repeat):
             for kind in ("kafka", "relay") if round_ % 2 == 0 else ("relay", "kafka"):
                 name = f"{kind}{round_}"
                 secs, inside = run(kind, name)
@@ -154,6 +165,8 @@ def main() -> None:
         best = {}
         for kind, label in (("kafka", "Spark Kafka source (publish -> Kafka)"),
                             ("relay", "format(\"databus\") (relay)")):
+            if not times[kind]:
+                continue
             secs, inside = min(times[kind])
             best[kind] = secs
             print(f"{label:<44} | {secs:>7.2f} | {n / secs:>10,.0f} | {inside:>10.2f} | "
@@ -163,12 +176,13 @@ def main() -> None:
             for kind in ("relay", "kafka"):
                 lags[kind] = steady(spark, kind, relay, broker, db, tmp, args.steady,
                                     args.rate)
-        print(f"\nrows/s relay / Kafka: {best['kafka'] / best['relay']:.2f}x"
-              " (same apply_changes, same Delta, best of each)")
         if lags:
             print(f"lag relay / Kafka: p50 {lags['relay'][0] / lags['kafka'][0]:.2f}x,"
                   f" p99 {lags['relay'][1] / lags['kafka'][1]:.2f}x")
-        print(f"ratio relay/kafka: {best['kafka'] / best['relay']:.2f}")
+        if best:
+            print(f"\nrows/s relay / Kafka: {best['kafka'] / best['relay']:.2f}x"
+                  " (same apply_changes, same Delta, best of each)")
+            print(f"ratio relay/kafka: {best['kafka'] / best['relay']:.2f}")
     finally:
         broker.close()
         relay.stop()
@@ -189,6 +203,7 @@ def steady(spark: SparkSession, kind: str, relay: RelayProcess, broker: KafkaBro
     applier = TableApplier(spec, "delta", lambda: f"bench-steady-{kind}")
     lags: list[float] = []
     batches: list[int] = []
+    since = [float("inf")]  # the writer's start: rows committed before it are not counted
 
     def batch(df: DataFrame, batch_id: int) -> None:
         df = df.persist()
@@ -196,7 +211,7 @@ def steady(spark: SparkSession, kind: str, relay: RelayProcess, broker: KafkaBro
         applier(df, batch_id)
         df.unpersist()
         end = time.time()
-        lags.extend(end - b for b in committed)
+        lags.extend(end - b for b in committed if b >= since[0])
         batches.append(len(committed))
 
     publisher = None
@@ -205,10 +220,17 @@ def steady(spark: SparkSession, kind: str, relay: RelayProcess, broker: KafkaBro
                .option("sources", "t1").option("partitions", 2).option("envelope", "flat")
                .option("startingPosition", "latest").load())
     else:
-        # the live path: relay -> databus publish (its defaults but no heartbeats) -> Kafka
+        # the live path: relay -> databus publish (its defaults but no heartbeats) -> Kafka;
+        # the publisher first catches up what the relay phase wrote, before the query starts
         publisher = spawn([*DATABUS, "publish", "--relay", relay.url, "--bootstrap-servers",
                            broker.bootstrap_servers, "--topic-prefix", PREFIX,
                            "--heartbeat-interval", "0"], tmp / "publish.log")
+        end_scn = relay.max_scn()
+        deadline = time.monotonic() + 300
+        while published_position(broker, PREFIX) < end_scn:
+            if publisher.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("the publisher did not catch up with the relay")
+            time.sleep(0.5)
         src = spark_kafka_changes(spark.readStream, bootstrap_servers=broker.bootstrap_servers,
                                   topic=f"{PREFIX}.main.t1", row_ddl=ROW_DDL, min_partitions=2,
                                   starting_offsets="latest")
@@ -218,6 +240,8 @@ def steady(spark: SparkSession, kind: str, relay: RelayProcess, broker: KafkaBro
           .trigger(processingTime="1 second").start())
     halt = threading.Event()
 
+    written = [0]
+
     def write() -> None:
         rng = random.Random(3)
         con = sqlite3.connect(db, isolation_level=None)
@@ -225,29 +249,34 @@ def steady(spark: SparkSession, kind: str, relay: RelayProcess, broker: KafkaBro
         while not halt.is_set():
             t0 = time.monotonic()
             con.execute("BEGIN")
+            n = 0
             for _ in range(per_txn):
-                con.execute("UPDATE t1 SET a=?, b=? WHERE id=?",
-                            (rng.randrange(10**9), time.time(), rng.randrange(1, 1000)))
+                n += con.execute("UPDATE t1 SET a=?, b=? WHERE id=?",
+                                 (rng.randrange(10**9), time.time(),
+                                  rng.randrange(1, 1000))).rowcount
             con.execute("COMMIT")
+            written[0] += n  # a deleted id updates nothing
             halt.wait(max(0.0, 0.05 - (time.monotonic() - t0)))
         con.close()
 
     try:
-        time.sleep(10)  # the query's first (empty) batches; the publisher's start and catch-up
-        lags.clear()
+        time.sleep(10)  # the query's first (empty) batches
+        since[0] = time.time()
         writer = threading.Thread(target=write)
         writer.start()
         time.sleep(seconds)
         halt.set()
         writer.join()
-        time.sleep(10)
+        deadline = time.monotonic() + 120  # until every row written is merged
+        while len(lags) < written[0] and time.monotonic() < deadline:
+            time.sleep(0.5)
     finally:
         qq.stop()
         if publisher is not None:
             stop(publisher)
     p50, p99 = _pct(lags, 0.5), _pct(lags, 0.99)
     print(f"lag from {kind}: {rate} changes/s for {seconds:.0f}s into Delta SCD1 (1 s trigger):"
-          f" {len(lags)} rows in {len(batches)} batches; commit -> merged p50 {p50:.2f}s,"
+          f" {len(lags)} of {written[0]} rows written, {len(batches)} batches; commit -> merged p50 {p50:.2f}s,"
           f" p99 {p99:.2f}s, max {max(lags):.2f}s", flush=True)
     return p50, p99
 
