@@ -7,10 +7,11 @@ routes with the same answers (status, headers, body, errors, request counts):
   plain GETs, the request every consumer repeats. A read without a selection runs
   on the event loop and its answer is written at once, with no task. A request
   that must wait joins the relay's waiters: one task (the waker) waits for the
-  next append and retries every waiter in one pass, so a wake costs a buffer read
-  per waiter, not a task switch and a timer per waiter; each waiter has one timer
-  for its deadline. Requests with a selection (``sources``, ``filters``), JSON
-  output or a token not verified yet run as tasks, as on the other route.
+  next append and retries every waiter in one pass: a wake costs at most a buffer
+  read per waiter (waiters at the same position share one), not a task switch and
+  a timer per waiter; each waiter has one timer for its deadline. Requests with a
+  selection (``sources``, ``filters``), JSON output or a token not verified yet run
+  as tasks, as on the other route.
 * **ASGI** (:meth:`StreamEndpoint.endpoint`): ``HEAD``, and GETs the direct route
   does not take (see :mod:`databus.serving.direct`), through the app.
 
@@ -240,12 +241,23 @@ class StreamEndpoint:
         query.deadline = time.monotonic() + timeout
         return query
 
-    def _read_here(self, query: _Query) -> ReadResult:
-        """Read on this thread (an unselected read, on the event loop)."""
+    def _read_here(self, query: _Query,
+                   shared: dict[tuple[Checkpoint, int, int | None], ReadResult] | None = None,
+                   ) -> ReadResult:
+        """Read on this thread (an unselected read, on the event loop). With ``shared``
+        (one wake's reads), waiters at the same position share one read: a wake of
+        many consumers at the newest window reads it once."""
         relay = self.relay
         if relay.cluster is not None and not query.member:
             query.upto = relay.cluster.serve_limit()
-        return relay.buffer.read(query.cp, query.size, upto_scn=query.upto)
+        if shared is None:
+            return relay.buffer.read(query.cp, query.size, upto_scn=query.upto)
+        key = (query.cp, query.size, query.upto)
+        result = shared.get(key)
+        if result is None:
+            result = relay.buffer.read(query.cp, query.size, upto_scn=query.upto)
+            shared[key] = result
+        return result
 
     async def _read(self, query: _Query) -> ReadResult:
         if not query.selecting:
@@ -370,8 +382,9 @@ class StreamEndpoint:
             while self._waiting:
                 await changed.wait()
                 changed = self.relay.changed_event()  # before the reads
+                shared: dict[tuple[Checkpoint, int, int | None], ReadResult] = {}
                 for poll in list(self._waiting):
-                    self._retry(poll, final=False)
+                    self._retry(poll, final=False, shared=shared)
         finally:
             self._waker = None
 
@@ -380,14 +393,16 @@ class StreamEndpoint:
         if poll in self._waiting:
             self._retry(poll, final=True)
 
-    def _retry(self, poll: _Poll, *, final: bool) -> None:
+    def _retry(self, poll: _Poll, *, final: bool,
+               shared: dict[tuple[Checkpoint, int, int | None], ReadResult] | None = None,
+               ) -> None:
         reply = poll.reply
         if reply.closed:  # the client went away: nobody to answer
             self._drop(poll)
             return
         query = poll.query
         try:
-            result = self._read_here(query)
+            result = self._read_here(query, shared)
             if not final and not self._done(query, result):
                 return
             self._drop(poll)
