@@ -12,8 +12,10 @@
   serving; an unknown path answers 404 ``NotFound``, a wrong method 405
   ``MethodNotAllowed``. Clients rebuild the error type from ``error``
   (:func:`databus.core.errors.error_from_code`).
-* **Lifecycle**: :class:`HttpService` runs an app under uvicorn on a socket it binds
-  itself before serving (port 0 works; connections queue from the moment
+* **Lifecycle**: :class:`HttpService` runs an app under uvicorn (with the connection
+  protocol of :mod:`databus.serving.direct`: the request-head deadline, and the
+  GET routes an app answers on the connection itself, :class:`~databus.serving.direct.
+  DirectRoutes`) on a socket it binds itself before serving (port 0 works; connections queue from the moment
   :meth:`HttpService.start` returns), next to the worker threads of its subclass,
   in the caller's event loop (:meth:`~HttpService.serve`, :meth:`~HttpService.run`)
   or on a thread of its own (:meth:`~HttpService.start`, :meth:`~HttpService.stop`).
@@ -27,8 +29,8 @@
   start unless ``insecure`` (then it warns at every start). Endpoints ask
   :func:`principal` what the request may read.
 
-This module imports only :mod:`databus.core`: the relay and the bootstrap service
-both build on it without knowing each other.
+This package imports only :mod:`databus.core` and :mod:`databus.auth`: the relay and
+the bootstrap service both build on it without knowing each other.
 """
 
 from __future__ import annotations
@@ -261,7 +263,8 @@ def readable_ids(request: Request, served: Collection[tuple[int, str]],
 class _Guard:
     """The ASGI layer every request passes first: ``/health``, authentication,
     the admin paths, the body limit, and the slow-reader cut (see the module
-    docstring)."""
+    docstring); also the :class:`~databus.serving.direct.Gate` of the direct
+    routes, with the same checks and refusals."""
 
     def __init__(self, app: ASGIApp, *, auth: Authenticator | None, config: HttpServerConfig,
                  open_paths: frozenset[str], admin_paths: frozenset[str], name: str) -> None:
