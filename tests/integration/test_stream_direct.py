@@ -243,11 +243,11 @@ def test_a_shutdown_answers_the_waiting_polls(tmp_path: Path) -> None:
 def test_after_a_direct_answer_an_idle_connection_is_closed(tmp_path: Path) -> None:
     db = tmp_path / "shop.db"
     create_shop(db)
-    with make_relay(db, tmp_path, http={"idle_timeout": 1.0, "read_timeout": 3.0}) as relay:
-        with socket.create_connection(("127.0.0.1", relay.port), timeout=30) as s:
-            s.sendall(_request("/stream?timeout=0"))
-            assert _read_answer(s, bytearray()).startswith(b"HTTP/1.1 200 OK\r\n")
-            t0 = time.monotonic()
-            assert s.recv(100) == b""  # the server closed it
-            waited = time.monotonic() - t0
+    relay = make_relay(db, tmp_path, http={"idle_timeout": 1.0, "read_timeout": 3.0})
+    with relay, socket.create_connection(("127.0.0.1", relay.port), timeout=30) as s:
+        s.sendall(_request("/stream?timeout=0"))
+        assert _read_answer(s, bytearray()).startswith(b"HTTP/1.1 200 OK\r\n")
+        t0 = time.monotonic()
+        assert s.recv(100) == b""  # the server closed it
+        waited = time.monotonic() - t0
     assert 0.5 < waited < 2.5, f"closed after {waited:.1f} s (idle_timeout 1 s)"
