@@ -18,6 +18,17 @@ from typing import Any
 import pytest
 
 from databus.relay.relay import Relay
+
+try:  # imported here, not at session finish, by schemathesis' pytest plugin: see below
+    import schemathesis.reporting.html.writer
+    import schemathesis.reporting.junitxml  # noqa: F401
+except ImportError:  # pragma: no cover - schemathesis is a dev dependency
+    pass
+# Why: pytest rewrites (compiles) a plugin module on its first import. That
+# compile, at session finish while threads the Spark tests leave behind (py4j)
+# still run Python code, failed a whole run once on CPython 3.11 with
+# "SystemError: AST constructor recursion depth mismatch" after every test had
+# passed; importing at collection time compiles before any such thread exists.
 from tests.support.kafka import KafkaBroker
 from tests.support.mariadb import MariaDB
 from tests.support.memrelay import MemoryRelay
