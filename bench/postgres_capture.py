@@ -88,7 +88,7 @@ def run_databus(src: PostgresSource, rows: int) -> tuple[int, float]:
     stop = threading.Event()
     after = -1
     src.open()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
         while events < rows:
             for w in src.read(after, stop, 5.0):
@@ -96,6 +96,7 @@ def run_databus(src: PostgresSource, rows: int) -> tuple[int, float]:
                 events += w.count
                 after = w.scn
         elapsed = time.perf_counter() - t0
+        CPU[id(src)] = time.process_time() - c0
         # outside the clock: every event in the buffer is whole (both CRCs) and counted
         checked = 0
         cp = Checkpoint.flexible()
@@ -110,6 +111,9 @@ def run_databus(src: PostgresSource, rows: int) -> tuple[int, float]:
     finally:
         src.close()
         buf.close()
+
+
+CPU: dict[int, float] = {}  # the reader's own CPU seconds (the rest is waiting for the server)
 
 
 def run_recvlogical(pg: PostgreSQL, slot: str, endpos: str) -> float:
@@ -173,9 +177,12 @@ def main() -> None:
         workload(pg, args.rows)
         end = wal_lsn(pg)
         print(f"workload: {args.rows} row changes written in {time.perf_counter() - t0:.1f}s")
+        cpu: dict[str, list[float]] = {"c": [], "py": []}
         for i in range(args.runs):
-            results["c"].append(run_databus(source(pg, True), args.rows))
-            results["py"].append(run_databus(source(pg, False), args.rows))
+            for key in ("c", "py"):
+                src = source(pg, key == "c")
+                results[key].append(run_databus(src, args.rows))
+                cpu[key].append(CPU[id(src)])
             results["td"].append((args.rows, run_recvlogical(pg, f"bench_td{i}", end)))
     if not args.no_mariadb:
         results["my"] = mariadb_runs(args.rows, args.runs)
@@ -191,6 +198,10 @@ def main() -> None:
         n, s = max(runs, key=lambda r: r[0] / r[1])
         print(f"{names[key]:<50} | {n:>7} | {s:>6.2f} | {best[key]:>13,.0f} |"
               f" {', '.join(f'{r:,.0f}' for r in rates)}")
+    for key in ("c", "py"):
+        i = max(range(len(results[key])), key=lambda k: results[key][k][0] / results[key][k][1])
+        print(f"{names[key]}: best run used {cpu[key][i]:.2f} s of CPU in"
+              f" {results[key][i][1]:.2f} s (the rest: waiting for the server's decoding)")
     print(f"databus / pg_recvlogical: {best['c'] / best['td']:.2f} (goal >= 0.5)")
     print(f"databus C codec / Python path: {best['c'] / best['py']:.2f}")
     if "my" in best:

@@ -223,7 +223,8 @@ def test_type_matrix_inserts_updates_deletes_equal_select_text(postgres: Postgre
     for _, row, before in upd:  # REPLICA IDENTITY FULL: the whole old row
         assert before is not None and row is not None
         assert_same(before, inserted[row["id"]])
-    schema = src.registry().latest(src.sources()[0].id)
+    (matrix,) = [s for s in src.sources() if s.name == "public.matrix"]
+    schema = src.registry().latest(matrix.id)
     sql_types = {f["name"]: f.get("sql_type") for f in schema.avro["fields"]}
     assert sql_types["c_num_ps"] == "numeric(12,3)" and sql_types["c_enum"] == "mood"
     assert schema.key_columns == ("id",)

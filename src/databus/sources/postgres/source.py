@@ -282,6 +282,12 @@ class PostgresSource(Source):
                                     self._version_for)
             self._coord = inc.Coordinator(self._chunks, self.config.snapshot_chunk_size,
                                           self._wanted)
+            # listed from the start (as the MySQL source does), so a consumer of every
+            # source knows it before the first notice
+            self._notify = TableSchema(source_id(NOTIFICATIONS), NOTIFICATIONS, 1,
+                                       NOTIFICATION_AVRO, ("snapshot",))
+            self._registry.add(self._notify)
+            self._by_src[self._notify.src_id] = SourceInfo(self._notify.src_id, NOTIFICATIONS)
         else:
             log.info("signals (incremental snapshots) off: the signal table %s is not in"
                      " publication %s; to turn them on run %s", self.signal_table,
@@ -874,12 +880,8 @@ class PostgresSource(Source):
             self._chunks.write_watermark(uuid.uuid4().hex, inc.NOTIFY, "{}")
 
     def _notice_event(self, notice: dict[str, Any], scn: int, ts_ns: int) -> bytes:
-        if self._notify is None:  # registered with the first notice
-            self._notify = TableSchema(source_id(NOTIFICATIONS), NOTIFICATIONS, 1,
-                                       NOTIFICATION_AVRO, ("snapshot",))
-            self._registry.add(self._notify)
-            self._by_src[self._notify.src_id] = SourceInfo(self._notify.src_id, NOTIFICATIONS)
         s = self._notify
+        assert s is not None  # signals on
         rest = {k: v for k, v in notice.items() if k not in ("kind", "snapshot", "table")}
         row = {"kind": notice["kind"], "snapshot": notice.get("snapshot"),
                "table": notice.get("table"), "data": json.dumps(rest, default=str)}
