@@ -5,17 +5,22 @@ A SQLite bootstrap store holds N snapshot rows (the 4-column table of
 whole DataFrame (``write.format("noop")``, every column decoded) on
 ``local[2]``:
 
-* ``databus-snapshot`` with 1 and 4 partitions (store queries, Avro decoding,
-  Arrow batches);
+* ``databus-snapshot`` with 1, 2 (one per core) and 4 partitions (store
+  queries, decoding, Arrow batches);
 * baseline 1: the same rows (``after.*``) read from a Parquet file by Spark
   (what Spark's own columnar reader achieves on this machine);
 * baseline 2: ``SELECT *`` of the snapshot table through the store's
-  SQLAlchemy engine in the driver, rows fetched and dropped (no decoding).
+  SQLAlchemy engine in the driver, rows fetched and dropped (no decoding);
+* floor: a Python data source that yields one row: what any query through
+  Spark's Python data source API costs before it reads anything (planning
+  round trips to Python workers, the task's worker, the Arrow stream back).
+  A databus-snapshot run minus the floor is its per-row part.
 
-    .venv/bin/python -m bench.spark_snapshot [--rows 200000] [--runs 2]
+    .venv/bin/python -m bench.spark_snapshot [--rows 200000] [--runs 3]
 
 Each figure is the best of ``--runs`` interleaved runs; the row count of every
-Spark run is checked.
+Spark run is checked. The last line is the best databus-snapshot run against
+baseline 1: ``ratio snapshot/parquet: X``.
 """
 
 from __future__ import annotations
@@ -25,10 +30,12 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from bench.bootstrap_snapshot import fill
 from databus.bootstrap.store import BootstrapStore
@@ -39,13 +46,36 @@ def session() -> SparkSession:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     spark = (SparkSession.builder.master("local[2]").appName("databus-bench-snapshot")
              .config("spark.ui.enabled", "false").config("spark.driver.memory", "2g")
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+             .config("spark.ui.showConsoleProgress", "false")
+             # as databus.spark.session() sets it: workers import pyspark from its package
+             .config("spark.python.daemon.module", "databus.spark.workerd").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     register_snapshot(spark)
+    spark.dataSource.register(OneRowSource)
     return spark
 
 
+class _OneRowReader(DataSourceReader):
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        yield pa.RecordBatch.from_pydict({"x": [1]})
+
+
+class OneRowSource(DataSource):
+    """The floor: a Python data source of one row, one partition."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "databus-bench-one-row"
+
+    def schema(self) -> str:
+        return "x long"
+
+    def reader(self, schema: object) -> DataSourceReader:
+        return _OneRowReader()
+
+
 def timed(df: Callable[[], DataFrame], rows: int) -> float:
+    """Seconds to materialise every column of ``df()``; checks it has ``rows`` rows."""
     start = time.perf_counter()
     frame = df()
     frame.write.format("noop").mode("overwrite").save()
@@ -57,7 +87,7 @@ def timed(df: Callable[[], DataFrame], rows: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=200_000)
-    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -76,7 +106,10 @@ def main() -> None:
             "SELECT * in the driver (baseline 2)": lambda: _select(store, args.rows),
             "Parquet file (baseline 1)": lambda: timed(
                 lambda: spark.read.parquet(str(tmp / "rows.parquet")), args.rows),
+            "one-row Python data source (floor)": lambda: timed(
+                lambda: spark.read.format(OneRowSource.name()).load(), 1),
             "databus-snapshot, 1 partition": lambda: timed(lambda: snap(1), args.rows),
+            "databus-snapshot, 2 partitions": lambda: timed(lambda: snap(2), args.rows),
             "databus-snapshot, 4 partitions": lambda: timed(lambda: snap(4), args.rows),
         }
         best = {name: float("inf") for name in cases}
@@ -87,10 +120,16 @@ def main() -> None:
         store.close()
     base1 = best["Parquet file (baseline 1)"]
     base2 = best["SELECT * in the driver (baseline 2)"]
+    floor = best.pop("one-row Python data source (floor)")
     print(f"{'input':38} | {'rows':>8} | {'seconds':>7} | {'rows/s':>9} | vs 1 | vs 2")
     for name, secs in best.items():
         print(f"{name:38} | {args.rows:8d} | {secs:7.2f} | {args.rows / secs:9,.0f} | "
               f"{base1 / secs:4.2f} | {base2 / secs:4.2f}")
+    fastest = min(secs for name, secs in best.items() if name.startswith("databus-snapshot"))
+    print(f"one-row Python data source (floor): {floor:.2f} s, {floor / fastest:.0%} of the "
+          f"fastest databus-snapshot run; beyond it {args.rows / max(fastest - floor, 1e-9):,.0f}"
+          " rows/s")
+    print(f"ratio snapshot/parquet: {base1 / fastest:.2f}")
 
 
 def _select(store: BootstrapStore, rows: int) -> float:

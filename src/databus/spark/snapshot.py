@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Iterator, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
@@ -47,6 +49,7 @@ from databus.spark import arrow
 from databus.spark.fastread import ChunkDecoder
 from databus.spark.options import MAX_PARTITIONS
 from databus.spark.planned import PlannedDataSource
+from databus.spark.reading import prefetched
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -75,10 +78,15 @@ class SnapshotOptions(BaseModel):
     rows_per_arrow_batch: int = Field(8192, alias="rowsPerArrowBatch", ge=1)
     page_rows: int = Field(10_000, alias="pageRows", ge=1,
                            description="Rows per store query while a partition pages its range.")
+    prefetch_batches: int = Field(
+        4, alias="prefetchBatches", ge=0,
+        description="Record batches a partition reads and decodes ahead in a thread of the "
+        "Python worker (the store query releases the GIL) while Spark sends the previous ones "
+        "to the JVM; 0 reads without a thread.")
 
 
 _ALIASES = {n.lower(): n for n in ("store", "sources", "partitions", "scn", "valueFormat",
-                                   "rowsPerArrowBatch", "pageRows")}
+                                   "rowsPerArrowBatch", "pageRows", "prefetchBatches")}
 _ALIASES["path"] = "store"  # what .load(url) passes
 _ALIASES["url"] = "store"
 
@@ -247,6 +255,10 @@ class SnapshotReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, IdRangePartition)
+        yield from prefetched(partial(self._read_range, partition), self.opts.prefetch_batches)
+
+    def _read_range(self, partition: IdRangePartition,
+                    stop: threading.Event) -> Iterator[pa.RecordBatch]:
         store = open_store(self.opts.store)
         registry = SchemaRegistry.from_json(self.registry_json)
 
@@ -256,7 +268,7 @@ class SnapshotReader(DataSourceReader):
         decoder = ChunkDecoder(self.arrow_schema, registry, refresh)
         try:
             for src in self.src_ids:
-                yield from self._read_source(store, decoder, src, partition)
+                yield from self._read_source(store, decoder, src, partition, stop)
             if store.get("initial_scn") != self.initial_scn:
                 raise BootstrapTooYoungError(
                     f"{_WHO}: the bootstrap store was rebuilt (new initial load) while it was "
@@ -265,14 +277,15 @@ class SnapshotReader(DataSourceReader):
             store.close()
 
     def _read_source(self, store: BootstrapStore, decoder: ChunkDecoder, src: int,
-                     partition: IdRangePartition) -> Iterator[pa.RecordBatch]:
+                     partition: IdRangePartition,
+                     stop: threading.Event) -> Iterator[pa.RecordBatch]:
         """The rows of ``src`` in the partition's range as envelope batches of
         ``rowsPerArrowBatch`` rows (the last one shorter): each page comes from the
         store as concatenated events and is decoded many events per call; a page's
         tail shorter than a batch is carried into the next page's buffer."""
         per_batch = self.opts.rows_per_arrow_batch
         after, pending, rows = partition.after_id, b"", 0
-        while True:
+        while not stop.is_set():
             chunks, last, got = store.snapshot_chunks(src, after, self.scn + 1,
                                                       self.opts.page_rows, partition.last_id)
             buf = pending + b"".join(chunks) if pending else b"".join(chunks)
