@@ -19,8 +19,9 @@ Rounds alternate the inputs; each input's best time counts; every table is check
 to its SQLite table. Then the lag: a writer commits ``--rate`` changes/s to one table
 (20 transactions/s) for ``--steady`` seconds, while one query (1 s trigger) applies them
 into Delta: first from the relay, then (with a ``databus publish`` process running) from
-Kafka; the publisher first catches up what the relay phase wrote, and rows committed
-before the phase's writer started are not counted. Each row carries its commit time; its
+Kafka; the publisher first catches up what the relay phase wrote, each phase starts with
+10 s of the same writes applied to the end (warm-up, not counted), and rows committed
+before the measured writer started are not counted. Each row carries its commit time; its
 lag is the time from its commit to the end of the MERGE that applied it: p50/p99 over
 all rows the writer changed.
 
@@ -260,16 +261,25 @@ def steady(spark: SparkSession, kind: str, relay: RelayProcess, broker: KafkaBro
         con.close()
 
     try:
-        time.sleep(10)  # the query's first (empty) batches
-        since[0] = time.time()
-        writer = threading.Thread(target=write)
-        writer.start()
-        time.sleep(seconds)
-        halt.set()
-        writer.join()
-        deadline = time.monotonic() + 120  # until every row written is merged
-        while len(lags) < written[0] and time.monotonic() < deadline:
-            time.sleep(0.5)
+        time.sleep(5)  # the query's first (empty) batches
+        # a warm-up of 10 s at the rate, applied to the end, then the measured phase: the
+        # query's first batches pay the JIT, the Python workers, the first Delta commits
+        for phase, length in (("warm-up", 10.0), ("measured", seconds)):
+            since[0] = time.time()
+            lags.clear()
+            batches.clear()
+            written[0] = 0
+            halt.clear()
+            writer = threading.Thread(target=write)
+            writer.start()
+            time.sleep(length)
+            halt.set()
+            writer.join()
+            deadline = time.monotonic() + 180  # until every row written is merged
+            while len(lags) < written[0] and time.monotonic() < deadline:
+                time.sleep(0.5)
+            if phase == "warm-up":
+                print(f"{kind} warm-up: {len(lags)} of {written[0]} rows merged", flush=True)
     finally:
         qq.stop()
         if publisher is not None:
