@@ -64,8 +64,8 @@ from databus.core.errors import (
     ConsumerCallbackError,
     CorruptEventError,
     DatabusError,
+    RelayUnavailableError,
     RetriesExhaustedError,
-    SchemaError,
     ScnNotFoundError,
     TransientError,
     UnknownSourceError,
@@ -419,8 +419,11 @@ class _Loop:
         self.dispatcher.views = self.views
         for e in firsts:
             if not self.views.known(e):
-                raise SchemaError(
-                    f"relay {self.cfg.relay_url} sent an event of source {e.src_id} "
+                # transient: a relay changing role (a cluster member between capture
+                # sources) can serve its buffer a moment before it lists every
+                # version again; the windows are fetched again after a back-off
+                raise RelayUnavailableError(
+                    f"relay {self.conn.url} sent an event of source {e.src_id} "
                     f"with schema id {e.schema_id.hex()} that /register does not list")
 
     # -- checkpoints and failures ----------------------------------------------------

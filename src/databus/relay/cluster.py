@@ -108,21 +108,26 @@ log = logging.getLogger("databus.relay.cluster")
 
 
 class _Idle(Source):
-    """The source of a member before its role is known: nothing to read."""
+    """The source of a member between roles: nothing to read, and the schema versions
+    of the source it replaced, so that ``/register`` keeps listing every version of
+    the windows the buffer still serves."""
+
+    def __init__(self, registry: SchemaRegistry | None = None) -> None:
+        self._registry = registry if registry is not None else SchemaRegistry()
 
     def sources(self) -> list[SourceInfo]:
         return []
 
     def registry(self) -> SchemaRegistry:
-        return SchemaRegistry()
+        return self._registry
 
     def read(self, after_scn: int, stop: threading.Event, timeout: float) -> list[Window]:
         stop.wait(timeout)
         return []
 
 
-def idle_source() -> Source:
-    return _Idle()
+def idle_source(registry: SchemaRegistry | None = None) -> Source:
+    return _Idle(registry)
 
 
 class ClusterMember:
@@ -384,7 +389,7 @@ class ClusterMember:
             current = source.url if isinstance(source, ChainSource) else None
             if url is None:
                 if current is None and not isinstance(source, _Idle):
-                    self.relay.switch_source(idle_source())
+                    self.relay.switch_source(idle_source(self.relay.source.registry()))
                 return  # else: keep retrying the old leader until a new one shows
             upstream = url.rstrip("/")
             if current == upstream:
@@ -430,7 +435,7 @@ class ClusterMember:
             self.role = "leader"
             published = self.relay.source.registry()  # the versions copied from the old leader
             # copying from the old leader stops first: the epoch starts after what we hold
-            self.relay.switch_source(idle_source())
+            self.relay.switch_source(idle_source(self.relay.source.registry()))
             try:
                 epoch = self._new_epoch()
                 self.epoch = self._synced_epoch = epoch
@@ -463,7 +468,7 @@ class ClusterMember:
             self._last_hw = self.serve_limit()  # what consumers have been served stays
             self.role = "follower"
             self.epoch = 0
-            self.relay.switch_source(idle_source())  # capture stops: someone else leads
+            self.relay.switch_source(idle_source(self.relay.source.registry()))  # capture stops: someone else leads
 
     def _capture_source(self, published: SchemaRegistry, *, coleader: bool = False) -> Source:
         """The database source this member captures with as (co-)leader, opened, with
@@ -536,7 +541,7 @@ class ClusterMember:
         with self._roles:
             self.role = "coleader"
             published = self.relay.source.registry()
-            self.relay.switch_source(idle_source())
+            self.relay.switch_source(idle_source(self.relay.source.registry()))
             try:
                 source = self._capture_source(published, coleader=True)
                 self.relay.switch_source(source, guard=self._may_colead,
@@ -572,7 +577,7 @@ class ClusterMember:
         with self._roles:
             self._last_hw = self.relay.buffer.max_scn
             self.role = "follower"
-            self.relay.switch_source(idle_source())
+            self.relay.switch_source(idle_source(self.relay.source.registry()))
         self._lost.clear()
         try:
             with translated("releasing a co-leader's lease"):
