@@ -1,8 +1,10 @@
 """Long-poll wake-up: how fast waiting ``/stream`` requests are answered after a window
 is appended, and what each wake costs the relay, with 1, 100 and 1000 waiters.
 
-A relay (in this process) gets one 1-event window every ``1/--rate`` s from a
-source fed by a queue; each window's capture time is recorded when it is handed to
+A relay (in this process) gets one 1-event window every ``1/rate`` s from a
+source fed by a queue (``rate`` = ``--rate``, lowered for many waiters so that
+they ask for at most ``--answers`` answers a second: the relay's wake is measured,
+not a saturated machine); each window's capture time is recorded when it is handed to
 the fetcher. ``N`` clients (raw HTTP/1.1 keep-alive connections driven by one
 asyncio loop in a separate process) each long-poll from their last window; a
 client notes when each answer arrived. Latency = arrival - capture, per window
@@ -12,7 +14,8 @@ clients. Beside it: the relay's event-loop thread CPU per appended window (what
 a wake of N waiters costs). No baseline server: compare runs of two versions of
 the code (``PYTHONPATH``) in the same hour.
 
-    .venv/bin/python -m bench.relay_wakeup [--waiters 1,100,1000] [--rate 200] [--seconds 5]
+    .venv/bin/python -m bench.relay_wakeup [--waiters 1,100,1000] [--rate 200] [--answers 4000]
+                                           [--seconds 5]
 
 The last line is machine-readable: ``RESULT {"1": {"p50_ms": ..}, ..}``.
 """
@@ -75,8 +78,10 @@ def window(scn: int) -> Window:
 def _clients(port: int, n: int, after: int, until: int, ready: mp.Queue,  # type: ignore[type-arg]
              out: mp.Queue) -> None:  # type: ignore[type-arg]
     arrivals: list[tuple[int, float]] = []
+    answers = 0
 
     async def one() -> None:
+        nonlocal answers
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         last = after
         while last < until:
@@ -88,6 +93,7 @@ def _clients(port: int, n: int, after: int, until: int, ready: mp.Queue,  # type
             fields = dict(line.split(b": ", 1) for line in head[:-4].split(b"\r\n")[1:])
             await reader.readexactly(int(fields[b"content-length"]))
             scn = int(fields[b"x-databus-last-window-scn"])
+            answers += 1
             if scn > last:
                 arrivals.extend((s, at) for s in range(last + 1, scn + 1))
                 last = scn
@@ -100,12 +106,12 @@ def _clients(port: int, n: int, after: int, until: int, ready: mp.Queue,  # type
         await asyncio.gather(*tasks)
 
     asyncio.run(main())
-    out.put(arrivals)
+    out.put((arrivals, answers))
 
 
 def run(relay: Relay, source: QueueSource, n: int, rate: float, seconds: float,
         server: threading.Thread) -> dict[str, float]:
-    count = int(rate * seconds)
+    count = max(1, int(rate * seconds))
     start = relay.buffer.max_scn
     ctx = mp.get_context("spawn")
     ready: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
@@ -124,21 +130,24 @@ def run(relay: Relay, source: QueueSource, n: int, rate: float, seconds: float,
             time.sleep(delay)
         captured[start + i] = time.time()
         source.windows.put(window(start + i))
-    arrivals = out.get()
+    arrivals, answers = out.get()
     cpu = time.clock_gettime(clock) - c0
     proc.join()
     lat = sorted((at - captured[scn]) * 1e3 for scn, at in arrivals)
     assert len(lat) == n * count, (len(lat), n * count)
-    return {"p50_ms": round(statistics.median(lat), 2),
+    return {"rate": rate, "p50_ms": round(statistics.median(lat), 2),
             "p99_ms": round(lat[int(len(lat) * 0.99) - 1], 2), "max_ms": round(lat[-1], 2),
-            "loop_cpu_ms_per_window": round(cpu * 1e3 / count, 3),
-            "loop_cpu_us_per_answer": round(cpu * 1e6 / (count * n), 1)}
+            "answers": answers, "loop_cpu_ms_per_window": round(cpu * 1e3 / count, 3),
+            "loop_cpu_us_per_answer": round(cpu * 1e6 / answers, 1)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--waiters", default="1,100,1000")
     ap.add_argument("--rate", type=float, default=200.0, help="windows per second")
+    ap.add_argument("--answers", type=float, default=4000.0,
+                    help="at most this many answers a second: the rate for N waiters is"
+                    " at most answers/N")
     ap.add_argument("--seconds", type=float, default=5.0)
     args = ap.parse_args()
     source = QueueSource()
@@ -151,16 +160,17 @@ def main() -> None:
     source.windows.put(window(1))
     while relay.buffer.max_scn < 1:
         time.sleep(0.05)
-    print(f"one 1-event window every {1e3 / args.rate:.1f} ms for {args.seconds:g} s;"
-          " latency = capture -> answer received")
-    print(f"{'waiters':>7} | {'p50 ms':>7} | {'p99 ms':>7} | {'max ms':>7} |"
-          " loop CPU ms per window | loop CPU us per answer")
+    print(f"1-event windows for {args.seconds:g} s; latency = capture -> answer received")
+    print(f"{'waiters':>7} | {'win/s':>5} | {'p50 ms':>7} | {'p99 ms':>7} | {'max ms':>7} |"
+          f" {'answers':>7} | loop CPU ms per window | loop CPU us per answer")
     results: dict[str, dict[str, float]] = {}
     try:
         for n in [int(x) for x in args.waiters.split(",")]:
-            r = run(relay, source, n, args.rate, args.seconds, server)
+            rate = min(args.rate, args.answers / n)
+            r = run(relay, source, n, rate, args.seconds, server)
             results[str(n)] = r
-            print(f"{n:>7} | {r['p50_ms']:>7.2f} | {r['p99_ms']:>7.2f} | {r['max_ms']:>7.2f} |"
+            print(f"{n:>7} | {rate:>5.0f} | {r['p50_ms']:>7.2f} | {r['p99_ms']:>7.2f} |"
+                  f" {r['max_ms']:>7.2f} | {r['answers']:>7} |"
                   f" {r['loop_cpu_ms_per_window']:>22.3f} | {r['loop_cpu_us_per_answer']:>8.1f}")
     finally:
         relay.stop()
