@@ -1,7 +1,8 @@
 """Where the capture side's time goes for one-row transactions: ``MysqlSource`` ->
 ``EventBuffer`` over a pre-written binlog of ``--tx`` one-row autocommit INSERTs
-(``bench.mysql_latency``'s row: 8 columns), timed and then profiled (cProfile, top
-functions by own time). The rate is one-row transactions (= windows) per second, the
+(``bench.mysql_latency``'s row: 8 columns), timed (3 runs, alternating with runs whose
+table-map cache keeps nothing: every TABLE_MAP parsed, as before the source cached
+them) and then profiled (cProfile, top functions by own time). The rate is one-row transactions (= windows) per second, the
 ceiling of the relay's capture at high one-row rates, with no HTTP or client in it.
 
     flock /tmp/databus-bench.lock .venv/bin/python -m bench.peers.capture_profile [--tx 50000]
@@ -41,8 +42,19 @@ def _write(m: MariaDB, n: int) -> None:
         con.close()
 
 
-def _capture(m: MariaDB, start: int, end: int) -> tuple[int, int, float]:
+class _NoCache(dict[bytes, object]):
+    """For the same-run comparison: a table-map cache that keeps nothing (every TABLE_MAP
+    parsed, as before the source cached them)."""
+
+    def __setitem__(self, key: bytes, value: object) -> None:
+        pass
+
+
+def _capture(m: MariaDB, start: int, end: int, *, cached: bool = True
+             ) -> tuple[int, int, float]:
     src = mysql_source(m.url, [r"bench\.lat"])
+    if not cached:
+        src._table_defs = _NoCache()  # type: ignore[assignment]
     buf = EventBuffer(512 << 20)
     windows = events = 0
     stop = threading.Event()
@@ -78,10 +90,12 @@ def main() -> None:
         print(f"{args.tx} one-row transactions written in {time.perf_counter() - t0:.1f}s",
               flush=True)
         end = _scn(m)
-        runs = [_capture(m, start, end) for _ in range(3)]
-        for w, e, s in runs:
-            print(f"MysqlSource -> EventBuffer: {w} windows, {e} events in {s:.2f}s ="
-                  f" {w / s:,.0f} windows/s", flush=True)
+        for k in range(3):  # alternating, same run
+            for cached in (True, False) if k % 2 == 0 else (False, True):
+                w, e, s = _capture(m, start, end, cached=cached)
+                print(f"MysqlSource -> EventBuffer{'' if cached else ', table maps parsed each time'}:"
+                      f" {w} windows, {e} events in {s:.2f}s = {w / s:,.0f} windows/s",
+                      flush=True)
         prof = cProfile.Profile()
         prof.enable()
         w, e, s = _capture(m, start, end)

@@ -158,6 +158,10 @@ class MysqlSource(Source):
         self._history = state_dir / f"{name}.mysql-schemas.json" if state_dir else None
         self._versions: dict[bytes, Version] = {}  # by schema id
         self._shapes: dict[bytes, Shape] = {}  # by table map body (without table id)
+        # TABLE_MAP body (with table id) -> its parse: each transaction repeats the map of
+        # every table it touches, so one-row transactions would parse it once per row (a
+        # third of their capture time: bench/peers/capture_profile.py)
+        self._table_defs: dict[bytes, br.TableDef] = {}
         self._by_src: dict[int, SourceInfo] = {}
         self._ddl_version = self._internal_schema(SCHEMA_CHANGES, SCHEMA_CHANGE_AVRO,
                                                   ("db", "table"))
@@ -195,6 +199,7 @@ class MysqlSource(Source):
         check_server(facts)
         self.mariadb = facts.is_mariadb
         self._collations = collations(self.url)
+        self._table_defs.clear()  # parsed with the collations of the last connection
         self._load_history()
         self._sql = SqlSession(self.url)
         self._snap_io = SnapshotIO(self._sql, self.signal_table, self._wanted, self._shape_of)
@@ -508,10 +513,17 @@ class MysqlSource(Source):
                         meta_middle(self._gtid, self._file, h.next_pos, self._gtid,
                                     h.server_id)))
         elif t == be.EventType.TABLE_MAP:
-            td = br.parse_table_def(body, self._collations)
+            raw = bytes(body)
+            cached = self._table_defs.get(raw)
+            if cached is None:
+                cached = br.parse_table_def(body, self._collations)
+                if len(self._table_defs) >= 4096:  # table ids change with DDL: bounded
+                    self._table_defs.clear()
+                self._table_defs[raw] = cached
+            td = cached
             name = f"{td.schema}.{td.table}"
             if self._wanted(name) or name == self.signal_table:
-                self._maps[td.table_id] = (bytes(body[6:]), td)
+                self._maps[td.table_id] = (raw[6:], td)
         elif t == be.EventType.XID:
             return self._commit(h)
         elif t == be.EventType.MARIADB_GTID:
