@@ -168,3 +168,20 @@ def test_the_store_never_writes_a_window_twice(tmp_path: Path) -> None:
         _append(s, range(2, 3))
     s.close()
     assert os.path.exists(tmp_path / "databus-bin.state")
+
+
+def test_a_read_lock_holds_appends_until_its_holder_releases_it(tmp_path: Path) -> None:
+    store = BinlogStore(tmp_path)
+    _append(store, range(1, 3))
+    owner = object()
+    store.hold(owner)  # FLUSH TABLES WITH READ LOCK
+    end = store.end()
+    th = threading.Thread(target=_append, args=(store, range(3, 5)))
+    th.start()
+    time.sleep(0.3)
+    assert th.is_alive() and store.end() == end  # the binlog stands still
+    store.release(owner)  # UNLOCK TABLES (or the connection ended)
+    th.join(10)
+    assert not th.is_alive() and store.last_scn() == 4
+    store.release(owner)  # idempotent
+    store.close()

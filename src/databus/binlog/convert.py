@@ -47,7 +47,9 @@ Per relay window, in commit order:
 
 Database and table names come from the relay's ``db.table``; internal sources
 (``databus.*``) are skipped. The schema versions already announced are kept in the
-position map with the end, so a restart does not announce them again.
+position map with the end, so a restart does not announce them again, with each
+table's current definition (its Table_map body: what ``information_schema`` and ``SHOW
+CREATE TABLE`` answer, as of the map's end, purged files or not).
 
 Run it with :meth:`run` (blocking, stops when ``stop`` is set) on a thread of its own;
 it owns the store's writer side and purges files older than ``retention`` seconds.
@@ -120,8 +122,10 @@ class BinlogConverter(Consumer, CheckpointStore):
         # table name -> schema id (hex) of the version last announced in the binlog;
         # replaced, never changed in place: a pending window keeps the dict of its end
         self._announced: dict[str, str] = dict(meta.get("announced", {}))
-        # whole windows not yet written, each with the announcements as of its end
-        self._pending: list[tuple[Window, dict[str, str]]] = []
+        # table name -> hex Table_map body of that version: the catalog's definitions
+        self._defs: dict[str, str] = dict(meta.get("tables", {}))
+        # whole windows not yet written, each with the writer meta as of its end
+        self._pending: list[tuple[Window, dict[str, Any]]] = []
         self._write = threading.Condition(threading.Lock())  # pending + the store's writes
         self._last_end = 0.0  # monotonic time of the last window end
         self._skip = False  # the window being dispatched is in the binlog already
@@ -183,7 +187,7 @@ class BinlogConverter(Consumer, CheckpointStore):
         if not pending:
             return
         try:
-            self.store.append([w for w, _ in pending], meta={"announced": pending[-1][1]})
+            self.store.append([w for w, _ in pending], meta=pending[-1][1])
         except BaseException:
             self._pending = pending + self._pending
             raise
@@ -247,7 +251,9 @@ class BinlogConverter(Consumer, CheckpointStore):
         # flusher wrote already are skipped (on_start_data_event_sequence)
         with self._write:
             self._pending.clear()
-            self._announced = dict(self.store.writer_meta().get("announced", {}))
+            meta = self.store.writer_meta()
+            self._announced = dict(meta.get("announced", {}))
+            self._defs = dict(meta.get("tables", {}))
         return None
 
     def on_start_data_event_sequence(self, scn: int) -> Result:
@@ -320,7 +326,7 @@ class BinlogConverter(Consumer, CheckpointStore):
         ts = self._ts_us or time.time_ns() // 1000
         with self._write:
             self._pending.append((Window(scn=scn, timestamp_us=ts, transactions=txns),
-                                  self._announced))
+                                  {"announced": self._announced, "tables": self._defs}))
             self._last_end = time.monotonic()
             self._write.notify_all()
         self._ddl, self._rows = [], []
@@ -351,6 +357,8 @@ class BinlogConverter(Consumer, CheckpointStore):
             if sql is not None:
                 self._ddl_txn(sql, m.db)
             self._announced = {**self._announced, schema.name: schema.id.hex()}
+            self._defs = {**self._defs, f"{m.db}.{m.table}": bt.table_map_body(
+                m.table_id, m.db, m.table, m.cols, schema.key_columns).hex()}
         return m
 
     def _old_columns(self, schema: TableSchema, schema_hex: str) -> list[bt.MysqlColumn] | None:

@@ -152,7 +152,10 @@ def parse_binlog_dump(data: bytes) -> DumpRequest:
 
 def parse_binlog_dump_gtid(data: bytes) -> DumpRequest:
     """``COM_BINLOG_DUMP_GTID``: flags u16, server_id u32, name size u32, name, pos u64,
-    then with ``BINLOG_THROUGH_GTID`` the data size u32 and the GTID set's SID blocks."""
+    then the data size u32 and the GTID set's SID blocks. The set is read whenever it is
+    there, as MySQL's server does (``com_binlog_dump_gtid`` reads it unconditionally):
+    Debezium's client (mysql-binlog-connector-java) sends it with flags 0, without
+    ``BINLOG_THROUGH_GTID``; ignoring it restarted that client from the first file."""
     try:
         flags, sid, name_len = struct.unpack_from("<HII", data, 0)
         off = 10
@@ -161,7 +164,7 @@ def parse_binlog_dump_gtid(data: bytes) -> DumpRequest:
         (pos,) = struct.unpack_from("<Q", data, off)
         off += 8
         gtids = ""
-        if flags & BINLOG_THROUGH_GTID:
+        if flags & BINLOG_THROUGH_GTID or len(data) >= off + 4:
             (size,) = struct.unpack_from("<I", data, off)
             off += 4
             gtids = decode_gtid_set(data[off:off + size])

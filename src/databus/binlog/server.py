@@ -65,7 +65,7 @@ from databus.binlog.dump import (
     parse_binlog_dump,
     parse_binlog_dump_gtid,
 )
-from databus.binlog.sql import BinlogSession, Catalog, ServiceFacts, TableMapCatalog
+from databus.binlog.sql import AnnouncedCatalog, BinlogSession, Catalog, ServiceFacts
 from databus.binlog.store import BinlogStore
 from databus.core.errors import ConfigError, TerminalError
 
@@ -363,6 +363,7 @@ class BinlogServer:
         self._tasks.add(task)
         stream = _ReplicationStream(MysqlStream(reader, writer))
         conn: BinlogConnection | None = None
+        session: BinlogSession | None = None
         conn_id = 0
         try:
             session = BinlogSession(self.facts, self.store, self.catalog, self.replicas)
@@ -386,6 +387,8 @@ class BinlogServer:
         except Exception:  # one client's surprise must not stop the server
             log.exception("binlog server: connection failed")
         finally:
+            if session is not None:
+                self.store.release(session)  # a read lock ends with its connection
             if conn_id:
                 self._connections.pop(conn_id, None)
                 await self._control.remove(conn_id)
@@ -463,7 +466,7 @@ def run_service(cfg: BinlogServiceConfig, password: str, stop: threading.Event) 
             hostname=socket.gethostname(), port=cfg.port,
             log_bin_basename=str(cfg.data_dir / cfg.base), max_binlog_size=cfg.rotate_bytes,
             expire_logs_seconds=int(cfg.retention))
-        server = BinlogServer(store, options, facts, TableMapCatalog(store))
+        server = BinlogServer(store, options, facts, AnnouncedCatalog(store))
         converter = BinlogConverter(cfg.client_config(), store, retention=cfg.retention,
                                     checkpoint_every=cfg.checkpoint_every,
                                     purge_interval=cfg.purge_interval,

@@ -17,7 +17,15 @@ session's middlewares intercept them). Answered:
   HOSTS``, ``SHOW GRANTS``;
 * ``SELECT ... FROM information_schema.COLUMNS`` (and ``TABLES``, ``SCHEMATA``, ``SHOW
   DATABASES``, ``SHOW TABLES``, ``SHOW COLUMNS``) over the captured tables' columns, and
-  ``SHOW CREATE TABLE`` for them, from the :data:`Catalog`.
+  ``SHOW CREATE TABLE`` for them, from the :data:`Catalog` (:class:`AnnouncedCatalog`:
+  every table the binlog has defined up to its end);
+* ``FLUSH TABLES WITH READ LOCK`` holds the binlog where it is (the converter's appends
+  wait) until ``UNLOCK TABLES`` or the connection's end, as MySQL's global read lock
+  holds commits: Debezium's schema snapshot reads the position and the catalog under it.
+  ``START TRANSACTION [WITH CONSISTENT SNAPSHOT]``, ``BEGIN``, ``COMMIT``, ``ROLLBACK``
+  are accepted and change nothing (the service has no table data to read: Debezium's
+  ``snapshot.mode`` must be ``no_data`` or ``never``). ``SET SESSION lock_wait_timeout``
+  and ``innodb_lock_wait_timeout`` are accepted.
 
 Anything else is MySQL error 1235 (``ER_NOT_SUPPORTED_YET``) naming the statement; a
 statement sqlglot cannot parse is error 1064. The connection stays usable either way.
@@ -131,6 +139,8 @@ def system_variables(facts: ServiceFacts) -> dict[str, tuple[Any, Any, bool]]:
         "character_set_system": (str, "utf8mb3", False),
         "collation_server": (str, "utf8mb4_0900_ai_ci", True),
         "net_read_timeout": (int, 30, True),
+        "lock_wait_timeout": (int, 31536000, True),
+        "innodb_lock_wait_timeout": (int, 50, True),
         "rpl_semi_sync_master_enabled": (str, "OFF", False),
     })
     return out
@@ -177,6 +187,19 @@ class BinlogSession(Session):  # type: ignore[misc]
     async def handle_query(self, sql: str, attrs: dict[str, str]) -> Any:
         self.variables.set("gtid_executed", self.store.gtid_executed(), force=True)
         self.variables.set("gtid_purged", self.store.gtid_purged(), force=True)
+        text = " ".join(sql.strip().rstrip(";").upper().split())
+        if text.startswith("FLUSH TABLES") and text.endswith("WITH READ LOCK"):
+            # the binlog stands still until UNLOCK TABLES or the connection ends, as
+            # MySQL's global read lock holds commits (Debezium's schema snapshot reads
+            # the position and the tables under it); sqlglot does not parse it
+            await asyncio.to_thread(self.store.hold, self)
+            return [], []
+        if text in ("UNLOCK TABLES", "UNLOCK INSTANCE"):
+            self.store.release(self)
+            return [], []
+        if text.startswith("START TRANSACTION") or text in ("BEGIN", "COMMIT", "ROLLBACK"):
+            # nothing here changes; a transaction's consistent snapshot is the read lock
+            return [], []
         try:
             return await super().handle_query(sql, attrs)
         except ParseError as exc:
@@ -554,6 +577,29 @@ def parse_table_map(body: bytes) -> tuple[str, str, list[ColumnInfo]]:
             nullable=bool(nulls[i // 8] & (1 << (i % 8))), key="PRI" if i in pk else "",
             charset=cs[0] if cs else None, collation=cs[1] if cs else None))
     return db, table, cols
+
+
+class AnnouncedCatalog:
+    """The tables the binlog has defined up to its end (:data:`Catalog`): the definition
+    the converter records with every batch in the position map (the Table_map of each
+    table's current version, as its last CREATE/ALTER TABLE says), so the answer matches
+    :meth:`BinlogStore.end` and a table whose events were all purged is still known, as
+    in MySQL. Data directories written before definitions were recorded fall back to the
+    Table_map events in the live files (:class:`TableMapCatalog`)."""
+
+    def __init__(self, store: BinlogStore) -> None:
+        self._store = store
+        self._fallback = TableMapCatalog(store)
+
+    def __call__(self) -> dict[tuple[str, str], list[ColumnInfo]]:
+        defs = self._store.writer_meta().get("tables")
+        if not isinstance(defs, dict):
+            return self._fallback()
+        out: dict[tuple[str, str], list[ColumnInfo]] = {}
+        for body in defs.values():
+            db, table, cols = parse_table_map(bytes.fromhex(body))
+            out[(db, table)] = cols
+        return out
 
 
 class TableMapCatalog:

@@ -254,6 +254,8 @@ class BinlogStore:
         self._purged_gno = 0
         self._meta: dict[str, Any] = {}
         self._next_meta: dict[str, Any] = {}
+        self._holds: set[object] = set()  # sessions holding FLUSH TABLES WITH READ LOCK
+        self._appending = False
         if self._state_path.exists():
             self._load()
         else:
@@ -413,11 +415,41 @@ class BinlogStore:
         with self._cond:
             return dict(self._meta)
 
+    def hold(self, owner: object) -> None:
+        """``FLUSH TABLES WITH READ LOCK``: return once no append is in progress; then
+        no append starts until every holder called :meth:`release` (blocking: call it
+        off an event loop). The binlog's end and its tables stay as they are meanwhile,
+        so a client can read the position and the catalog as one consistent state."""
+        with self._cond:
+            self._holds.add(owner)
+            self._cond.wait_for(lambda: not self._appending or self._closed)
+
+    def release(self, owner: object) -> None:
+        """``UNLOCK TABLES`` or the holder's connection ended (idempotent)."""
+        with self._cond:
+            if owner in self._holds:
+                self._holds.discard(owner)
+                self._cond.notify_all()
+
     def append(self, windows: Sequence[Window], *, meta: dict[str, Any] | None = None) -> None:
         """Write whole windows, fsync, then record the map (see the module docstring),
         with ``meta`` (the writer's own JSON state, e.g. the schema versions announced).
         Rotates before a window when the current file reached ``rotate_bytes``.
-        A window's SCN must be above :meth:`last_scn`."""
+        A window's SCN must be above :meth:`last_scn`. Waits while a reader holds the
+        read lock (:meth:`hold`)."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._holds or self._closed)
+            if self._closed:
+                raise TerminalError("the binlog store is closed")
+            self._appending = True
+        try:
+            self._append(windows, meta)
+        finally:
+            with self._cond:
+                self._appending = False
+                self._cond.notify_all()
+
+    def _append(self, windows: Sequence[Window], meta: dict[str, Any] | None) -> None:
         if meta is not None:
             self._next_meta = meta
         buf = bytearray()
