@@ -38,9 +38,10 @@ Per relay window, in commit order:
   Query) with ``CREATE TABLE IF NOT EXISTS`` the first time the table appears, else the
   ``ALTER TABLE`` that turns the previous version's columns into this one's
   (:func:`databus.binlog.types.alter_table_sql`); a truncate: ``TRUNCATE TABLE``;
-* one row transaction: GTID, ``Query BEGIN``, for each run of one table a Table_map and
-  Write/Update/Delete rows v2 events (several per run when a run passes ~8 KiB, as MySQL
-  splits them; the last has STMT_END_F), ``Xid`` = the window's SCN. Inserts and
+* one row transaction: GTID, ``Query BEGIN``, for each statement (a run of one kind of
+  change of one table) a Table_map and Write/Update/Delete rows v2 events (several when
+  a run passes ~8 KiB, as MySQL splits them; the last has STMT_END_F, after which the
+  next statement maps its table again, as MySQL does), ``Xid`` = the window's SCN. Inserts and
   snapshot reads are Write_rows; updates carry the before image (the relay's, which every
   SQLite and MySQL update has; an update without one is written with the after image as
   its before image), deletes the deleted row.
@@ -290,6 +291,9 @@ class BinlogConverter(Consumer, CheckpointStore):
                 head = bt.rows_body_head(m.table_id, len(m.cols), kind == ev.UPDATE_ROWS, last)
                 self._rows.append((kind, 0, head + b"".join(images)))
                 images, size = [], 0
+                # a statement's end (STMT_END_F) ends its table maps, as in MySQL, whose
+                # applier forgets them there: the next statement maps the table again
+                mapped = mapped and not last
 
         for de in events:
             op = de.op
