@@ -439,6 +439,29 @@ class _SlowClient(Exception):
 # -- lifecycle ----------------------------------------------------------------------------
 
 
+async def _close_connections(server: uvicorn.Server, grace: float = 1.0) -> None:
+    """Close the connections uvicorn's shutdown left open, waiting up to ``grace``
+    seconds for answers still being written, then cutting the rest.
+
+    uvicorn closes idle connections and waits for its request tasks, but a direct
+    answer (``databus.serving.direct``: no task) closes only once it is written, and
+    a connection accepted just before shutdown may not be idle yet: the event loop
+    then ended with their sockets open (ResourceWarning; the client saw no close).
+    """
+    conns = list(server.server_state.connections)
+    for conn in conns:
+        if not conn.transport.is_closing():
+            conn.transport.close()
+    deadline = asyncio.get_running_loop().time() + grace
+    while any(c in server.server_state.connections for c in conns):
+        if asyncio.get_running_loop().time() >= deadline:
+            for conn in list(server.server_state.connections):
+                conn.transport.abort()
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0)  # the transports' connection_lost callbacks close the sockets
+
+
 class HttpService(ABC):
     """A process part that serves HTTP beside worker threads of its own.
 
@@ -573,6 +596,8 @@ class HttpService(ABC):
         finally:
             self._ready.set()  # start() waits no longer when serving failed
             await self.on_shutdown()
+            if self._server is not None:
+                await _close_connections(self._server)
 
     def run(self) -> None:
         """Serve on this thread until :meth:`request_exit` (e.g. from a signal handler)."""
