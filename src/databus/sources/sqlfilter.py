@@ -13,7 +13,8 @@ names the rejected part. The SQL that reaches the database is generated from the
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import sqlglot
 from sqlglot import exp
@@ -77,6 +78,41 @@ def safe_filter(text: str, table: str, columns: Iterable[str], *,
                 " literals, comparisons, AND/OR/NOT, IS NULL, IN, BETWEEN, LIKE, arithmetic"
                 f" and {', '.join(sorted(FUNCTIONS.values()))}")
     return tree.sql(dialect=dialect)
+
+
+def checked_conditions(data: dict[str, Any], *, wanted: Callable[[str], bool],
+                       columns: Callable[[str, str], list[str]], dialect: str = "mysql",
+                       qualifier: str = "db") -> dict[str, Any]:
+    """A snapshot signal's ``data`` with each ``additional-conditions`` filter parsed
+    against its table's columns and written again from the parse tree
+    (:func:`safe_filter`); InvalidRequestError (400) for anything else, so a stored
+    signal row only ever holds SQL generated here.
+
+    ``wanted(table)`` says whether ``qualifier.table`` is captured; ``columns(qualifier,
+    name)`` lists the table's columns (empty: no such table).
+    """
+    conditions = data.get("additional-conditions")
+    if conditions is None:
+        return data
+    if not isinstance(conditions, list):
+        raise InvalidRequestError("additional-conditions must be a list")
+    checked = []
+    for c in conditions:
+        if not isinstance(c, dict) or not isinstance(c.get("data-collection"), str) \
+                or not isinstance(c.get("filter"), str):
+            raise InvalidRequestError("additional-conditions entries need a data-collection"
+                                      f" ({qualifier}.table) and a filter, both strings")
+        table = c["data-collection"]
+        outer, _, name = table.partition(".")
+        if not name or not wanted(table):
+            raise InvalidRequestError(f"additional-conditions: {table!r} is not a captured"
+                                      f" table ({qualifier}.table)")
+        cols = columns(outer, name)
+        if not cols:
+            raise InvalidRequestError(f"additional-conditions: table {table} does not exist")
+        checked.append({"data-collection": table,
+                        "filter": safe_filter(c["filter"], table, cols, dialect=dialect)})
+    return {**data, "additional-conditions": checked}
 
 
 def _outside_strings(text: str) -> str:

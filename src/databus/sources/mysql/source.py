@@ -89,7 +89,7 @@ from databus.sources.mysql.tables import (
     meta_middle,
     source_id,
 )
-from databus.sources.sqlfilter import safe_filter
+from databus.sources.sqlfilter import checked_conditions
 
 log = logging.getLogger("databus.sources.mysql")
 
@@ -322,34 +322,14 @@ class MysqlSource(Source):
 
     def _checked_conditions(self, session: SqlSession, data: dict[str, Any]
                             ) -> dict[str, Any]:
-        """``data`` with each ``additional-conditions`` filter parsed against its table's
-        columns and re-emitted from the parse tree (:mod:`databus.sources.sqlfilter`);
-        InvalidRequestError (400) for anything else. The stored signal row only ever
-        holds SQL generated here."""
-        conditions = data.get("additional-conditions")
-        if conditions is None:
-            return data
-        if not isinstance(conditions, list):
-            raise InvalidRequestError("additional-conditions must be a list")
-        checked = []
-        for c in conditions:
-            if not isinstance(c, dict) or not isinstance(c.get("data-collection"), str) \
-                    or not isinstance(c.get("filter"), str):
-                raise InvalidRequestError("additional-conditions entries need a data-collection"
-                                          " (db.table) and a filter, both strings")
-            table = c["data-collection"]
-            db, _, name = table.partition(".")
-            if not name or not self._wanted(table):
-                raise InvalidRequestError(f"additional-conditions: {table!r} is not a captured"
-                                          " table (db.table)")
-            columns = [str(r[0]) for r in session.query(
+        """:func:`~databus.sources.sqlfilter.checked_conditions`: filters parsed against
+        their table's columns and re-emitted from the parse tree; the stored signal row
+        only ever holds SQL generated there."""
+        return checked_conditions(
+            data, wanted=self._wanted,
+            columns=lambda db, name: [str(r[0]) for r in session.query(
                 "SELECT COLUMN_NAME FROM information_schema.COLUMNS"
-                " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (db, name))]
-            if not columns:
-                raise InvalidRequestError(f"additional-conditions: table {table} does not exist")
-            checked.append({"data-collection": table,
-                            "filter": safe_filter(c["filter"], table, columns)})
-        return {**data, "additional-conditions": checked}
+                " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (db, name))])
 
     def reconfigure(self, config: Any) -> None:
         """New table/column filters from a reloaded relay config (``url`` and the

@@ -122,7 +122,7 @@ from databus.sources.postgres.snapshot import InitialSnapshot
 from databus.sources.postgres.streams import Budget, Spool
 from databus.sources.postgres.types import TableVersion, source_id, version_schema
 from databus.sources.progress import ProgressRecords
-from databus.sources.sqlfilter import safe_filter
+from databus.sources.sqlfilter import checked_conditions
 
 log = logging.getLogger("databus.sources.postgres")
 
@@ -921,33 +921,12 @@ class PostgresSource(Source):
 
     def _checked_conditions(self, session: SqlSession, data: dict[str, Any]
                             ) -> dict[str, Any]:
-        """``data`` with each ``additional-conditions`` filter parsed against its table's
-        columns and written again from the parse tree (PostgreSQL dialect)."""
-        conditions = data.get("additional-conditions")
-        if conditions is None:
-            return data
-        if not isinstance(conditions, list):
-            raise InvalidRequestError("additional-conditions must be a list")
-        checked = []
-        for c in conditions:
-            if not isinstance(c, dict) or not isinstance(c.get("data-collection"), str) \
-                    or not isinstance(c.get("filter"), str):
-                raise InvalidRequestError("additional-conditions entries need a data-collection"
-                                          " (schema.table) and a filter, both strings")
-            table = c["data-collection"]
-            schema, _, name = table.partition(".")
-            if not name or not self._wanted(table):
-                raise InvalidRequestError(f"additional-conditions: {table!r} is not a captured"
-                                          " table (schema.table)")
-            columns = [str(r[0]) for r in session.query(
+        """:func:`~databus.sources.sqlfilter.checked_conditions` (PostgreSQL dialect)."""
+        return checked_conditions(
+            data, wanted=self._wanted, dialect="postgres", qualifier="schema",
+            columns=lambda schema, name: [str(r[0]) for r in session.query(
                 "SELECT column_name FROM information_schema.columns"
-                " WHERE table_schema = %s AND table_name = %s", (schema, name))]
-            if not columns:
-                raise InvalidRequestError(f"additional-conditions: table {table} does not exist")
-            checked.append({"data-collection": table,
-                            "filter": safe_filter(c["filter"], table, columns,
-                                                  dialect="postgres")})
-        return {**data, "additional-conditions": checked}
+                " WHERE table_schema = %s AND table_name = %s", (schema, name))])
 
     # -- positions -----------------------------------------------------------------
 
