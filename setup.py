@@ -15,13 +15,15 @@ setup(
         Extension(
             "databus.sources.mysql._rowcodec",
             ["src/databus/sources/mysql/_rowcodec.c"],
-            depends=["src/databus/sources/mysql/_snaptext.c"],  # #included: snapshot rows
+            # #included: snapshot rows, the shared encoders
+            depends=["src/databus/sources/mysql/_snaptext.c", "src/databus/core/_cenc.h"],
             optional=True,
             extra_compile_args=["-O2", "-std=c99", "-Wall"],
         ),
         Extension(
             "databus.sources.postgres._pgcodec",
             ["src/databus/sources/postgres/_pgcodec.c"],
+            depends=["src/databus/core/_cenc.h"],  # #included: the shared encoders
             optional=True,
             extra_compile_args=["-O2", "-std=c99", "-Wall"],
         ),
