@@ -669,7 +669,9 @@ class SqliteSource(Source):
                 scn=top, src_id=r[1], key=codec.key(image, r[5]), payload=codec.encode(image),
                 schema_id=codec.schema.id, schema_version=r[2], op=_OPS[op],
                 timestamp_ns=r[4] * 1_000_000, metadata=meta.encode(before, index),
-                metadata_schema_id=meta_id))
+                metadata_schema_id=meta_id,
+                # a row read again by refresh_rows: read from the table, not the log
+                extra_attributes=ev.ATTR_SNAPSHOT if op == cat.OP_READ else 0))
         return Window(top, b"".join(parts), len(parts), top_ts * 1_000_000)
 
     def _load_versions(self, con: sqlite3.Connection) -> None:
