@@ -30,8 +30,17 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_binlog_server import ALL, KEYS, _source, _wait_equal, _write
-from tests.support.binlog_server import PASSWORD, USER, BinlogService, sqlite_rows
+from tests.support.binlog_server import (
+    ALL,
+    KEYS,
+    PASSWORD,
+    USER,
+    BinlogService,
+    make_source,
+    sqlite_rows,
+    wait_equal,
+    write_changes,
+)
 from tests.support.wait import wait_until
 
 pytestmark = [
@@ -128,10 +137,10 @@ class _Harness:
 
 def test_debezium_streams_every_change_equal_to_the_sqlite_source(tmp_path: Path) -> None:
     cp = _harness_classpath()
-    db = _source(tmp_path)
+    db = make_source(tmp_path)
     with BinlogService(db, tmp_path, ALL) as svc:
-        _write(db, 40, seed=7)
-        got = _wait_equal(svc, db)
+        write_changes(db, 40, seed=7)
+        got = wait_equal(svc, db)
         lines = _Harness(cp, svc, tmp_path / "never", "never", got.rows).events()
         assert len(lines) == got.rows
         tables = _replay(lines, {})
@@ -140,7 +149,7 @@ def test_debezium_streams_every_change_equal_to_the_sqlite_source(tmp_path: Path
 
 
 def _changes_of_write(db: Path, scratch: Path, transactions: int, seed: int) -> int:
-    """The row changes ``_write(db, transactions, seed)`` will make: the same writes on a
+    """The row changes ``write_changes(db, transactions, seed)`` will make: the same writes on a
     copy of the database, counted in the copy's capture log (one row per change)."""
     src, dst = sqlite3.connect(db), sqlite3.connect(scratch)
     try:
@@ -155,7 +164,7 @@ def _changes_of_write(db: Path, scratch: Path, transactions: int, seed: int) -> 
 
     try:
         first = seq()
-        _write(scratch, transactions, seed)
+        write_changes(scratch, transactions, seed)
         return seq() - first
     finally:
         dst.close()
@@ -164,15 +173,15 @@ def _changes_of_write(db: Path, scratch: Path, transactions: int, seed: int) -> 
 def test_debezium_with_a_schema_snapshot_streams_from_where_it_locked(
         tmp_path: Path) -> None:
     cp = _harness_classpath()
-    db = _source(tmp_path)
+    db = make_source(tmp_path)
     with BinlogService(db, tmp_path, ALL) as svc:
-        _write(db, 20, seed=7)
-        _wait_equal(svc, db)
+        write_changes(db, 20, seed=7)
+        wait_equal(svc, db)
         at_start = {t: sqlite_rows(db, t, KEYS[t]) for t in ALL}
         expect = _changes_of_write(db, tmp_path / "scratch.db", 20, seed=8)
         harness = _Harness(cp, svc, tmp_path / "no_data", "no_data", expect)
         harness.wait_connected()
-        _write(db, 20, seed=8)
+        write_changes(db, 20, seed=8)
         lines = harness.events()
         assert "Unable to flush and acquire global read lock" not in harness.log()
         assert len(lines) == expect

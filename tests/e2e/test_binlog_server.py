@@ -7,7 +7,6 @@ source exactly: inserts, updates, deletes, unicode, NULLs, floats, blobs.
 
 from __future__ import annotations
 
-import math
 import shutil
 import sqlite3
 import subprocess
@@ -24,88 +23,31 @@ from pymysqlreplication.row_event import WriteRowsEvent
 
 from tests.support.binlog import parse_verbose
 from tests.support.binlog_server import (
+    ALL,
+    KEYS,
     PASSWORD,
-    TYPES_SCHEMA,
     USER,
     BinlogService,
     Rebuilt,
     apply_events,
+    equal_to_source,
+    make_source,
     rebuild,
-    sqlite_rows,
+    rebuilt_rows,
+    wait_equal,
+    write_changes,
 )
-from tests.support.shop import SCHEMA, TABLES, Writer
 from tests.support.wait import wait_until
 
 # python-mysql-replication 1.0 opens its control connection with pymysql's old ``db=``
 pytestmark = pytest.mark.filterwarnings("ignore:'db' is deprecated:DeprecationWarning")
 
-KEYS = {"customers": ["id"], "orders": ["id"], "items": ["order_id", "line"], "kinds": ["id"]}
-ALL = [*TABLES, "kinds"]
-
-
-def _source(tmp: Path) -> Path:
-    """The source's tables, empty (a SQLite relay captures what is committed after it
-    started; the binlog service converts everything the relay holds)."""
-    db = tmp / "shop.db"
-    con = sqlite3.connect(db)
-    for stmt in [*SCHEMA, *TYPES_SCHEMA]:
-        con.execute(stmt)
-    con.commit()
-    con.close()
-    return db
-
-
-def _write(db: Path, transactions: int, seed: int) -> None:
-    with Writer(db, seed=seed) as w:
-        for _ in range(transactions):
-            w.transaction()
-    con = sqlite3.connect(db, isolation_level=None)
-    base = 1 + (con.execute("SELECT max(id) FROM kinds").fetchone()[0] or 0)
-    for i in range(base, base + 20):  # the value kinds the judges must see exactly
-        con.execute("BEGIN")
-        con.execute("INSERT INTO kinds VALUES (?, ?, ?, ?, ?)",
-                    (i, f"zoë ☃ 𝄞 {i}" if i % 3 else None, (0.1 * i) if i % 4 else None,
-                     bytes(range(i % 7, 256, 7)) if i % 5 else None, -(2**62) + i))
-        if i % 2:
-            con.execute("UPDATE kinds SET price = ?, name = 'ünï' WHERE id = ?",
-                        (math.pi * i, i))
-        if i % 6 == 0:
-            con.execute("DELETE FROM kinds WHERE id = ?", (i,))
-        con.execute("COMMIT")
-    con.close()
-
-
-BLOBS = {("orders", "payload"), ("kinds", "data")}
-
-
-def _rows(got: Rebuilt, table: str) -> dict[tuple[object, ...], dict[str, object]]:
-    """The rebuilt rows, an empty BLOB as bytes: python-mysql-replication 1.0 decodes a
-    zero-length BLOB as '' (a non-empty one as bytes; the binlog says binary for both)."""
-    return {k: {c: b"" if v == "" and (table, c) in BLOBS else v for c, v in row.items()}
-            for k, row in got.tables.get(table, {}).items()}
-
-
-def _equal(db: Path, got: Rebuilt) -> bool:
-    return all(_rows(got, t) == sqlite_rows(db, t, KEYS[t]) for t in ALL)
-
-
-def _wait_equal(svc: BinlogService, db: Path) -> Rebuilt:
-    last: list[Rebuilt] = []
-
-    def same() -> bool:
-        last[:] = [rebuild(svc, KEYS)]
-        return _equal(db, last[0])
-
-    wait_until(same, 120, "the binlog rebuilt by python-mysql-replication to equal SQLite")
-    return last[0]
-
-
 def test_python_mysql_replication_rebuilds_every_table_from_start_position_and_gtids(
         tmp_path: Path) -> None:
-    db = _source(tmp_path)
+    db = make_source(tmp_path)
     with BinlogService(db, tmp_path, ALL, extra=["--server-id", "42"]) as svc:
-        _write(db, 60, seed=7)
-        full = _wait_equal(svc, db)
+        write_changes(db, 60, seed=7)
+        full = wait_equal(svc, db)
         assert len(set(full.gtids)) == len(full.gtids)
         assert svc.query("SELECT @@server_id")[0][0] == 42
         # resume from a saved file/position: the first half, then the rest from there
@@ -123,28 +65,28 @@ def test_python_mysql_replication_rebuilds_every_table_from_start_position_and_g
         finally:
             reader.close()
         rebuild(svc, KEYS, into=part, log_file=half[0], log_pos=half[1])
-        assert all(_rows(part, t) == _rows(first, t) for t in ALL) and _equal(db, part)
+        assert all(rebuilt_rows(part, t) == rebuilt_rows(first, t) for t in ALL) and equal_to_source(db, part)
         # from a GTID set: everything after the first ten transactions, onto those ten
         uuid = svc.query("SELECT @@server_uuid")[0][0]
         gt = rebuild(svc, KEYS, gtid_set=f"{uuid}:1-10")
         assert gt.gtids[0] == f"{uuid}:11" and gt.gtids == full.gtids[10:]
         # more changes while it runs: a blocking reader sees them arrive
-        _write(db, 20, seed=8)
-        _wait_equal(svc, db)
+        write_changes(db, 20, seed=8)
+        wait_equal(svc, db)
 
 
 def test_changes_committed_before_the_service_starts_are_in_the_binlog(
         tmp_path: Path) -> None:
-    db = _source(tmp_path)
+    db = make_source(tmp_path)
     with BinlogService(db, tmp_path, ALL, serve=False) as svc:
-        _write(db, 30, seed=7)
+        write_changes(db, 30, seed=7)
         top = f"{svc.relay_url}/containerStats/buffer/max_scn"
         wait_until(lambda: int(httpx.get(top).json()) > 0
                    and int(httpx.get(top).json()) == int(httpx.get(top).json()), 30,
                    "the relay to capture the changes")
         time.sleep(1.0)  # the SQLite source polls: let it capture the last one
         svc.start_server()
-        got = _wait_equal(svc, db)
+        got = wait_equal(svc, db)
         # the first transaction of the source is the binlog's first row transaction
         assert got.gtids[0].endswith(":1")
 
@@ -153,10 +95,10 @@ def test_a_commit_reaches_a_blocking_reader_within_a_fraction_of_a_second(
         tmp_path: Path) -> None:
     """Commit -> visible to a blocking python-mysql-replication reader, with the
     service's default settings (relay: the SQLite source polls every 50 ms)."""
-    db = _source(tmp_path)
+    db = make_source(tmp_path)
     with BinlogService(db, tmp_path, ALL) as svc:
-        _write(db, 2, seed=7)
-        _wait_equal(svc, db)
+        write_changes(db, 2, seed=7)
+        wait_equal(svc, db)
         end_file, end_pos = svc.query("SHOW MASTER STATUS")[0][:2]
         seen: dict[int, float] = {}
         reader = BinLogStreamReader(connection_settings=svc.settings(), server_id=7005,
@@ -210,10 +152,10 @@ def test_mariadb_binlog_dumps_the_files_and_its_decoded_rows_match(tmp_path: Pat
     tool = shutil.which("mariadb-binlog")
     if tool is None:
         pytest.skip("mariadb-binlog (Debian's mariadb-client) is not installed")
-    db = _source(tmp_path)
+    db = make_source(tmp_path)
     with BinlogService(db, tmp_path, ALL) as svc:
-        _write(db, 40, seed=7)
-        got = _wait_equal(svc, db)
+        write_changes(db, 40, seed=7)
+        got = wait_equal(svc, db)
         files = [r[0] for r in svc.query("SHOW BINARY LOGS")]
         out = subprocess.run(
             [tool, "--read-from-remote-server", "--host=127.0.0.1", f"--port={svc.port}",
@@ -256,10 +198,10 @@ def test_mariadb_binlog_dumps_the_files_and_its_decoded_rows_match(tmp_path: Pat
 
 def test_a_client_reconnecting_after_a_server_restart_loses_and_repeats_nothing(
         tmp_path: Path) -> None:
-    db = _source(tmp_path)
+    db = make_source(tmp_path)
     with BinlogService(db, tmp_path, ALL) as svc:
-        _write(db, 30, seed=7)
-        _wait_equal(svc, db)
+        write_changes(db, 30, seed=7)
+        wait_equal(svc, db)
         got = Rebuilt()
         pos: list[tuple[str, int]] = []
         first = svc.query("SHOW BINARY LOGS")[0][0]
@@ -280,17 +222,17 @@ def test_a_client_reconnecting_after_a_server_restart_loses_and_repeats_nothing(
 
         t = threading.Thread(target=follow, args=(first, 4), daemon=True)
         t.start()
-        wait_until(lambda: _equal(db, got), 60, "the follower to catch up")
+        wait_until(lambda: equal_to_source(db, got), 60, "the follower to catch up")
         svc.server.terminate()
         svc.server.wait(30)
         t.join(30)
         assert not t.is_alive()
-        _write(db, 20, seed=9)  # changes while the binlog server is down
+        write_changes(db, 20, seed=9)  # changes while the binlog server is down
         svc.start_server()
         # the client resumes at the last whole transaction it applied
         t = threading.Thread(target=follow, args=pos[0], daemon=True)
         t.start()
-        wait_until(lambda: _equal(db, got), 90, "the follower to catch up after the restart")
+        wait_until(lambda: equal_to_source(db, got), 90, "the follower to catch up after the restart")
         assert len(got.gtids) == len(set(got.gtids))
         svc.server.terminate()
         t.join(30)
@@ -298,12 +240,12 @@ def test_a_client_reconnecting_after_a_server_restart_loses_and_repeats_nothing(
 
 def test_a_position_the_server_does_not_have_is_error_1236_never_a_jump(
         tmp_path: Path) -> None:
-    db = _source(tmp_path)
+    db = make_source(tmp_path)
     with BinlogService(db, tmp_path, ALL,
                        config="rotate_bytes: 4096\nretention: 1\npurge_interval: 0.2\n") as svc:
-        _write(db, 5, seed=7)
-        _wait_equal(svc, db)
-        _write(db, 40, seed=10)  # several files; the first ones age past the retention
+        write_changes(db, 5, seed=7)
+        wait_equal(svc, db)
+        write_changes(db, 40, seed=10)  # several files; the first ones age past the retention
 
         def purged() -> bool:
             return svc.query("SHOW BINARY LOGS")[0][0] != "databus-bin.000001"

@@ -20,7 +20,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.e2e.test_postgres_relay import Pipeline
+from tests.support.pg_pipeline import Pipeline
 from tests.support.postgres import SETTINGS, PostgreSQL
 from tests.support.procs import DATABUS
 from tests.support.verify import read_windows

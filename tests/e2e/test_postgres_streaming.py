@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.e2e.test_postgres_relay import SCHEMA, Pipeline, Writer
+from tests.support.pg_pipeline import SCHEMA, Pipeline, Writer
 from tests.support.postgres import SETTINGS, PostgreSQL
 from tests.support.shop import Change
 from tests.support.verify import check_delivery, read_windows

@@ -9,6 +9,7 @@ applies every row event to per-table dictionaries keyed by the primary key.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -22,6 +23,7 @@ from pymysqlreplication.event import GtidEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from tests.support.procs import DATABUS, free_port, running, wait_http
+from tests.support.shop import SCHEMA, TABLES, Writer
 from tests.support.wait import wait_until
 
 USER, PASSWORD = "repl", "s3cret-pw"
@@ -171,3 +173,66 @@ def sqlite_rows(db: Path, table: str, keys: list[str]) -> dict[tuple[Any, ...], 
         return out
     finally:
         con.close()
+
+
+# -- the shop workload both e2e modules use ------------------------------------
+
+KEYS = {"customers": ["id"], "orders": ["id"], "items": ["order_id", "line"], "kinds": ["id"]}
+ALL = [*TABLES, "kinds"]
+
+
+def make_source(tmp: Path) -> Path:
+    """The source's tables, empty (a SQLite relay captures what is committed after it
+    started; the binlog service converts everything the relay holds)."""
+    db = tmp / "shop.db"
+    con = sqlite3.connect(db)
+    for stmt in [*SCHEMA, *TYPES_SCHEMA]:
+        con.execute(stmt)
+    con.commit()
+    con.close()
+    return db
+
+
+def write_changes(db: Path, transactions: int, seed: int) -> None:
+    with Writer(db, seed=seed) as w:
+        for _ in range(transactions):
+            w.transaction()
+    con = sqlite3.connect(db, isolation_level=None)
+    base = 1 + (con.execute("SELECT max(id) FROM kinds").fetchone()[0] or 0)
+    for i in range(base, base + 20):  # the value kinds the judges must see exactly
+        con.execute("BEGIN")
+        con.execute("INSERT INTO kinds VALUES (?, ?, ?, ?, ?)",
+                    (i, f"zoë ☃ 𝄞 {i}" if i % 3 else None, (0.1 * i) if i % 4 else None,
+                     bytes(range(i % 7, 256, 7)) if i % 5 else None, -(2**62) + i))
+        if i % 2:
+            con.execute("UPDATE kinds SET price = ?, name = 'ünï' WHERE id = ?",
+                        (math.pi * i, i))
+        if i % 6 == 0:
+            con.execute("DELETE FROM kinds WHERE id = ?", (i,))
+        con.execute("COMMIT")
+    con.close()
+
+
+BLOBS = {("orders", "payload"), ("kinds", "data")}
+
+
+def rebuilt_rows(got: Rebuilt, table: str) -> dict[tuple[object, ...], dict[str, object]]:
+    """The rebuilt rows, an empty BLOB as bytes: python-mysql-replication 1.0 decodes a
+    zero-length BLOB as '' (a non-empty one as bytes; the binlog says binary for both)."""
+    return {k: {c: b"" if v == "" and (table, c) in BLOBS else v for c, v in row.items()}
+            for k, row in got.tables.get(table, {}).items()}
+
+
+def equal_to_source(db: Path, got: Rebuilt) -> bool:
+    return all(rebuilt_rows(got, t) == sqlite_rows(db, t, KEYS[t]) for t in ALL)
+
+
+def wait_equal(svc: BinlogService, db: Path) -> Rebuilt:
+    last: list[Rebuilt] = []
+
+    def same() -> bool:
+        last[:] = [rebuild(svc, KEYS)]
+        return equal_to_source(db, last[0])
+
+    wait_until(same, 120, "the binlog rebuilt by python-mysql-replication to equal SQLite")
+    return last[0]

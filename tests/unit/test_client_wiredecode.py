@@ -4,9 +4,6 @@ bodies, row bytes the compiled half leaves to fastavro)."""
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
-import random
 import re
 from typing import Any
 
@@ -16,46 +13,11 @@ from databus.client import wiredecode as wd
 from databus.core import event as ev
 from databus.core.errors import CorruptEventError, SchemaError
 from databus.core.schema import ColumnSpec, MetadataCodec, TableSchema, table_schema
-from databus.sources.txlog.catalog import Column, TableVersion
-from databus.sources.txlog.rows import VersionCodec, WindowMetadata
+from databus.sources.txlog.rows import WindowMetadata
+from tests.support.wiredecode import LOGICAL, LOGICAL_ROWS, SQLITE, sqlite_payloads
 
 needs_c = pytest.mark.skipif(not wd.compiled(), reason="the C extension is not built")
 
-# the SQLite matrix: every storage class in a column of every affinity (test_sqlite_rows)
-DECLS = ["INTEGER", "REAL", "TEXT", "BLOB", "NUMERIC"]
-VALUES = [None, 0, -(2**63), 2**63 - 1, 0.1, -0.0, 5e-324, float("inf"), "", "é😀",
-          "a\x00b", b"", b"\x00\xff"]
-SQLITE = VersionCodec(TableVersion(7, "main.t", 1, tuple(
-    Column(f"c{i}", d, False, 0, 0) for i, d in enumerate(DECLS)), ()))
-
-LOGICAL = TableSchema(9, "x.logical", 1, table_schema("x", "logical", [
-    ColumnSpec("id", "long", nullable=False),
-    ColumnSpec("d", {"type": "bytes", "logicalType": "decimal", "precision": 65, "scale": 30}),
-    ColumnSpec("d2", {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}),
-    ColumnSpec("day", {"type": "int", "logicalType": "date"}),
-    ColumnSpec("ts", {"type": "long", "logicalType": "timestamp-micros"}),
-    ColumnSpec("lts", {"type": "long", "logicalType": "local-timestamp-micros"}),
-    ColumnSpec("ok", "boolean"), ColumnSpec("f", "float"), ColumnSpec("i", "int"),
-    ColumnSpec("a-b", "string"),  # renamed field: the column name is kept
-]), ("id",))
-LOGICAL_ROWS: list[dict[str, Any]] = [
-    {"id": 1, "d": decimal.Decimal("-12345678901234567890123456789012345.123456789012345678901234567890"),
-     "d2": decimal.Decimal("-0.01"), "day": dt.date(1000, 1, 1),
-     "ts": dt.datetime(2038, 1, 19, 3, 14, 7, 999999, tzinfo=dt.UTC),
-     "lts": dt.datetime(9999, 12, 31, 23, 59, 59, 999999), "ok": True, "f": 1.5,
-     "i": -(2**31), "a_b": "日本語😀"},
-    {"id": 2, "d": decimal.Decimal("0E-30"), "d2": decimal.Decimal("12345678.90"),
-     "day": dt.date(9999, 12, 31), "ts": dt.datetime(1970, 1, 1, tzinfo=dt.UTC),
-     "lts": dt.datetime(1000, 1, 1), "ok": False, "f": -0.0, "i": 2**31 - 1, "a_b": ""},
-    {"id": 3, **{k: None for k in ("d", "d2", "day", "ts", "lts", "ok", "f", "i", "a_b")}},
-]
-
-
-def _sqlite_payloads() -> list[bytes]:
-    out = [SQLITE.encode([v] * len(DECLS)) for v in VALUES]
-    rnd = random.Random(7)
-    out += [SQLITE.encode([rnd.choice(VALUES) for _ in DECLS]) for _ in range(200)]
-    return out
 
 
 def _body() -> bytes:
@@ -63,7 +25,7 @@ def _body() -> bytes:
     a checkpoint and an error control event, EOPs."""
     meta = WindowMetadata(MetadataCodec(), "txid-1")
     parts = []
-    payloads = _sqlite_payloads()
+    payloads = sqlite_payloads()
     for i, p in enumerate(payloads[:20]):
         op = [ev.Op.INSERT, ev.Op.UPDATE, ev.Op.DELETE][i % 3]
         key: int | bytes = i if i % 2 else f'["k{i}"]'.encode()
@@ -139,7 +101,7 @@ def test_without_verify_a_damaged_crc_reaches_the_caller_alike() -> None:
 
 @needs_c
 @pytest.mark.parametrize(("schema", "payloads"), [
-    (SQLITE.schema, _sqlite_payloads()),
+    (SQLITE.schema, sqlite_payloads()),
     (LOGICAL, [LOGICAL.encode(r) for r in LOGICAL_ROWS]),
 ], ids=["sqlite-matrix", "logical-types"])
 def test_rows_and_columns_are_the_same_on_both_halves(schema: TableSchema,

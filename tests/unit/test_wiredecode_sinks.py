@@ -23,7 +23,7 @@ from databus.client import wiredecode as wd
 from databus.core import event as ev
 from databus.core.errors import SchemaError
 from databus.core.schema import MetadataCodec, SchemaRegistry, TableSchema
-from tests.unit.test_client_wiredecode import LOGICAL, LOGICAL_ROWS, SQLITE, _sqlite_payloads
+from tests.support.wiredecode import LOGICAL, LOGICAL_ROWS, SQLITE, sqlite_payloads
 
 pa = pytest.importorskip("pyarrow")
 fastread = pytest.importorskip("databus.spark.fastread")
@@ -97,7 +97,7 @@ def outcome(fn: Any) -> Any:
 @pytest.mark.parametrize("native", [True, False])
 def test_every_sqlite_payload_gives_the_same_row_in_both_sinks(native: bool) -> None:
     ts = SQLITE.schema
-    payloads = _sqlite_payloads()
+    payloads = sqlite_payloads()
     fits = 0
     for i, p in enumerate(payloads):
         before = payloads[(i + 1) % len(payloads)] if i % 3 == 1 else None
