@@ -173,11 +173,17 @@ def test_a_paused_coleader_publishes_nothing_after_losing_its_lease(
     it slept and follows the leader again; every member ends with the same windows."""
     c, w = two_leaders
     old = c.wait("a co-leader", lambda: c.with_role("coleader"), 60)
-    status = json.loads(subprocess.run(
-        [*DATABUS, "cluster", "status", c.address, "--json"], capture_output=True,
-        text=True, timeout=60, check=True).stdout)
-    assert sorted(m["role"] for m in status["members"]) == [
-        "coleader", "follower", "follower", "leader"], status
+
+    def status_roles() -> list[str]:
+        status = json.loads(subprocess.run(
+            [*DATABUS, "cluster", "status", c.address, "--json"], capture_output=True,
+            text=True, timeout=60, check=True).stdout)
+        return sorted(m["role"] for m in status["members"])
+
+    # the members publish their roles one by one: the status may lag the co-leader
+    c.wait("`databus cluster status` to list the four roles",
+           lambda: status_roles() == ["coleader", "follower", "follower", "leader"], 60,
+           interval=0.5)
     proc = c.procs[old]
     proc.send_signal(signal.SIGSTOP)
     try:
