@@ -41,6 +41,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from databus.core import event as ev
+from databus.core.schema import TableSchema
+
 log = logging.getLogger("databus.sources.mysql")
 
 OPEN, CLOSE, NOTIFY = "snapshot-window-open", "snapshot-window-close", "snapshot-notify"
@@ -280,3 +283,16 @@ NOTICE_KINDS = ("STARTED", "CHUNK_DONE", "TABLE_DONE", "COMPLETED", "ABORTED", "
 
 def _notice(kind: str, sid: str | None, **fields: Any) -> Notice:
     return {"kind": kind, "snapshot": sid, **fields}
+
+
+def notice_event(schema: TableSchema, notice: dict[str, Any], scn: int, ts_ns: int) -> bytes:
+    """The ``databus.notifications`` event of a snapshot ``notice`` (kind, snapshot id,
+    table; the rest as JSON in ``data``), keyed by the snapshot id; logged too."""
+    rest = {k: v for k, v in notice.items() if k not in ("kind", "snapshot", "table")}
+    row = {"kind": notice["kind"], "snapshot": notice.get("snapshot"),
+           "table": notice.get("table"), "data": json.dumps(rest, default=str)}
+    log.info("snapshot %s: %s %s", row["snapshot"], row["kind"], row["data"])
+    key = json.dumps([row["snapshot"]]).encode()
+    return ev.encode(scn=scn, src_id=schema.src_id, key=key, payload=schema.encode(row),
+                     schema_id=schema.id, schema_version=schema.version, op=ev.Op.INSERT,
+                     timestamp_ns=ts_ns)

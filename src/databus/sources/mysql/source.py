@@ -647,14 +647,7 @@ class MysqlSource(Source):
 
     def _notice_event(self, notice: dict[str, Any], scn: int, ts_ns: int) -> bytes:
         s = self._notify_version.schema
-        rest = {k: v for k, v in notice.items() if k not in ("kind", "snapshot", "table")}
-        row = {"kind": notice["kind"], "snapshot": notice.get("snapshot"),
-               "table": notice.get("table"), "data": json.dumps(rest, default=str)}
-        log.info("snapshot %s: %s %s", row["snapshot"], row["kind"], row["data"])
-        key = json.dumps([row["snapshot"]]).encode()
-        return ev.encode(scn=scn, src_id=s.src_id, key=key, payload=s.encode(row),
-                         schema_id=s.id, schema_version=s.version, op=ev.Op.INSERT,
-                         timestamp_ns=ts_ns)
+        return inc.notice_event(s, notice, scn, ts_ns)
 
     def _ddl(self, h: be.EventHeader, db: str, sql: str) -> Window | None:
         """A DDL statement: schema change events (+ truncate events) as one window."""

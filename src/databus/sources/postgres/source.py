@@ -882,14 +882,7 @@ class PostgresSource(Source):
     def _notice_event(self, notice: dict[str, Any], scn: int, ts_ns: int) -> bytes:
         s = self._notify
         assert s is not None  # signals on
-        rest = {k: v for k, v in notice.items() if k not in ("kind", "snapshot", "table")}
-        row = {"kind": notice["kind"], "snapshot": notice.get("snapshot"),
-               "table": notice.get("table"), "data": json.dumps(rest, default=str)}
-        log.info("snapshot %s: %s %s", row["snapshot"], row["kind"], row["data"])
-        key = json.dumps([row["snapshot"]]).encode()
-        return ev.encode(scn=scn, src_id=s.src_id, key=key, payload=s.encode(row),
-                         schema_id=s.id, schema_version=s.version, op=ev.Op.INSERT,
-                         timestamp_ns=ts_ns)
+        return inc.notice_event(s, notice, scn, ts_ns)
 
     def signal(self, kind: str, data: dict[str, Any] | None) -> str:
         """Insert a signal row (the MySQL source's contract, :mod:`.incremental`) on its
