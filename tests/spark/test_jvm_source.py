@@ -166,3 +166,31 @@ def test_the_type_matrix_reads_the_same_on_both_sources(
     finally:
         con.close()
         mariadb.execute(f"DROP DATABASE {name}")
+
+
+def _size(df: DataFrame) -> int:
+    """Spark's size estimate of ``df``'s optimised plan, in bytes."""
+    return int(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())
+
+
+def test_the_jvm_scan_reports_the_relays_bytes_as_its_size(
+        spark: SparkSession, tmp_path: Path, shop: Relay) -> None:
+    held = shop.stats()["buffer"]["used_bytes"]
+    default = int(spark._jsparkSession.sessionState().conf().defaultSizeInBytes())
+    assert 0 < held < default
+    # a batch read from earliest covers the whole buffer: its bytes exactly
+    df = spark.read.format("databus-jvm").options(relay=shop.url, sources="customers").load()
+    assert _size(df) == held
+    # micro-batches: each sized by its SCN range's share of the buffer; together the buffer
+    sizes: list[int] = []
+
+    def batch(df: DataFrame, _: int) -> None:
+        sizes.append(_size(df))
+
+    stream = read(spark, "databus-jvm", shop.url, "customers", maxRowsPerBatch=15)
+    q = (stream.writeStream.foreachBatch(batch).option("checkpointLocation", str(tmp_path / "c"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination(180)
+    assert q.exception() is None
+    assert len(sizes) > 2 and all(0 < s < held for s in sizes)
+    assert held <= sum(sizes) <= held + len(sizes)  # ceil per batch

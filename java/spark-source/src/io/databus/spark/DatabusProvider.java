@@ -4,6 +4,7 @@ import java.util.ArrayList;
 import java.util.EnumSet;
 import java.util.List;
 import java.util.Map;
+import java.util.OptionalLong;
 import java.util.Set;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
 import org.apache.spark.sql.connector.catalog.Table;
@@ -15,6 +16,8 @@ import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.Statistics;
+import org.apache.spark.sql.connector.read.SupportsReportStatistics;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.sources.DataSourceRegister;
 import org.apache.spark.sql.types.DataType;
@@ -196,9 +199,23 @@ public class DatabusProvider implements TableProvider, DataSourceRegister {
         }
     }
 
-    /** A read of the table: a stream, or one batch up to the relay's newest window. */
-    static final class DatabusScan implements Scan, Batch {
+    /**
+     * A read of the table: a stream, or one batch up to the relay's newest window.
+     *
+     * <p>Reports a size estimate ({@link SupportsReportStatistics}) so that Spark does not
+     * size the input at {@code spark.sql.defaultSizeInBytes} (8 EiB: never broadcast, the
+     * largest side of every join) when it plans what reads it, e.g. a MERGE fed by a
+     * micro-batch: {@link Planning#estimate} over the batch's SCN range (a stream: the
+     * range its last {@code latestOffset} planned, or the relay's whole buffer when it
+     * planned none, as for a batch re-run after a restart; a batch read: from
+     * {@code startingPosition} to the relay's newest window). The relay's wire bytes and
+     * data events; unknown (Spark's default) when the relay cannot be asked.
+     */
+    static final class DatabusScan implements Scan, Batch, SupportsReportStatistics {
         private final Plan plan;
+        private volatile DatabusStream stream;
+        private long[] estimatedFor;  // the range of the cached estimate
+        private Planning.Size estimated;
 
         DatabusScan(Plan plan) {
             this.plan = plan;
@@ -216,7 +233,46 @@ public class DatabusProvider implements TableProvider, DataSourceRegister {
 
         @Override
         public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-            return new DatabusStream(plan.opts(), plan.srcIds(), plan.registryJson(), plan.row());
+            DatabusStream s = new DatabusStream(plan.opts(), plan.srcIds(), plan.registryJson(), plan.row());
+            stream = s;
+            return s;
+        }
+
+        @Override
+        public synchronized Statistics estimateStatistics() {
+            SourceOptions o = plan.opts();
+            Planning.Size size;
+            try {
+                RelayClient conn = new RelayClient(o);
+                long[] range;
+                if (stream != null) {
+                    long[] r = stream.plannedRange();
+                    range = r != null ? r : new long[] {-1, Long.MAX_VALUE};
+                } else {
+                    range = new long[] {DatabusStream.initial(o, plan.srcIds()).scn(), Long.MAX_VALUE};
+                }
+                if (estimated != null && java.util.Arrays.equals(range, estimatedFor)) {
+                    size = estimated;
+                } else {
+                    size = Planning.estimate(conn, range[0], range[1]);
+                    estimated = size;
+                    estimatedFor = range;
+                }
+            } catch (DatabusSourceException e) {
+                size = null;  // only an optimiser hint: never fail the query for it
+            }
+            Planning.Size known = size;
+            return new Statistics() {
+                @Override
+                public OptionalLong sizeInBytes() {
+                    return known == null ? OptionalLong.empty() : OptionalLong.of(known.bytes());
+                }
+
+                @Override
+                public OptionalLong numRows() {
+                    return known == null ? OptionalLong.empty() : OptionalLong.of(known.rows());
+                }
+            };
         }
 
         @Override

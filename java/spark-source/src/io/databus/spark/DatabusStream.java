@@ -30,6 +30,9 @@ final class DatabusStream implements MicroBatchStream, SupportsAdmissionControl,
     private final String registryJson;
     private final StructType row;
     private Long target;  // availableNow: never plan past this window
+    // the SCN range of the batch planned last, for the scan's size estimate (read by the
+    // query's thread, the one that plans): {start, end}, null before the first one
+    private volatile long[] planned;
 
     DatabusStream(SourceOptions opts, List<Integer> srcIds, String registryJson, StructType row) {
         this.opts = opts;
@@ -94,9 +97,23 @@ final class DatabusStream implements MicroBatchStream, SupportsAdmissionControl,
         target = Planning.relayTop(conn(), srcIds, opts.relayRetrySeconds);
     }
 
+    /**
+     * {@code (startScn, endScn)} of the batch Spark planned last (the one it is about to
+     * optimise and run), or null when it planned none in this process (a batch re-run
+     * after a restart comes from Spark's offset log, not from {@link #latestOffset}).
+     */
+    long[] plannedRange() {
+        return planned;
+    }
+
     @Override
     public Offset latestOffset(Offset startOffset, ReadLimit limit) {
-        Offsets.DatabusOffset start = (Offsets.DatabusOffset) startOffset;
+        Offset end = nextEnd((Offsets.DatabusOffset) startOffset, limit);
+        planned = new long[] {((Offsets.DatabusOffset) startOffset).scn(), ((Offsets.DatabusOffset) end).scn()};
+        return end;
+    }
+
+    private Offset nextEnd(Offsets.DatabusOffset start, ReadLimit limit) {
         long startScn = start.scn();
         RelayClient conn = conn();
         long top = target != null ? target : Planning.relayTop(conn, srcIds, opts.relayRetrySeconds);

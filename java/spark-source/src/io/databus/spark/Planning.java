@@ -13,6 +13,41 @@ final class Planning {
     /** Where a planning scan stopped: the last whole window taken and its predecessor. */
     record Scan(long scn, long prevScn, long rows) {}
 
+    /** A size estimate: event bytes and data events. */
+    record Size(long bytes, long rows) {}
+
+    /**
+     * The estimated event bytes and data events of the windows in {@code (startScn, endScn]},
+     * from the relay's own buffer figures ({@code /containerStats/buffer}: bytes and events
+     * held, oldest and newest window), without reading the windows: the buffer's totals
+     * times the share of its SCN span {@code [min_scn, max_scn]} that the range covers.
+     * Exact when the range covers the whole buffer (a query from {@code earliest}); else
+     * it assumes bytes spread evenly over SCNs. An over-estimate when the query reads some
+     * of the relay's sources (the buffer holds all of them). Wire bytes, not the decoded
+     * rows' size. {@code (0, 0)} for an empty range.
+     */
+    static Size estimate(RelayClient conn, long startScn, long endScn) {
+        if (endScn <= startScn) {
+            return new Size(0, 0);
+        }
+        com.fasterxml.jackson.databind.JsonNode b = conn.bufferStats();
+        long used = b.path("used_bytes").asLong(0);
+        long events = b.path("events").asLong(0);
+        long min = b.path("min_scn").asLong(-1);
+        long max = b.path("max_scn").asLong(-1);
+        if (used <= 0 || max < 0) {
+            return new Size(0, 0);
+        }
+        if (min < 0 || min > max) {
+            min = max;
+        }
+        // windows held: SCNs min..max; the range takes the SCNs in (startScn, endScn]
+        double span = (double) max - min + 1;
+        double covered = Math.min(endScn, max) - Math.max(startScn, min - 1);
+        double share = Math.max(0.0, Math.min(1.0, covered / span));
+        return new Size((long) Math.ceil(used * share), (long) Math.ceil(events * share));
+    }
+
     /** {@code call}, retrying a transient failure (relay restarting) for {@code retrySeconds}. */
     static <T> T retrying(Supplier<T> call, double retrySeconds) {
         double delay = 0.2;

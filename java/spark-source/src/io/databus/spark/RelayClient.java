@@ -188,6 +188,22 @@ final class RelayClient {
         return new String(get("/register", p, null).body(), StandardCharsets.UTF_8);
     }
 
+    /**
+     * The relay's event buffer as {@code /containerStats/buffer} reports it (all sources):
+     * {@code used_bytes}, {@code events}, {@code windows}, {@code min_scn}, {@code max_scn}.
+     */
+    JsonNode bufferStats() {
+        try {
+            JsonNode b = JSON.readTree(get("/containerStats/buffer", Map.of(), null).body());
+            if (b == null || !b.isObject()) {
+                throw unavailable(url() + "/containerStats/buffer did not answer a JSON object", null);
+            }
+            return b;
+        } catch (IOException e) {
+            throw unavailable(url() + "/containerStats/buffer did not answer JSON", e);
+        }
+    }
+
     /** Windows after {@code checkpoint} (null: the oldest), long-polling {@code timeout} s. */
     Response stream(String checkpoint, List<Integer> ids, int size, String filter, double timeout) {
         Map<String, String> p = new LinkedHashMap<>();
