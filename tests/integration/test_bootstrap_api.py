@@ -6,6 +6,7 @@ plain HTTP. After every bad request the server must still answer good ones.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -112,6 +113,27 @@ def test_mod_filter_splits_the_snapshot(served: tuple[BootstrapService, int]) ->
     assert sorted(e.key for e in parts) == sorted(e.key for e in whole)  # type: ignore[type-var]
 
 
+def test_snapshot_id_ranges_cover_the_snapshot_once(served: tuple[BootstrapService, int]) -> None:
+    """``idSpan`` and ``snapshotEnd``: three id ranges read apart give every row of the
+    whole snapshot exactly once (what a partitioned reader does)."""
+    bs, _ = served
+    assert "snapshotIdSpan" not in get(bs, "/startSCN", sources="1").json()
+    lo, hi = get(bs, "/startSCN", sources="1", idSpan="true").json()["snapshotIdSpan"]
+    whole, _, _, _ = drain(bs, start_cp(bs, sources="1"), sources="1", batchSize=77)
+    assert hi - lo + 1 >= len(whole) > 300
+    width = hi - lo + 1
+    cuts = [lo - 1 + width * i // 3 for i in range(4)]
+    parts: list[ev.Event] = []
+    for after, last in itertools.pairwise(cuts):
+        cp = start_cp(bs, sources="1").model_copy(update={"snapshot_offset": after})
+        got, _, _, _ = drain(bs, cp, sources="1", batchSize=77, snapshotEnd=last)
+        assert got  # every third of the span holds rows
+        parts += got
+    assert sorted((e.key, e.scn) for e in parts) == sorted((e.key, e.scn) for e in whole)
+    cp = start_cp(bs, sources="1").model_copy(update={"snapshot_offset": hi})
+    assert not drain(bs, cp, sources="1", snapshotEnd=hi)[0]  # an empty range
+
+
 BAD = [
     ("/startSCN", {"checkPoint": "{not json"}, 400, "InvalidCheckpoint"),
     ("/startSCN", {"checkPoint": json.dumps({"windowScn": "x"})}, 400, "InvalidCheckpoint"),
@@ -136,6 +158,14 @@ BAD = [
         consumption_mode=ConsumptionMode.BOOTSTRAP_SNAPSHOT, bootstrap_start_scn=1000,
         snapshot_source="main.customers").to_json(), "filters": "{\"1\": 5}"}, 400,
      "InvalidFilter"),
+    ("/bootstrap", {"checkPoint": Checkpoint(
+        consumption_mode=ConsumptionMode.BOOTSTRAP_SNAPSHOT, bootstrap_start_scn=1000,
+        snapshot_source="main.customers").to_json(), "snapshotEnd": "x"}, 400, "InvalidRequest"),
+    ("/bootstrap", {"checkPoint": Checkpoint(
+        consumption_mode=ConsumptionMode.BOOTSTRAP_SNAPSHOT, bootstrap_start_scn=1000,
+        snapshot_source="main.customers").to_json(), "snapshotEnd": "5",
+        "filters": ServerFilter.mod([1], 3, 0, 1).to_json()}, 400, "InvalidRequest"),
+    ("/startSCN", {"idSpan": "maybe"}, 400, "InvalidRequest"),
     ("/nothing", {}, 404, "NotFound"),
 ]
 

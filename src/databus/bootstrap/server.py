@@ -15,7 +15,10 @@ filtering never block the event loop.
   S = applied position + 1); when the log holds every window after the
   consumer's SCN X, it is a catch-up only (``BOOTSTRAP_CATCHUP``, S = X + 1).
   ``snapshotRows``: the snapshot's rows now (for progress reports; rows
-  changed after S are not sent, so the consumer may receive fewer).
+  changed after S are not sent, so the consumer may receive fewer). With
+  ``idSpan=true`` a snapshot answer also holds ``snapshotIdSpan``: ``[lowest,
+  highest]`` row id of the sources' rows with scn < S (``[0, -1]`` when none), for
+  readers that split the snapshot into id ranges (``snapshotEnd`` below).
 * ``GET /targetSCN``: ``{"targetScn": T}``, the newest SCN in the log.
 * ``GET /bootstrap?sources=..&checkPoint=..&batchSize=..&filters=..``: the next
   batch after the checkpoint, binary events followed by one CHECKPOINT
@@ -23,7 +26,11 @@ filtering never block the event loop.
 
   - Snapshot phase: rows of the snapshot store with scn < S, source by source
     (in id order), in row id order, at most ``batchSize`` rows before the
-    filter (``snapshot_source``, ``snapshot_offset`` = last row id read). Without
+    filter (``snapshot_source``, ``snapshot_offset`` = last row id read).
+    ``snapshotEnd=N`` (no filter): only rows with id <= N; a source is done when
+    none is left up to N (a reader of the id range ``(snapshot_offset, N]``, e.g.
+    one Spark partition of ``format("databus-snapshot")``, asks for one source
+    at a time, each starting at the range's first id). Without
     a filter the answer is the stored events as the store concatenated them
     (:meth:`BootstrapStore.snapshot_chunks`); with one, each row's key is
     checked. When the
@@ -66,12 +73,14 @@ from databus.core.errors import (
     BootstrapTooOldError,
     BootstrapTooYoungError,
     InvalidCheckpointError,
+    InvalidRequestError,
     UnknownSourceError,
 )
 from databus.core.filters import ServerFilter
 from databus.core.schema import SchemaRegistry
 from databus.serving import (
     EXCEPTION_HANDLERS,
+    bool_param,
     int_param,
     principal,
     readable_ids,
@@ -79,6 +88,7 @@ from databus.serving import (
 )
 
 MAX_BATCH = 1_000_000
+NO_END = (1 << 63) - 1  # snapshotEnd's default: no upper row id
 _CATCHUP_WINDOWS = 2000  # windows read from the store per catch-up query
 
 
@@ -169,9 +179,14 @@ class BootstrapServer:
             out = Checkpoint(consumption_mode=ConsumptionMode.BOOTSTRAP_SNAPSHOT,
                              bootstrap_since_scn=since, bootstrap_start_scn=start,
                              snapshot_source=srcs[0][1] if srcs else None)
-        rows = (self.store.count_snapshot([s for s, _ in srcs])
-                if out.consumption_mode == ConsumptionMode.BOOTSTRAP_SNAPSHOT else 0)
-        return {"startScn": start, "checkpoint": out.to_dict(), "snapshotRows": rows}
+        snapshot = out.consumption_mode == ConsumptionMode.BOOTSTRAP_SNAPSHOT
+        ids = [s for s, _ in srcs]
+        answer: dict[str, Any] = {"startScn": start, "checkpoint": out.to_dict(),
+                                  "snapshotRows": self.store.count_snapshot(ids) if snapshot else 0}
+        if snapshot and bool_param(request, "idSpan"):
+            answer["snapshotIdSpan"] = list(self.store.snapshot_id_span(ids, start - 1)
+                                            if ids else (0, -1))
+        return answer
 
     def target_scn(self) -> dict[str, Any]:
         return {"targetScn": self._state().log_max_scn}
@@ -180,6 +195,9 @@ class BootstrapServer:
         srcs = self.requested(request)
         filt = self._filter(request, srcs)
         batch = int_param(request, "batchSize", self.default_batch, 1, MAX_BATCH)
+        end = int_param(request, "snapshotEnd", NO_END, -1, NO_END)
+        if end != NO_END and filt is not None:
+            raise InvalidRequestError("snapshotEnd cannot be combined with filters")
         cp = self._checkpoint(request, required=True)
         st = self._state()
         start = cp.bootstrap_start_scn
@@ -193,11 +211,11 @@ class BootstrapServer:
                 f"the bootstrap log starts after SCN {st.log_start_scn}; it cannot serve a "
                 f"bootstrap from SCN {start}: start the bootstrap again")
         if cp.consumption_mode == ConsumptionMode.BOOTSTRAP_SNAPSHOT:
-            return self._snapshot(cp, st, srcs, filt, batch)
+            return self._snapshot(cp, st, srcs, filt, batch, end)
         return self._catchup(cp, st, srcs, filt, batch)
 
     def _snapshot(self, cp: Checkpoint, st: StoreState, srcs: list[tuple[int, str]],
-                  filt: ServerFilter | None, batch: int) -> bytes:
+                  filt: ServerFilter | None, batch: int, end: int = NO_END) -> bytes:
         start = cp.bootstrap_start_scn
         if start - 1 > st.applied_scn:
             raise BootstrapTooOldError(f"the snapshot is at SCN {st.applied_scn}, the "
@@ -216,7 +234,7 @@ class BootstrapServer:
             src = srcs[i][0]
             if filt is None:
                 # the stored events as the database concatenated them: no per-row work
-                parts, last, n = self.store.snapshot_chunks(src, offset, start, batch)
+                parts, last, n = self.store.snapshot_chunks(src, offset, start, batch, end)
             else:
                 rows, last = self.store.snapshot_batch(src, offset, start, batch)
                 n = len(rows)
