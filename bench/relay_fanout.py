@@ -6,8 +6,9 @@ server that serves the very response bodies the relay produced, pre-cut, with no
 buffer lookup, no checkpoint parsing and no framework. The ratio relay/raw shows
 what the relay's own work costs on top of moving the bytes.
 
-Each consumer is a separate process pulling the whole buffer with 1 MiB requests;
-the clock starts once every process has imported and built its client. Beside
+Each consumer is a separate process pulling the whole buffer with 1 MiB requests,
+the relay's through the client library's own request (``RelayConnection.stream``),
+the raw server's through a bare ``httpx.Client.get``; the clock starts once every process has imported and built its client. Beside
 the rates it reports CPU per request (best of the rounds): the serving thread's
 and the consumers', which the load of a shared machine disturbs less. Each
 consumer count runs ``--rounds`` times, relay and raw alternating, and each side
@@ -30,6 +31,7 @@ import time
 
 import httpx
 
+from databus.client.relay import RelayConnection
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
 from databus.core.schema import ColumnSpec, SchemaRegistry, TableSchema, table_schema
@@ -90,20 +92,20 @@ def make_windows(total_bytes: int, per_window: int = 10) -> tuple[list[Window], 
 
 
 def drain_relay(url: str, last_scn: int) -> int:
-    """Pull everything up to ``last_scn``; return bytes received."""
+    """Pull everything up to ``last_scn`` with the client library's own requests
+    (``RelayConnection.stream``: its URL, headers and error handling); the position
+    comes from the answer's headers, not from decoding the body. Returns bytes
+    received."""
     total = 0
     cp = Checkpoint.flexible()
-    with httpx.Client(base_url=url, timeout=60) as c:
+    with RelayConnection(url, http_timeout=60) as conn:
         while cp.window_scn < last_scn:
-            r = c.get("/stream", params={"checkPoint": cp.to_json(), "size": str(FETCH),
-                                         "timeout": "1"})
-            r.raise_for_status()
-            total += len(r.content)
-            partial = int(r.headers["X-Databus-Partial-Scn"])
-            if partial >= 0:
-                cp = cp.within(partial, int(r.headers["X-Databus-Partial-Count"]))
+            r = conn.stream(cp, size=FETCH, timeout=1.0)
+            total += len(r.data)
+            if r.partial_scn >= 0:
+                cp = cp.within(r.partial_scn, r.partial_count)
             else:
-                cp = cp.window_done(int(r.headers["X-Databus-Last-Window-Scn"]))
+                cp = cp.window_done(r.last_window_scn)
     return total
 
 
@@ -119,7 +121,10 @@ def drain_raw(url: str, chunks: int) -> int:
 
 def _worker(kind: str, url: str, arg: int, start: mp.synchronize.Event, ready: mp.Queue,  # type: ignore[type-arg]
             out: mp.Queue) -> None:  # type: ignore[type-arg]
-    httpx.Client().close()  # imports done and a client built before the clock starts
+    # imports done and a client built before the clock starts
+    httpx.Client().close()
+    if kind == "relay":
+        RelayConnection(url).close()
     ready.put(os.getpid())
     start.wait()
     t0, c0 = time.perf_counter(), time.process_time()

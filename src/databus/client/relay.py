@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import json
 import logging
+import string
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote_plus
 
 import httpx
 
@@ -41,19 +43,55 @@ log = logging.getLogger("databus.client")
 
 @dataclass(frozen=True, slots=True)
 class StreamResponse:
-    """A ``/stream`` body plus the relay's position headers (-1 when absent)."""
+    """A ``/stream`` body plus the relay's position headers (-1 when absent or not an
+    integer): its buffer's newest and oldest window, the last whole window of the
+    body, and when the body ends inside a window, that window and the
+    ``windowOffset`` reached (see ``docs`` of ``GET /stream``)."""
 
     data: bytes
     max_scn: int = -1
     min_scn: int = -1
     cluster_hw: int | None = None  # to cluster members: what every member holds
+    last_window_scn: int = -1
+    partial_scn: int = -1
+    partial_count: int = -1
 
 
-def _header_int(headers: httpx.Headers, name: str) -> int:
-    try:
-        return int(headers.get(name, "-1"))
-    except ValueError:
-        return -1
+# the position headers, lowercase, -> StreamResponse field
+_POSITION_HEADERS = {b"x-databus-max-scn": "max_scn", b"x-databus-min-scn": "min_scn",
+                     b"x-databus-cluster-hw": "cluster_hw",
+                     b"x-databus-last-window-scn": "last_window_scn",
+                     b"x-databus-partial-scn": "partial_scn",
+                     b"x-databus-partial-count": "partial_count"}
+
+# quote_plus(text, safe="") for ASCII text, as one str.translate in C: the
+# checkpoint is quoted on every request
+_UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")
+_QUOTE = {c: f"%{c:02X}" for c in range(128) if chr(c) not in _UNRESERVED}
+_QUOTE[ord(" ")] = "+"
+
+
+def quote_value(text: str) -> str:
+    """``text`` encoded as a query string value: ``urllib.parse.quote_plus(text,
+    safe="")``, which is what httpx does to a query parameter."""
+    return text.translate(_QUOTE) if text.isascii() else quote_plus(text, safe="")
+
+
+def stream_query(checkpoint: Checkpoint | None, source_ids: list[int] | None = None, *,
+                 size: int = 4 * 1024 * 1024, filter_json: str | None = None,
+                 timeout: float = 10.0, from_latest: bool = False) -> str:
+    """The query string of a ``/stream`` request (see :meth:`RelayConnection.stream`):
+    the checkpoint in its compact form (:meth:`Checkpoint.to_compact_json`)."""
+    query = f"size={size}&output=binary&timeout={float(timeout)!r}"
+    if source_ids:
+        query += "&sources=" + "%2C".join(map(str, source_ids))
+    if checkpoint is not None and not checkpoint.is_flexible:
+        query += "&checkPoint=" + quote_value(checkpoint.to_compact_json())
+    if filter_json:
+        query += "&filters=" + quote_value(filter_json)
+    if from_latest:
+        query += "&streamFromLatestScn=true"
+    return query
 
 
 class RelayConnection:
@@ -77,6 +115,7 @@ class RelayConnection:
                          **(headers or {})}
         self._tls = any(u.startswith("https://") for u in (*self.endpoints.urls, self.url))
         self._http = self._client()
+        self._timeouts: dict[float, dict[str, float | None]] = {}
 
     def _client(self) -> httpx.Client:
         # a TLS context (shared per process, see credentials) only where a URL is
@@ -137,22 +176,23 @@ class RelayConnection:
         The body is concatenated binary events; empty when nothing new came
         within ``timeout``.
         """
-        params: dict[str, str] = {"size": str(size), "output": "binary",
-                                  "timeout": repr(float(timeout))}
-        if source_ids:
-            params["sources"] = ",".join(map(str, source_ids))
-        if checkpoint is not None and not checkpoint.is_flexible:
-            params["checkPoint"] = checkpoint.to_json()
-        if filter_json:
-            params["filters"] = filter_json
-        if from_latest:
-            params["streamFromLatestScn"] = "true"
-        r = self._get("/stream", params, read_timeout=timeout + self.http_timeout,
+        # the URL is built here in one string (httpx's params, URL merge and timeout
+        # objects cost more per request than the rest of the request: bench.relay_fanout)
+        query = stream_query(checkpoint, source_ids, size=size, filter_json=filter_json,
+                             timeout=timeout, from_latest=from_latest)
+        base = self._http.base_url
+        url = base.copy_with(raw_path=base.raw_path + b"stream?" + query.encode("ascii"))
+        r = self._get("/stream", url=url, read_timeout=timeout + self.http_timeout,
                       headers=headers)
-        hw = r.headers.get("X-Databus-Cluster-Hw")
-        return StreamResponse(r.content, _header_int(r.headers, "X-Databus-Max-Scn"),
-                              _header_int(r.headers, "X-Databus-Min-Scn"),
-                              _header_int(r.headers, "X-Databus-Cluster-Hw") if hw else None)
+        found: dict[str, int | None] = {}
+        for name, value in r.headers.raw:
+            field = _POSITION_HEADERS.get(name.lower())
+            if field is not None:
+                try:
+                    found[field] = int(value)
+                except ValueError:
+                    found[field] = -1
+        return StreamResponse(r.content, **found)  # type: ignore[arg-type]
 
     # -- plumbing ----------------------------------------------------------------
 
@@ -163,12 +203,24 @@ class RelayConnection:
         except ValueError as exc:
             raise RelayUnavailableError(f"{self.url}{path} did not answer JSON") from exc
 
-    def _get(self, path: str, params: dict[str, str], read_timeout: float | None = None,
-             headers: dict[str, str] | None = None) -> httpx.Response:
-        timeout = (httpx.Timeout(self.http_timeout, read=read_timeout)
-                   if read_timeout is not None else httpx.USE_CLIENT_DEFAULT)
+    def _get(self, path: str, params: dict[str, str] | None = None,
+             read_timeout: float | None = None, headers: dict[str, str] | None = None,
+             url: httpx.URL | None = None) -> httpx.Response:
+        """GET ``path`` with ``params``, or the whole ``url`` when given (``path``
+        then only names the call in errors)."""
+        extensions = None
+        if read_timeout is not None:
+            timeout = self._timeouts.get(read_timeout)
+            if timeout is None:
+                timeout = httpx.Timeout(self.http_timeout, read=read_timeout).as_dict()
+                if len(self._timeouts) < 64:
+                    self._timeouts[read_timeout] = timeout
+            extensions = {"timeout": timeout}
         try:
-            r = self._http.get(path, params=params, timeout=timeout, headers=headers)
+            request = self._http.build_request("GET", path if url is None else url,
+                                               params=params, headers=headers,
+                                               extensions=extensions)
+            r = self._http.send(request)
         except httpx.HTTPError as exc:
             err = RelayUnavailableError(
                 f"relay {self.url} unreachable ({path}): {type(exc).__name__}: {exc}")
