@@ -1,5 +1,14 @@
 """``spark.read.format("databus-snapshot")``: a bootstrap store's snapshot as a DataFrame.
 
+Two readers serve the format (docs/spark.md): given the bootstrap server's
+``http(s)://`` URL as ``store``, the JVM reader (``java/spark-source``,
+``io.databus.spark.SnapshotProvider``, loaded by :func:`databus.spark.session`)
+reads the server's snapshot pages over HTTP in Spark's executors; given a store's
+SQLAlchemy URL, this module's Python reader reads the store. The JVM reader hands a
+SQLAlchemy URL to this one, registered as ``databus-snapshot-python`` (the name
+that always means the Python reader); without the JVM reader this one also serves
+``databus-snapshot``. What follows is the Python reader.
+
 Reads the snapshot table of a bootstrap store (:mod:`databus.bootstrap.store`)
 directly, in parallel: the driver fixes the snapshot SCN ``X`` and the row-id
 span of the wanted sources, and splits the span into ``partitions`` equal id
@@ -55,6 +64,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 FORMAT = "databus-snapshot"
+PYTHON_FORMAT = "databus-snapshot-python"
 _WHO = "databus-snapshot"
 
 
@@ -126,7 +136,20 @@ def snapshot_scn(store_url: str) -> int:
     Read the snapshot with ``.option("scn", X)`` and start the stream with
     ``.option("startingPosition", X)`` (after window X) for no gap and no overlap.
     Raises :class:`BootstrapTooOldError` while the store is not initialised.
+    ``store_url`` may be the bootstrap server's ``http(s)://`` URL (what the JVM
+    reader reads): its ``/startSCN`` then says (credentials from the environment, as
+    every client: ``DATABUS_TOKEN``, ``DATABUS_CA_FILE``).
     """
+    if store_url.startswith(("http://", "https://")):
+        from databus.client.bootstrap import BootstrapConnection
+        from databus.core.checkpoint import Checkpoint
+
+        conn = BootstrapConnection(store_url)
+        try:
+            cp, _ = conn.start_scn(Checkpoint.flexible(), None)
+        finally:
+            conn.close()
+        return int(cp.bootstrap_start_scn) - 1
     store = open_store(store_url)
     try:
         st = store.state()
@@ -139,8 +162,15 @@ def snapshot_scn(store_url: str) -> int:
 
 
 def register_snapshot(spark: SparkSession) -> None:
-    """Make ``format("databus-snapshot")`` available in ``spark``."""
-    spark.dataSource.register(SnapshotDataSource)
+    """Make ``format("databus-snapshot")`` and ``format("databus-snapshot-python")``
+    available in ``spark``: when :func:`databus.spark.session` loaded the JVM reader,
+    ``databus-snapshot`` is that one (Spark refuses a Python source under a JVM
+    source's name) and hands store URLs to ``databus-snapshot-python``."""
+    from databus.spark import jvm
+
+    if not jvm.active(spark):
+        spark.dataSource.register(SnapshotDataSource)
+    spark.dataSource.register(PythonSnapshotDataSource)
 
 
 def _resolve(known: list[tuple[int, str]], wanted: tuple[str, ...],
@@ -217,6 +247,15 @@ class SnapshotDataSource(PlannedDataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return SnapshotReader(self._plan())
+
+
+class PythonSnapshotDataSource(SnapshotDataSource):
+    """The Python reader under ``databus-snapshot-python``, whichever reader serves
+    ``databus-snapshot``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return PYTHON_FORMAT
 
 
 class IdRangePartition(InputPartition):

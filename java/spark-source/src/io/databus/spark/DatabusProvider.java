@@ -130,19 +130,23 @@ public class DatabusProvider implements TableProvider, DataSourceRegister {
             f.add(field("_sequence", sequenceType()));
             schema = new StructType(f.toArray(new StructField[0]));
         } else {
-            DataType image = row == null ? DataTypes.StringType : row;
-            schema = new StructType(new StructField[] {
-                field("op", DataTypes.StringType), field("scn", DataTypes.LongType),
-                field("sequence", sequenceType()), field("ts_ms", DataTypes.LongType),
-                field("source", new StructType(new StructField[] {
-                    field("db", DataTypes.StringType), field("table", DataTypes.StringType),
-                    field("scn", DataTypes.LongType), field("file", DataTypes.StringType),
-                    field("pos", DataTypes.LongType), field("gtid", DataTypes.StringType),
-                    field("server_id", DataTypes.LongType), field("row", DataTypes.IntegerType),
-                    field("snapshot", DataTypes.BooleanType)})),
-                field("key", DataTypes.StringType), field("before", image), field("after", image)});
+            schema = envelope(row == null ? DataTypes.StringType : row);
         }
         return new Plan(opts, List.copyOf(ids), registry, schema, row);
+    }
+
+    /** The change envelope with {@code image} as before/after (databus.spark.arrow). */
+    static StructType envelope(DataType image) {
+        return new StructType(new StructField[] {
+            field("op", DataTypes.StringType), field("scn", DataTypes.LongType),
+            field("sequence", sequenceType()), field("ts_ms", DataTypes.LongType),
+            field("source", new StructType(new StructField[] {
+                field("db", DataTypes.StringType), field("table", DataTypes.StringType),
+                field("scn", DataTypes.LongType), field("file", DataTypes.StringType),
+                field("pos", DataTypes.LongType), field("gtid", DataTypes.StringType),
+                field("server_id", DataTypes.LongType), field("row", DataTypes.IntegerType),
+                field("snapshot", DataTypes.BooleanType)})),
+            field("key", DataTypes.StringType), field("before", image), field("after", image)});
     }
 
     static StructField field(String name, DataType t) {

@@ -56,9 +56,21 @@ final class RelayClient {
     private final HttpClient http;
     private final Duration httpTimeout;
 
+    private final String what;  // "relay" or "bootstrap server", for messages
+
     RelayClient(SourceOptions o) {
-        String spec = o.relay.strip();
-        if (spec.startsWith("zk://")) {
+        this(o.relay, "relay", "databus source", "relay", o.tokenFile, o.caFile, o.httpTimeout);
+    }
+
+    /**
+     * A client of {@code spec} (URLs as above) answering like a relay; {@code what} names the
+     * server in messages, {@code who} the reader and {@code option} its address option.
+     */
+    RelayClient(String spec, String what, String who, String option, String tokenFile, String caFile,
+                double timeoutSeconds) {
+        this.what = what;
+        spec = spec.strip();
+        if (spec.startsWith("zk://") && what.equals("relay")) {
             throw DatabusSourceException.config("databus source: relay cluster addresses (zk://) "
                 + "need the Python source: use format(\"databus-python\") or list the members");
         }
@@ -69,19 +81,20 @@ final class RelayClient {
                 t = t.substring(0, t.length() - 1);
             }
             if (!t.startsWith("http://") && !t.startsWith("https://")) {
-                throw DatabusSourceException.config("databus source: invalid options: relay: a relay is "
-                    + "an http:// or https:// URL, a comma-separated list of them, or a cluster "
-                    + "address zk://HOST:PORT/NAME");
+                throw DatabusSourceException.config(who + ": invalid options: " + option + ": a " + what
+                    + " is an http:// or https:// URL, a comma-separated list of them"
+                    + (what.equals("relay") ? ", or a cluster address zk://HOST:PORT/NAME" : ""));
             }
             urls.add(t);
         }
         if (System.getenv("DATABUS_CERT_FILE") != null && !System.getenv("DATABUS_CERT_FILE").isEmpty()) {
-            throw DatabusSourceException.config("databus source: client certificates (DATABUS_CERT_FILE)"
-                + " need the Python source: use format(\"databus-python\")");
+            throw DatabusSourceException.config(who + ": client certificates (DATABUS_CERT_FILE)"
+                + " need the Python " + (what.equals("relay") ? "source: use format(\"databus-python\")"
+                : "reader: use format(\"databus-snapshot-python\") with the store's URL"));
         }
-        token = token(o);
-        httpTimeout = Duration.ofMillis((long) (o.httpTimeout * 1000));
-        String ca = o.caFile != null ? o.caFile : System.getenv("DATABUS_CA_FILE");
+        token = token(tokenFile);
+        httpTimeout = Duration.ofMillis((long) (timeoutSeconds * 1000));
+        String ca = caFile != null ? caFile : System.getenv("DATABUS_CA_FILE");
         if (ca != null && ca.isEmpty()) {
             ca = null;
         }
@@ -92,8 +105,8 @@ final class RelayClient {
         return urls.get(current);
     }
 
-    private static String token(SourceOptions o) {
-        String file = o.tokenFile;
+    private static String token(String tokenFile) {
+        String file = tokenFile;
         if (file == null) {
             String t = System.getenv("DATABUS_TOKEN");
             if (t != null && !t.isEmpty()) {
@@ -235,7 +248,8 @@ final class RelayClient {
         return j.toString();
     }
 
-    private HttpResponse<byte[]> get(String path, Map<String, String> params, Duration read) {
+    /** GET {@code path?params} (read timeout {@code read}, null: httpTimeout); errors as above. */
+    HttpResponse<byte[]> get(String path, Map<String, String> params, Duration read) {
         StringBuilder q = new StringBuilder(url()).append(path);
         char sep = '?';
         for (Map.Entry<String, String> e : params.entrySet()) {
@@ -252,13 +266,13 @@ final class RelayClient {
         try {
             r = http.send(b.build(), HttpResponse.BodyHandlers.ofByteArray());
         } catch (IOException e) {
-            DatabusSourceException err = unavailable("relay " + url() + " unreachable (" + path + "): "
+            DatabusSourceException err = unavailable(what + " " + url() + " unreachable (" + path + "): "
                 + e.getClass().getSimpleName() + ": " + e.getMessage(), e);
             failedOver();
             throw err;
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
-            throw unavailable("interrupted while reading relay " + url() + path, e);
+            throw unavailable("interrupted while reading " + what + " " + url() + path, e);
         }
         if (r.statusCode() >= 400) {
             throw error(path, r);
@@ -283,7 +297,7 @@ final class RelayClient {
         } catch (IOException e) {
             // not JSON: the text is the message
         }
-        String where = "relay " + url() + path + " answered " + r.statusCode();
+        String where = what + " " + url() + path + " answered " + r.statusCode();
         if (r.statusCode() >= 500) {
             failedOver();
             return new DatabusSourceException(code.isEmpty() ? "RelayUnavailable" : code,

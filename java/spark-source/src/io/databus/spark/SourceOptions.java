@@ -141,7 +141,7 @@ public final class SourceOptions implements Serializable {
         }
     }
 
-    private static long integer(Map<String, String> v, String name, long dflt, long min, long max,
+    static long integer(Map<String, String> v, String name, long dflt, long min, long max,
                                 List<String> problems) {
         String s = v.get(name);
         if (s == null) {
@@ -169,7 +169,7 @@ public final class SourceOptions implements Serializable {
         return integer(v, name, 0, min, Long.MAX_VALUE, problems);
     }
 
-    private static double number(Map<String, String> v, String name, double dflt, boolean zeroOk,
+    static double number(Map<String, String> v, String name, double dflt, boolean zeroOk,
                                  List<String> problems) {
         String s = v.get(name);
         if (s == null) {
