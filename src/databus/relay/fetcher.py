@@ -31,6 +31,7 @@ from typing import Any
 from databus.buffer import EventBuffer
 from databus.core.atomic import write_atomic
 from databus.core.errors import BufferCorruptError, DatabusError, TransientError
+from databus.core.window import Window
 from databus.relay.metrics import RelayMetrics
 from databus.sources.base import Source
 from databus.sources.protect import Protector
@@ -151,12 +152,8 @@ class Fetcher:
                                 " leads its cluster", len(windows), windows[0].scn)
                     self._set(state="fenced", last_error="leadership lost")
                     break
-                for w in windows:
-                    if self._protector is not None:  # before the buffer: no clear value kept
-                        w = self._protector.window(w, self._source.registry())
-                    self._buffer.append_window(w)
-                    self._metrics.windows_in.inc()
-                    self._metrics.events_in.inc(w.count)
+                if windows:
+                    self._append(windows)
                 if self._status["state"] != "running":
                     self._set(state="running", last_error=None)
                 backoff = self._retry_initial
@@ -184,6 +181,22 @@ class Fetcher:
         self.checkpoint()
         if self._status["state"] not in ("failed", "fenced"):
             self._set(state="stopped")
+
+    def _append(self, windows: list[Window]) -> None:
+        """Append one read's windows in order; the counters move once per read (a read
+        of one-row transactions holds up to a few dozen windows)."""
+        protector, append = self._protector, self._buffer.append_window
+        events = appended = 0
+        try:
+            for w in windows:
+                if protector is not None:  # before the buffer: no clear value kept
+                    w = protector.window(w, self._source.registry())
+                append(w)
+                appended += 1
+                events += w.count
+        finally:  # what reached the buffer is counted, also when an append failed
+            self._metrics.windows_in.inc(appended)
+            self._metrics.events_in.inc(events)
 
     def checkpoint(self) -> None:
         """Flush the buffer, persist the state, let the source trim."""
