@@ -1,5 +1,5 @@
 """Long polls are woken per interval, not per append: a burst of windows appended faster
-than ``0.001`` costs a few wakes, and no window is left without one (a
+than ``Relay.WAKE_INTERVAL`` costs a few wakes, and no window is left without one (a
 relay capturing a real SQLite file, served by uvicorn; windows appended to its buffer
 from another thread as its fetcher does)."""
 
