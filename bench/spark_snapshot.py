@@ -5,8 +5,12 @@ A SQLite bootstrap store holds N snapshot rows (the 4-column table of
 whole DataFrame (``write.format("noop")``, every column decoded) on
 ``local[2]``:
 
-* ``databus-snapshot`` with 1, 2 (one per core) and 4 partitions (store
-  queries, decoding, Arrow batches);
+* ``databus-snapshot`` read by the JVM reader (the default: ``store`` = the
+  bootstrap server's URL; a :class:`BootstrapServer` over the same store, served
+  over HTTP by a thread of this process) with 1, 2 (one per core) and 4
+  partitions (HTTP pages of stored events, decoded in the executors' JVM);
+* ``databus-snapshot-python`` (``store`` = the SQLAlchemy URL) with 1, 2 and 4
+  partitions (store queries, the compiled decoder, Arrow batches);
 * baseline 1: the same rows (``after.*``) read from a Parquet file by Spark
   (what Spark's own columnar reader achieves on this machine);
 * baseline 2: ``SELECT *`` of the snapshot table through the store's
@@ -19,8 +23,9 @@ whole DataFrame (``write.format("noop")``, every column decoded) on
     .venv/bin/python -m bench.spark_snapshot [--rows 200000] [--runs 3]
 
 Each figure is the best of ``--runs`` interleaved runs; the row count of every
-Spark run is checked. The last line is the best databus-snapshot run against
-baseline 1: ``ratio snapshot/parquet: X``.
+Spark run is checked. The last lines are the best run of each reader against
+baseline 1; the very last is the default reader's (the JVM one):
+``ratio snapshot/parquet: X``.
 """
 
 from __future__ import annotations
@@ -36,15 +41,36 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from starlette.applications import Starlette
 
 from bench.bootstrap_snapshot import fill
+from databus.bootstrap.server import BootstrapServer, build_app
 from databus.bootstrap.store import BootstrapStore
-from databus.spark import register_snapshot
+from databus.serving import HttpServerConfig, HttpService
+from databus.spark import jvm, register_snapshot
+
+
+class StoreServer(HttpService):
+    """The bootstrap server's HTTP API over the bench's store (no producer, no applier)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(HttpServerConfig(), "bootstrap")
+        self.store = BootstrapStore(url, create=False)
+
+    def build_app(self) -> Starlette:
+        return build_app(BootstrapServer(self.store))
+
+    async def on_shutdown(self) -> None:
+        self.store.close()
 
 
 def session() -> SparkSession:
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    reader = jvm.jar()
+    if reader is None:
+        raise SystemExit("the JVM reader could not be built here (a JDK 17 is needed)")
     spark = (SparkSession.builder.master("local[2]").appName("databus-bench-snapshot")
+             .config("spark.jars", str(reader))
              .config("spark.ui.enabled", "false").config("spark.driver.memory", "2g")
              .config("spark.ui.showConsoleProgress", "false")
              # as databus.spark.session() sets it: workers import pyspark from its package
@@ -95,28 +121,39 @@ def main() -> None:
         store = BootstrapStore(url)
         fill(store, args.rows)
         spark = session()
+        server = StoreServer(url)
+        server.start()
 
         def snap(parts: int) -> DataFrame:
-            return (spark.read.format("databus-snapshot").option("store", url)
+            return (spark.read.format("databus-snapshot-python").option("store", url)
+                    .option("sources", "bench.rows").option("partitions", parts).load())
+
+        def jsnap(parts: int) -> DataFrame:
+            return (spark.read.format("databus-snapshot").option("store", server.url)
                     .option("sources", "bench.rows").option("partitions", parts).load())
 
         snap(2).select("after.*").write.parquet(str(tmp / "rows.parquet"))
         timed(lambda: snap(2), args.rows)  # warm the Python workers
+        timed(lambda: jsnap(2), args.rows)  # and the JVM reader's classes
         cases: dict[str, Callable[[], float]] = {
             "SELECT * in the driver (baseline 2)": lambda: _select(store, args.rows),
             "Parquet file (baseline 1)": lambda: timed(
                 lambda: spark.read.parquet(str(tmp / "rows.parquet")), args.rows),
             "one-row Python data source (floor)": lambda: timed(
                 lambda: spark.read.format(OneRowSource.name()).load(), 1),
-            "databus-snapshot, 1 partition": lambda: timed(lambda: snap(1), args.rows),
-            "databus-snapshot, 2 partitions": lambda: timed(lambda: snap(2), args.rows),
-            "databus-snapshot, 4 partitions": lambda: timed(lambda: snap(4), args.rows),
+            "databus-snapshot JVM, 1 partition": lambda: timed(lambda: jsnap(1), args.rows),
+            "databus-snapshot JVM, 2 partitions": lambda: timed(lambda: jsnap(2), args.rows),
+            "databus-snapshot JVM, 4 partitions": lambda: timed(lambda: jsnap(4), args.rows),
+            "databus-snapshot-python, 1 partition": lambda: timed(lambda: snap(1), args.rows),
+            "databus-snapshot-python, 2 partitions": lambda: timed(lambda: snap(2), args.rows),
+            "databus-snapshot-python, 4 partitions": lambda: timed(lambda: snap(4), args.rows),
         }
         best = {name: float("inf") for name in cases}
         for _ in range(args.runs):
             for name, run in cases.items():
                 best[name] = min(best[name], run())
         spark.stop()
+        server.stop()
         store.close()
     base1 = best["Parquet file (baseline 1)"]
     base2 = best["SELECT * in the driver (baseline 2)"]
@@ -125,10 +162,13 @@ def main() -> None:
     for name, secs in best.items():
         print(f"{name:38} | {args.rows:8d} | {secs:7.2f} | {args.rows / secs:9,.0f} | "
               f"{base1 / secs:4.2f} | {base2 / secs:4.2f}")
-    fastest = min(secs for name, secs in best.items() if name.startswith("databus-snapshot"))
-    print(f"one-row Python data source (floor): {floor:.2f} s, {floor / fastest:.0%} of the "
-          f"fastest databus-snapshot run; beyond it {args.rows / max(fastest - floor, 1e-9):,.0f}"
-          " rows/s")
+    python = min(secs for name, secs in best.items()
+                 if name.startswith("databus-snapshot-python"))
+    fastest = min(secs for name, secs in best.items() if name.startswith("databus-snapshot JVM"))
+    print(f"one-row Python data source (floor): {floor:.2f} s, {floor / python:.0%} of the "
+          f"fastest databus-snapshot-python run; beyond it "
+          f"{args.rows / max(python - floor, 1e-9):,.0f} rows/s")
+    print(f"ratio python-snapshot/parquet: {base1 / python:.2f}")
     print(f"ratio snapshot/parquet: {base1 / fastest:.2f}")
 
 
