@@ -13,8 +13,13 @@ Python to the JVM as Arrow; the JVM reader does neither.
   Spark prefers a JVM source over a Python one of the same name, so ``format("databus")``
   is then the JVM reader; ``format("databus-jvm")`` names it explicitly and
   ``format("databus-python")`` always names the Python source.
+* The jar also holds the JVM reader of ``format("databus-snapshot")`` for a bootstrap
+  server's URL (``io.databus.spark.SnapshotProvider``; ``databus-snapshot-jvm``), which
+  hands a store's SQLAlchemy URL to the Python reader (``databus-snapshot-python``,
+  :mod:`databus.spark.snapshot`).
 * ``DATABUS_SPARK_SOURCE=python`` (or ``session(source="python")``) keeps the jar off
-  the classpath: ``format("databus")`` is the Python source.
+  the classpath: ``format("databus")`` is the Python source, ``databus-snapshot`` the
+  Python reader.
 * :func:`errors` turns a failure of the JVM reader (a PySpark exception whose Java cause
   is ``io.databus.spark.DatabusSourceException``) into the
   :class:`~databus.core.errors.DatabusError` subclass the Python source raises for the

@@ -57,7 +57,8 @@ def session(
     ``source``: which reader serves ``format("databus")``: ``jvm`` (the default, or
     ``$DATABUS_SPARK_SOURCE``) puts the JVM reader's jar on the classpath when it
     can be built here, else the Python source serves; ``python`` leaves it off.
-    ``format("databus-python")`` is the Python source either way.
+    ``format("databus-python")`` is the Python source either way. The same jar
+    serves ``format("databus-snapshot")`` for a bootstrap server's URL.
     """
     unknown = [f for f in lakehouse if f not in _EXTENSIONS]
     if unknown:
