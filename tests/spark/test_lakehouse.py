@@ -183,6 +183,36 @@ def test_a_replayed_batch_commits_nothing(spark: SparkSession, tmp_path: Path, f
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
+def test_a_truncate_removes_older_rows_and_keeps_later_changes(
+        spark: SparkSession, tmp_path: Path, fmt: Format) -> None:
+    target = target_of(fmt, tmp_path, "trunc")
+    spec = ApplySpec(target=target, keys=("id",), sequence_by="seq", apply_as_deletes="op = 'd'",
+                     apply_as_truncates="op = 't'", except_column_list=("op", "seq"))
+    applier = TableApplier(spec, fmt, lambda: "app-trunc")
+    schema = "id int, name string, op string, seq long"
+    assert applier.apply(spark.createDataFrame(
+        [(1, "a", "u", 1), (2, "b", "u", 2), (3, "c", "u", 3), (9, "z", "u", 4)], schema), 0)
+    # one batch, out of order: two truncates (the later, 8, counts; their key is null),
+    # changes before it (dropped, also for keys the table lacks), changes after it (kept);
+    # key 9's newest change (seq 5) is before the truncate: the key goes
+    batch = spark.createDataFrame(
+        [(2, "b2", "u", 9), (None, None, "t", 6), (1, "a2", "u", 5), (5, "e", "u", 7),
+         (None, None, "t", 8), (6, "f", "u", 10), (3, "c2", "d", 11), (3, "c3", "u", 12),
+         (9, "z2", "u", 5), (7, "g", "u", 13), (7, "g", "d", 14)], schema)
+    assert applier.apply(batch, 1)
+    got = read_lakehouse(spark, target, fmt)
+    want = [(2, "b2"), (3, "c3"), (6, "f")]
+    assert sorted((r["id"], r["name"]) for r in got.collect()) == want
+    # a batch without a truncate leaves the rest alone; a replay commits nothing
+    assert applier.apply(spark.createDataFrame([(4, "d", "u", 20)], schema), 2)
+    before = len(table_versions(spark, target, fmt))
+    applier.apply(batch, 1)
+    assert len(table_versions(spark, target, fmt)) == before
+    assert sorted((r["id"], r["name"]) for r in read_lakehouse(spark, target, fmt).collect()) \
+        == sorted([*want, (4, "d")])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_out_of_order_changes_in_a_batch_and_time_travel(
         spark: SparkSession, tmp_path: Path, fmt: Format) -> None:
     target = target_of(fmt, tmp_path, "tt")

@@ -26,8 +26,9 @@ commit and the checkpoint. The commit carries the query's identity
   ``spark.databricks.delta.write.txnAppId``/``txnVersion``); Delta itself skips
   a batch id it already committed for that app id.
 * Iceberg: as snapshot properties ``databus.app``/``databus.batch``; before
-  merging, the applier reads the table's snapshots and skips a batch id at or
-  below the newest one committed for that app id.
+  its first batch, the applier reads the table's snapshots (unless it created
+  the table) and skips a batch id at or below the newest one committed for that
+  app id.
 
 The ``__seq`` guard (a change not newer than the stored row does nothing)
 makes a batch replayed by any other path harmless for SCD1 too.
@@ -131,6 +132,7 @@ class TableApplier:
         # (re)start can be a replay: later ones have ids this applier has not seen)
         self._fits: tuple[StructType, list[str]] | None = None
         self._iceberg_last: dict[str, int | None] = {}
+        self._created = False  # this applier created the table: it holds no batch yet
 
     # -- the batch ---------------------------------------------------------------
 
@@ -153,13 +155,13 @@ class TableApplier:
                      self.ident)
             self.skipped += 1
             return False
-        cached = self._must_cache(spark)
-        if cached:
-            changes = changes.persist()  # read the batch (from the relay) once
+        cached: list[DataFrame] = []  # unpersisted once the MERGE has committed
         try:
             if self.spec.stored_as_scd_type == 1:
-                source, sql = self._scd1(changes, columns, dropped)
+                source, sql = self._scd1(spark, changes, columns, dropped, cached)
             else:
+                changes = changes.persist()  # read more than once: read the batch once
+                cached.append(changes)
                 source, sql = self._scd2(spark, changes, columns, dropped)
             view = f"__databus_batch_{id(self)}"
             source.createOrReplaceTempView(view)
@@ -168,25 +170,23 @@ class TableApplier:
             finally:
                 spark.catalog.dropTempView(view)
         finally:
-            if cached:
-                changes.unpersist()
+            for df in cached:
+                df.unpersist()
         self.batches += 1
         return True
 
     def _must_cache(self, spark: SparkSession) -> bool:
-        """Whether the batch is persisted before the MERGE, so its source is read once.
+        """Whether an SCD1 batch's newest change per key is persisted before the MERGE.
 
-        Not for a Delta SCD1 MERGE without truncates: the batch is then read only by
-        the MERGE's source (the newest change per key), which Delta materializes itself
-        before its two passes (``merge.materializeSource=auto`` does for any source
-        that is not a Delta table), so a persist would only build a second copy
-        (measured in bench/RESULTS.md, spark_lakehouse: the batch's read stage runs
-        once either way). Everything else keeps the cache: SCD2 and truncates read the
-        batch more than once, and Iceberg's MERGE was not measured without it.
+        Not for Delta without truncates: the MERGE's source is then read by nothing
+        else, and Delta materializes it itself before its two passes
+        (``merge.materializeSource=auto`` does for any source that is not a Delta
+        table), so a persist would be a second copy (measured in bench/RESULTS.md,
+        spark_lakehouse). Iceberg's MERGE reads its source twice (the files to
+        rewrite, then the rows) and a truncate's sequence is read before the MERGE:
+        without the persist, each would read the batch again from the relay.
         """
-        if self.fmt != "delta" or self.spec.stored_as_scd_type != 1:
-            return True
-        if self.spec.apply_as_truncates is not None:
+        if self.fmt != "delta" or self.spec.apply_as_truncates is not None:
             return True
         mode = spark.conf.get("spark.databricks.delta.merge.materializeSource", "auto")
         return (mode or "auto").lower() == "none"
@@ -213,7 +213,8 @@ class TableApplier:
 
     def _iceberg_done(self, spark: SparkSession, app: str, batch_id: int) -> bool:
         if app not in self._iceberg_last:
-            self._iceberg_last[app] = self._iceberg_newest(spark, app)
+            # a table created by this applier has no snapshot yet: nothing to look up
+            self._iceberg_last[app] = None if self._created else self._iceberg_newest(spark, app)
         last = self._iceberg_last[app]
         return last is not None and batch_id <= last
 
@@ -238,6 +239,7 @@ class TableApplier:
             wanted += [(START, seq_type), (END, seq_type)]
         if not self._exists(spark):
             self._create(spark, wanted)
+            self._created = True
             return []
         table = spark.table(self.ident)
         props = self._properties(spark)
@@ -286,16 +288,33 @@ class TableApplier:
 
     # -- SCD1 --------------------------------------------------------------------
 
-    def _scd1(self, changes: DataFrame, columns: list[str],
-              dropped: list[str]) -> tuple[DataFrame, str]:
+    def _scd1(self, spark: SparkSession, changes: DataFrame, columns: list[str],
+              dropped: list[str], cached: list[DataFrame]) -> tuple[DataFrame, str]:
+        """The newest change per key and the MERGE that applies it (``{src}`` = it).
+
+        One pass over the batch: the newest change per key, and with truncates
+        also the newest truncate, are computed in the job that persists them; the
+        truncate's sequence is then read from the persisted rows (a handful), and
+        the changes at or before it are left out. Leaving them out after picking
+        the newest per key is the same as before: a key whose newest change is
+        older than the truncate has all its changes older.
+        """
         keys = self.spec.keys
-        trunc = None
-        if self.spec.apply_as_truncates is not None:
-            trunc = changes.where("__kind = 't'").agg(F.max(SEQ)).collect()[0][0]
-            if trunc is not None:
-                changes = changes.where((F.col("__kind") != "t") & (F.col(SEQ) > F.lit(trunc)))
-        w = Window.partitionBy(*[F.col(q(k)) for k in keys]).orderBy(F.col(SEQ).desc())
+        truncates = self.spec.apply_as_truncates is not None
+        part = [F.col(q(k)) for k in keys]
+        if truncates:  # a truncate competes with truncates only, never with a key's changes
+            part.append(F.col("__kind") == "t")
+        w = Window.partitionBy(*part).orderBy(F.col(SEQ).desc())
         top = changes.withColumn("__n", F.row_number().over(w)).where("__n = 1").drop("__n")
+        if self._must_cache(spark):
+            top = top.persist()
+            cached.append(top)
+        trunc = None
+        if truncates:
+            trunc = top.where("__kind = 't'").agg(F.max(SEQ)).collect()[0][0]
+            top = top.where(F.col("__kind") != "t")
+            if trunc is not None:
+                top = top.where(F.col(SEQ) > F.lit(trunc))
         on = " AND ".join(f"t.{q(k)} <=> s.{q(k)}" for k in keys)
         sets = ", ".join([f"{q(c)} = s.{q(c)}" for c in [*columns, SEQ]]
                          + [f"{q(c)} = NULL" for c in dropped])
