@@ -438,3 +438,75 @@ def test_client_stop_method(memrelay: MemoryRelay) -> None:
     assert rec.calls[-1] == ("stop_consumption",)
     with ReplicateSink("sqlite://") as sink:
         assert sink.checkpoint_store is sink
+
+
+class _Events(Consumer):
+    """Only ``on_data_event`` and ``on_rollback``: checkpoints are nobody's business but
+    the store's, so the client persists them once per answer."""
+
+    def __init__(self, fail_at: dict[int, int] | None = None) -> None:
+        self.seen: list[int] = []
+        self.rollbacks: list[int] = []
+        self.fail_at = fail_at or {}  # scn -> failures left
+
+    def on_data_event(self, event: DataEvent) -> Any:
+        if self.fail_at.get(event.scn):
+            self.fail_at[event.scn] -= 1
+            raise RuntimeError(f"fail at {event.scn}")
+        self.seen.append(event.scn)
+        return None
+
+    def on_rollback(self, scn: int) -> None:
+        self.rollbacks.append(scn)
+
+
+class _Saves(MemoryCheckpointStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.saved: list[int] = []
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        self.saved.append(checkpoint.window_scn)
+        super().save(checkpoint)
+
+
+def _ten_windows(relay: MemoryRelay) -> None:
+    for k in range(1, 11):
+        relay.add_window(10 * k, [customer(10 * k, k)])
+
+
+def test_checkpoints_of_one_answer_are_persisted_once_when_nobody_sees_them(
+        memrelay: MemoryRelay) -> None:
+    _ten_windows(memrelay)
+    consumer, store = _Events(), _Saves()
+    client = DatabusClient(_config(memrelay, fetch_size=1 << 20), consumer, store)
+    client.run(max_windows=10)
+    assert consumer.seen == [10 * k for k in range(1, 11)]
+    assert store.saved == [100]  # one answer held all ten windows: one save, after the last
+    assert store.checkpoint is not None
+    assert (store.checkpoint.window_scn, store.checkpoint.prev_scn) == (100, 90)
+    assert store.checkpoint.window_offset == -1
+
+
+def test_a_failure_within_an_answer_persists_the_windows_before_it_and_replays_it_only(
+        memrelay: MemoryRelay) -> None:
+    _ten_windows(memrelay)
+    consumer, store = _Events(fail_at={50: 1}), _Saves()
+    client = DatabusClient(_config(memrelay, fetch_size=1 << 20), consumer, store)
+    client.run(max_windows=10)
+    # windows 10-40 were persisted before the rollback; window 50 alone was replayed
+    assert consumer.rollbacks == [40]
+    assert store.saved[0] == 40 and store.saved[-1] == 100
+    assert consumer.seen == [10 * k for k in range(1, 11)]
+    assert client.stats.rollbacks == 1
+
+
+def test_a_consumer_that_sees_checkpoints_gets_one_per_window(memrelay: MemoryRelay) -> None:
+    _ten_windows(memrelay)
+    seen: list[int] = []
+    consumer = _Events()
+    consumer.on_checkpoint = lambda scn: seen.append(scn)  # type: ignore[method-assign]
+    store = _Saves()
+    DatabusClient(_config(memrelay, fetch_size=1 << 20), consumer, store).run(max_windows=10)
+    assert seen == [10 * k for k in range(1, 11)]
+    assert store.saved == seen

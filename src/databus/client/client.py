@@ -17,6 +17,13 @@ Delivery guarantees:
   CHECKPOINT; also when the relay is idle and when the client stops). After a
   failure or a restart, the windows after the persisted checkpoint are
   delivered again, whole and identical.
+* When nobody can see a checkpoint between two windows (the consumer keeps
+  ``Consumer.on_checkpoint`` and is not itself the checkpoint store), the
+  checkpoints due while the windows of one ``/stream`` answer are dispatched are
+  persisted once, after the last of them (or before a failing window is rolled
+  back, so only that window is replayed, or when the client stops); never
+  ahead of a window whose callbacks have not all returned. A crash can then
+  replay up to one answer's windows.
 * A failing window (ERROR or an exception from a callback, or a checkpoint
   that could not be saved) -> ``on_rollback(scn of the persisted checkpoint)``,
   backoff, then replay from the persisted checkpoint (fetched again from the
@@ -280,8 +287,16 @@ class _Loop:
         self.views = SchemaViews(client.registry)
         self.dispatcher = Dispatcher(client.consumer, self.views)
         self.asm = WindowAssembler(client.persisted, verify=self.cfg.verify_crc)
-        self.consumed = client.persisted  # after the last window dispatched in memory
+        # after the last window dispatched, in memory (see the consumed property)
+        self._consumed = client.persisted
+        self._done_scn = self._done_prev = -1  # windows dispatched after _consumed:
+        self._done_n = 0  # the last one, the one before it, how many
         self.unsaved = 0  # windows dispatched since the last persisted checkpoint
+        # nobody sees a checkpoint between two windows of one answer when the consumer
+        # neither has its own on_checkpoint nor is the checkpoint store: persisting is
+        # then done once per answer (see _consume)
+        self.coalesce = (not self.dispatcher.checkpoint_observed
+                         and not isinstance(client.consumer, CheckpointStore))
         self.force = False
         self.done = 0
         self.relay_backoff = client._backoff()
@@ -289,6 +304,25 @@ class _Loop:
         self.consumer_backoff = client._backoff()
         self.failing_scn = -2
         self.failures = 0
+
+    # -- the position -------------------------------------------------------------
+
+    @property
+    def consumed(self) -> Checkpoint:
+        """The checkpoint after the last window dispatched (built when read: a window
+        costs two ints here, not a checkpoint object)."""
+        if self._done_n:
+            cp = self._consumed
+            if self._done_n > 1:
+                cp = cp.window_done(self._done_prev)
+            self._consumed = cp.window_done(self._done_scn)
+            self._done_n = 0
+        return self._consumed
+
+    @consumed.setter
+    def consumed(self, checkpoint: Checkpoint) -> None:
+        self._consumed = checkpoint
+        self._done_n = 0
 
     # -- the loop -------------------------------------------------------------------
 
@@ -387,26 +421,54 @@ class _Loop:
             self.asm.reset(self.consumed)
             self._relay_failed(exc)
             return
+        every = self.cfg.checkpoint_every_windows
+        coalesce = self.coalesce
+        dispatch = self.dispatcher.dispatch
+        stats = self.client.stats
         for w in windows:
             if self.stop.is_set() or self._enough():
                 # the rest is fetched again next time
+                self._due_checkpoint()
                 self.asm.reset(self.consumed)
                 return
             try:
-                out = self.dispatcher.dispatch(w)
-                self.consumed = self.consumed.window_done(w.scn)
-                self.unsaved += 1
-                self.force |= out.force_checkpoint
-                if self.force or self.unsaved >= self.cfg.checkpoint_every_windows:
-                    self._checkpoint()
+                out = dispatch(w)
             except (ConsumerCallbackError, TransientError) as exc:
+                # the windows before it stay consumed as if each had been persisted
+                # at its end; only this one is replayed
+                if coalesce and not self._due_checkpoint():
+                    return
                 self._window_failed(w.scn, exc)
                 return
-            stats = self.client.stats
+            self._done_prev, self._done_scn = self._done_scn, w.scn
+            self._done_n += 1
+            self.unsaved += 1
+            self.force |= out.force_checkpoint
+            if self.force or (not coalesce and self.unsaved >= every):
+                try:
+                    self._checkpoint()
+                except (ConsumerCallbackError, TransientError) as exc:
+                    self._window_failed(w.scn, exc)
+                    return
             stats.windows += 1
             stats.events += out.events
             stats.last_scn = w.scn
             self.done += 1
+        self._due_checkpoint()
+
+    def _due_checkpoint(self) -> bool:
+        """Persist what the windows dispatched so far made due, when persisting is
+        coalesced per answer: after the last of them, once. False when that failed
+        (the failure was handled: rolled back to the checkpoint persisted before)."""
+        if not self.coalesce or self.unsaved < self.cfg.checkpoint_every_windows:
+            return True
+        scn = self._done_scn if self._done_n else self._consumed.window_scn
+        try:
+            self._checkpoint()
+        except (ConsumerCallbackError, TransientError) as exc:
+            self._window_failed(scn, exc)
+            return False
+        return True
 
     def _ensure_schemas(self, windows: list[DecodedWindow]) -> None:
         views = self.views

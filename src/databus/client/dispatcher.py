@@ -138,30 +138,50 @@ class Dispatched:
     force_checkpoint: bool  # some callback returned CHECKPOINT
 
 
+def inherited(consumer: Consumer, name: str) -> bool:
+    """Whether ``consumer``'s callback ``name`` is :class:`Consumer`'s own (does nothing,
+    returns None), neither overridden by its class nor replaced on the instance."""
+    fn = getattr(consumer, name)
+    return getattr(fn, "__func__", None) is getattr(Consumer, name)
+
+
 class Dispatcher:
     """Delivers whole windows to one consumer (see :mod:`databus.client.consumer`).
 
     A consumer that overrides ``on_data_events`` gets one :class:`DataBatch` per
     run of one source (``batched``); any other gets ``on_data_event`` per event.
+    Sequence, source and checkpoint callbacks the consumer inherits from
+    :class:`Consumer` (which do nothing and return None, i.e. SUCCESS) are not
+    called: the result is the same, without their cost per window.
     """
 
     def __init__(self, consumer: Consumer, views: SchemaViews) -> None:
         self.consumer = consumer
         self.views = views
         self.batched = type(consumer).on_data_events is not Consumer.on_data_events
+        self._start_seq = not inherited(consumer, "on_start_data_event_sequence")
+        self._end_seq = not inherited(consumer, "on_end_data_event_sequence")
+        self._sources = not (inherited(consumer, "on_start_source")
+                             and inherited(consumer, "on_end_source"))
+        self.checkpoint_observed = not inherited(consumer, "on_checkpoint")
+        """Whether ``on_checkpoint`` is the consumer's own (it sees each checkpoint)."""
 
     def dispatch(self, window: DecodedWindow) -> Dispatched:
         """Call the sequence, source and data callbacks of ``window``, in order."""
         c = self.consumer
         scn = window.scn
-        force = call("on_start_data_event_sequence", c.on_start_data_event_sequence,
-                     scn) is _CHECKPOINT
+        force = self._start_seq and call(
+            "on_start_data_event_sequence", c.on_start_data_event_sequence,
+            scn) is _CHECKPOINT
         events = window.events
         total = window.first_offset
         per_source: dict[int, int] = {}
+        sources = self._sources
         for view, start, end in schema_runs(events, self.views):
             name = view.schema.name
-            force |= call("on_start_source", c.on_start_source, name, view.schema) is _CHECKPOINT
+            if sources:
+                force |= call("on_start_source", c.on_start_source, name,
+                              view.schema) is _CHECKPOINT
             run = events[start:end]
             src_id = run[0].src_id
             n = per_source.get(src_id, 0)
@@ -181,9 +201,12 @@ class Dispatcher:
                 force |= self._each(run, view, scn, total, n)
             total += len(run)
             per_source[src_id] = n + len(run)
-            force |= call("on_end_source", c.on_end_source, name, view.schema) is _CHECKPOINT
-        force |= call("on_end_data_event_sequence", c.on_end_data_event_sequence,
-                      scn) is _CHECKPOINT
+            if sources:
+                force |= call("on_end_source", c.on_end_source, name,
+                              view.schema) is _CHECKPOINT
+        if self._end_seq:
+            force |= call("on_end_data_event_sequence", c.on_end_data_event_sequence,
+                          scn) is _CHECKPOINT
         return Dispatched(len(events), force)
 
     def _each(self, run: list[Event], view: SchemaView, scn: int, total: int, n: int) -> bool:
@@ -207,6 +230,8 @@ class Dispatcher:
 
     def checkpoint(self, scn: int) -> bool:
         """``on_checkpoint``; False when it answered SKIP_CHECKPOINT."""
+        if not self.checkpoint_observed:
+            return True
         return call("on_checkpoint", self.consumer.on_checkpoint, scn) is not _SKIP
 
     def rollback(self, scn: int) -> None:
