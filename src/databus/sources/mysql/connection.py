@@ -149,6 +149,12 @@ def dump_gtid_packet(server_id: int, gtid_set: str) -> bytes:
             + struct.pack("<I", len(data)) + data)
 
 
+_MAX_PACKET = 0xFFFFFF  # a payload this long continues in the next packet
+_CHUNK = 256 * 1024  # bytes asked of the socket per receive
+_MAX_RECV = 4 << 20  # at most, when a long event is missing more
+_U32 = struct.Struct("<I").unpack_from
+
+
 class BinlogStream:
     """Reads the binlog as a replica (``COM_BINLOG_DUMP``) from ``file``/``pos``.
 
@@ -162,6 +168,13 @@ class BinlogStream:
     with their CRC32, and ``checksum`` tells whether they carry one. A
     heartbeat event arrives every ``heartbeat`` seconds while the server is
     idle, so a dead connection is noticed within ``read_timeout``.
+
+    After the dump command the stream reads the socket itself, in chunks of up to
+    256 KiB, and cuts packets out of what it received: an event costs a slice, not
+    a socket read (pymysql reads each packet's header and payload apart). Every
+    event received whole is returned by :meth:`read` without waiting, and
+    :meth:`pending` is True while any is held. Errors are those of pymysql's
+    reader, classified the same way (:func:`classify`).
     """
 
     def __init__(self, url: MysqlUrl, *, server_id: int, file: str, pos: int,
@@ -186,28 +199,91 @@ class BinlogStream:
             else:
                 payload = struct.pack("<BIHI", _COM_BINLOG_DUMP, pos, 0, server_id) + file.encode()
             self._con._write_bytes(struct.pack("<I", len(payload))[:3] + b"\x00" + payload)
-            self._con._next_seq_id = 1
-            self._con._sock.settimeout(read_timeout)
+            # every answer to the statements above was read whole (pymysql's buffered
+            # reader holds nothing): from here on the socket is read here only
+            self._sock = self._con._sock
+            self._sock.settimeout(read_timeout)
         except pymysql.err.Error as exc:
             self._con.close()
             raise classify(exc, "starting the binlog dump") from exc
+        self._buf = b""  # received, not yet returned: packets from _off on
+        self._off = 0
+        self._seq = 1  # the sequence number of the next packet
 
     def read(self) -> bytes | None:
-        try:
-            packet = self._con._read_packet()
-        except (pymysql.err.MySQLError, OSError) as exc:
-            raise classify(exc, "reading the binlog stream") from exc
-        data: bytes = packet.get_all_data()
-        if packet.is_eof_packet():
-            return None
-        return data[1:]  # after the OK marker
+        buf, off = self._buf, self._off
+        if len(buf) - off >= 5:  # the common case: one whole packet, already received
+            word = _U32(buf, off)[0]
+            length = word & _MAX_PACKET
+            end = off + 4 + length
+            if (end <= len(buf) and word >> 24 == self._seq and length < _MAX_PACKET
+                    and buf[off + 4] == 0):
+                self._seq = (self._seq + 1) & 0xFF
+                self._off = end
+                return buf[off + 5 : end]  # after the OK marker
+        return self._read_packet()
+
+    def _read_packet(self) -> bytes | None:
+        """One whole payload (packets of 16 MiB joined), waiting for it as needed."""
+        parts: list[bytes] = []
+        while True:
+            self._need(4)
+            word = _U32(self._buf, self._off)[0]
+            length, seq = word & _MAX_PACKET, word >> 24
+            if seq != self._seq:
+                self._con._force_close()
+                raise SourceUnavailableError(
+                    "reading the binlog stream failed: the server ended the connection"
+                    if seq == 0 else  # MariaDB sends an error numbered 0 when it shuts down
+                    f"reading the binlog stream failed: packet number {seq}, expected"
+                    f" {self._seq}")
+            self._seq = (seq + 1) & 0xFF
+            self._off += 4
+            self._need(length)
+            parts.append(self._buf[self._off : self._off + length])
+            self._off += length
+            if length < _MAX_PACKET:
+                break
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        if data[:1] == b"\xfe" and len(data) < 9:
+            return None  # EOF: the server ended the dump
+        if data[:1] == b"\xff":
+            try:
+                pymysql.err.raise_mysql_exception(data)
+            except pymysql.err.Error as exc:
+                raise classify(exc, "reading the binlog stream") from exc
+        return data[1:]
+
+    def _need(self, n: int) -> None:
+        """Receive until ``n`` bytes from ``_off`` on are held (joined once: an event of
+        many chunks is not copied per chunk)."""
+        have = len(self._buf) - self._off
+        if have >= n:
+            return
+        parts = [self._buf[self._off:]] if have else []
+        while have < n:
+            try:
+                data = self._sock.recv(min(max(_CHUNK, n - have), _MAX_RECV))
+            except OSError as exc:
+                self._con._force_close()
+                raise classify(exc, "reading the binlog stream") from exc
+            if not data:
+                self._con._force_close()
+                raise SourceUnavailableError(
+                    "reading the binlog stream failed: the server closed the connection")
+            parts.append(data)
+            have += len(data)
+        self._buf = parts[0] if len(parts) == 1 else b"".join(parts)
+        self._off = 0
 
     def pending(self) -> bool:
         """Whether the server has sent more than what was read (no blocking)."""
-        sock = self._con._sock
-        if sock is None:
-            return False
+        if self._off < len(self._buf):
+            return True
+        sock = self._sock
         try:
+            if sock.fileno() < 0:
+                return False
             if isinstance(sock, ssl.SSLSocket) and sock.pending():
                 return True  # decrypted bytes select cannot see
             return bool(select.select([sock], [], [], 0)[0])
@@ -221,7 +297,9 @@ class BinlogStream:
         self.close()
 
     def close(self) -> None:
-        self._con.close()
+        """Idempotent; also after the stream failed (the socket is then closed)."""
+        with contextlib.suppress(pymysql.err.Error):
+            self._con.close()
 
 
 def collations(url: MysqlUrl) -> dict[int, str]:

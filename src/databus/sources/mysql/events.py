@@ -17,6 +17,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import NamedTuple
 
 from databus.core.errors import CorruptEventError
 
@@ -82,8 +83,9 @@ ROW_EVENTS = frozenset({EventType.WRITE_ROWS_V1, EventType.UPDATE_ROWS_V1,
                         EventType.UPDATE_ROWS, EventType.DELETE_ROWS})
 
 
-@dataclass(frozen=True, slots=True)
-class EventHeader:
+class EventHeader(NamedTuple):
+    """The common header (a tuple: one is made per event, four per one-row transaction)."""
+
     timestamp: int
     type: int
     server_id: int
@@ -92,23 +94,29 @@ class EventHeader:
     flags: int
 
 
+_make_header = EventHeader._make
+_unpack_header = HEADER.unpack_from
+_unpack_u32 = struct.Struct("<I").unpack_from
+_crc32 = zlib.crc32
+
+
 def parse_header(event: bytes, checksum: bool) -> tuple[EventHeader, memoryview]:
     """The header and the body (checksum removed) of one event; checks size and CRC."""
-    if len(event) < HEADER.size:
-        raise CorruptEventError(f"binlog event shorter than its header ({len(event)} bytes)")
-    h = EventHeader(*HEADER.unpack_from(event, 0))
-    if h.size != len(event):
-        raise CorruptEventError(f"binlog event says {h.size} bytes, got {len(event)}")
     end = len(event)
+    if end < 19:
+        raise CorruptEventError(f"binlog event shorter than its header ({end} bytes)")
+    h = _make_header(_unpack_header(event, 0))
+    if h.size != end:
+        raise CorruptEventError(f"binlog event says {h.size} bytes, got {end}")
     # a format description event states its own algorithm (the byte before the CRC)
     has_crc = event[-5] == 1 if h.type == EventType.FORMAT_DESCRIPTION else checksum
+    view = memoryview(event)
     if has_crc:
         end -= 4
-        want = struct.unpack_from("<I", event, end)[0]
-        if zlib.crc32(memoryview(event)[:end]) != want:
+        if _crc32(view[:end]) != _unpack_u32(event, end)[0]:
             raise CorruptEventError(f"binlog event CRC32 mismatch (type {h.type},"
                                     f" next pos {h.next_pos})")
-    return h, memoryview(event)[HEADER.size : end]
+    return h, view[19:end]
 
 
 @dataclass(frozen=True, slots=True)

@@ -161,7 +161,8 @@ class MysqlSource(Source):
         # TABLE_MAP body (with table id) -> its parse: each transaction repeats the map of
         # every table it touches, so one-row transactions would parse it once per row (a
         # third of their capture time: bench/peers/capture_profile.py)
-        self._table_defs: dict[bytes, br.TableDef] = {}
+        self._table_defs: dict[bytes, tuple[br.TableDef, str]] = {}
+        self._wanted_names: dict[str, bool] = {}  # _wanted's answers until filters change
         self._by_src: dict[int, SourceInfo] = {}
         self._ddl_version = self._internal_schema(SCHEMA_CHANGES, SCHEMA_CHANGE_AVRO,
                                                   ("db", "table"))
@@ -297,8 +298,15 @@ class MysqlSource(Source):
         return self._shape(sig.encode(), td)
 
     def _wanted(self, name: str) -> bool:
-        return (any(p.fullmatch(name) for p in self._include)
-                and not any(p.fullmatch(name) for p in self._exclude))
+        known = self._wanted_names.get(name)
+        if known is not None:
+            return known
+        wanted = (any(p.fullmatch(name) for p in self._include)
+                  and not any(p.fullmatch(name) for p in self._exclude))
+        if len(self._wanted_names) >= 4096:  # names of tables that come and go: bounded
+            self._wanted_names.clear()
+        self._wanted_names[name] = wanted
+        return wanted
 
     def signal(self, kind: str, data: dict[str, Any] | None) -> str:
         """Insert a signal row (see :mod:`.incremental`) on its own connection: the
@@ -347,6 +355,7 @@ class MysqlSource(Source):
         filters, self._new_filters = self._new_filters, None
         if filters is not None:
             self._include, self._exclude, self._col_include, self._col_exclude = filters
+            self._wanted_names = {}  # a new dict: another thread may be reading the old
             self._shapes.clear()  # column filters are part of a shape
             self._snap_io.forget()  # its kept shapes too
             log.info("table and column filters reloaded")
@@ -369,7 +378,7 @@ class MysqlSource(Source):
     # -- the stream --------------------------------------------------------------
 
     def _reset_txn(self) -> None:
-        self._maps: dict[int, tuple[bytes, br.TableDef]] = {}
+        self._maps: dict[int, tuple[bytes, br.TableDef, str]] = {}
         self._pending: list[_Pending] = []
         self._signals: list[tuple[str, str, str | None]] = []
         self._gtid: str | None = None
@@ -483,27 +492,26 @@ class MysqlSource(Source):
         if t in be.ROW_EVENTS:
             entry = self._maps.get(int.from_bytes(body[0:6], "little"))
             if entry is not None:
-                td = entry[1]
-                name = f"{td.schema}.{td.table}"
+                table_map, td, name = entry
                 if name == self.signal_table:
                     self._signal_rows(td, t, body)
                 if self._wanted(name):
                     self._pending.append(_Pending(
-                        self._shape(*entry), t, body,
+                        self._shape(table_map, td), t, body,
                         meta_middle(self._gtid, self._file, h.next_pos, self._gtid,
                                     h.server_id)))
         elif t == be.EventType.TABLE_MAP:
             raw = bytes(body)
             cached = self._table_defs.get(raw)
             if cached is None:
-                cached = br.parse_table_def(body, self._collations)
+                parsed = br.parse_table_def(body, self._collations)
+                cached = (parsed, f"{parsed.schema}.{parsed.table}")
                 if len(self._table_defs) >= 4096:  # table ids change with DDL: bounded
                     self._table_defs.clear()
                 self._table_defs[raw] = cached
-            td = cached
-            name = f"{td.schema}.{td.table}"
+            td, name = cached
             if self._wanted(name) or name == self.signal_table:
-                self._maps[td.table_id] = (raw[6:], td)
+                self._maps[td.table_id] = (raw[6:], td, name)
         elif t == be.EventType.XID:
             return self._commit(h)
         elif t == be.EventType.MARIADB_GTID:
@@ -558,7 +566,8 @@ class MysqlSource(Source):
             log.info("a signal-table row at %s:%d: another capturer runs a snapshot;"
                      " this capture-only source stops here", self._file, h.next_pos)
             return None
-        if not pending and not signals and not self._notices and self._coord.chunk is None:
+        plain = not signals and not self._notices and self._coord.chunk is None
+        if not pending and plain:
             return self._progress(h)  # a transaction of other tables: the position moved
         scn = self._scn(h.next_pos)
         ts_ns = h.timestamp * 1_000_000_000
@@ -568,6 +577,12 @@ class MysqlSource(Source):
             data, n = p.shape.encode(p.etype, p.body, scn, ts_ns, p.meta_mid, rows)
             parts.append(data)
             rows += n
+        if plain:
+            # no signal, notice or snapshot chunk: what follows would add nothing (most
+            # transactions; the one-row ones are bound by the cost of each)
+            if not rows:
+                return self._progress(h)
+            return Window(scn, parts[0] if len(parts) == 1 else b"".join(parts), rows, ts_ns)
         changed = bool(signals or self._notices)
         notices, self._notices = self._notices, []
         marks = [sid for sid, kind, _ in signals if kind in inc.MARKS]
