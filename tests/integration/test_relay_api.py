@@ -181,6 +181,7 @@ def test_an_unexpected_error_in_stream_answers_500_and_is_counted(
         raise RuntimeError("disk on fire")
 
     monkeypatch.setattr(relay.buffer, "read", broken)
+    monkeypatch.setattr(relay.buffer, "read_pinned", broken)  # the direct route's read
     with httpx.Client(base_url=relay.url, timeout=10) as c:
         r = c.get("/stream", params={"timeout": "0"})
     assert r.status_code == 500

@@ -21,13 +21,21 @@ Contract:
   bisect it and then walk event headers (in C when the ``_select`` extension
   is built, :data:`databus.buffer.select.walk_windows`).
 * One writer thread, any number of reader threads; readers copy bytes out
-  under a short lock.
+  under a short lock (:meth:`EventBuffer.read`), or take views of them
+  (:meth:`EventBuffer.read_pinned`, a relay's answer sent without a copy).
+* Pinned reads: the views of a :class:`PinnedRead` stay valid until its
+  :meth:`~PinnedRead.release`: the writer never evicts a window from the first
+  one a pinned read holds. A writer that must evict it waits; after
+  ``pin_grace`` seconds it calls the read's revoke callback (a server aborts
+  the connection the views were written to, so they are never sent after an
+  eviction) and waits for the release. Evicted bytes are never served.
 * With a ``path`` the region is a memory-mapped file, recovered on open (see
   :mod:`databus.buffer.persist`).
 """
 
 from __future__ import annotations
 
+import logging
 import struct
 import sys
 import threading
@@ -50,6 +58,8 @@ from databus.core.errors import (
 )
 from databus.core.filters import ServerFilter
 from databus.core.window import Window
+
+log = logging.getLogger("databus.buffer")
 
 _EOP = ev.SRC_EOP
 _MAX_SCN = (1 << 63) - 1
@@ -78,11 +88,56 @@ class ReadResult:
     partial_count: int = -1
 
 
+# counts of a read besides its data: events, data_events, windows, last_scn, partial,
+# partial_scn, partial_count (ReadResult's fields after data)
+_Counts = tuple[int, int, int, int, bool, int, int]
+
+
+class PinnedRead:
+    """What :meth:`EventBuffer.read_pinned` serves: :class:`ReadResult`'s fields, the
+    data as views of the buffer (``parts``, ``size`` bytes in all) instead of a copy.
+
+    The views stay valid until :meth:`release` (see the module docstring): call it
+    once they are no longer used, e.g. when the connection they were written to
+    has sent them or is gone. :meth:`on_revoke` names what the writer calls (from
+    its thread) when it has waited ``pin_grace`` seconds for the release.
+    """
+
+    __slots__ = ("_buffer", "_revoke", "_scn", "data_events", "events", "last_scn", "partial",
+                 "partial_count", "partial_scn", "parts", "size", "windows")
+
+    def __init__(self, buffer: EventBuffer | None, scn: int, parts: list[memoryview],
+                 size: int, counts: _Counts) -> None:
+        self._buffer, self._scn, self.parts, self.size = buffer, scn, parts, size
+        (self.events, self.data_events, self.windows, self.last_scn, self.partial,
+         self.partial_scn, self.partial_count) = counts
+        self._revoke: Callable[[], None] | None = None
+
+    def on_revoke(self, callback: Callable[[], None]) -> None:
+        """``callback`` (thread-safe) makes the holder stop using the views soon and
+        then release them; called at most once, from the writer's thread."""
+        self._revoke = callback
+
+    @property
+    def held(self) -> bool:
+        """Whether the views are still pinned."""
+        return self._buffer is not None
+
+    def release(self) -> None:
+        """The views are no longer used: the writer may evict their windows (idempotent)."""
+        buffer, self._buffer = self._buffer, None
+        if buffer is not None:
+            # dropped, not release()d: a view the caller passed on may still be referenced
+            # (unused) by its holder, which release() would break
+            self.parts = []
+            buffer._unpin(self)
+
+
 class EventBuffer:
     """A fixed-size buffer of windows. See the module docstring."""
 
     def __init__(self, capacity: int, *, path: Path | None = None, index_block: int = 16 * 1024,
-                 start_scn: int = -1, recover: bool = False) -> None:
+                 start_scn: int = -1, recover: bool = False, pin_grace: float = 1.0) -> None:
         """``start_scn``: the position the source resumes after (every window after it
         will be appended), or -1 when unknown (see the module docstring).
 
@@ -90,6 +145,9 @@ class EventBuffer:
         valid prefix (the rest must be read again from the source); without it the
         buffer refuses such a file with :class:`BufferCorruptError` and leaves it
         unchanged.
+
+        ``pin_grace``: how long the writer waits for a pinned read that holds a
+        window it must evict before it revokes that read (see the module docstring).
         """
         if capacity < 1024:
             raise ValueError("capacity must be at least 1024 bytes")
@@ -98,6 +156,10 @@ class EventBuffer:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._listeners: list[Callable[[], None]] = []
+        self._pins: dict[PinnedRead, None] = {}
+        self._unpinned = threading.Condition(self._lock)
+        self.pin_grace = pin_grace
+        self._close_pending = False
         self._ix_scn = array("q")
         self._ix_off = array("q")
         self._ix_first = 0  # entries before this are dead (compacted lazily)
@@ -164,6 +226,11 @@ class EventBuffer:
     @property
     def max_scn(self) -> int:
         return self._max_scn if self._windows else self._prev_scn
+
+    @property
+    def pinned_reads(self) -> int:
+        """Pinned reads not released yet (:meth:`read_pinned`)."""
+        return len(self._pins)
 
     def stats(self) -> dict[str, int]:
         with self._lock:
@@ -258,7 +325,38 @@ class EventBuffer:
                 self._tail = 0
             if self._tail + size <= self._head:
                 return self._tail
+            if self._pins:
+                self._wait_unpinned()
             self._evict_one()
+
+    def _wait_unpinned(self) -> None:
+        """Before the head window is evicted (lock held): wait until no pinned read
+        holds it, revoking the reads that hold it after ``pin_grace`` seconds."""
+        head = ev.peek_scn(self._mem, self._head)
+        revoked: set[PinnedRead] = set()
+        while True:
+            holding = [p for p in self._pins if p._scn <= head]
+            if not holding:
+                return
+            if self._unpinned.wait(self.pin_grace):
+                continue  # a release: look again
+            for pin in holding:
+                if pin not in revoked:
+                    revoked.add(pin)
+                    if pin._revoke is not None:
+                        log.warning("buffer: a reader held window %d for %.1f s; revoking it so"
+                                    " the writer can go on", head, self.pin_grace)
+                        pin._revoke()
+
+    def _unpin(self, pin: PinnedRead) -> None:
+        with self._lock:
+            self._pins.pop(pin, None)
+            self._unpinned.notify_all()
+            if self._close_pending and not self._pins:
+                try:
+                    self._close_file()
+                except BufferError:  # a view is still referenced: unmapped when it goes
+                    log.warning("buffer: file closed with views of it still referenced")
 
     def _evict_one(self) -> None:
         end, n = self._window_end(self._head)
@@ -316,32 +414,56 @@ class EventBuffer:
         """Windows after ``checkpoint`` within ``max_bytes`` (see :class:`ReadResult`);
         with ``upto_scn``, none past that SCN (a cluster's replicated windows only)."""
         with self._lock:
-            if not checkpoint.is_flexible:
-                if checkpoint.window_scn < self.floor_scn:
-                    raise self._not_found(checkpoint)
-                newest = self.max_scn  # the newest window, or prev_scn when empty
-                if checkpoint.window_scn > newest and (self._windows or newest >= 0):
-                    raise ScnAheadError(
-                        f"checkpoint scn {checkpoint.window_scn} is ahead of this relay"
-                        f" (newest window: scn {newest}); the relay may still be catching up"
-                        " with its source, or the checkpoint belongs to another source",
-                        checkpoint_scn=checkpoint.window_scn, relay_scn=newest)
-            if not self._windows:
+            start, skip = self._start(checkpoint)
+            if start < 0:
                 return ReadResult(b"", 0, 0, 0, -1)
-            skip = 0
-            if checkpoint.is_flexible:
-                start = self._head
-            elif checkpoint.in_window:
-                start = self._find(checkpoint.window_scn)
-                if start < 0 or ev.peek_scn(self._mem, start) != checkpoint.window_scn:
-                    raise ScnNotFoundError(
-                        f"window {checkpoint.window_scn} of the checkpoint is not in the buffer")
-                skip = checkpoint.window_offset
-            else:
-                start = self._find(checkpoint.window_scn + 1)
-                if start < 0:
-                    return ReadResult(b"", 0, 0, 0, -1)
-            return self._collect(start, skip, max_bytes, sources, filter, upto_scn)
+            out, counts = self._collect(start, skip, max_bytes, sources, filter, upto_scn)
+            # the one copy, under the lock
+            return ReadResult(b"".join(out), *counts)
+
+    def read_pinned(self, checkpoint: Checkpoint, max_bytes: int, *,
+                    upto_scn: int | None = None) -> PinnedRead:
+        """As :meth:`read` (no selection), the data as pinned views of the buffer
+        (:class:`PinnedRead`; release it)."""
+        with self._lock:
+            start, skip = self._start(checkpoint)
+            if start < 0:
+                return PinnedRead(None, -1, [], 0, (0, 0, 0, -1, False, -1, -1))
+            out, counts = self._collect(start, skip, max_bytes, None, None, upto_scn)
+            if not out:
+                return PinnedRead(None, -1, [], 0, counts)
+            pin = PinnedRead(self, ev.peek_scn(self._mem, start), out,
+                             sum(map(len, out)), counts)
+            self._pins[pin] = None
+            return pin
+
+    def _start(self, checkpoint: Checkpoint) -> tuple[int, int]:
+        """(offset of the first window to serve, data events of it to skip); -1 when
+        there is nothing after ``checkpoint``. Raises what :meth:`read` raises."""
+        if not checkpoint.is_flexible:
+            if checkpoint.window_scn < self.floor_scn:
+                raise self._not_found(checkpoint)
+            newest = self.max_scn  # the newest window, or prev_scn when empty
+            if checkpoint.window_scn > newest and (self._windows or newest >= 0):
+                raise ScnAheadError(
+                    f"checkpoint scn {checkpoint.window_scn} is ahead of this relay"
+                    f" (newest window: scn {newest}); the relay may still be catching up"
+                    " with its source, or the checkpoint belongs to another source",
+                    checkpoint_scn=checkpoint.window_scn, relay_scn=newest)
+        if not self._windows:
+            return -1, 0
+        skip = 0
+        if checkpoint.is_flexible:
+            start = self._head
+        elif checkpoint.in_window:
+            start = self._find(checkpoint.window_scn)
+            if start < 0 or ev.peek_scn(self._mem, start) != checkpoint.window_scn:
+                raise ScnNotFoundError(
+                    f"window {checkpoint.window_scn} of the checkpoint is not in the buffer")
+            skip = checkpoint.window_offset
+        else:
+            start = self._find(checkpoint.window_scn + 1)
+        return start, skip
 
     def _not_found(self, cp: Checkpoint) -> ScnNotFoundError:
         return ScnNotFoundError(
@@ -349,9 +471,10 @@ class EventBuffer:
             f" scn {self.floor_scn}); the consumer must bootstrap")
 
     def _collect(self, off: int, skip: int, max_bytes: int, sources: frozenset[int] | None,
-                 filt: ServerFilter | None, upto_scn: int | None = None) -> ReadResult:
+                 filt: ServerFilter | None, upto_scn: int | None = None,
+                 ) -> tuple[list[memoryview], _Counts]:
+        """The data (views of the buffer) and counts of a read from ``off``."""
         mem = self._mem
-        # slices are views; the one copy is the final join (done under the lock)
         mv = memoryview(mem)
         out: list[memoryview] = []
         used = events = data_events = windows = 0
@@ -450,10 +573,11 @@ class EventBuffer:
                 out.append(part)
                 used += len(part)
                 taken += 1
-            return ReadResult(b"".join(out), taken, taken, 0, -1, True, scn, skip + taken)
-        return ReadResult(b"".join(out), events, data_events, windows, last_scn)
+            return out, (taken, taken, 0, -1, True, scn, skip + taken)
+        return out, (events, data_events, windows, last_scn, False, -1, -1)
 
-    def _prefix(self, spans: list[Span], skip: int, max_bytes: int, scn: int) -> ReadResult:
+    def _prefix(self, spans: list[Span], skip: int, max_bytes: int, scn: int,
+                ) -> tuple[list[memoryview], _Counts]:
         """A window larger than the budget: its first selected events (at least one)."""
         mem = self._mem
         out: list[memoryview] = []
@@ -464,12 +588,12 @@ class EventBuffer:
             while q < end:
                 length = ev.peek_length(mem, q)
                 if taken and used + length > max_bytes:
-                    return ReadResult(b"".join(out), taken, taken, 0, -1, True, scn, skip + taken)
+                    return out, (taken, taken, 0, -1, True, scn, skip + taken)
                 out.append(mv[q : q + length])
                 used += length
                 taken += 1
                 q += length
-        return ReadResult(b"".join(out), taken, taken, 0, -1, True, scn, skip + taken)
+        return out, (taken, taken, 0, -1, True, scn, skip + taken)
 
     def wait_for(self, scn: int, timeout: float) -> bool:
         """Block until a window newer than ``scn`` is held, or ``timeout``."""
@@ -490,11 +614,23 @@ class EventBuffer:
         self.close()
 
     def close(self) -> None:
+        """Close the file (if any). Pinned reads keep their views: the file is closed
+        at the last release, and every pinned read is revoked now."""
         if self._file is not None:
             with self._lock:
-                self._mem = bytearray(0)
-                self._file.close()
-                self._file = None
+                if self._pins:
+                    self._close_pending = True
+                    for pin in self._pins:
+                        if pin._revoke is not None:
+                            pin._revoke()
+                    return
+                self._close_file()
+
+    def _close_file(self) -> None:
+        if self._file is not None:
+            self._mem = bytearray(0)
+            self._file.close()
+            self._file = None
 
     # -- recovery ------------------------------------------------------------
 
@@ -535,4 +671,4 @@ class EventBuffer:
         self._save_state()
 
 
-__all__ = ["HEADER_SIZE", "EventBuffer", "ReadResult"]
+__all__ = ["HEADER_SIZE", "EventBuffer", "PinnedRead", "ReadResult"]

@@ -17,7 +17,11 @@ routes with the same answers (status, headers, body, errors, request counts):
 
 What costs per event runs in Starlette's thread pool, so a large answer does not
 stall the other connections: selecting events and encoding ``output=json``. A read
-without a selection is one copy of buffer bytes and stays on the loop.
+without a selection stays on the loop; on the direct route it is not even copied:
+the answer is written from pinned views of the buffer (:meth:`EventBuffer.read_pinned`),
+released when the connection has sent them; a connection still holding them when
+the buffer must evict their window is cut (the writer's ``pin_grace``), so an
+evicted byte is never sent. Long-poll wakes and the ASGI route copy.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import asyncio
 import contextlib
 import json
 import time
+from functools import partial
 from typing import Any, Protocol
 
 from starlette.concurrency import run_in_threadpool
@@ -34,7 +39,7 @@ from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from databus.buffer import EventBuffer
-from databus.buffer.ring import ReadResult
+from databus.buffer.ring import PinnedRead, ReadResult
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint, ConsumptionMode
 from databus.core.envelope import dumps, envelope
@@ -115,9 +120,11 @@ class HeldResponse:
     status_code = 200
 
     def __init__(self, inflight: Inflight, body: bytes, headers: list[tuple[bytes, bytes]],
-                 media_type: bytes) -> None:
-        self.body, self.inflight, self.held = body, inflight, len(body)
-        self.raw_headers = [(b"content-length", b"%d" % len(body)),
+                 media_type: bytes, size: int | None = None) -> None:
+        """``size``: the body's length when it is sent from elsewhere (``body`` empty)."""
+        self.body, self.inflight = body, inflight
+        self.held = held = len(body) if size is None else size
+        self.raw_headers = [(b"content-length", b"%d" % held),
                             (b"content-type", media_type), *headers]
         inflight.held += self.held
 
@@ -270,7 +277,7 @@ class StreamEndpoint:
             filter=query.filt, upto_scn=query.upto)
         return result
 
-    def _done(self, query: _Query, result: ReadResult) -> bool:
+    def _done(self, query: _Query, result: ReadResult | PinnedRead) -> bool:
         """Whether ``result`` is the answer: events, the deadline passed, shutdown, or
         (for a member) a new cluster high-water mark to tell."""
         relay = self.relay
@@ -280,9 +287,11 @@ class StreamEndpoint:
         return (query.member_hw is not None and relay.cluster is not None
                 and relay.cluster.serve_limit() != query.member_hw)
 
-    def _headers(self, query: _Query, result: ReadResult) -> list[tuple[bytes, bytes]]:
+    def _headers(self, query: _Query, result: ReadResult | PinnedRead,
+                 ) -> list[tuple[bytes, bytes]]:
         relay = self.relay
-        self.relay.metrics.bytes_out.inc(len(result.data))
+        self.relay.metrics.bytes_out.inc(
+            result.size if isinstance(result, PinnedRead) else len(result.data))
         self.relay.metrics.events_out.inc(result.events)
         # the position after this response, so a client need not scan the body
         headers = [
@@ -330,19 +339,39 @@ class StreamEndpoint:
                 reply.spawn(self._serve_later(query, reply))
                 return
             changed = self.relay.changed_event()  # before the read: no append is missed
-            result = self._read_here(query)
-            if not self._done(query, result):
-                self._wait(_Poll(query, reply), changed)
-                return
-            headers = self._headers(query, result)
+            relay = self.relay
+            if relay.cluster is not None and not query.member:
+                query.upto = relay.cluster.serve_limit()
+            pinned = relay.buffer.read_pinned(query.cp, query.size, upto_scn=query.upto)
+            try:
+                if not self._done(query, pinned):
+                    pinned.release()  # nothing read: nothing pinned
+                    self._wait(_Poll(query, reply), changed)
+                    return
+                headers = self._headers(query, pinned)
+                self._send_pinned(reply, pinned, headers)
+            except BaseException:
+                pinned.release()
+                raise
         except DatabusError as exc:
             self._send_error(reply, exc)
             return
         except Exception:
             self.count(500)
             raise  # the reply answers 500
-        self._send(reply, HeldResponse(self.inflight, result.data, headers,
-                                       b"application/octet-stream"))
+
+    def _send_pinned(self, reply: DirectReply, pinned: PinnedRead,
+                     headers: list[tuple[bytes, bytes]]) -> None:
+        """Answer with the pinned views (no copy); the pin goes when the connection
+        has sent them or is gone, or is revoked (the connection cut) by a writer that
+        must evict them."""
+        loop = asyncio.get_running_loop()
+        pinned.on_revoke(partial(_revoke, loop, pinned, reply))
+        response = HeldResponse(self.inflight, b"", headers, b"application/octet-stream",
+                                size=pinned.size)
+        self.count(200)
+        reply.send(200, response.raw_headers, pinned.parts, sent=response.release,
+                   done=pinned.release)
 
     async def _serve_later(self, query: _Query, reply: DirectReply) -> None:
         try:
@@ -424,6 +453,20 @@ class StreamEndpoint:
         if poll.timer is not None:
             poll.timer.cancel()
             poll.timer = None
+
+
+def _revoke(loop: asyncio.AbstractEventLoop, pinned: PinnedRead, reply: DirectReply) -> None:
+    """From the buffer's writer: cut the connection that still holds ``pinned``'s
+    views (on the loop's thread); with the loop gone nothing sends them any more."""
+    def cut() -> None:
+        if pinned.held:
+            reply.abort()
+            pinned.release()  # the transport dropped the views with the connection
+
+    try:
+        loop.call_soon_threadsafe(cut)
+    except RuntimeError:  # the loop is closed
+        pinned.release()
 
 
 def _int_or_none(raw: str | None) -> int | None:

@@ -24,6 +24,12 @@ Contract of a direct route:
   ``server`` and ``date`` headers, then the handler's), the body in parts of at most
   1 MiB; before each part a client that has not read the previous one gets
   ``send_timeout`` seconds, then its connection is cut.
+* A body may be a list of buffers the server does not own (views of the relay's
+  event buffer), written without a copy. The transport may keep a view it could
+  not send yet (asyncio 3.12+, uvloop), so the reply's ``done`` callback runs only
+  once the transport holds none of them: its write buffer is empty (the protocol
+  asks to be told: write-buffer limits of zero until then), or the connection is
+  gone. :meth:`DirectReply.abort` drops what the transport still holds.
 * A handler that raises gets a 500 ``InternalError`` answer, the traceback is
   logged and the connection closed, as uvicorn does for an ASGI app.
 * Timers: the request-head deadline (``read_timeout`` from the connection and from
@@ -40,7 +46,7 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import h11
@@ -113,11 +119,16 @@ class DirectReply:
         """Whether the client went away (an answer would be dropped)."""
         return self._proto.transport.is_closing()
 
-    def send(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes,
-             sent: Callable[[], None] | None = None) -> None:
+    def send(self, status: int, headers: list[tuple[bytes, bytes]],
+             body: bytes | Sequence[memoryview], sent: Callable[[], None] | None = None,
+             done: Callable[[], None] | None = None) -> None:
         """Answer ``status`` with ``headers`` (lowercase names, ``content-length``
         among them) and ``body``; ``sent`` runs once the answer is written to the
-        connection or dropped (the client went away or was cut)."""
+        connection or dropped (the client went away or was cut).
+
+        ``body`` as a list of views is written without a copy; ``done`` then runs
+        once the connection no longer holds any of them (see the module docstring):
+        until then they must stay unchanged."""
         if self.done:
             raise RuntimeError("a direct request answered twice")
         self.done = True
@@ -127,16 +138,26 @@ class DirectReply:
         head += [b"%s: %s\r\n" % kv for kv in headers]
         head.append(b"\r\n")
         transport = proto.transport
+        parts = [body] if isinstance(body, bytes) else body
+        size = sum(map(len, parts))
         if transport.is_closing():
             proto._answered(sent)
-        elif len(body) <= PART and not proto.flow.write_paused:
+            proto._when_sent(done)
+        elif size <= PART and not proto.flow.write_paused:
             # the usual case: written now, no task
             transport.write(b"".join(head))
-            if body:
-                transport.write(body)
+            for part in parts:
+                if part:
+                    transport.write(part)
             proto._answered(sent)
+            proto._when_sent(done)
         else:
-            proto._spawn(proto._write_parts(self.scope, b"".join(head), body, sent))
+            proto._spawn(proto._write_parts(self.scope, b"".join(head), body, sent, done))
+
+    def abort(self) -> None:
+        """Cut the connection now, dropping what its transport still holds (a body's
+        views that must not be sent any more)."""
+        self._proto.transport.abort()
 
     def send_response(self, response: Response) -> None:
         """Answer with a Starlette ``Response`` whose body is rendered (not streamed)."""
@@ -184,6 +205,8 @@ class DirectH11(H11Protocol):
     _reply: DirectReply | None = None  # the direct request in progress
     _close_after = False
     _consuming = False
+    _held: list[Callable[[], None]] | None = None  # done callbacks waiting for the drain
+    _limits: tuple[int, int] = (0, 0)  # the transport's write-buffer limits before
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -194,7 +217,15 @@ class DirectH11(H11Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        super().connection_lost(exc)
+        try:
+            super().connection_lost(exc)
+        finally:
+            self._release_held()  # the transport holds nothing any more
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._held is not None and self.transport.get_write_buffer_size() == 0:
+            self._release_held()
 
     def gate_(self) -> Gate:
         assert self.gate is not None, "direct routes need a gate"
@@ -339,22 +370,63 @@ class DirectH11(H11Protocol):
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)
 
-    async def _write_parts(self, scope: Scope, head: bytes, body: bytes,
-                           sent: Callable[[], None] | None) -> None:
+    async def _write_parts(self, scope: Scope, head: bytes, body: bytes | Sequence[memoryview],
+                           sent: Callable[[], None] | None,
+                           done: Callable[[], None] | None) -> None:
         try:
             await self._writable(scope)
             self.transport.write(head)
-            # parts are copies: a view would keep the whole answer alive for as long
-            # as a stalled connection holds its part (measured: GBs with 500 clients)
-            view = memoryview(body)
-            for start in range(0, len(body), PART):
-                await self._writable(scope)
-                if self.transport.is_closing():
-                    break
-                self.transport.write(body if len(body) <= PART
-                                     else bytes(view[start:start + PART]))
+            if isinstance(body, bytes):
+                # parts are copies: a view would keep the whole answer alive for as long
+                # as a stalled connection holds its part (measured: GBs with 500 clients)
+                view = memoryview(body)
+                for start in range(0, len(body), PART):
+                    await self._writable(scope)
+                    if self.transport.is_closing():
+                        break
+                    self.transport.write(body if len(body) <= PART
+                                         else bytes(view[start:start + PART]))
+            else:  # views of memory that lives on anyway: no copy
+                for buf in body:
+                    for start in range(0, len(buf), PART):
+                        await self._writable(scope)
+                        if self.transport.is_closing():
+                            return
+                        self.transport.write(buf[start:start + PART])
         finally:
             self._answered(sent)
+            self._when_sent(done)
+
+    def _when_sent(self, done: Callable[[], None] | None) -> None:
+        """Run ``done`` once the transport holds nothing of what was written so far."""
+        if done is None:
+            return
+        transport = self.transport
+        if transport.get_write_buffer_size() == 0:
+            done()
+            return
+        if self._held is None:
+            # resume_writing is then called exactly when the write buffer is empty
+            self._held = []
+            low, high = transport.get_write_buffer_limits()
+            self._limits = (high, low)
+            transport.set_write_buffer_limits(high=0, low=0)
+        self._held.append(done)
+
+    def _release_held(self) -> None:
+        held, self._held = self._held, None
+        if held is None:
+            return
+        transport = self.transport
+        if not transport.is_closing():
+            high, low = self._limits
+            transport.set_write_buffer_limits(high=high, low=low)
+        for done in held:
+            try:
+                done()
+            except Exception:
+                log.exception("%s: a callback after an answer was sent failed",
+                              self.server_name)
 
     async def _writable(self, scope: Scope) -> None:
         if not self.flow.write_paused or self.transport.is_closing():
