@@ -4,6 +4,8 @@ schema, same offsets, same errors (databus.spark.jvm)."""
 from __future__ import annotations
 
 import json
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +17,13 @@ from databus.relay.config import parse_config
 from databus.relay.relay import Relay
 from databus.spark import jvm
 from tests.support.mariadb import MariaDB
+from tests.support.relays import make_relay
 from tests.support.shop import TABLES, Writer, create_shop
 from tests.support.sparkrelay import start_relay, wait_relay
+from tests.support.tls import make_certs
 from tests.support.typematrix import COLUMNS, ROWS
 from tests.support.wait import wait_until
+from tests.support.zookeeper import ZooKeeper
 
 pytestmark = pytest.mark.skipif(jvm.jar() is None, reason="no JDK here to build the JVM reader")
 
@@ -194,3 +199,61 @@ def test_the_jvm_scan_reports_the_relays_bytes_as_its_size(
     assert q.exception() is None
     assert len(sizes) > 2 and all(0 < s < held for s in sizes)
     assert held <= sum(sizes) <= held + len(sizes)  # ceil per batch
+
+
+def _write(db: Path, n: int) -> None:
+    with Writer(db, seed=23) as w:
+        for _ in range(n):
+            w.transaction()
+
+
+def test_a_relay_cluster_address_reads_the_members_zookeeper_lists(
+        spark: SparkSession, tmp_path: Path, zookeeper: ZooKeeper) -> None:
+    db = tmp_path / "shop.db"
+    create_shop(db)
+    name = f"sparkjvm{abs(hash(tmp_path)) % 10**8}"
+    address = f"zk://{zookeeper.hosts}/{name}"
+    cfg = parse_config({
+        "source": {"url": f"sqlite:///{db}", "tables": TABLES, "poll_interval": 0.01,
+                   "snapshot_mode": "no_data"},
+        "http": {"port": 0}, "state_dir": str(tmp_path / "state"),
+        "stream": {"default_timeout": 0.5}, "cluster": {"address": address}})
+    with Relay(cfg) as relay:
+        # the member captures once it leads: its triggers (and txlog) exist from then on
+        def capturing() -> bool:
+            with closing(sqlite3.connect(db)) as con:
+                return bool(con.execute(
+                    "SELECT 1 FROM sqlite_master WHERE name = '_databus_txlog'").fetchall())
+
+        wait_until(capturing, 60, "the member to lead and capture")
+        _write(db, 60)
+        wait_relay(relay, db)
+        jrows, _ = drain(read(spark, "databus-jvm", address, "customers", partitions=2),
+                         tmp_path / "jvm")
+        prows, _ = drain(read(spark, "databus-python", relay.url, "customers", partitions=2),
+                         tmp_path / "py")
+        assert jrows and jrows == prows
+    with pytest.raises(ConfigError, match="not a cluster address"), jvm.errors():
+        read(spark, "databus-jvm", f"zk://{zookeeper.hosts}/", "customers")
+
+
+def test_mutual_tls_with_a_client_certificate(spark: SparkSession, tmp_path: Path) -> None:
+    certs = make_certs(tmp_path / "certs")
+    db = tmp_path / "shop.db"
+    create_shop(db)
+    tls = {"cert_file": str(certs.server_cert), "key_file": str(certs.server_key),
+           "client_ca_file": str(certs.ca)}
+    with make_relay(db, tmp_path, http={"tls": tls}) as relay:
+        _write(db, 40)
+        wait_relay(relay, db)
+        url = relay.url
+        mtls = {"caFile": certs.ca, "certFile": certs.client_cert, "keyFile": certs.client_key}
+        jrows, _ = drain(read(spark, "databus-jvm", url, "customers", **mtls), tmp_path / "jvm")
+        prows, _ = drain(read(spark, "databus-python", url, "customers", **mtls), tmp_path / "py")
+        assert jrows and jrows == prows
+        # without a client certificate the relay refuses the handshake
+        with pytest.raises(Exception, match="unreachable"), jvm.errors():
+            read(spark, "databus-jvm", url, "customers", caFile=certs.ca, relayRetrySeconds=0)
+        with pytest.raises(ConfigError, match="needs both files"), jvm.errors():
+            read(spark, "databus-jvm", url, "customers", caFile=certs.ca,
+                 certFile=certs.client_cert)

@@ -104,12 +104,20 @@ class StreamOptions(BaseModel):
     ca_file: str | None = Field(
         None, alias="caFile", description="PEM CA(s) the relay's TLS certificate must chain"
         " to; default: DATABUS_CA_FILE, else the system's.")
+    cert_file: str | None = Field(
+        None, alias="certFile", description="PEM client certificate (chain) for a relay that"
+        " requires mutual TLS, with keyFile; default: DATABUS_CERT_FILE.")
+    key_file: str | None = Field(
+        None, alias="keyFile", description="PEM private key (unencrypted) of certFile;"
+        " default: DATABUS_KEY_FILE.")
 
     def connection(self) -> RelayConnection:
         """A connection to the relay with these options' token and TLS settings."""
         creds = _SharedTLS.from_env(
             token_file=Path(self.token_file) if self.token_file else None,
-            ca_file=Path(self.ca_file) if self.ca_file else None)
+            ca_file=Path(self.ca_file) if self.ca_file else None,
+            cert_file=Path(self.cert_file) if self.cert_file else None,
+            key_file=Path(self.key_file) if self.key_file else None)
         return RelayConnection(self.relay, http_timeout=self.http_timeout, credentials=creds)
 
     @property
@@ -121,7 +129,8 @@ class StreamOptions(BaseModel):
 _ALIASES = {name.lower(): name for name in (
     "relay", "sources", "partitions", "maxRowsPerBatch", "maxBytesPerBatch",
     "startingPosition", "valueFormat", "envelope", "fetchBytes", "rowsPerArrowBatch",
-    "prefetchBatches", "httpTimeout", "relayRetrySeconds", "tokenFile", "caFile")}
+    "prefetchBatches", "httpTimeout", "relayRetrySeconds", "tokenFile", "caFile", "certFile",
+    "keyFile")}
 # "path" is what .load(url) passes; "url" reads naturally too
 _ALIASES["path"] = "relay"
 _ALIASES["url"] = "relay"

@@ -22,7 +22,9 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.StringJoiner;
+import javax.net.ssl.KeyManager;
 import javax.net.ssl.SSLContext;
+import javax.net.ssl.TrustManager;
 import javax.net.ssl.TrustManagerFactory;
 
 /**
@@ -37,11 +39,13 @@ import javax.net.ssl.TrustManagerFactory;
  *       token is picked up); {@code https://} is verified against {@code caFile}, else
  *       {@code DATABUS_CA_FILE}, else the JVM's CAs, never unverified;
  *   <li>no connection, a timeout or any 5xx is a transient {@code RelayUnavailable}; a 4xx
- *       with the relay's JSON body {@code {"error": code, "message": ...}} keeps the code.
+ *       with the relay's JSON body {@code {"error": code, "message": ...}} keeps the code;
+ *   <li>{@code relay} may be a relay cluster's address {@code zk://HOST:PORT/NAME}: its live
+ *     members from ZooKeeper ({@link ZkCluster}), the leader first, read again after a
+ *     member failed;
+ * <li>mutual TLS: the client certificate and key from {@code certFile}/{@code keyFile}, else
+ *     {@code DATABUS_CERT_FILE}/{@code DATABUS_KEY_FILE} (PEM, {@link PemKeys}).
  * </ul>
- * Not supported here (the Python source has them): {@code zk://} cluster addresses and
- * client certificates ({@code DATABUS_CERT_FILE}); both fail {@code load()} naming the
- * option {@code format("databus-python")}.
  */
 final class RelayClient {
     private static final ObjectMapper JSON = new ObjectMapper();
@@ -57,9 +61,11 @@ final class RelayClient {
     private final Duration httpTimeout;
 
     private final String what;  // "relay" or "bootstrap server", for messages
+    private final ZkCluster cluster;  // a zk:// address: its members are urls
 
     RelayClient(SourceOptions o) {
-        this(o.relay, "relay", "databus source", "relay", o.tokenFile, o.caFile, o.httpTimeout);
+        this(o.relay, "relay", "databus source", "relay", o.tokenFile, o.caFile, o.certFile, o.keyFile,
+            o.httpTimeout);
     }
 
     /**
@@ -67,15 +73,18 @@ final class RelayClient {
      * server in messages, {@code who} the reader and {@code option} its address option.
      */
     RelayClient(String spec, String what, String who, String option, String tokenFile, String caFile,
-                double timeoutSeconds) {
+                String certFile, String keyFile, double timeoutSeconds) {
         this.what = what;
         spec = spec.strip();
-        if (spec.startsWith("zk://") && what.equals("relay")) {
-            throw DatabusSourceException.config("databus source: relay cluster addresses (zk://) "
-                + "need the Python source: use format(\"databus-python\") or list the members");
-        }
         urls = new ArrayList<>();
-        for (String u : spec.split(",")) {
+        timeoutSeconds = timeoutSeconds > 0 ? timeoutSeconds : 10.0;
+        if (spec.startsWith("zk://") && what.equals("relay")) {
+            cluster = ZkCluster.parse(spec, who, option);
+            urls.addAll(cluster.urls(timeoutSeconds, false));
+        } else {
+            cluster = null;
+        }
+        for (String u : cluster != null ? new String[0] : spec.split(",")) {
             String t = u.strip();
             while (t.endsWith("/")) {
                 t = t.substring(0, t.length() - 1);
@@ -87,18 +96,20 @@ final class RelayClient {
             }
             urls.add(t);
         }
-        if (System.getenv("DATABUS_CERT_FILE") != null && !System.getenv("DATABUS_CERT_FILE").isEmpty()) {
-            throw DatabusSourceException.config(who + ": client certificates (DATABUS_CERT_FILE)"
-                + " need the Python " + (what.equals("relay") ? "source: use format(\"databus-python\")"
-                : "reader: use format(\"databus-snapshot-python\") with the store's URL"));
+        String cert = orEnv(certFile, "DATABUS_CERT_FILE");
+        String key = orEnv(keyFile, "DATABUS_KEY_FILE");
+        if ((cert == null) != (key == null)) {
+            throw DatabusSourceException.config(who + ": a client certificate needs both files: certFile "
+                + "and keyFile (or DATABUS_CERT_FILE and DATABUS_KEY_FILE)");
         }
         token = token(tokenFile);
         httpTimeout = Duration.ofMillis((long) (timeoutSeconds * 1000));
-        String ca = caFile != null ? caFile : System.getenv("DATABUS_CA_FILE");
-        if (ca != null && ca.isEmpty()) {
-            ca = null;
-        }
-        http = client(ca, httpTimeout);
+        http = client(orEnv(caFile, "DATABUS_CA_FILE"), cert, key, httpTimeout);
+    }
+
+    private static String orEnv(String option, String env) {
+        String v = option != null ? option : System.getenv(env);
+        return v == null || v.isEmpty() ? null : v;
     }
 
     String url() {
@@ -131,45 +142,56 @@ final class RelayClient {
         throw DatabusSourceException.config("token file " + file + " is empty");
     }
 
-    /** One client per CA file (and its modification time): a CA store costs tens of ms. */
-    private static HttpClient client(String caFile, Duration timeout) {
-        String key;
-        try {
-            key = caFile == null ? "" : caFile + "@" + Files.getLastModifiedTime(Path.of(caFile)).toMillis();
-        } catch (IOException e) {
-            throw DatabusSourceException.config("client TLS files unusable: " + e + " (" + caFile + ")");
+    /** One client per TLS files (and their modification times): a CA store costs tens of ms. */
+    private static HttpClient client(String caFile, String certFile, String keyFile, Duration timeout) {
+        StringBuilder key = new StringBuilder();
+        for (String f : new String[] {caFile, certFile, keyFile}) {
+            try {
+                key.append(f == null ? "" : f + "@" + Files.getLastModifiedTime(Path.of(f)).toMillis()).append('|');
+            } catch (IOException e) {
+                throw DatabusSourceException.config("client TLS files unusable: " + e + " (" + f + ")");
+            }
         }
-        key += "/" + timeout.toMillis();
+        key.append(timeout.toMillis());
         synchronized (CLIENTS) {
-            HttpClient c = CLIENTS.get(key);
+            HttpClient c = CLIENTS.get(key.toString());
             if (c == null) {
                 HttpClient.Builder b = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1)
                     .connectTimeout(timeout);
-                if (caFile != null) {
-                    b.sslContext(sslContext(caFile));
+                if (caFile != null || certFile != null) {
+                    b.sslContext(sslContext(caFile, certFile, keyFile));
                 }
                 c = b.build();
-                CLIENTS.put(key, c);
+                CLIENTS.put(key.toString(), c);
             }
             return c;
         }
     }
 
-    private static SSLContext sslContext(String caFile) {
-        try (InputStream in = Files.newInputStream(Path.of(caFile))) {
-            KeyStore ks = KeyStore.getInstance(KeyStore.getDefaultType());
-            ks.load(null, null);
-            int i = 0;
-            for (Certificate c : CertificateFactory.getInstance("X.509").generateCertificates(in)) {
-                ks.setCertificateEntry("ca" + i++, c);
+    /** Trust: {@code caFile}'s certificates, else the JVM's CAs; a client certificate when given. */
+    private static SSLContext sslContext(String caFile, String certFile, String keyFile) {
+        try {
+            TrustManager[] trust = null;  // null: the JVM's default CAs
+            if (caFile != null) {
+                KeyStore ks = KeyStore.getInstance(KeyStore.getDefaultType());
+                ks.load(null, null);
+                int i = 0;
+                try (InputStream in = Files.newInputStream(Path.of(caFile))) {
+                    for (Certificate c : CertificateFactory.getInstance("X.509").generateCertificates(in)) {
+                        ks.setCertificateEntry("ca" + i++, c);
+                    }
+                }
+                TrustManagerFactory tmf = TrustManagerFactory.getInstance(TrustManagerFactory.getDefaultAlgorithm());
+                tmf.init(ks);
+                trust = tmf.getTrustManagers();
             }
-            TrustManagerFactory tmf = TrustManagerFactory.getInstance(TrustManagerFactory.getDefaultAlgorithm());
-            tmf.init(ks);
+            KeyManager[] keys = certFile != null ? PemKeys.keyManagers(certFile, keyFile) : null;
             SSLContext ctx = SSLContext.getInstance("TLS");
-            ctx.init(null, tmf.getTrustManagers(), null);
+            ctx.init(keys, trust, null);
             return ctx;
         } catch (Exception e) {
-            throw DatabusSourceException.config("client TLS files unusable: " + e.getMessage() + " (" + caFile + ")");
+            throw DatabusSourceException.config("client TLS files unusable: " + e.getMessage() + " ("
+                + (caFile != null ? caFile : "") + (certFile != null ? " " + certFile + " " + keyFile : "") + ")");
         }
     }
 
@@ -280,8 +302,30 @@ final class RelayClient {
         return r;
     }
 
+    /** The member to try after the current one failed: the next URL of a list; for a
+     * cluster, its members read again, another one than the failed one when there is one. */
     private void failedOver() {
-        current = (current + 1) % urls.size();
+        if (cluster == null) {
+            current = (current + 1) % urls.size();
+            return;
+        }
+        String failed = urls.get(current);
+        List<String> live;
+        try {
+            live = cluster.urls(httpTimeout.toMillis() / 1000.0, true);
+        } catch (DatabusSourceException e) {
+            current = (current + 1) % urls.size();  // ZooKeeper down too: the members known
+            return;
+        }
+        urls.clear();
+        urls.addAll(live);
+        current = 0;
+        for (int i = 0; i < urls.size(); i++) {
+            if (!urls.get(i).equals(failed)) {
+                current = i;
+                break;
+            }
+        }
     }
 
     private DatabusSourceException error(String path, HttpResponse<byte[]> r) {

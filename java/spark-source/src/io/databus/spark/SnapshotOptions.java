@@ -135,6 +135,7 @@ final class SnapshotOptions implements Serializable {
 
     /** A client of the bootstrap server with these options' token, CA and timeout. */
     RelayClient client() {
-        return new RelayClient(store, "bootstrap server", WHO, "store", tokenFile, caFile, httpTimeout);
+        return new RelayClient(store, "bootstrap server", WHO, "store", tokenFile, caFile, null, null,
+            httpTimeout);
     }
 }

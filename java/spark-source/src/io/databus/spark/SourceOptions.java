@@ -21,7 +21,8 @@ public final class SourceOptions implements Serializable {
     private static final String[] NAMES = {
         "relay", "sources", "partitions", "maxRowsPerBatch", "maxBytesPerBatch",
         "startingPosition", "valueFormat", "envelope", "fetchBytes", "rowsPerArrowBatch",
-        "prefetchBatches", "httpTimeout", "relayRetrySeconds", "tokenFile", "caFile"};
+        "prefetchBatches", "httpTimeout", "relayRetrySeconds", "tokenFile", "caFile", "certFile",
+        "keyFile"};
 
     final String relay;
     final List<String> sources;
@@ -38,6 +39,8 @@ public final class SourceOptions implements Serializable {
     final double relayRetrySeconds;
     final String tokenFile;
     final String caFile;
+    final String certFile;
+    final String keyFile;
 
     private SourceOptions(Map<String, String> v) {
         List<String> problems = new ArrayList<>();
@@ -83,6 +86,8 @@ public final class SourceOptions implements Serializable {
         relayRetrySeconds = number(v, "relayRetrySeconds", 30.0, true, problems);
         tokenFile = v.get("tokenFile");
         caFile = v.get("caFile");
+        certFile = v.get("certFile");
+        keyFile = v.get("keyFile");
         if (!problems.isEmpty()) {
             throw DatabusSourceException.config(
                 "databus source: invalid options: " + String.join("; ", problems));
