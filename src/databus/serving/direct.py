@@ -48,8 +48,10 @@ import logging
 import re
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, runtime_checkable
+from urllib.parse import unquote
 
 import h11
+from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Scope
@@ -358,8 +360,12 @@ class DirectH11(H11Protocol):
     def _run(self, handler: DirectHandler, scope: Scope, reply: DirectReply,
              who: Principal) -> None:
         scope["databus.principal"] = who
+        request = Request(scope)
+        # Starlette parses the query at first use; this is the same parse, cheaper
+        # (and were Starlette to look elsewhere, it would just parse it again)
+        request._query_params = query_params(scope["query_string"])
         try:
-            handler(Request(scope), reply)
+            handler(request, reply)
         except Exception as exc:
             reply.fail(exc)
 
@@ -515,6 +521,34 @@ class DirectH11(H11Protocol):
             return
         # an answer ended (or data came) since this timer was set: run from there
         self._timer = self.loop.call_at(self._due(), self._deadline_passed)
+
+
+def query_params(raw: bytes) -> QueryParams:
+    """Starlette's ``QueryParams(raw)`` (``parse_qsl`` of the latin-1 text, blank values
+    kept), equal for every input (tested), in less time for the query a consumer
+    sends with every request: a percent-encoded JSON checkpoint costs
+    ``unquote_to_bytes`` a list item per escape; here the five escapes JSON needs are
+    replaced in C, and anything else is unquoted as ``parse_qsl`` does."""
+    pairs: list[tuple[str, str]] = []
+    for field in raw.decode("latin-1").split("&"):
+        if not field:
+            continue
+        name, _eq, value = field.partition("=")
+        pairs.append((_unquote(name), _unquote(value)))
+    return QueryParams(pairs)
+
+
+def _unquote(text: str) -> str:
+    """``unquote(text.replace("+", " "))``, as ``parse_qsl`` decodes a name or value."""
+    if "+" in text:
+        text = text.replace("+", " ")
+    if "%" not in text:
+        return text
+    # a replacement's result (one of '":,{}') can be part of no other escape: when no
+    # '%' is left, every escape was one of these five, decoded as unquote decodes it
+    out = (text.replace("%22", '"').replace("%3A", ":").replace("%2C", ",")
+           .replace("%7B", "{").replace("%7D", "}"))
+    return out if "%" not in out else unquote(text)
 
 
 def _may_be_direct(start: bytes) -> bool:
