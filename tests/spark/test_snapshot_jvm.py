@@ -12,6 +12,9 @@ read (by the Python reader).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -168,3 +171,28 @@ def test_the_jvm_name_refuses_a_store_url(spark: SparkSession, served: tuple[str
     store, _ = served
     with pytest.raises(ConfigError, match="store: a bootstrap server is an http"), jvm.errors():
         snapshot(spark, "databus-snapshot-jvm", store, "db.flat").collect()
+
+
+_UNREGISTERED = """
+import sys
+from pyspark.sql import SparkSession
+spark = (SparkSession.builder.master("local[1]").config("spark.jars", sys.argv[1])
+         .config("spark.ui.enabled", "false").getOrCreate())
+try:
+    spark.read.format("databus-snapshot").options(store=sys.argv[2], sources="db.flat").load()
+except Exception as exc:
+    print(exc)
+finally:
+    spark.stop()
+"""
+
+
+def test_a_store_url_without_the_python_reader_registered_says_what_to_do(
+        served: tuple[str, str]) -> None:
+    """A fresh session (another process) that loaded the jar but never called
+    register_snapshot: the store URL cannot be handed on, and the message says why."""
+    store, _ = served
+    done = subprocess.run([sys.executable, "-c", _UNREGISTERED, str(jvm.jar()), store],
+                          capture_output=True, text=True, timeout=300, check=False,
+                          env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    assert "call databus.spark.register_snapshot(spark) first" in done.stdout, done.stderr[-2000:]

@@ -179,7 +179,17 @@ public class SnapshotProvider implements TableProvider, DataSourceRegister {
     @Override
     public StructType inferSchema(CaseInsensitiveStringMap options) {
         if (delegates(options)) {
-            return python().inferSchema(options);
+            try {
+                return python().inferSchema(options);
+            } catch (Exception e) {  // Spark's AnalysisException is a checked type Scala throws
+                if (String.valueOf(e.getMessage()).contains("DATA_SOURCE_NOT_EXIST")) {
+                    throw DatabusSourceException.config(SnapshotOptions.WHO + ": a store's SQLAlchemy URL is read"
+                        + " by the Python reader, which is not registered in this session: call "
+                        + "databus.spark.register_snapshot(spark) first, or give the bootstrap server's "
+                        + "http(s):// URL as store");
+                }
+                throw e;
+            }
         }
         return plan(options.asCaseSensitiveMap()).schema();
     }
