@@ -22,6 +22,11 @@ default value modes.
 3. **RSS**: peak resident memory (VmHWM / ru_maxrss) of the databus capture process
    (1) and relay process (2), and of Debezium's JVM (its default heap settings unless
    ``--heap``).
+4. **CPU per transaction** in (2): the CPU seconds the consumer side used from the
+   writers' start until the last row was received (databus: the relay process and the
+   client's process; Debezium: its JVM), and the MariaDB server's, divided by the
+   transactions. On 2 shared cores, what a consumer uses per transaction is what the
+   writers and the server cannot: it decides the rate the writers reach in its run.
 
     .venv/bin/python -m bench.peers.compare [--rows 300000] [--rates 1000,10000]
 """
@@ -31,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import shutil
 import subprocess
 import sys
@@ -137,8 +143,54 @@ def _paced(port: int, first_id: int, count: int, rate: float, writers: int
     return procs, start_at
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` so far (None once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+class CpuWatch:
+    """CPU seconds used by some processes from :meth:`start` to :meth:`stop` (or to their
+    end: read every 0.2 s, so a process that exits keeps its last reading)."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self._pids = pids
+        self._first: dict[str, float] = {}
+        self._last: dict[str, float] = {}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _read(self) -> None:
+        for name, pid in self._pids.items():
+            v = _cpu_s(pid)
+            if v is not None:
+                self._first.setdefault(name, v)
+                self._last[name] = v
+
+    def _run(self) -> None:
+        while not self._done.wait(0.2):
+            self._read()
+
+    def start(self) -> CpuWatch:
+        self._read()
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict[str, float]:
+        self._done.set()
+        self._thread.join()
+        self._read()
+        return {k: self._last[k] - self._first[k] for k in self._first}
+
+
 def latency_databus(m: MariaDB, tmp: Path, first_id: int, count: int, rate: float,
-                    writers: int) -> tuple[list[Any], int]:
+                    writers: int) -> tuple[list[Any], int, dict[str, float]]:
     port = free_port()
     relay = spawn([*DATABUS, "relay", "--source", m.url, "--tables", r"bench\.lat",
                    "--port", str(port)], tmp / f"relay-{first_id}.log")
@@ -151,10 +203,15 @@ def latency_databus(m: MariaDB, tmp: Path, first_id: int, count: int, rate: floa
         client = DatabusClient(ClientConfig(relay_url=url, poll_timeout=5.0), consumer)
         t = threading.Thread(target=client.run, kwargs={"stop": stop_ev})
         t.start()
+        assert m.proc is not None
+        watch = CpuWatch({"relay": relay.pid, "mariadb": m.proc.pid}).start()
+        own0 = sum(os.times()[:2])  # the client's thread (the writers are processes)
         procs, start_at = _paced(m.port, first_id, count, rate, writers)
         try:
             consumer.done.wait(count / rate + 120)
         finally:
+            cpu = watch.stop()
+            cpu["client"] = sum(os.times()[:2]) - own0
             for p in procs:
                 p.join()
             stop_ev.set()
@@ -162,23 +219,26 @@ def latency_databus(m: MariaDB, tmp: Path, first_id: int, count: int, rate: floa
         peak = _peak_kb(relay.pid)
     finally:
         stop(relay)
-    return [start_at, *consumer.samples], peak
+    return [start_at, *consumer.samples], peak, cpu
 
 
 def latency_debezium(m: MariaDB, tmp: Path, cp: str, first_id: int, count: int, rate: float,
-                     writers: int, heap: str | None) -> tuple[list[Any], int]:
+                     writers: int, heap: str | None) -> tuple[list[Any], int, dict[str, float]]:
     out = tmp / f"dbz-lat-{first_id}.txt"
     h = Debezium(m, tmp / f"dbz-lat-{first_id}", mode="latency", tables="bench.lat", cp=cp,
                  expect=count, out=out, heap=heap)
     h.wait_streaming()
+    assert m.proc is not None
+    watch = CpuWatch({"jvm": h.proc.pid, "mariadb": m.proc.pid}).start()
     procs, start_at = _paced(m.port, first_id, count, rate, writers)
     try:
         res = h.result(timeout=count / rate + 300)
     finally:
+        cpu = watch.stop()  # the JVM's last reading before it exited
         for p in procs:
             p.join()
     samples = [tuple(int(x) for x in line.split()) for line in out.read_text().splitlines()]
-    return [start_at, *samples], int(res["peak_rss_kb"])
+    return [start_at, *samples], int(res["peak_rss_kb"]), cpu
 
 
 # -- report ----------------------------------------------------------------------------
@@ -211,15 +271,19 @@ def main() -> None:
         report["latency"] = []
         for rate in (float(r) for r in args.rates.split(",")):
             count = int(rate * args.seconds)
-            ours, ours_kb = latency_databus(m, tmp, first, count, rate, args.writers)
+            load = os.getloadavg()[0]
+            ours, ours_kb, ours_cpu = latency_databus(m, tmp, first, count, rate, args.writers)
             first += count
-            theirs, theirs_kb = latency_debezium(m, tmp, cp, first, count, rate, args.writers,
-                                                 args.heap)
+            theirs, theirs_kb, theirs_cpu = latency_debezium(m, tmp, cp, first, count, rate,
+                                                             args.writers, args.heap)
             first += count
             report["latency"].append({"rate": rate, "count": count,
                                       "ours": _stats(ours, args.warmup), "ours_rss_kb": ours_kb,
+                                      "ours_cpu_s": ours_cpu,
                                       "debezium": _stats(theirs, args.warmup),
-                                      "debezium_rss_kb": theirs_kb})
+                                      "debezium_rss_kb": theirs_kb,
+                                      "debezium_cpu_s": theirs_cpu,
+                                      "loadavg_1m": [load, os.getloadavg()[0]]})
             print(json.dumps(report["latency"][-1]), flush=True)
     finally:
         m.stop()
@@ -247,15 +311,21 @@ def _print(r: dict[str, Any]) -> None:
         print(f"databus / Debezium: {o_rate / d_rate:.2f}x (goal >= 3x);"
               f" runs: databus {ours['seconds']}, Debezium {t['debezium_runs']}")
     for lat in r.get("latency", []):
-        print(f"\n{lat['count']} one-row transactions per run at {lat['rate']:.0f}/s")
+        n = lat["count"]
+        print(f"\n{n} one-row transactions per run at {lat['rate']:.0f}/s"
+              f" (load average at the start and end: {lat['loadavg_1m'][0]:.1f},"
+              f" {lat['loadavg_1m'][1]:.1f})")
         print(f"{'path':<48} | {'tx/s':>6} | {'p50 ms':>7} | {'p90 ms':>7} | {'p99 ms':>7} |"
-              f" {'max ms':>7} | {'peak RSS':>8}")
-        for name, s, kb in (("databus relay -> client on_data_event", lat["ours"],
-                             lat["ours_rss_kb"]),
-                            ("Debezium engine -> batch callback", lat["debezium"],
-                             lat["debezium_rss_kb"])):
+              f" {'max ms':>7} | {'peak RSS':>8} | {'CPU us/tx':>9} | {'MariaDB':>7}")
+        ours_cpu, theirs_cpu = lat["ours_cpu_s"], lat["debezium_cpu_s"]
+        for name, s, kb, mine, db in (
+                ("databus relay -> client on_data_event", lat["ours"], lat["ours_rss_kb"],
+                 ours_cpu.get("relay", 0) + ours_cpu.get("client", 0), ours_cpu.get("mariadb", 0)),
+                ("Debezium engine -> batch callback", lat["debezium"], lat["debezium_rss_kb"],
+                 theirs_cpu.get("jvm", 0), theirs_cpu.get("mariadb", 0))):
             print(f"{name:<48} | {s['rate']:>6.0f} | {s['p50']:>7.2f} | {s['p90']:>7.2f} |"
-                  f" {s['p99']:>7.2f} | {s['max']:>7.2f} | {kb / 1024:>5.0f} MB")
+                  f" {s['p99']:>7.2f} | {s['max']:>7.2f} | {kb / 1024:>5.0f} MB |"
+                  f" {1e6 * mine / n:>9.1f} | {1e6 * db / n:>7.1f}")
         print(f"p99 databus/Debezium: {lat['ours']['p99'] / lat['debezium']['p99']:.2f}x"
               f" (goal <= 1x); p50 {lat['ours']['p50'] / lat['debezium']['p50']:.2f}x")
 
