@@ -20,7 +20,8 @@ first start to the last end:
   exactly-once bookkeeping (goal: relay >= 1.0 of it). Spark's AUTO CDC flow
   is not in the pinned pyspark 4.1 (docs/spark.md), hence this baseline.
 
-Rounds alternate the inputs; each input's best time counts (shared machine).
+Rounds alternate the inputs; each input's best time counts (shared machine), and
+beside it the median over rounds of the ratio within the round.
 The table also splits that time into the queries' batches (the sum of their
 ``triggerExecution``) and the rest, outside any batch: query start and stop,
 which for the relay input includes the Python process Spark starts per query
@@ -38,6 +39,7 @@ batch is the time from the commit of its oldest change to the end of its MERGE.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
 import sqlite3
@@ -249,8 +251,9 @@ def main() -> None:
                     name = f"{fmt}-{kind}-{round_}".replace("-", "_")
                     secs, inside = run(fmt, kind, name)
                     check(fmt, name)
-                    print(f"round {round_}: {fmt} {kind} {secs:.2f}s ({inside:.2f}s in batches)",
-                          flush=True)
+                    load = os.getloadavg()[0]
+                    print(f"round {round_}: {fmt} {kind} {secs:.2f}s ({inside:.2f}s in batches, "
+                          f"load average {load:.1f})", flush=True)
                     results.setdefault((fmt, kind), []).append(secs)
                     batch_secs.setdefault((fmt, kind), []).append(inside)
         n = args.changes
@@ -264,12 +267,15 @@ def main() -> None:
             print(f"{fmt:<8} | {kind:<10} | {best:>7.2f} | {n / best:>10,.0f} | "
                   f"{inside:>10.2f} | {best - inside:>7.2f} | "
                   + ", ".join(f"{s:.2f}" for s in times))
+        # best against best, and the median of the ratios within each round (the load of a
+        # shared machine drifts between rounds; within a round the inputs run minutes apart)
         for fmt in formats:
             for kind in (k for k in inputs if k.startswith("relay")):
-                relay_best = min(results[(fmt, kind)])
-                ratios = [f"{kind} / {base}: {min(results[(fmt, base)]) / relay_best:.2f}x "
-                          f"(goal >= {goal})" for base, goal in (("parquet", 0.9),
-                                                                 ("kafka-way", 1.0))
+                mine = results[(fmt, kind)]
+                ratios = [f"{kind} / {base}: {min(results[(fmt, base)]) / min(mine):.2f}x best, "
+                          f"{statistics.median(b / r for b, r in zip(results[(fmt, base)], mine, strict=True)):.2f}x "
+                          f"median of rounds (goal >= {goal})"
+                          for base, goal in (("parquet", 0.9), ("kafka-way", 1.0))
                           if (fmt, base) in results]
                 print(f"{fmt}: " + "; ".join(ratios))
 
