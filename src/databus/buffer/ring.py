@@ -347,6 +347,10 @@ class EventBuffer:
                         log.warning("buffer: a reader held window %d for %.1f s; revoking it so"
                                     " the writer can go on", head, self.pin_grace)
                         pin._revoke()
+                    else:
+                        log.warning("buffer: a reader held window %d for %.1f s and cannot be"
+                                    " revoked; the writer waits for its release", head,
+                                    self.pin_grace)
 
     def _unpin(self, pin: PinnedRead) -> None:
         with self._lock:
