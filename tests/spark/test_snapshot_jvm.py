@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,13 +24,15 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from starlette.applications import Starlette
 
+from databus.auth import add_token
 from databus.bootstrap.server import BootstrapServer, build_app
 from databus.bootstrap.store import BootstrapStore
 from databus.core.errors import BootstrapTooOldError, ConfigError, UnknownSourceError
-from databus.serving import HttpServerConfig, HttpService
+from databus.serving import HttpServerConfig, HttpService, TlsServerConfig
 from databus.spark import jvm, register_snapshot, snapshot_scn
 from tests.support.procs import free_port
 from tests.support.snapshot_store import fill, flat_row, logical_row
+from tests.support.tls import make_certs
 
 pytestmark = pytest.mark.skipif(jvm.jar() is None, reason="no JDK here to build the JVM reader")
 
@@ -37,8 +40,8 @@ pytestmark = pytest.mark.skipif(jvm.jar() is None, reason="no JDK here to build 
 class StoreServer(HttpService):
     """A bootstrap server's HTTP API over an existing store (no producer, no applier)."""
 
-    def __init__(self, url: str) -> None:
-        super().__init__(HttpServerConfig(), "bootstrap")
+    def __init__(self, url: str, http: HttpServerConfig | None = None) -> None:
+        super().__init__(http or HttpServerConfig(), "bootstrap")
         self.store = BootstrapStore(url, create=False)
 
     def build_app(self) -> Starlette:
@@ -196,3 +199,24 @@ def test_a_store_url_without_the_python_reader_registered_says_what_to_do(
                           capture_output=True, text=True, timeout=300, check=False,
                           env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     assert "call databus.spark.register_snapshot(spark) first" in done.stdout, done.stderr[-2000:]
+
+
+def test_a_server_with_tokens_and_tls_is_read_with_tokenfile_and_cafile(
+        spark: SparkSession, served: tuple[str, str], tmp_path: Path) -> None:
+    """The executors authenticate as any client: the token's sources only, TLS verified."""
+    store, _ = served
+    certs = make_certs(tmp_path / "certs")
+    tokens = tmp_path / "tokens.jsonl"
+    token_file = tmp_path / "flat.token"
+    token_file.write_text(add_token(tokens, "flat", [r"db\.flat"]) + "\n")
+    http = HttpServerConfig(token_file=tokens, tls=TlsServerConfig(
+        cert_file=certs.server_cert, key_file=certs.server_key))
+    with StoreServer(store, http) as server:
+        assert server.url.startswith("https://")
+        auth = {"tokenFile": token_file, "caFile": certs.ca}
+        got = rows(snapshot(spark, "databus-snapshot", server.url, "db.flat", partitions=2, **auth))
+        assert got == rows(snapshot(spark, "databus-snapshot-python", store, "db.flat"))
+        with pytest.raises(UnknownSourceError, match=r"it holds: db\.flat \(1\)$"), jvm.errors():
+            snapshot(spark, "databus-snapshot", server.url, "db.logical", **auth)
+        with pytest.raises(Exception, match="needs a token"), jvm.errors():
+            snapshot(spark, "databus-snapshot", server.url, "db.flat", caFile=certs.ca)
