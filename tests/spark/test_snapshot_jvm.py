@@ -170,10 +170,13 @@ def test_bad_options_fail_at_load_with_a_clear_message(
         spark.read.format("databus-snapshot-jvm").options(**opts).load().collect()
 
 
-def test_the_jvm_name_refuses_a_store_url(spark: SparkSession, served: tuple[str, str]) -> None:
-    store, _ = served
+def test_each_named_reader_refuses_the_others_url(
+        spark: SparkSession, served: tuple[str, str]) -> None:
+    store, server = served
     with pytest.raises(ConfigError, match="store: a bootstrap server is an http"), jvm.errors():
         snapshot(spark, "databus-snapshot-jvm", store, "db.flat").collect()
+    with pytest.raises(PySparkException, match="is a bootstrap server's URL: the Python reader"):
+        snapshot(spark, "databus-snapshot-python", server, "db.flat").collect()
 
 
 _UNREGISTERED = """

@@ -122,7 +122,12 @@ def parse_snapshot_options(raw: Mapping[str, str]) -> SnapshotOptions:
 
 def open_store(url: str) -> BootstrapStore:
     """The store at ``url`` for reading (never creates tables; a missing SQLite file
-    is a :class:`ConfigError` rather than a new empty database)."""
+    is a :class:`ConfigError` rather than a new empty database; so is a bootstrap
+    server's URL, which the JVM reader reads)."""
+    if url.startswith(("http://", "https://")):
+        raise ConfigError(f"{_WHO}: {url!r} is a bootstrap server's URL: the Python reader reads "
+                          "a store's SQLAlchemy URL; the JVM reader (loaded by "
+                          "databus.spark.session()) reads servers as format('databus-snapshot')")
     if url.startswith("sqlite:///"):
         path = url[len("sqlite:///"):].split("?", 1)[0]
         if path and path != ":memory:" and not os.path.isfile(path):
