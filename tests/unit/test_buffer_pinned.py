@@ -107,3 +107,28 @@ def test_closing_a_file_buffer_while_pinned_closes_the_file_at_the_release(
     again = EventBuffer(64 * 1024, path=tmp_path / "buf", index_block=1024)  # closed cleanly
     assert again.max_scn == buf.max_scn
     again.close()
+
+
+def test_repeated_pinned_reads_stay_the_read_while_windows_come_and_go() -> None:
+    """Pinned reads at the same position share one walk (fan-out); appends, evictions
+    and wrap-arounds in between never make one differ from read()."""
+    rng = random.Random(7)
+    buf = EventBuffer(32 * 1024, index_block=512)
+    scn = 0
+    for _ in range(400):
+        if rng.random() < 0.5 or scn < 3:
+            scn += 1
+            buf.append_window(window(scn, rng.randrange(1, 9), rng.randrange(20, 400)))
+        held = list(range(buf.min_scn, buf.max_scn + 1))
+        choices = [Checkpoint.flexible(), Checkpoint.after(rng.choice(held)),
+                   Checkpoint.after(held[-1]), Checkpoint.after(held[0]).within(held[-1], 1)]
+        for cp in choices:
+            budget = rng.choice([300, 2000, 8000, 1 << 20])
+            upto = rng.choice([None, None, held[len(held) // 2]])
+            for _again in range(2):
+                copied = buf.read(cp, budget, upto_scn=upto)
+                pinned = buf.read_pinned(cp, budget, upto_scn=upto)
+                assert b"".join(pinned.parts) == copied.data
+                assert (pinned.events, pinned.windows, pinned.last_scn, pinned.partial_count) == (
+                    copied.events, copied.windows, copied.last_scn, copied.partial_count)
+                pinned.release()

@@ -23,6 +23,8 @@ Contract:
 * One writer thread, any number of reader threads; readers copy bytes out
   under a short lock (:meth:`EventBuffer.read`), or take views of them
   (:meth:`EventBuffer.read_pinned`, a relay's answer sent without a copy).
+* Consumers at the same position share one walk: :meth:`EventBuffer.read_pinned`
+  remembers where its recent reads' data lies while that data is unchanged.
 * Pinned reads: the views of a :class:`PinnedRead` stay valid until its
   :meth:`~PinnedRead.release`: the writer never evicts a window from the first
   one a pinned read holds. A writer that must evict it waits; after
@@ -160,6 +162,10 @@ class EventBuffer:
         self._unpinned = threading.Condition(self._lock)
         self.pin_grace = pin_grace
         self._close_pending = False
+        # read_pinned's walks: (offset, skip, max_bytes, upto_scn) -> (its first
+        # window's scn, the max_scn it holds for or -1: any, spans, counts)
+        self._reads: dict[tuple[int, int, int, int | None],
+                          tuple[int, int, list[tuple[int, int]], _Counts]] = {}
         self._ix_scn = array("q")
         self._ix_off = array("q")
         self._ix_first = 0  # entries before this are dead (compacted lazily)
@@ -423,7 +429,8 @@ class EventBuffer:
                 return ReadResult(b"", 0, 0, 0, -1)
             out, counts = self._collect(start, skip, max_bytes, sources, filter, upto_scn)
             # the one copy, under the lock
-            return ReadResult(b"".join(out), *counts)
+            mv = memoryview(self._mem)
+            return ReadResult(b"".join([mv[a:b] for a, b in out]), *counts)
 
     def read_pinned(self, checkpoint: Checkpoint, max_bytes: int, *,
                     upto_scn: int | None = None) -> PinnedRead:
@@ -433,13 +440,40 @@ class EventBuffer:
             start, skip = self._start(checkpoint)
             if start < 0:
                 return PinnedRead(None, -1, [], 0, (0, 0, 0, -1, False, -1, -1))
-            out, counts = self._collect(start, skip, max_bytes, None, None, upto_scn)
-            if not out:
+            first = ev.peek_scn(self._mem, start)
+            key = (start, skip, max_bytes, upto_scn)
+            known = self._reads.get(key)
+            if known is not None and known[0] == first and (known[1] < 0
+                                                            or known[1] == self._max_scn):
+                spans, counts = known[2], known[3]
+            else:
+                spans, counts = self._collect(start, skip, max_bytes, None, None, upto_scn)
+                self._remember(key, first, spans, counts)
+            if not spans:
                 return PinnedRead(None, -1, [], 0, counts)
-            pin = PinnedRead(self, ev.peek_scn(self._mem, start), out,
-                             sum(map(len, out)), counts)
+            mv = memoryview(self._mem)
+            pin = PinnedRead(self, first, [mv[a:b] for a, b in spans],
+                             sum(b - a for a, b in spans), counts)
             self._pins[pin] = None
             return pin
+
+    def forget_reads(self) -> None:
+        """Drop what :meth:`read_pinned` remembers of earlier reads (a benchmark run
+        that must not reuse an earlier run's walks)."""
+        with self._lock:
+            self._reads.clear()
+
+    def _remember(self, key: tuple[int, int, int, int | None], first: int,
+                  spans: list[tuple[int, int]], counts: _Counts) -> None:
+        """Keep where a pinned read's data lies: consumers at the same position (a
+        fan-out) then share one walk of the windows. An entry is used again while
+        the read's first window (``first``, at ``key``'s offset) is held, which keeps
+        it and every later window as they were; a read that ended at the newest
+        window only while no window was appended (which could extend it)."""
+        if len(self._reads) >= 256:
+            self._reads.clear()
+        growing = not counts[4] and counts[3] == self._max_scn
+        self._reads[key] = (first, self._max_scn if growing else -1, spans, counts)
 
     def _start(self, checkpoint: Checkpoint) -> tuple[int, int]:
         """(offset of the first window to serve, data events of it to skip); -1 when
@@ -476,11 +510,10 @@ class EventBuffer:
 
     def _collect(self, off: int, skip: int, max_bytes: int, sources: frozenset[int] | None,
                  filt: ServerFilter | None, upto_scn: int | None = None,
-                 ) -> tuple[list[memoryview], _Counts]:
-        """The data (views of the buffer) and counts of a read from ``off``."""
+                 ) -> tuple[list[tuple[int, int]], _Counts]:
+        """The data (spans of the buffer) and counts of a read from ``off``."""
         mem = self._mem
-        mv = memoryview(mem)
-        out: list[memoryview] = []
+        out: list[tuple[int, int]] = []  # (start, end) spans of the buffer
         used = events = data_events = windows = 0
         last_scn = -1
         selective = sources is not None or filt is not None
@@ -493,7 +526,7 @@ class EventBuffer:
                 end, n_windows, n_data, last = walk(mem, off, self._segment_end(off),
                                                     max_bytes - used, max_scn, sys.maxsize)
                 if n_windows:
-                    out.append(mv[off:end])
+                    out.append((off, end))
                     used += end - off
                     events += n_data + n_windows
                     data_events += n_data
@@ -514,8 +547,8 @@ class EventBuffer:
                 size = sum(e - s for s, e, _c in spans)
                 if used + size + eop_len <= max_bytes:
                     kept = sum(c for _s, _e, c in spans)
-                    out.extend(mv[s:e] for s, e, _c in spans)
-                    out.append(mv[p : p + eop_len])
+                    out.extend((s, e) for s, e, _c in spans)
+                    out.append((p, p + eop_len))
                     used += size + eop_len
                     events += kept + 1
                     data_events += kept
@@ -531,7 +564,7 @@ class EventBuffer:
             if not selective and not skip:
                 size = end - off
                 if used + size <= max_bytes:
-                    out.append(mv[off:end])
+                    out.append((off, end))
                     used += size
                     events += _n + 1
                     data_events += _n
@@ -540,7 +573,7 @@ class EventBuffer:
                     off = self._after_window(end)
                     continue
             # a window served event by event (selection, offset, or too big)
-            parts: list[memoryview] = []
+            parts: list[tuple[int, int]] = []
             size = 0
             count = 0  # selected data events of this window, skipped ones included
             p = off
@@ -552,13 +585,13 @@ class EventBuffer:
                 if keep:
                     count += 1
                     if count > skip:
-                        parts.append(mv[p : p + length])
+                        parts.append((p, p + length))
                         size += length
                 p += length
             eop_len = ev.peek_length(mem, p)
             if used + size + eop_len <= max_bytes:
                 out.extend(parts)
-                out.append(mv[p : p + eop_len])
+                out.append((p, p + eop_len))
                 used += size + eop_len
                 events += len(parts) + 1
                 data_events += len(parts)
@@ -572,20 +605,19 @@ class EventBuffer:
             # the first window alone is too large: serve a prefix, at least one event
             taken = 0
             for part in parts:
-                if taken and used + len(part) > max_bytes:
+                if taken and used + part[1] - part[0] > max_bytes:
                     break
                 out.append(part)
-                used += len(part)
+                used += part[1] - part[0]
                 taken += 1
             return out, (taken, taken, 0, -1, True, scn, skip + taken)
         return out, (events, data_events, windows, last_scn, False, -1, -1)
 
     def _prefix(self, spans: list[Span], skip: int, max_bytes: int, scn: int,
-                ) -> tuple[list[memoryview], _Counts]:
+                ) -> tuple[list[tuple[int, int]], _Counts]:
         """A window larger than the budget: its first selected events (at least one)."""
         mem = self._mem
-        out: list[memoryview] = []
-        mv = memoryview(mem)
+        out: list[tuple[int, int]] = []
         used = taken = 0
         for start, end, _count in spans:
             q = start
@@ -593,7 +625,7 @@ class EventBuffer:
                 length = ev.peek_length(mem, q)
                 if taken and used + length > max_bytes:
                     return out, (taken, taken, 0, -1, True, scn, skip + taken)
-                out.append(mv[q : q + length])
+                out.append((q, q + length))
                 used += length
                 taken += 1
                 q += length
