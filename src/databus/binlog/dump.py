@@ -32,6 +32,7 @@ wait for new data is one :class:`StoreNotifier` thread per server, not a thread 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 import struct
 import threading
@@ -39,6 +40,7 @@ import uuid
 import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from databus.binlog.store import BinlogPos, BinlogPurgedError, BinlogStore, GtidSet
 from databus.core.errors import TerminalError
@@ -82,6 +84,66 @@ ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
 _U32 = struct.Struct("<I")
 SendChunk = Callable[[memoryview], tuple[int, int]]
 _CHUNK = 1 << 20  # bytes read per pread: ~1 MiB keeps a fast client's pipe full
+MAX_PACKET = 0xFFFFFF  # a MySQL packet's largest payload
+
+try:  # the compiled half of frame_events (client/_wiredecode.c: the measured reason)
+    _native: Any = importlib.import_module("databus.client._wiredecode").frame_binlog
+except (ImportError, AttributeError):  # not built here: the Python half, same output
+    _native = None
+
+Framed = tuple[bytes, int, int, int, int]
+
+
+def frame_events(events: bytes | memoryview, seq: int, *,
+                 native: bool = True) -> Framed:
+    """The MySQL packets of a binlog dump for the whole events at the start of
+    ``events`` (consecutive binlog v4 events, the first at offset 0), numbered from
+    sequence number ``seq``: ``(framed, consumed, count, next_seq, bad)``.
+
+    Each event is one packet payload, the OK byte (0x00) then the event, split into
+    ``MAX_PACKET``-byte packets when that long (then an empty packet after a piece of
+    exactly that size), each packet with its 3-byte length and a sequence number (mod
+    256, counting on from ``seq``; ``next_seq`` is the one after the last). Framing stops
+    before an event that does not end inside ``events`` (``consumed`` is where it
+    starts: the caller reads on from there) and at an event whose length field is below
+    the 19-byte header: ``bad`` is that event's offset (else -1), and the events before
+    it are framed. ``count`` is the number of events framed.
+
+    The compiled half (``databus.client._wiredecode.frame_binlog``) is used where it was
+    built, unless ``native`` is false; both give the same output
+    (``tests/unit/test_binlog_framing.py``)."""
+    if native and _native is not None:
+        out: Framed = _native(events, seq)
+        return out
+    buf = memoryview(events)
+    parts = bytearray()
+    s = seq & 0xFF
+    i, n, count, bad = 0, len(buf), 0, -1
+    unpack = _U32.unpack_from
+    pack = _U32.pack
+    while i + HEADER_LEN <= n:
+        (length,) = unpack(buf, i + LEN_OFFSET)
+        if length < HEADER_LEN:
+            bad = i
+            break
+        if i + length > n:
+            break
+        if length + 1 < MAX_PACKET:
+            parts += pack((length + 1) | (s << 24))
+            parts.append(0)
+            parts += buf[i:i + length]
+            s = (s + 1) & 0xFF
+        else:
+            payload = b"\x00" + bytes(buf[i:i + length])
+            for k in range(0, len(payload) + 1, MAX_PACKET):
+                piece = payload[k:k + MAX_PACKET]
+                parts += pack(len(piece) | (s << 24)) + piece
+                s = (s + 1) & 0xFF
+                if len(piece) < MAX_PACKET:
+                    break
+        i += length
+        count += 1
+    return bytes(parts), i, count, s, bad
 
 
 class DumpError(TerminalError):
@@ -277,6 +339,8 @@ class Dumper:
         self._server_id = server_id
         self.events_sent = 0
         self._send_chunk: SendChunk | None = None
+        self._exclude: GtidSet | None = None  # the client's GTIDs not yet passed
+        self._own_uuid = store.server_uuid
 
     def _start(self) -> tuple[str, int]:
         req = self._req
@@ -316,7 +380,7 @@ class Dumper:
         file, pos = self._start()
         # the algorithm of artificial events: the client's until a file says otherwise
         art_crc = bool(self._opts.checksum)
-        exclude = GtidSet.parse(self._req.gtids) if self._req.gtids else None
+        self._exclude = GtidSet.parse(self._req.gtids) if self._req.gtids else None
         while True:
             send(fake_rotate(self._server_id, file, pos, art_crc))
             fd = self._open(file)
@@ -334,7 +398,7 @@ class Dumper:
                 send(fde_bytes)
                 offset = pos if pos > BIN_LOG_HEADER_SIZE else BIN_LOG_HEADER_SIZE + len(fde)
                 nxt = await self._stream_file(fd, file, offset, send, flush, send_events,
-                                              art_crc, exclude)
+                                              art_crc)
             finally:
                 os.close(fd)
             if nxt is None:
@@ -360,26 +424,81 @@ class Dumper:
         (length,) = _U32.unpack_from(head, 4 + LEN_OFFSET)
         return os.pread(fd, length, BIN_LOG_HEADER_SIZE)
 
+    def _send_excluding(self, buf: memoryview, file: str, offset: int,
+                        send: Callable[[bytes], None],
+                        send_events: Callable[[memoryview, list[tuple[int, int]]], None],
+                        art_crc: bool, skipped_to: int,
+                        in_excluded: bool) -> tuple[int, int, bool]:
+        """The whole events at the start of ``buf`` (at ``offset`` of ``file``) one by one,
+        without the transactions of the client's GTID set, and a heartbeat where a skipped
+        range ends; returns (bytes consumed, skipped_to, in_excluded). Past the set's last
+        GNO of this binlog's server UUID no later transaction can be in it (GNOs grow
+        with the position, and only that UUID is written here): the dump leaves this path
+        for the framing of whole chunks."""
+        exclude = self._exclude
+        events: list[tuple[int, int]] = []
+        i, n = 0, len(buf)
+        while i + HEADER_LEN <= n:
+            (length,) = _U32.unpack_from(buf, i + LEN_OFFSET)
+            if length < HEADER_LEN:
+                send_events(buf, events)
+                raise DumpError("bogus data in log event; the first event"
+                                f" '{file}' at {offset + i}")
+            if i + length > n:
+                break
+            if exclude is not None:
+                etype = buf[i + TYPE_OFFSET]
+                if etype == GTID_LOG_EVENT:
+                    sid = str(uuid.UUID(bytes=bytes(buf[i + HEADER_LEN + 1:
+                                                         i + HEADER_LEN + 17])))
+                    (gno,) = struct.unpack_from("<q", buf, i + HEADER_LEN + 17)
+                    in_excluded = exclude.contains(sid, gno)
+                    if not in_excluded and sid == self._own_uuid and all(
+                            gno > b for _, b in exclude.intervals(sid)):
+                        self._exclude = exclude = None
+                elif etype == ROTATE_EVENT:
+                    in_excluded = False
+                if in_excluded:
+                    skipped_to = offset + i + length
+                    i += length
+                    continue
+                if skipped_to:
+                    # MySQL: a heartbeat tells the replica where skipped events end
+                    send_events(buf, events)
+                    events = []
+                    send(heartbeat(self._server_id, file, skipped_to, art_crc))
+                    skipped_to = 0
+            events.append((i, length))
+            i += length
+        send_events(buf, events)
+        self.events_sent += len(events)
+        return i, skipped_to, in_excluded
+
     async def _stream_file(self, fd: int, file: str, offset: int,
                            send: Callable[[bytes], None],
                            flush: Callable[[], Awaitable[None]],
                            send_events: Callable[[memoryview, list[tuple[int, int]]], None],
-                           art_crc: bool, exclude: GtidSet | None) -> str | None:
+                           art_crc: bool) -> str | None:
         """Send ``file`` from ``offset``; the next file's name, or None at the end of a
         non-blocking dump."""
         store = self._store
         in_excluded = False
         skipped_to = 0
-        pending = b""
+        need = 0  # the length of the event at offset when it is longer than a chunk
         while True:
             changed = self._notifier.changed  # before the look (see StoreNotifier)
             end = store.committed_size(file)
-            if offset + len(pending) < end:
-                want = min(end - offset - len(pending), _CHUNK)
-                data = pending + os.pread(fd, want, offset + len(pending))
+            if offset < end:
+                # an event cut by the chunk's end is read again whole with the next
+                # chunk (re-reading its head costs less than joining two buffers)
+                want = min(end - offset, max(_CHUNK, need))
+                data = os.pread(fd, want, offset)
+                if len(data) < want:
+                    raise DumpError(f"I/O error reading log event: '{file}' ends at"
+                                    f" {offset + len(data)}, before its committed end {end}")
                 buf = memoryview(data)
                 fast = self._send_chunk
-                if exclude is None and fast is not None:
+                if self._exclude is None and fast is not None:
                     # one pass per chunk: the per-event work is the server's framing only
                     try:
                         i, count = fast(buf)
@@ -387,49 +506,20 @@ class Dumper:
                         raise DumpError("bogus data in log event; the first event"
                                         f" '{file}' at {offset + int(str(exc))}") from None
                     self.events_sent += count
-                    offset += i
-                    pending = bytes(buf[i:])
-                    await flush()
-                    continue
-                events: list[tuple[int, int]] = []
-                i, n = 0, len(data)
-                while i + HEADER_LEN <= n:
-                    (length,) = _U32.unpack_from(buf, i + LEN_OFFSET)
-                    if length < HEADER_LEN:
-                        raise DumpError("bogus data in log event; the first event"
-                                        f" '{file}' at {offset + i}")
-                    if i + length > n:
-                        break
-                    if exclude is not None:
-                        etype = buf[i + TYPE_OFFSET]
-                        if etype == GTID_LOG_EVENT:
-                            sid = str(uuid.UUID(bytes=bytes(buf[i + HEADER_LEN + 1:
-                                                                 i + HEADER_LEN + 17])))
-                            (gno,) = struct.unpack_from("<q", buf, i + HEADER_LEN + 17)
-                            in_excluded = exclude.contains(sid, gno)
-                        elif etype == ROTATE_EVENT:
-                            in_excluded = False
-                        if in_excluded:
-                            skipped_to = offset + i + length
-                            i += length
-                            continue
-                        if skipped_to:
-                            # MySQL: a heartbeat tells the replica where skipped events end
-                            send_events(buf, events)
-                            events = []
-                            send(heartbeat(self._server_id, file, skipped_to, art_crc))
-                            skipped_to = 0
-                    events.append((i, length))
-                    i += length
-                send_events(buf, events)
-                self.events_sent += len(events)
+                else:
+                    i, skipped_to, in_excluded = self._send_excluding(
+                        buf, file, offset, send, send_events, art_crc, skipped_to,
+                        in_excluded)
+                if i < len(data) and offset + want >= end:
+                    # the committed end is never inside an event
+                    raise DumpError("binlog truncated in the middle of event; the last event"
+                                    f" read from '{file}' at {offset + i}")
+                need = 0
+                if i == 0:  # an event longer than the chunk: the next read takes it whole
+                    (need,) = _U32.unpack_from(buf, LEN_OFFSET)
                 offset += i
-                pending = bytes(buf[i:])
                 await flush()
                 continue
-            if pending:
-                raise DumpError("binlog truncated in the middle of event; the last event read"
-                                f" from '{file}' at {offset}")
             if skipped_to:
                 send(heartbeat(self._server_id, file, skipped_to, art_crc))
                 skipped_to = 0
