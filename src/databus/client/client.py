@@ -93,6 +93,14 @@ class DatabusClient:
     Stores the client created itself are closed when :meth:`run` returns.
     """
 
+    LINGER_AFTER_WINDOWS = 8
+    """An answer with at least this many windows (and less than half ``fetch_size``:
+    not cut by size) says windows arrive faster than requests go round; the next
+    request is then sent ``LINGER_SECONDS`` later, so that it gathers more windows.
+    A request and its answer cost both processes more CPU than a one-row window
+    does (bench/RESULTS.md, issue #17); at one window per answer there is no wait."""
+    LINGER_SECONDS = 0.003
+
     def __init__(self, config: ClientConfig, consumer: Consumer,
                  checkpoint_store: CheckpointStore | None = None) -> None:
         self.config = config
@@ -292,6 +300,7 @@ class _Loop:
         self._done_scn = self._done_prev = -1  # windows dispatched after _consumed:
         self._done_n = 0  # the last one, the one before it, how many
         self.unsaved = 0  # windows dispatched since the last persisted checkpoint
+        self.body_bytes = 0  # of the last /stream answer
         # nobody sees a checkpoint between two windows of one answer when the consumer
         # neither has its own on_checkpoint nor is the checkpoint store: persisting is
         # then done once per answer (see _consume)
@@ -328,11 +337,17 @@ class _Loop:
 
     def run(self) -> None:
         """Pull and dispatch until stopped or done; then persist the position reached."""
+        linger_after = self.client.LINGER_AFTER_WINDOWS
         try:
             while not self.stop.is_set() and not self._enough():
                 windows = self._fetch()
                 if windows is not None:
                     self._consume(windows)
+                    if (len(windows) >= linger_after
+                            and self.body_bytes < self.cfg.fetch_size // 2):
+                        # windows come faster than answers go round: wait for more
+                        # (an answer costs both sides more than a window does)
+                        self.stop.wait(self.client.LINGER_SECONDS)
         except Stopped:
             pass
         self._final_checkpoint()
@@ -350,6 +365,7 @@ class _Loop:
                 filter_json=cfg.filter_for(client.source_ids),
                 timeout=cfg.poll_timeout, from_latest=self.from_latest and position.is_flexible)
             windows = self.asm.feed(resp.data)
+            self.body_bytes = len(resp.data)
         except ScnNotFoundError as exc:
             client.fall_off_relay(position, exc)  # raises unless it can bootstrap
             self._switch_to_bootstrap()
