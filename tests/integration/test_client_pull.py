@@ -510,3 +510,37 @@ def test_a_consumer_that_sees_checkpoints_gets_one_per_window(memrelay: MemoryRe
     DatabusClient(_config(memrelay, fetch_size=1 << 20), consumer, store).run(max_windows=10)
     assert seen == [10 * k for k in range(1, 11)]
     assert store.saved == seen
+
+
+class _Lingering(DatabusClient):
+    LINGER_SECONDS = 0.4  # long enough to be told from a request sent at once
+
+
+class _Chain(Consumer):
+    """Adds window ``then`` to the relay when it sees window ``at`` (times recorded)."""
+
+    def __init__(self, relay: MemoryRelay, at: int, then: int) -> None:
+        self.relay, self.at, self.then = relay, at, then
+        self.times: dict[int, float] = {}
+
+    def on_data_event(self, event: DataEvent) -> None:
+        self.times[event.scn] = time.monotonic()
+        if event.scn == self.at:
+            self.relay.add_window(self.then, [customer(self.then, self.then)])
+
+
+def test_after_an_answer_of_many_windows_the_next_request_waits(memrelay: MemoryRelay) -> None:
+    _ten_windows(memrelay)  # one answer of ten windows
+    consumer = _Chain(memrelay, 100, 110)
+    _Lingering(_config(memrelay, fetch_size=1 << 20), consumer, MemoryCheckpointStore()).run(
+        max_windows=11)
+    assert consumer.times[110] - consumer.times[100] >= 0.35
+
+
+def test_after_an_answer_of_one_window_the_next_request_goes_at_once(
+        memrelay: MemoryRelay) -> None:
+    memrelay.add_window(10, [customer(10, 1)])
+    consumer = _Chain(memrelay, 10, 20)
+    _Lingering(_config(memrelay, fetch_size=1 << 20), consumer, MemoryCheckpointStore()).run(
+        max_windows=2)
+    assert consumer.times[20] - consumer.times[10] < 0.3
