@@ -241,6 +241,27 @@ def latency_debezium(m: MariaDB, tmp: Path, cp: str, first_id: int, count: int, 
     return [start_at, *samples], int(res["peak_rss_kb"]), cpu
 
 
+def _latency_pair(m: MariaDB, tmp: Path, cp: str, first: int, count: int, rate: float,
+                  pair: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One databus run and one Debezium run at ``rate`` (ids from ``first``); every other
+    pair Debezium runs first, as the machine's load drifts."""
+    load = os.getloadavg()[0]
+    ids = {"ours": first, "debezium": first + count}
+    if pair % 2:
+        ids = {"debezium": first, "ours": first + count}
+    order = sorted(ids, key=ids.__getitem__)
+    out: dict[str, Any] = {"rate": rate, "count": count, "pair": pair + 1, "first": order[0]}
+    for who in order:
+        if who == "ours":
+            run, kb, cpu = latency_databus(m, tmp, ids[who], count, rate, args.writers)
+        else:
+            run, kb, cpu = latency_debezium(m, tmp, cp, ids[who], count, rate, args.writers,
+                                            args.heap)
+        out.update({who: _stats(run, args.warmup), f"{who}_rss_kb": kb, f"{who}_cpu_s": cpu})
+    out["loadavg_1m"] = [load, os.getloadavg()[0]]
+    return out
+
+
 # -- report ----------------------------------------------------------------------------
 
 def main() -> None:
@@ -253,6 +274,8 @@ def main() -> None:
     ap.add_argument("--writers", type=int, default=2, help="writer processes (latency)")
     ap.add_argument("--heap", default=None, help="the JVM's -Xmx (default: the JVM's)")
     ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument("--pairs", type=int, default=1,
+                    help="latency runs of both at each rate (every other pair Debezium first)")
     args = ap.parse_args()
     cp = classpath()
     tmp = Path(tempfile.mkdtemp(prefix="peers-bench-"))
@@ -270,21 +293,12 @@ def main() -> None:
         first = 1
         report["latency"] = []
         for rate in (float(r) for r in args.rates.split(",")):
-            count = int(rate * args.seconds)
-            load = os.getloadavg()[0]
-            ours, ours_kb, ours_cpu = latency_databus(m, tmp, first, count, rate, args.writers)
-            first += count
-            theirs, theirs_kb, theirs_cpu = latency_debezium(m, tmp, cp, first, count, rate,
-                                                             args.writers, args.heap)
-            first += count
-            report["latency"].append({"rate": rate, "count": count,
-                                      "ours": _stats(ours, args.warmup), "ours_rss_kb": ours_kb,
-                                      "ours_cpu_s": ours_cpu,
-                                      "debezium": _stats(theirs, args.warmup),
-                                      "debezium_rss_kb": theirs_kb,
-                                      "debezium_cpu_s": theirs_cpu,
-                                      "loadavg_1m": [load, os.getloadavg()[0]]})
-            print(json.dumps(report["latency"][-1]), flush=True)
+            for pair in range(args.pairs):
+                count = int(rate * args.seconds)
+                report["latency"].append(_latency_pair(m, tmp, cp, first, count, rate, pair,
+                                                       args))
+                first += 2 * count
+                print(json.dumps(report["latency"][-1]), flush=True)
     finally:
         m.stop()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -312,9 +326,9 @@ def _print(r: dict[str, Any]) -> None:
               f" runs: databus {ours['seconds']}, Debezium {t['debezium_runs']}")
     for lat in r.get("latency", []):
         n = lat["count"]
-        print(f"\n{n} one-row transactions per run at {lat['rate']:.0f}/s"
-              f" (load average at the start and end: {lat['loadavg_1m'][0]:.1f},"
-              f" {lat['loadavg_1m'][1]:.1f})")
+        print(f"\n{n} one-row transactions per run at {lat['rate']:.0f}/s, pair"
+              f" {lat.get('pair', 1)} ({lat.get('first', 'ours')} first; load average at the"
+              f" start and end: {lat['loadavg_1m'][0]:.1f}, {lat['loadavg_1m'][1]:.1f})")
         print(f"{'path':<48} | {'tx/s':>6} | {'p50 ms':>7} | {'p90 ms':>7} | {'p99 ms':>7} |"
               f" {'max ms':>7} | {'peak RSS':>8} | {'CPU us/tx':>9} | {'MariaDB':>7}")
         ours_cpu, theirs_cpu = lat["ours_cpu_s"], lat["debezium_cpu_s"]
