@@ -192,12 +192,13 @@ def test_a_truncate_removes_older_rows_and_keeps_later_changes(
     schema = "id int, name string, op string, seq long"
     assert applier.apply(spark.createDataFrame(
         [(1, "a", "u", 1), (2, "b", "u", 2), (3, "c", "u", 3), (9, "z", "u", 4)], schema), 0)
-    # one batch, out of order: two truncates (the later, 8, counts; their key is null),
-    # changes before it (dropped, also for keys the table lacks), changes after it (kept);
-    # key 9's newest change (seq 5) is before the truncate: the key goes
+    # one batch, out of order: two truncates (the later, 8, counts; a truncate's key
+    # columns mean nothing, and the one of 8 equals key 2, whose newer change must not hide
+    # it), changes before it (dropped, also for keys the table lacks), changes after it
+    # (kept); key 9's newest change (seq 5) is before the truncate: the key goes
     batch = spark.createDataFrame(
         [(2, "b2", "u", 9), (None, None, "t", 6), (1, "a2", "u", 5), (5, "e", "u", 7),
-         (None, None, "t", 8), (6, "f", "u", 10), (3, "c2", "d", 11), (3, "c3", "u", 12),
+         (2, None, "t", 8), (6, "f", "u", 10), (3, "c2", "d", 11), (3, "c3", "u", 12),
          (9, "z2", "u", 5), (7, "g", "u", 13), (7, "g", "d", 14)], schema)
     assert applier.apply(batch, 1)
     got = read_lakehouse(spark, target, fmt)
