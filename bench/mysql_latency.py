@@ -105,7 +105,7 @@ def _wait_dump(m: MariaDB, timeout: float = 30.0) -> None:
 def run_databus(m: MariaDB, tmp: Path, first_id: int, count: int, rate: float) -> list[Any]:
     port = free_port()
     relay = spawn([*DATABUS, "relay", "--source", m.url, "--tables", r"bench\.lat",
-                   "--port", str(port)], tmp / "relay.log")
+                   "--snapshot-mode", "no_data", "--port", str(port)], tmp / "relay.log")
     try:
         url = f"http://127.0.0.1:{port}"
         wait_http(f"{url}/admin", relay)

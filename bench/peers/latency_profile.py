@@ -102,7 +102,7 @@ def main() -> None:
         m.execute("CREATE DATABASE bench", TABLE)
         port = free_port()
         relay = spawn([*DATABUS, "relay", "--source", m.url, "--tables", r"bench\.lat",
-                       "--port", str(port)], tmp / "relay.log")
+                       "--snapshot-mode", "no_data", "--port", str(port)], tmp / "relay.log")
         try:
             url = f"http://127.0.0.1:{port}"
             wait_http(f"{url}/admin", relay)
