@@ -215,3 +215,24 @@ def test_snapshot_chunks_are_the_row_reads_concatenated(
         monkeypatch.setattr(store, "_concat", sa.text(
             "SELECT NULL, MAX(id)" + str(plain).split(", MAX(id)", 1)[1]))
         assert reads(1, 7, 25)[0][2] == 25
+
+
+def test_snapshot_id_span_is_the_lowest_and_highest_id_that_pass(store_url: str) -> None:
+    """``snapshot_id_span`` equals the ends of a plain id-ordered read with the same
+    scn test, also when the rows at a source's ends were written after ``upto_scn``
+    (so the walk from an end of the index must skip them) or no row passes."""
+    with BootstrapStore(store_url) as store:
+        store.start_initial_load()
+        # src 1 and 2 interleaved, src 3 alone at the top; the first and last rows of
+        # src 1 and the last of src 2 are newer than the rest
+        scns = {1: 9, 2: 9, 3: 5, 40: 5, 57: 8, 58: 9, 60: 9}
+        rows = [{"src": 3 if k > 50 else 1 + k % 2, "k": key_bytes(k), "scn": scns.get(k, 5),
+                 "ev": ev.encode(scn=5, src_id=1, key=k, payload=b"p", schema_id=b"s" * 8,
+                                 op=ev.Op.READ)} for k in range(1, 61)]
+        store.load_rows(rows)
+        store.finish_initial_load(9)
+        for sources in ([1], [2], [3], [1, 2], [2, 3], [1, 2, 3], [4]):
+            for upto in (4, 5, 7, 8, 9):
+                page = store.snapshot_page(sources, -1, (1 << 63) - 1, upto, 1000)
+                want = (page[0][0], page[-1][0]) if page else (0, -1)
+                assert store.snapshot_id_span(sources, upto) == want, (sources, upto)

@@ -376,10 +376,21 @@ class BootstrapStore:
         """(lowest, highest) row id of ``sources``' rows with scn <= ``upto_scn``;
         (0, -1) when there is none. Readers split this span into id ranges."""
         s = self.snap
+        ends: list[int] = []
         with self._tx("reading the snapshot id span", read=True) as conn:
-            lo, hi = conn.execute(sa.select(sa.func.min(s.c.id), sa.func.max(s.c.id))
-                                  .where(s.c.src.in_(sources), s.c.scn <= upto_scn)).one()
-        return (0, -1) if lo is None else (int(lo), int(hi))
+            # per source, the first and the last row in id order that passes the scn
+            # test, walked from each end of the (src, id) index: that stops at once
+            # when the ends pass (usual: a row's scn is at most the applied SCN), where
+            # MIN/MAX with the scn test read every row of the sources (SQLite, 200k
+            # rows: 37 ms, now under 0.1 ms; asked once per Spark snapshot read)
+            for src in sorted(set(sources)):
+                for order in (s.c.id, s.c.id.desc()):
+                    end = conn.execute(sa.select(s.c.id)
+                                       .where(s.c.src == src, s.c.scn <= upto_scn)
+                                       .order_by(order).limit(1)).scalar()
+                    if end is not None:
+                        ends.append(int(end))
+        return (min(ends), max(ends)) if ends else (0, -1)
 
     def snapshot_page(self, sources: list[int], after_id: int, last_id: int, upto_scn: int,
                       limit: int) -> list[tuple[int, int, int, bytes]]:
