@@ -3,7 +3,8 @@
 Concurrency model: one dedicated thread per relay reads the source (blocking
 database I/O) and appends to the buffer; the asyncio HTTP server only reads the
 buffer. The bridge is the buffer's listener callback, which the relay turns
-into ``loop.call_soon_threadsafe``.
+into a wake of the event loop: one pending at a time, at most one per
+``Relay.WAKE_INTERVAL`` (:mod:`databus.relay.relay`).
 
 Failure handling: a :class:`TransientError` (database went away, locked) is
 retried with exponential backoff, interruptibly; a terminal error stops
