@@ -50,6 +50,8 @@ def test_python_mysql_replication_rebuilds_every_table_from_start_position_and_g
         full = wait_equal(svc, db)
         assert len(set(full.gtids)) == len(full.gtids)
         assert svc.query("SELECT @@server_id")[0][0] == 42
+        assert svc.query("select  version();") == (("8.0.36-databus",),)
+        assert svc.query("SELECT VERSION() AS v, 1") == (("8.0.36-databus", 1),)
         # resume from a saved file/position: the first half, then the rest from there
         half = full.xid_positions[len(full.xid_positions) // 2]
         first = rebuild(svc, KEYS)
