@@ -512,8 +512,7 @@ def test_a_consumer_that_sees_checkpoints_gets_one_per_window(memrelay: MemoryRe
     assert store.saved == seen
 
 
-class _Lingering(DatabusClient):
-    LINGER_SECONDS = 0.4  # long enough to be told from a request sent at once
+_LINGER = 0.4  # long enough to be told from a request sent at once
 
 
 class _Chain(Consumer):
@@ -532,15 +531,23 @@ class _Chain(Consumer):
 def test_after_an_answer_of_many_windows_the_next_request_waits(memrelay: MemoryRelay) -> None:
     _ten_windows(memrelay)  # one answer of ten windows
     consumer = _Chain(memrelay, 100, 110)
-    _Lingering(_config(memrelay, fetch_size=1 << 20), consumer, MemoryCheckpointStore()).run(
-        max_windows=11)
+    DatabusClient(_config(memrelay, fetch_size=1 << 20, linger=_LINGER), consumer,
+                  MemoryCheckpointStore()).run(max_windows=11)
     assert consumer.times[110] - consumer.times[100] >= 0.35
+
+
+def test_linger_zero_never_waits(memrelay: MemoryRelay) -> None:
+    _ten_windows(memrelay)
+    consumer = _Chain(memrelay, 100, 110)
+    DatabusClient(_config(memrelay, fetch_size=1 << 20, linger=0), consumer,
+                  MemoryCheckpointStore()).run(max_windows=11)
+    assert consumer.times[110] - consumer.times[100] < 0.3
 
 
 def test_after_an_answer_of_one_window_the_next_request_goes_at_once(
         memrelay: MemoryRelay) -> None:
     memrelay.add_window(10, [customer(10, 1)])
     consumer = _Chain(memrelay, 10, 20)
-    _Lingering(_config(memrelay, fetch_size=1 << 20), consumer, MemoryCheckpointStore()).run(
-        max_windows=2)
+    DatabusClient(_config(memrelay, fetch_size=1 << 20, linger=_LINGER), consumer,
+                  MemoryCheckpointStore()).run(max_windows=2)
     assert consumer.times[20] - consumer.times[10] < 0.3

@@ -93,14 +93,6 @@ class DatabusClient:
     Stores the client created itself are closed when :meth:`run` returns.
     """
 
-    LINGER_AFTER_WINDOWS = 8
-    """An answer with at least this many windows (and less than half ``fetch_size``:
-    not cut by size) says windows arrive faster than requests go round; the next
-    request is then sent ``LINGER_SECONDS`` later, so that it gathers more windows.
-    A request and its answer cost both processes more CPU than a one-row window
-    does (bench/RESULTS.md, issue #17); at one window per answer there is no wait."""
-    LINGER_SECONDS = 0.003
-
     def __init__(self, config: ClientConfig, consumer: Consumer,
                  checkpoint_store: CheckpointStore | None = None) -> None:
         self.config = config
@@ -337,17 +329,17 @@ class _Loop:
 
     def run(self) -> None:
         """Pull and dispatch until stopped or done; then persist the position reached."""
-        linger_after = self.client.LINGER_AFTER_WINDOWS
+        linger, linger_after = self.cfg.linger, self.cfg.linger_after_windows
         try:
             while not self.stop.is_set() and not self._enough():
                 windows = self._fetch()
                 if windows is not None:
                     self._consume(windows)
-                    if (len(windows) >= linger_after
+                    if (linger and len(windows) >= linger_after
                             and self.body_bytes < self.cfg.fetch_size // 2):
                         # windows come faster than answers go round: wait for more
                         # (an answer costs both sides more than a window does)
-                        self.stop.wait(self.client.LINGER_SECONDS)
+                        self.stop.wait(linger)
         except Stopped:
             pass
         self._final_checkpoint()

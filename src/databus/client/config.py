@@ -47,6 +47,14 @@ class ClientConfig(ConfigModel):
                                " bucket, 0 to N-1")
     fetch_size: int = Field(4 * 1024 * 1024, ge=1024, description="bytes per /stream response")
     poll_timeout: float = Field(10.0, ge=0, le=600, description="long-poll seconds per request")
+    linger: float = Field(
+        0.003, ge=0, le=1, description="seconds the next /stream request waits after an"
+        " answer of ``linger_after_windows`` or more windows that ``fetch_size`` did not cut:"
+        " windows then arrive faster than requests go round, and the wait gathers more of"
+        " them per answer (an answer costs more CPU than a one-row window). 0 = never wait")
+    linger_after_windows: int = Field(
+        8, ge=1, description="windows in one answer from which ``linger`` applies; an"
+        " answer of fewer windows (an idle or slow source) is followed at once")
     http_timeout: float = Field(
         30.0, gt=0, description="connect timeout and read margin on top of poll_timeout"
     )
