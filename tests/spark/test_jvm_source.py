@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from databus.core.errors import ConfigError, UnknownSourceError
+from databus.core.errors import ConfigError, RelayProtocolError, UnknownSourceError
 from databus.relay.config import parse_config
 from databus.relay.relay import Relay
 from databus.spark import jvm
@@ -257,3 +257,78 @@ def test_mutual_tls_with_a_client_certificate(spark: SparkSession, tmp_path: Pat
         with pytest.raises(ConfigError, match="needs both files"), jvm.errors():
             read(spark, "databus-jvm", url, "customers", caFile=certs.ca,
                  certFile=certs.client_cert)
+
+
+def fetch_threads(spark: SparkSession) -> list[str]:
+    """The names of the JVM reader's fetch threads alive in Spark's JVM (local mode: the
+    executors' too)."""
+    jvm_ = spark.sparkContext._jvm
+    assert jvm_ is not None
+    threads = jvm_.java.lang.Thread.getAllStackTraces().keySet().toArray()
+    return [str(t.getName()) for t in threads
+            if str(t.getName()).startswith("databus-relay-fetch-") and t.isAlive()]
+
+
+def client_connections(port: int) -> int:
+    """Established TCP connections of this machine to ``port`` (the relay's): the clients'
+    ends, from /proc/net/tcp and tcp6."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] == "01":
+                    count += 1
+    return count
+
+
+@pytest.mark.parametrize("prefetch", [0, 8])
+def test_fetching_ahead_or_not_reads_the_same_rows_and_offsets(
+        spark: SparkSession, tmp_path: Path, shop: Relay, prefetch: int) -> None:
+    # 4 KiB pages: many pages per bucket, most ending inside a window
+    opts = {"partitions": 3, "fetchBytes": 4096, "prefetchBatches": prefetch}
+    jrows, joffsets = drain(read(spark, "databus-jvm", shop.url, "orders", **opts), tmp_path / "j")
+    prows, poffsets = drain(read(spark, "databus-python", shop.url, "orders", **opts),
+                            tmp_path / "p")
+    assert jrows and jrows == prows
+    assert joffsets == poffsets
+    assert fetch_threads(spark) == []
+
+
+def test_a_read_stopped_early_ends_its_fetch_threads_and_connections(
+        spark: SparkSession, shop: Relay) -> None:
+    port = int(shop.url.rsplit(":", 1)[1].split("/")[0])
+    before = client_connections(port)
+    for _ in range(8):
+        # limit(1): the task stops after a row while the fetch thread holds the next page
+        df = (spark.read.format("databus-jvm").option("relay", shop.url)
+              .option("sources", "orders").option("partitions", 2).option("fetchBytes", 4096)
+              .load().limit(1))
+        assert len(df.collect()) == 1
+        assert fetch_threads(spark) == []  # close() joined them before the task ended
+    # each aborted or finished request's connection is closed or back in the client's pool:
+    # at most one per reader that can run at once (2 cores) and the driver's
+    wait_until(lambda: client_connections(port) <= before + 3, 10, "relay connections closed")
+
+
+def test_a_failure_in_the_fetch_thread_fails_the_task_with_its_type_and_message(
+        spark: SparkSession, tmp_path: Path, shop: Relay) -> None:
+    out = tmp_path / "q"
+    df = read(spark, "databus-jvm", shop.url, "orders", partitions=2, relayRetrySeconds=1)
+    drain(df, out)
+    # a planned, uncommitted batch ending past the relay's newest window: Spark re-runs it
+    # at the restart, and the tasks' fetches find the relay behind it
+    logged = sorted((f for f in (out / "ckpt" / "offsets").iterdir() if f.name.isdigit()),
+                    key=lambda f: int(f.name))
+    lines = logged[-1].read_text().splitlines()
+    offset = json.loads(lines[-1])
+    for b in offset["buckets"].values():
+        b["prevScn"], b["windowScn"], b["windowOffset"] = b["windowScn"], b["windowScn"] + 10**6, -1
+    lines[-1] = json.dumps(offset)
+    (out / "ckpt" / "offsets" / str(int(logged[-1].name) + 1)).write_text("\n".join(lines))
+    q = (df.writeStream.format("parquet").option("path", str(out / "data"))
+         .option("checkpointLocation", str(out / "ckpt")).trigger(availableNow=True).start())
+    with pytest.raises(RelayProtocolError, match=r"holds windows only up to .* but the batch ends"), \
+            jvm.errors():
+        q.awaitTermination(120)
+    assert fetch_threads(spark) == []

@@ -2,6 +2,9 @@ package io.databus.spark;
 
 import java.io.Serializable;
 import java.util.List;
+import java.util.concurrent.SynchronousQueue;
+import java.util.concurrent.TimeUnit;
+import org.apache.spark.TaskContext;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
@@ -16,6 +19,16 @@ import org.apache.spark.sql.types.StructType;
  * too large for the fetch budget resumes inside it ({@code windowOffset}). Deterministic for
  * a given (start, end) while the relay holds those windows: what makes a restart from
  * Spark's checkpoint lose and repeat nothing.
+ *
+ * <p>Fetching ahead: with {@code prefetchBatches} > 0 a thread of this reader
+ * ({@code databus-relay-fetch-<bucket>}) asks for the next {@code /stream} page while the task
+ * decodes the current one. The next page's checkpoint comes from the current page's event
+ * headers alone ({@link Cursor#advance}), so the rows, their order and the offsets are those
+ * of a read without the thread. The thread holds at most one page beyond the one decoded
+ * (a hand-off, no queue): at most two pages of {@code fetchBytes} per partition read. Its
+ * failures are thrown by {@link #next} in the task, the same exception as without the
+ * thread; {@link #close} (also on a task kill) interrupts it, which aborts its request, and
+ * waits for it to end.
  *
  * <p>An unreachable relay is retried for {@code relayRetrySeconds}; a relay that serves
  * nothing though it holds the end window, or holds less than the batch for longer than that,
@@ -36,39 +49,45 @@ final class BucketReader implements PartitionReader<InternalRow> {
         }
     }
 
-    private final Factory f;
-    private final int bucket;
+    /** What the fetch thread hands over: a page, the end ({@code data} null), or its failure. */
+    private record Page(byte[] data, Throwable error) {}
+
+    private static final Page END = new Page(null, null);
+
     private final long endScn;
-    private final RelayClient conn;
+    private final Cursor cursor;
     private final RowDecoder decoder;
     private final Wire event = new Wire();
-    private final String filter;
-    // the cursor: the checkpoint of the next fetch, the next window index
-    private long cpScn;
-    private long cpOffset;
-    private long cpPrev;
-    private int index;
+    private final Thread ahead;            // null: pages are fetched in the task's thread
+    private final SynchronousQueue<Page> handoff = new SynchronousQueue<>();
+    private final long joinMillis;
+    private boolean started;
+    private int index;                     // the next data event's index in its window
     // the response being read
     private byte[] data;
     private int off;
-    private long winScn = -1;
-    private int winCount;
     private boolean done;
     private InternalRow current;
 
     BucketReader(Factory f, Bucket b) {
-        this.f = f;
-        bucket = b.bucket();
         endScn = b.endScn();
-        cpScn = b.windowScn();
-        cpOffset = b.windowOffset();
-        cpPrev = b.prevScn();
-        index = cpOffset >= 0 ? (int) cpOffset : 0;
-        conn = new RelayClient(f.opts());
+        index = b.windowOffset() >= 0 ? (int) b.windowOffset() : 0;
+        SourceOptions o = f.opts();
+        String filter = o.partitions > 1 ? modFilter(f.srcIds(), o.partitions, b.bucket()) : null;
+        cursor = new Cursor(o, f.srcIds(), filter, b);
+        // the fetch thread owns the cursor's client (a RelayClient is not thread-safe): a
+        // schema refresh, rare, takes a client of its own
         decoder = new RowDecoder(Registry.parse(f.registryJson()),
-            () -> Registry.parse(conn.register(f.srcIds())), f.row(), f.opts().flat);
-        filter = f.opts().partitions > 1 ? modFilter(f.srcIds(), f.opts().partitions, bucket) : null;
-        done = cpOffset < 0 && cpScn >= endScn;
+            () -> Registry.parse((o.prefetchBatches > 0 ? new RelayClient(o) : cursor.conn).register(f.srcIds())),
+            f.row(), o.flat);
+        done = cursor.finished;
+        joinMillis = (long) (o.httpTimeout * 1000) + 2000;
+        if (o.prefetchBatches > 0 && !done) {
+            ahead = new Thread(this::fetchAhead, "databus-relay-fetch-" + b.bucket());
+            ahead.setDaemon(true);  // never keeps an executor JVM alive
+        } else {
+            ahead = null;
+        }
     }
 
     static String modFilter(List<Integer> srcIds, int buckets, int bucket) {
@@ -83,45 +102,12 @@ final class BucketReader implements PartitionReader<InternalRow> {
         return b.append('}').toString();
     }
 
-    private String checkpoint() {
-        if (cpScn == -1) {
-            return null;  // flexible: the relay's oldest window
-        }
-        return "{\"prevScn\":" + cpPrev + ",\"windowOffset\":" + cpOffset + ",\"windowScn\":" + cpScn + "}";
-    }
-
-    /** Window {@code scn} has been read whole. */
-    private void eop(long scn) {
-        long prev = cpOffset < 0 ? cpScn : cpPrev;
-        cpScn = scn;
-        cpOffset = -1;
-        cpPrev = prev;
-        index = 0;
-    }
-
-    /** The response ended inside window {@code win} after {@code count} more data events. */
-    private void partial(long win, int count) {
-        long doneBefore = cpOffset >= 0 && cpScn == win ? cpOffset : 0;
-        long prev = cpOffset < 0 ? cpScn : cpPrev;
-        if (win == cpScn && cpOffset >= 0) {
-            prev = cpPrev;
-        }
-        cpScn = win;
-        cpOffset = doneBefore + count;
-        cpPrev = prev;
-    }
-
     @Override
     public boolean next() {
         while (!done) {
             if (data == null || off >= data.length) {
-                if (data != null && winScn != -1) {
-                    partial(winScn, winCount);
-                }
-                data = fetch();
+                data = take();
                 off = 0;
-                winScn = -1;
-                winCount = 0;
                 if (data == null) {
                     done = true;
                     break;
@@ -131,9 +117,7 @@ final class BucketReader implements PartitionReader<InternalRow> {
             event.parse(data, off, data.length);
             off += event.total;
             if (event.isEop()) {
-                eop(event.scn);
-                winScn = -1;
-                winCount = 0;
+                index = 0;
                 if (event.scn >= endScn) {
                     done = true;
                 }
@@ -142,8 +126,6 @@ final class BucketReader implements PartitionReader<InternalRow> {
             if (event.isControl()) {
                 continue;
             }
-            winScn = event.scn;
-            winCount++;
             current = decoder.decode(data, event, index);
             index++;
             return true;
@@ -151,62 +133,65 @@ final class BucketReader implements PartitionReader<InternalRow> {
         return false;
     }
 
-    /** The next non-empty response of this bucket read (see the class comment). */
-    private byte[] fetch() {
-        SourceOptions o = f.opts();
-        long failingSince = -1;
-        long behindSince = -1;
-        int emptyAtTop = 0;
-        double delay = 0.2;
+    /** The next page: from the fetch thread when there is one (started at the first call). */
+    private byte[] take() {
+        if (ahead == null) {
+            return cursor.next();
+        }
+        if (!started) {
+            started = true;
+            ahead.start();
+        }
         while (true) {
-            RelayClient.Response r;
+            Page p;
             try {
-                r = conn.stream(checkpoint(), f.srcIds(), o.fetchBytes, filter, 1.0);
-            } catch (DatabusSourceException e) {
-                if (!e.isTransient()) {
-                    throw e;
-                }
-                long now = System.nanoTime();
-                failingSince = failingSince < 0 ? now : failingSince;
-                if ((now - failingSince) / 1e9 > o.relayRetrySeconds) {
-                    throw e;
-                }
-                sleep(delay);
-                delay = Math.min(delay * 2, 5.0);
-                continue;
+                p = handoff.poll(100, TimeUnit.MILLISECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new DatabusSourceException("RelayUnavailable", "interrupted", true, e);
             }
-            failingSince = -1;
-            delay = 0.2;
-            if (r.data().length == 0) {
-                if (r.maxScn() >= endScn) {
-                    // once may be a window appended between the read and the header
-                    if (++emptyAtTop > 1) {
-                        throw new DatabusSourceException("RelayProtocolError", "relay " + o.relay
-                            + " served nothing after " + checkpoint() + " though it holds windows up to "
-                            + r.maxScn() + " (batch end " + endScn + ")");
-                    }
+            if (p == null) {
+                // a killed task stops waiting here, as Spark's own iterators do between rows
+                TaskContext task = TaskContext.get();
+                if (task != null) {
+                    task.killTaskIfInterrupted();
+                }
+                if (!ahead.isAlive() && (p = handoff.poll()) == null) {
+                    throw new IllegalStateException("databus source: the fetch thread of this partition ended "
+                        + "without a page");
+                }
+                if (p == null) {
                     continue;
                 }
-                // the relay is behind the planned end (e.g. refilling after a restart)
-                long now = System.nanoTime();
-                behindSince = behindSince < 0 ? now : behindSince;
-                if ((now - behindSince) / 1e9 > o.relayRetrySeconds) {
-                    throw new DatabusSourceException("RelayProtocolError", "relay " + o.relay
-                        + " holds windows only up to " + r.maxScn() + " but the batch ends at " + endScn
-                        + ": it lost windows it had served (memory buffer?)");
-                }
-                continue;
             }
-            return r.data();
+            if (p.error() instanceof RuntimeException e) {
+                throw e;
+            }
+            if (p.error() instanceof Error e) {
+                throw e;
+            }
+            return p.data();
         }
     }
 
-    private static void sleep(double seconds) {
+    /** The fetch thread: hands over every page of the read, then the end, or a failure. */
+    private void fetchAhead() {
         try {
-            Thread.sleep((long) (seconds * 1000));
+            while (true) {
+                byte[] page = cursor.next();
+                handoff.put(page == null ? END : new Page(page, null));
+                if (page == null) {
+                    return;
+                }
+            }
         } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            throw new DatabusSourceException("RelayUnavailable", "interrupted", true, e);
+            // closed: nobody takes pages any more
+        } catch (Throwable e) {  // every failure is the task's to throw
+            try {
+                handoff.put(new Page(null, e));
+            } catch (InterruptedException closed) {
+                // closed while handing the failure over: the task no longer reads
+            }
         }
     }
 
@@ -215,8 +200,184 @@ final class BucketReader implements PartitionReader<InternalRow> {
         return current;
     }
 
+    /** Drops the page and stops the fetch thread: interrupted (its request aborted), joined. */
     @Override
     public void close() {
         data = null;
+        if (ahead != null && started) {
+            ahead.interrupt();
+            boolean interrupted = false;
+            long until = System.nanoTime() + joinMillis * 1_000_000;
+            while (ahead.isAlive() && System.nanoTime() < until) {
+                try {
+                    ahead.join(Math.max(1, (until - System.nanoTime()) / 1_000_000));
+                } catch (InterruptedException e) {
+                    interrupted = true;  // a killed task's close: finish the join, keep the flag
+                }
+            }
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
+        }
+    }
+
+    /**
+     * The fetch side of a bucket read: the checkpoint of the next {@code /stream} request, and
+     * the requests. Used by one thread at a time (the fetch thread, else the task's).
+     */
+    static final class Cursor {
+        final RelayClient conn;
+        private final SourceOptions o;
+        private final List<Integer> srcIds;
+        private final String filter;
+        private final long endScn;
+        private long cpScn;
+        private long cpOffset;
+        private long cpPrev;
+        boolean finished;  // the end window was seen (or a page the task will fail on)
+
+        Cursor(SourceOptions o, List<Integer> srcIds, String filter, Bucket b) {
+            this.o = o;
+            this.srcIds = srcIds;
+            this.filter = filter;
+            endScn = b.endScn();
+            cpScn = b.windowScn();
+            cpOffset = b.windowOffset();
+            cpPrev = b.prevScn();
+            conn = new RelayClient(o);
+            finished = cpOffset < 0 && cpScn >= endScn;
+        }
+
+        private String checkpoint() {
+            if (cpScn == -1) {
+                return null;  // flexible: the relay's oldest window
+            }
+            return "{\"prevScn\":" + cpPrev + ",\"windowOffset\":" + cpOffset + ",\"windowScn\":" + cpScn + "}";
+        }
+
+        /** Window {@code scn} has been read whole. */
+        private void eop(long scn) {
+            long prev = cpOffset < 0 ? cpScn : cpPrev;
+            cpScn = scn;
+            cpOffset = -1;
+            cpPrev = prev;
+        }
+
+        /** The response ended inside window {@code win} after {@code count} more data events. */
+        private void partial(long win, int count) {
+            long doneBefore = cpOffset >= 0 && cpScn == win ? cpOffset : 0;
+            long prev = cpOffset < 0 ? cpScn : cpPrev;
+            if (win == cpScn && cpOffset >= 0) {
+                prev = cpPrev;
+            }
+            cpScn = win;
+            cpOffset = doneBefore + count;
+            cpPrev = prev;
+        }
+
+        /** The next page of the read, the cursor moved past it; null after the end window. */
+        byte[] next() {
+            if (finished) {
+                return null;
+            }
+            byte[] page = fetch();
+            advance(page);
+            return page;
+        }
+
+        /**
+         * Moves the cursor past {@code page} from its event headers only (length, source,
+         * SCN): end-of-window events close windows, data events count into the open one. A
+         * header too damaged to walk ends the read here: the task's full check of the same
+         * bytes ({@link Wire#parse}) fails at or before it, with today's CorruptEvent.
+         */
+        void advance(byte[] page) {
+            long win = -1;
+            int count = 0;
+            int p = 0;
+            while (p < page.length) {
+                int total = page.length - p < Wire.HEADER_LEN ? -1 : Wire.i32(page, p + 17);
+                if (total < Wire.HEADER_LEN || total > page.length - p) {
+                    finished = true;
+                    return;
+                }
+                int src = Wire.i32(page, p + 31);
+                long scn = Wire.i64(page, p + 37);
+                p += total;
+                if (src == Wire.SRC_EOP) {
+                    eop(scn);
+                    win = -1;
+                    count = 0;
+                    if (scn >= endScn) {
+                        finished = true;
+                        return;
+                    }
+                } else if (src >= 0) {
+                    win = scn;
+                    count++;
+                }
+            }
+            if (win != -1) {
+                partial(win, count);
+            }
+        }
+
+        /** The next non-empty response of this bucket read (see the class comment). */
+        private byte[] fetch() {
+            long failingSince = -1;
+            long behindSince = -1;
+            int emptyAtTop = 0;
+            double delay = 0.2;
+            while (true) {
+                RelayClient.Response r;
+                try {
+                    r = conn.stream(checkpoint(), srcIds, o.fetchBytes, filter, 1.0);
+                } catch (DatabusSourceException e) {
+                    if (!e.isTransient()) {
+                        throw e;
+                    }
+                    long now = System.nanoTime();
+                    failingSince = failingSince < 0 ? now : failingSince;
+                    if ((now - failingSince) / 1e9 > o.relayRetrySeconds) {
+                        throw e;
+                    }
+                    sleep(delay);
+                    delay = Math.min(delay * 2, 5.0);
+                    continue;
+                }
+                failingSince = -1;
+                delay = 0.2;
+                if (r.data().length == 0) {
+                    if (r.maxScn() >= endScn) {
+                        // once may be a window appended between the read and the header
+                        if (++emptyAtTop > 1) {
+                            throw new DatabusSourceException("RelayProtocolError", "relay " + o.relay
+                                + " served nothing after " + checkpoint() + " though it holds windows up to "
+                                + r.maxScn() + " (batch end " + endScn + ")");
+                        }
+                        continue;
+                    }
+                    // the relay is behind the planned end (e.g. refilling after a restart)
+                    long now = System.nanoTime();
+                    behindSince = behindSince < 0 ? now : behindSince;
+                    if ((now - behindSince) / 1e9 > o.relayRetrySeconds) {
+                        throw new DatabusSourceException("RelayProtocolError", "relay " + o.relay
+                            + " holds windows only up to " + r.maxScn() + " but the batch ends at " + endScn
+                            + ": it lost windows it had served (memory buffer?)");
+                    }
+                    continue;
+                }
+                return r.data();
+            }
+        }
+
+        private static void sleep(double seconds) {
+            try {
+                Thread.sleep((long) (seconds * 1000));
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new DatabusSourceException("RelayUnavailable", "interrupted", true, e);
+            }
+        }
     }
 }
