@@ -91,7 +91,9 @@ class StreamOptions(BaseModel):
     prefetch_batches: int = Field(
         8, alias="prefetchBatches", ge=0,
         description="Arrow batches a partition's read fetches and decodes ahead, in a thread, "
-        "while Spark sends the previous ones to the JVM (0: no thread).")
+        "while Spark sends the previous ones to the JVM (0: no thread). The JVM reader: "
+        "above 0, a thread per partition fetches the next /stream page while the task "
+        "decodes the current one (at most two pages, 2 x fetchBytes, per partition).")
     http_timeout: float = Field(10.0, alias="httpTimeout", gt=0,
                                 description="Seconds before a relay request is abandoned.")
     relay_retry_seconds: float = Field(
