@@ -14,7 +14,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-import sqlalchemy as sa
 
 from databus.bootstrap.config import parse_config
 from databus.bootstrap.service import BootstrapService
@@ -253,18 +252,3 @@ def test_log_retention_trims_and_far_behind_consumers_get_a_snapshot(
         w.close()
         bs.stop()
         relay.stop()
-
-
-def test_sqlite_serving_connections_map_the_file_and_writers_do_not(tmp_path: Path) -> None:
-    """The read engine's connections (snapshot pages) memory-map the database and
-    keep a larger page cache; the writer's keep SQLite's defaults."""
-    from databus.bootstrap import store as store_mod
-
-    with store_mod.BootstrapStore(f"sqlite:///{tmp_path / 'bs.db'}") as store:
-        def pragmas(engine: sa.Engine) -> tuple[object, object]:
-            with engine.connect() as conn:
-                return (conn.exec_driver_sql("PRAGMA mmap_size").scalar(),
-                        conn.exec_driver_sql("PRAGMA cache_size").scalar())
-
-        assert pragmas(store._r) == (store_mod._SQLITE_MMAP, -store_mod._SQLITE_CACHE_KIB)
-        assert pragmas(store._w) == (0, -2000)

@@ -75,10 +75,6 @@ CHUNK_BYTES = 4 << 20
 _MAX_ID = (1 << 63) - 1  # no upper id bound
 _CHUNK_ROWS = 32_768  # rows per concatenation at most, whatever the average size
 _I64 = struct.Struct(">q")
-# SQLite serving reads: together 10-15% less time per snapshot page than the defaults
-# (no mmap, 2 MiB cache) on a 200k-row store, measured under load
-_SQLITE_MMAP = 256 << 20
-_SQLITE_CACHE_KIB = 64 << 10
 
 _BLOB = sa.LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
 _KEY = sa.LargeBinary().with_variant(mysql.VARBINARY(300), "mysql", "mariadb")
@@ -121,7 +117,7 @@ class BootstrapStore:
         if self.dialect == "sqlite":
             self._r = sa.create_engine(url)
             _sqlite_setup(self._w, immediate=True)
-            _sqlite_setup(self._r, immediate=False, reader=True)
+            _sqlite_setup(self._r, immediate=False)
         md = sa.MetaData()
         self.meta = sa.Table("dbus_bs_meta", md, sa.Column("k", sa.String(64), primary_key=True),
                              sa.Column("v", sa.Text().with_variant(mysql.LONGTEXT(), "mysql",
@@ -462,15 +458,10 @@ def _mysql_setup(engine: sa.Engine) -> None:
             cur.execute("SET SESSION group_concat_max_len = @@max_allowed_packet DIV 2")
 
 
-def _sqlite_setup(engine: sa.Engine, *, immediate: bool, reader: bool = False) -> None:
+def _sqlite_setup(engine: sa.Engine, *, immediate: bool) -> None:
     """WAL, a busy timeout, and transactions that take the write lock up front
     (``immediate``): a deferred transaction upgrading to a writer could fail at
-    once with SQLITE_BUSY instead of waiting.
-
-    ``reader`` (the serving connections): the database file memory-mapped (up to
-    :data:`_SQLITE_MMAP` bytes; pages are read in place instead of copied by a
-    read() each) and a page cache of :data:`_SQLITE_CACHE_KIB` per connection
-    (grown only as pages are read). Reads only: the bytes served are the same."""
+    once with SQLITE_BUSY instead of waiting."""
 
     @sa_event.listens_for(engine, "connect")
     def _connect(dbapi_con: Any, _rec: Any) -> None:
@@ -479,9 +470,6 @@ def _sqlite_setup(engine: sa.Engine, *, immediate: bool, reader: bool = False) -
         cur.execute("PRAGMA busy_timeout=60000")
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=NORMAL")
-        if reader:
-            cur.execute(f"PRAGMA mmap_size={_SQLITE_MMAP}")
-            cur.execute(f"PRAGMA cache_size=-{_SQLITE_CACHE_KIB}")
         cur.close()
 
     @sa_event.listens_for(engine, "begin")
