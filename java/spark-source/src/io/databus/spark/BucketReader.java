@@ -235,6 +235,10 @@ final class BucketReader implements PartitionReader<InternalRow> {
         private long cpOffset;
         private long cpPrev;
         boolean finished;  // the end window was seen (or a page the task will fail on)
+        private int size;  // the byte budget of the next request
+
+        /** The first request's budget when fetching ahead (see {@link #next}). */
+        static final int FIRST_PAGE = 1024 * 1024;
 
         Cursor(SourceOptions o, List<Integer> srcIds, String filter, Bucket b) {
             this.o = o;
@@ -246,6 +250,7 @@ final class BucketReader implements PartitionReader<InternalRow> {
             cpPrev = b.prevScn();
             conn = new RelayClient(o);
             finished = cpOffset < 0 && cpScn >= endScn;
+            size = o.prefetchBatches > 0 ? Math.min(o.fetchBytes, FIRST_PAGE) : o.fetchBytes;
         }
 
         private String checkpoint() {
@@ -275,12 +280,19 @@ final class BucketReader implements PartitionReader<InternalRow> {
             cpPrev = prev;
         }
 
-        /** The next page of the read, the cursor moved past it; null after the end window. */
+        /**
+         * The next page of the read, the cursor moved past it; null after the end window.
+         * When fetching ahead the budget starts at {@link #FIRST_PAGE} and doubles per page
+         * up to {@code fetchBytes}: the task starts decoding after a small first page
+         * instead of waiting for a whole {@code fetchBytes} one, and the larger pages that
+         * follow are fetched while it decodes.
+         */
         byte[] next() {
             if (finished) {
                 return null;
             }
             byte[] page = fetch();
+            size = (int) Math.min(o.fetchBytes, 2L * size);
             advance(page);
             return page;
         }
@@ -331,7 +343,7 @@ final class BucketReader implements PartitionReader<InternalRow> {
             while (true) {
                 RelayClient.Response r;
                 try {
-                    r = conn.stream(checkpoint(), srcIds, o.fetchBytes, filter, 1.0);
+                    r = conn.stream(checkpoint(), srcIds, size, filter, 1.0);
                 } catch (DatabusSourceException e) {
                     if (!e.isTransient()) {
                         throw e;
