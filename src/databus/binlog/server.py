@@ -13,13 +13,18 @@ one closed loop (``Connection.command_phase``), so the extension is at the narro
 there is: the connection's packet stream (:class:`_ReplicationStream`) hands the three
 replication commands (and ``COM_CHANGE_USER``, refused: see below) to
 :class:`BinlogConnection` before mysql-mimic's loop sees them; every other command is
-mysql-mimic's. Two corrections of mysql-mimic 3.0.5 are made here too, both security:
+mysql-mimic's. Three corrections of mysql-mimic 3.0.5 are made here too, two of them
+security:
 
 * a failed authentication writes the error packet but then goes on to the command phase
   (a client that ignores the error could send queries): here a connection whose login
   failed is closed;
 * a failed ``COM_CHANGE_USER`` leaves the session logged in as before: refused here
-  (replication clients never send it).
+  (replication clients never send it);
+* its TLS upgrade loses the TLS bytes a client sent right behind its SSL request when
+  they were read together with it (the client's handshake then hangs until asyncio's
+  60 s TLS handshake timeout): the stream's own :meth:`_ReplicationStream.start_tls`
+  hands them to TLS.
 
 Unknown user names get the same "Access denied" as a wrong password (no user probing).
 A dump ends the connection afterwards, as in MySQL (COM_BINLOG_DUMP is a connection's
@@ -41,6 +46,7 @@ import secrets
 import ssl
 import struct
 import threading
+from asyncio import sslproto
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,6 +153,59 @@ class _ReplicationStream:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+    async def start_tls(self, context: ssl.SSLContext) -> None:
+        """Upgrade the connection to TLS (server side) after the client's SSL request;
+        replaces mysql-mimic's ``MysqlStream.start_tls``, which its connection phase calls.
+
+        Every byte the client sent after its SSL request reaches the TLS handshake,
+        including bytes already read from the socket into the stream's reader. A client
+        sends its TLS ClientHello right behind the SSL request without waiting for an
+        answer (the protocol has none), so one socket read often returns both (always when
+        the event loop is late, e.g. while the converter is busy); mysql-mimic's upgrade
+        (``loop.start_tls`` on the transport) hands TLS only what the socket delivers
+        afterwards, so that ClientHello was lost and both sides waited for each other until
+        asyncio's 60 s handshake timeout. Returns once the handshake is done; raises the
+        handshake's error (the connection is then closed)."""
+        reader, writer = self._inner.reader, self._inner.writer
+        transport = writer.transport
+        assert isinstance(transport, asyncio.Transport)
+        # StreamReader has no public way to take back what it buffered; its bytearray is
+        # the one place those bytes are
+        buffered = reader._buffer
+        early = bytes(buffered)
+        buffered.clear()
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        # what loop.start_tls does (call_connection_made=False: the stream's protocol
+        # keeps serving the reader), plus feeding the early bytes between the TLS
+        # protocol's start and the socket's next read, so they come first, in order
+        tls = sslproto.SSLProtocol(loop, transport.get_protocol(), context, waiter,
+                                   server_side=True, call_connection_made=False)
+        try:
+            transport.set_protocol(tls)
+            tls.connection_made(transport)
+            view = memoryview(early)
+            while view:
+                chunk = tls.get_buffer(len(view))
+                n = min(len(chunk), len(view))
+                chunk[:n] = view[:n]
+                tls.buffer_updated(n)
+                view = view[n:]
+            # the reader may have paused the socket (a full buffer); TLS reads it now
+            transport.resume_reading()
+            await waiter
+        except BaseException:
+            transport.close()
+            raise
+        upgraded = tls._app_transport  # what loop.start_tls returns
+        if upgraded is None or upgraded.is_closing():
+            # a client that leaves mid-handshake without an error still wakes the waiter
+            transport.close()
+            raise ConnectionResetError("the client left during the TLS handshake")
+        # mysql-mimic's own way of moving its reader and writer onto the TLS transport
+        writer._transport = upgraded
+        reader._transport = upgraded
 
     async def read(self) -> bytes:
         while True:
