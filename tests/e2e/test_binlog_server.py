@@ -212,6 +212,11 @@ def test_a_client_reconnecting_after_a_server_restart_loses_and_repeats_nothing(
         wait_equal(svc, db)
         got = Rebuilt()
         pos: list[tuple[str, int]] = []
+        guard = threading.Lock()  # the follower applies while the test compares
+
+        def caught_up() -> bool:
+            with guard:
+                return equal_to_source(db, got)
         first = svc.query("SHOW BINARY LOGS")[0][0]
 
         def follow(log_file: str, log_pos: int) -> None:
@@ -220,9 +225,10 @@ def test_a_client_reconnecting_after_a_server_restart_loses_and_repeats_nothing(
                                         log_pos=log_pos, slave_heartbeat=1)
             try:
                 for e in reader:
-                    apply_events(iter([e]), got, KEYS, reader)
-                    if got.xid_positions:
-                        pos[:] = [got.xid_positions[-1]]
+                    with guard:
+                        apply_events(iter([e]), got, KEYS, reader)
+                        if got.xid_positions:
+                            pos[:] = [got.xid_positions[-1]]
             except pymysql.err.OperationalError:
                 pass  # the server went away
             finally:
@@ -230,7 +236,7 @@ def test_a_client_reconnecting_after_a_server_restart_loses_and_repeats_nothing(
 
         t = threading.Thread(target=follow, args=(first, 4), daemon=True)
         t.start()
-        wait_until(lambda: equal_to_source(db, got), 60, "the follower to catch up")
+        wait_until(caught_up, 60, "the follower to catch up")
         svc.server.terminate()
         svc.server.wait(30)
         t.join(30)
@@ -240,7 +246,7 @@ def test_a_client_reconnecting_after_a_server_restart_loses_and_repeats_nothing(
         # the client resumes at the last whole transaction it applied
         t = threading.Thread(target=follow, args=pos[0], daemon=True)
         t.start()
-        wait_until(lambda: equal_to_source(db, got), 90, "the follower to catch up after the restart")
+        wait_until(caught_up, 90, "the follower to catch up after the restart")
         assert len(got.gtids) == len(set(got.gtids))
         svc.server.terminate()
         t.join(30)
