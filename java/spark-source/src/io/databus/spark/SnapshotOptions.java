@@ -45,27 +45,8 @@ final class SnapshotOptions implements Serializable {
 
     private SnapshotOptions(Map<String, String> v) {
         List<String> problems = new ArrayList<>();
-        store = v.get("store");
-        if (store == null) {
-            problems.add("store: Field required");
-        } else if (store.isEmpty()) {
-            problems.add("store: String should have at least 1 character");
-        }
-        List<String> srcs = new ArrayList<>();
-        String rawSources = v.get("sources");
-        if (rawSources == null) {
-            problems.add("sources: Field required");
-        } else {
-            for (String s : rawSources.split(",")) {
-                if (!s.strip().isEmpty()) {
-                    srcs.add(s.strip());
-                }
-            }
-            if (srcs.isEmpty()) {
-                problems.add("sources: Tuple should have at least 1 item after validation, not 0");
-            }
-        }
-        sources = List.copyOf(srcs);
+        store = SourceOptions.required(v, "store", problems);
+        sources = SourceOptions.sourceList(v, problems);
         partitions = (int) SourceOptions.integer(v, "partitions", 1, 1, SourceOptions.MAX_PARTITIONS, problems);
         scn = v.containsKey("scn") ? SourceOptions.integer(v, "scn", -1, -1, Long.MAX_VALUE, problems) : null;
         String vf = v.getOrDefault("valueFormat", "struct");

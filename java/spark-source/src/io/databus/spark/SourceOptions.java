@@ -44,27 +44,8 @@ public final class SourceOptions implements Serializable {
 
     private SourceOptions(Map<String, String> v) {
         List<String> problems = new ArrayList<>();
-        relay = v.get("relay");
-        if (relay == null) {
-            problems.add("relay: Field required");
-        } else if (relay.isEmpty()) {
-            problems.add("relay: String should have at least 1 character");
-        }
-        List<String> srcs = new ArrayList<>();
-        String rawSources = v.get("sources");
-        if (rawSources == null) {
-            problems.add("sources: Field required");
-        } else {
-            for (String s : rawSources.split(",")) {
-                if (!s.strip().isEmpty()) {
-                    srcs.add(s.strip());
-                }
-            }
-            if (srcs.isEmpty()) {
-                problems.add("sources: Tuple should have at least 1 item after validation, not 0");
-            }
-        }
-        sources = List.copyOf(srcs);
+        relay = required(v, "relay", problems);
+        sources = sourceList(v, problems);
         partitions = (int) integer(v, "partitions", 1, 1, MAX_PARTITIONS, problems);
         maxRowsPerBatch = optInteger(v, "maxRowsPerBatch", 1, problems);
         maxBytesPerBatch = optInteger(v, "maxBytesPerBatch", 1, problems);
@@ -144,6 +125,36 @@ public final class SourceOptions implements Serializable {
         } catch (NumberFormatException e) {
             return null;
         }
+    }
+
+    /** The non-empty text option {@code name}, or null with its problem added. */
+    static String required(Map<String, String> v, String name, List<String> problems) {
+        String value = v.get(name);
+        if (value == null) {
+            problems.add(name + ": Field required");
+        } else if (value.isEmpty()) {
+            problems.add(name + ": String should have at least 1 character");
+        }
+        return value;
+    }
+
+    /** The comma-separated {@code sources} option (blanks dropped, at least one name). */
+    static List<String> sourceList(Map<String, String> v, List<String> problems) {
+        List<String> srcs = new ArrayList<>();
+        String rawSources = v.get("sources");
+        if (rawSources == null) {
+            problems.add("sources: Field required");
+        } else {
+            for (String s : rawSources.split(",")) {
+                if (!s.strip().isEmpty()) {
+                    srcs.add(s.strip());
+                }
+            }
+            if (srcs.isEmpty()) {
+                problems.add("sources: Tuple should have at least 1 item after validation, not 0");
+            }
+        }
+        return List.copyOf(srcs);
     }
 
     static long integer(Map<String, String> v, String name, long dflt, long min, long max,
