@@ -26,9 +26,11 @@ import argparse
 import multiprocessing as mp
 import shutil
 import statistics
+import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -102,26 +104,46 @@ def _wait_dump(m: MariaDB, timeout: float = 30.0) -> None:
     raise RuntimeError("no binlog dump connection")
 
 
-def run_databus(m: MariaDB, tmp: Path, first_id: int, count: int, rate: float) -> list[Any]:
+def relay_and_client(m: MariaDB, log: Path, consumer: Consumer,
+                     ) -> tuple[subprocess.Popen[bytes], str, Callable[[], None]]:
+    """A ``databus relay`` process on ``m``'s ``bench.lat`` (from the binlog's end) and a
+    :class:`DatabusClient` feeding ``consumer`` in a thread, once the relay dumps the binlog.
+
+    Returns the relay's process, its URL and the function that stops the client; the caller
+    stops the relay (it is stopped here when the start fails).
+    """
     port = free_port()
     relay = spawn([*DATABUS, "relay", "--source", m.url, "--tables", r"bench\.lat",
-                   "--snapshot-mode", "no_data", "--port", str(port)], tmp / "relay.log")
+                   "--snapshot-mode", "no_data", "--port", str(port)], log)
     try:
         url = f"http://127.0.0.1:{port}"
         wait_http(f"{url}/admin", relay)
         _wait_dump(m)
-        consumer = _Latency(count)
         stop_ev = threading.Event()
         client = DatabusClient(ClientConfig(relay_url=url, poll_timeout=5.0), consumer)
         t = threading.Thread(target=client.run, kwargs={"stop": stop_ev})
         t.start()
+    except BaseException:
+        stop(relay)
+        raise
+
+    def stop_client() -> None:
+        stop_ev.set()
+        t.join(30)
+
+    return relay, url, stop_client
+
+
+def run_databus(m: MariaDB, tmp: Path, first_id: int, count: int, rate: float) -> list[Any]:
+    consumer = _Latency(count)
+    relay, url, stop_client = relay_and_client(m, tmp / "relay.log", consumer)
+    try:
         writer, start_at = _paced(m.port, first_id, count, rate)
         try:
             consumer.done.wait(count / rate + 60)
         finally:
             writer.join()
-            stop_ev.set()
-            t.join(30)
+            stop_client()
         assert httpx.get(f"{url}/admin", timeout=5).status_code == 200
     finally:
         stop(relay)

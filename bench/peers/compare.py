@@ -47,12 +47,12 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.mariadb import BINLOG_SETTINGS, MariaDB
-from tests.support.procs import DATABUS, free_port, spawn, stop, wait_http
+from tests.support.procs import stop
 
 from bench.binlog_decode import workload
-from bench.mysql_latency import TABLE, _Latency, _stats, _wait_dump, _writer
+from bench.mysql_latency import TABLE, _Latency, _stats, _writer, relay_and_client
 from bench.peers.harness import Debezium, classpath, mark, prepare
-from databus.client import ClientConfig, DatabusClient, DataEvent
+from databus.client import DataEvent
 from databus.sources.mysql.checks import parse_mysql_url
 from databus.sources.mysql.connection import master_status
 
@@ -194,18 +194,9 @@ class CpuWatch:
 
 def latency_databus(m: MariaDB, tmp: Path, first_id: int, count: int, rate: float,
                     writers: int) -> tuple[list[Any], int, dict[str, float]]:
-    port = free_port()
-    relay = spawn([*DATABUS, "relay", "--source", m.url, "--tables", r"bench\.lat",
-                   "--snapshot-mode", "no_data", "--port", str(port)], tmp / f"relay-{first_id}.log")
+    consumer = _Rows(count)
+    relay, _, stop_client = relay_and_client(m, tmp / f"relay-{first_id}.log", consumer)
     try:
-        url = f"http://127.0.0.1:{port}"
-        wait_http(f"{url}/admin", relay)
-        _wait_dump(m)
-        consumer = _Rows(count)
-        stop_ev = threading.Event()
-        client = DatabusClient(ClientConfig(relay_url=url, poll_timeout=5.0), consumer)
-        t = threading.Thread(target=client.run, kwargs={"stop": stop_ev})
-        t.start()
         assert m.proc is not None
         watch = CpuWatch({"relay": relay.pid, "mariadb": m.proc.pid}).start()
         own0 = sum(os.times()[:2])  # the client's thread (the writers are processes)
@@ -217,8 +208,7 @@ def latency_databus(m: MariaDB, tmp: Path, first_id: int, count: int, rate: floa
             cpu["client"] = sum(os.times()[:2]) - own0
             for p in procs:
                 p.join()
-            stop_ev.set()
-            t.join(30)
+            stop_client()
         peak = _peak_kb(relay.pid)
     finally:
         stop(relay)

@@ -25,17 +25,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import httpx
 from tests.support.mariadb import BINLOG_SETTINGS, MariaDB
-from tests.support.procs import DATABUS, free_port, spawn, stop, wait_http
+from tests.support.procs import stop
 
-from bench.mysql_latency import TABLE, _stats, _wait_dump
+from bench.mysql_latency import TABLE, _stats, relay_and_client
 from bench.peers.compare import _paced, _peak_kb, _Rows
-from databus.client import ClientConfig, DatabusClient
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -100,18 +98,9 @@ def main() -> None:
     try:
         m.start()
         m.execute("CREATE DATABASE bench", TABLE)
-        port = free_port()
-        relay = spawn([*DATABUS, "relay", "--source", m.url, "--tables", r"bench\.lat",
-                       "--snapshot-mode", "no_data", "--port", str(port)], tmp / "relay.log")
+        consumer = _Rows(count)
+        relay, url, stop_client = relay_and_client(m, tmp / "relay.log", consumer)
         try:
-            url = f"http://127.0.0.1:{port}"
-            wait_http(f"{url}/admin", relay)
-            _wait_dump(m)
-            consumer = _Rows(count)
-            stop_ev = threading.Event()
-            client = DatabusClient(ClientConfig(relay_url=url, poll_timeout=5.0), consumer)
-            t = threading.Thread(target=client.run, kwargs={"stop": stop_ev})
-            t.start()
             assert m.proc is not None
             spies = []
             if args.pyspy is not None:
@@ -131,8 +120,7 @@ def main() -> None:
             wall = time.monotonic() - t0
             cpu1 = (_cpu(relay.pid), sum(os.times()[:2]), _cpu(m.proc.pid))
             kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            stop_ev.set()
-            t.join(30)
+            stop_client()
             for s in spies:
                 s.wait(60)
             peak = _peak_kb(relay.pid)
