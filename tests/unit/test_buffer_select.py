@@ -96,6 +96,24 @@ def test_spans_hold_exactly_the_matching_events() -> None:
     assert sum(c for _s, _e, c in spans) == len(want)
 
 
+def test_copy_is_the_selected_events_and_the_eop_when_they_fit() -> None:
+    rng = random.Random(11)
+    w = window(rng, 5)
+    eop = ev.encode_eop(5)
+    data = b"x" * 7 + w.events + eop  # the window at an offset
+    filt = ServerFilter.mod([1, 2], 2, 0, 1)
+    sel = select.compile_selection(frozenset({1, 2}), filt)
+    assert sel is not None
+    for skip in (0, 1, 3):
+        spans, eop_off, _total = sel.window(data, 7, skip)
+        want = b"".join(data[s:e] for s, e, _c in spans) + eop
+        kept = sum(c for _s, _e, c in spans)
+        got, end, n, size = sel.copy(data, 7, skip, len(want))
+        assert (got, end, n, size) == (want, eop_off + len(eop), kept, len(want))
+        # one byte short: nothing copied, the same end, count and size
+        assert sel.copy(data, 7, skip, len(want) - 1) == (None, end, kept, len(want))
+
+
 def test_a_length_leaving_the_buffer_is_refused() -> None:
     data = bytearray(ev.encode(scn=1, src_id=1, key=1, payload=b"x" * 20) + ev.encode_eop(1))
     data[17:21] = (10_000).to_bytes(4, "big")
@@ -103,6 +121,8 @@ def test_a_length_leaving_the_buffer_is_refused() -> None:
     assert sel is not None
     with pytest.raises(ValueError, match="offset 0"):
         sel.window(bytes(data), 0)
+    with pytest.raises(ValueError, match="offset 0"):
+        sel.copy(bytes(data), 0, 0, 1 << 20)
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -49,7 +49,7 @@ from pathlib import Path
 
 from databus.buffer import select
 from databus.buffer.persist import HEADER_SIZE, BufferFile, scan_windows
-from databus.buffer.select import Span, compile_selection
+from databus.buffer.select import Selection, Span, compile_selection
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import (
@@ -427,10 +427,46 @@ class EventBuffer:
             start, skip = self._start(checkpoint)
             if start < 0:
                 return ReadResult(b"", 0, 0, 0, -1)
+            compiled = (compile_selection(sources, filter)
+                        if sources is not None or filter is not None else None)
+            if compiled is not None:
+                return self._read_selected(start, skip, max_bytes, compiled, upto_scn)
             out, counts = self._collect(start, skip, max_bytes, sources, filter, upto_scn)
             # the one copy, under the lock
             mv = memoryview(self._mem)
             return ReadResult(b"".join([mv[a:b] for a, b in out]), *counts)
+
+    def _read_selected(self, off: int, skip: int, max_bytes: int, compiled: Selection,
+                       upto_scn: int | None) -> ReadResult:
+        """:meth:`read` with a compiled selection (lock held): each window selected and
+        copied out in one call, no Python object per event or per span of events."""
+        mem = self._mem
+        chunks: list[bytes] = []
+        used = kept_events = windows = 0
+        last_scn = -1
+        max_scn = self._max_scn if upto_scn is None else min(self._max_scn, upto_scn)
+        while last_scn < max_scn:
+            scn = ev.peek_scn(mem, off)
+            if scn > max_scn:
+                break
+            data, end, kept, size = compiled.copy(mem, off, skip, max_bytes - used)
+            if data is None:  # the window does not fit in what is left of the budget
+                if windows:
+                    break
+                # the first window alone is too large: serve a prefix, at least one event
+                spans, _eop, _n = compiled.window(mem, off, skip)
+                out, counts = self._prefix(spans, skip, max_bytes, scn)
+                mv = memoryview(mem)
+                return ReadResult(b"".join([mv[a:b] for a, b in out]), *counts)
+            chunks.append(data)
+            used += size
+            kept_events += kept
+            windows += 1
+            last_scn = scn
+            skip = 0
+            off = self._after_window(end)
+        return ReadResult(chunks[0] if len(chunks) == 1 else b"".join(chunks),
+                          kept_events + windows, kept_events, windows, last_scn)
 
     def read_pinned(self, checkpoint: Checkpoint, max_bytes: int, *,
                     upto_scn: int | None = None) -> PinnedRead:
@@ -517,7 +553,6 @@ class EventBuffer:
         used = events = data_events = windows = 0
         last_scn = -1
         selective = sources is not None or filt is not None
-        compiled = compile_selection(sources, filt) if selective else None
         max_scn = self._max_scn if upto_scn is None else min(self._max_scn, upto_scn)
         walk = select.walk_windows if not selective else None
         while last_scn < max_scn:
@@ -540,26 +575,6 @@ class EventBuffer:
             scn = ev.peek_scn(mem, off)
             if scn > max_scn:
                 break
-            if compiled is not None:
-                # the window's selection in one call (as the event-by-event path below)
-                spans, p, _n = compiled.window(mem, off, skip)
-                eop_len = ev.peek_length(mem, p)
-                size = sum(e - s for s, e, _c in spans)
-                if used + size + eop_len <= max_bytes:
-                    kept = sum(c for _s, _e, c in spans)
-                    out.extend((s, e) for s, e, _c in spans)
-                    out.append((p, p + eop_len))
-                    used += size + eop_len
-                    events += kept + 1
-                    data_events += kept
-                    windows += 1
-                    last_scn = scn
-                    skip = 0
-                    off = self._after_window(p + eop_len)
-                    continue
-                if windows:
-                    break
-                return self._prefix(spans, skip, max_bytes, scn)
             end, _n = self._window_end(off)
             if not selective and not skip:
                 size = end - off

@@ -10,8 +10,10 @@ into a :class:`Selection` backed by the optional C extension ``_select``
 exactly the events the Python path of :meth:`EventBuffer._collect
 <databus.buffer.ring.EventBuffer._collect>` keeps (source id in ``sources``,
 then :meth:`ServerFilter.matches <databus.core.filters.ServerFilter.matches>`),
-without a Python object per event. Without the extension it returns None and
-the buffer selects event by event in Python (same result, slower).
+without a Python object per event: :meth:`Selection.copy` copies a window's
+kept events out in one call (without a Python object per span either).
+Without the extension it returns None and the buffer selects event by event
+in Python (same result, slower).
 """
 
 from __future__ import annotations
@@ -58,6 +60,17 @@ class Selection:
         selected events), its EOP's offset, its data events."""
         spans, eop, total = _select.select_window(mem, off, self.sources, self.filters, skip)
         return spans, eop, total
+
+    def copy(self, mem: bytes | bytearray | memoryview, off: int, skip: int,
+             room: int) -> tuple[bytes | None, int, int, int]:
+        """The window at ``off`` selected as :meth:`window` selects it: ``(data, end,
+        kept, size)``, ``data`` its kept events and its EOP copied out when they fit
+        in ``room`` bytes (else None, nothing copied), ``end`` the offset after its
+        EOP, ``kept`` the events in ``data`` besides the EOP, ``size`` the bytes they
+        take (fitting or not). No Python object per event or span."""
+        data, end, kept, _total, size = _select.select_copy(mem, off, self.sources,
+                                                            self.filters, skip, room)
+        return data, end, kept, size
 
 
 def compile_selection(sources: frozenset[int] | None,
