@@ -159,9 +159,13 @@ static int parse_sel(PyObject *srcs, PyObject *filt_seq, Sel *s) {
 static int walk_selected(const uint8_t *mem, Py_ssize_t n, Py_ssize_t off, const Sel *s,
                          Py_ssize_t skip, WindowSel *w, Py_ssize_t *err_off) {
     Py_ssize_t selected = 0, span_end = -1;
+    /* as in walk_windows: ask the cache for the header chain ahead of the walk */
+    Py_ssize_t ahead = off;
     w->n = w->total = w->kept = w->size = 0;
     for (;;) {
         if (off < 0 || n - off < HEADER_LEN + 8) { *err_off = off; return 1; }
+        for (; ahead < off + PREFETCH_AHEAD && ahead < n; ahead += 64)
+            __builtin_prefetch(mem + ahead);
         const uint8_t *e = mem + off;
         int32_t length = (int32_t)be32(e + OFF_TOTAL_LEN);
         int32_t src = (int32_t)be32(e + OFF_SRC_ID);
