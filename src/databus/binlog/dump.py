@@ -84,6 +84,10 @@ ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
 _U32 = struct.Struct("<I")
 SendChunk = Callable[[memoryview], tuple[int, int]]
 _CHUNK = 1 << 20  # bytes read per pread: ~1 MiB keeps a fast client's pipe full
+# a file's first pread: the client has its first events ~0.1 ms after its request
+# instead of after a whole chunk's read and framing (~1.5 ms, measured with strace on
+# mariadb-binlog); each later pread doubles up to _CHUNK
+_FIRST_CHUNK = 16 << 10
 MAX_PACKET = 0xFFFFFF  # a MySQL packet's largest payload
 
 try:  # the compiled half of frame_events (client/_wiredecode.c: the measured reason)
@@ -485,13 +489,15 @@ class Dumper:
         in_excluded = False
         skipped_to = 0
         need = 0  # the length of the event at offset when it is longer than a chunk
+        chunk = _FIRST_CHUNK
         while True:
             changed = self._notifier.changed  # before the look (see StoreNotifier)
             end = store.committed_size(file)
             if offset < end:
                 # an event cut by the chunk's end is read again whole with the next
                 # chunk (re-reading its head costs less than joining two buffers)
-                want = min(end - offset, max(_CHUNK, need))
+                want = min(end - offset, max(chunk, need))
+                chunk = min(chunk * 2, _CHUNK)
                 data = os.pread(fd, want, offset)
                 if len(data) < want:
                     raise DumpError(f"I/O error reading log event: '{file}' ends at"
