@@ -204,6 +204,37 @@ def test_mariadb_binlog_dumps_the_files_and_its_decoded_rows_match(tmp_path: Pat
         assert "zoë ☃ 𝄞 1'".encode() in out.stdout
 
 
+def test_rows_larger_than_the_dumps_read_chunk_arrive_whole(tmp_path: Path) -> None:
+    """The dumper reads a file in chunks (16 KiB growing to ``dump.CHUNK``) and frames the
+    whole events of each; an event longer than a chunk is read again whole. Rows of up
+    to 3 MiB between small ones: python-mysql-replication rebuilds them equal and
+    ``mariadb-binlog`` decodes every event without an error."""
+    from databus.binlog.dump import CHUNK
+
+    db = make_source(tmp_path)
+    with BinlogService(db, tmp_path, ALL) as svc:
+        con = sqlite3.connect(db, isolation_level=None)
+        sizes = [10, CHUNK - 100, 20, CHUNK + 1, 3 << 20, 5, 2 * CHUNK + 7, 16]
+        for i, size in enumerate(sizes):
+            con.execute("INSERT INTO kinds VALUES (?, ?, ?, ?, ?)",
+                        (i + 1, f"row {i}", float(i), bytes([i]) * size, size))
+        con.execute("UPDATE kinds SET data = ? WHERE id = 2", (b"\x07" * (2 << 20),))
+        con.close()
+        got = wait_equal(svc, db)
+        assert max(len(r["data"]) for r in rebuilt_rows(got, "kinds").values()) == 3 << 20
+        tool = shutil.which("mariadb-binlog")
+        if tool is None:
+            return
+        out = subprocess.run(
+            [tool, "--read-from-remote-server", "--host=127.0.0.1", f"--port={svc.port}",
+             f"--user={USER}", f"--password={PASSWORD}", "--verbose", "--to-last-log",
+             svc.query("SHOW BINARY LOGS")[0][0]], capture_output=True, timeout=120,
+            check=False)
+        assert out.returncode == 0 and b"ERROR" not in out.stderr, out.stderr[-2000:]
+        decoded = parse_verbose(out.stdout, out.stderr)
+        assert len(decoded.changes) == got.rows
+
+
 def test_a_client_reconnecting_after_a_server_restart_loses_and_repeats_nothing(
         tmp_path: Path) -> None:
     db = make_source(tmp_path)

@@ -12,7 +12,7 @@ import struct
 import pytest
 
 from databus.binlog import dump
-from databus.binlog.dump import MAX_PACKET, frame_events
+from databus.binlog.dump import MAX_PACKET, frame_events, frame_events_into, framed_capacity
 
 HEADER = 19
 
@@ -42,9 +42,16 @@ def by_rule(events: list[bytes], seq: int) -> tuple[bytes, int]:
 
 
 def both(data: bytes | memoryview, seq: int) -> dump.Framed:
+    """Both halves, each also into a reused buffer (``frame_events_into``, sized by
+    ``framed_capacity``, left-over bytes from an earlier use at its end)."""
     py = frame_events(data, seq, native=False)
-    if dump._native is not None:
+    natives = [True] if dump._native is not None else []
+    if natives:
         assert frame_events(data, seq) == py
+    for native in [False, *natives]:
+        out = bytearray(b"\xee" * framed_capacity(len(data)))
+        length, *rest = frame_events_into(data, seq, out, native=native)
+        assert (bytes(out[:length]), *rest) == py
     return py
 
 
@@ -97,3 +104,16 @@ def test_a_length_below_the_header_stops_at_that_event_after_framing_those_befor
     data = b"".join(events) + bytes(broken) + event(60, rng)
     want, nxt = by_rule(events, 0)
     assert both(data, 0) == (want, 180, 3, nxt, 180)
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_a_buffer_too_small_for_the_packets_is_an_error_not_a_short_frame(
+        native: bool) -> None:
+    if native and dump._native is None:
+        pytest.skip("the compiled half is not built")
+    rng = random.Random(3)
+    data = b"".join(event(HEADER, rng) for _ in range(50))  # the densest: 5 bytes each more
+    need = len(frame_events(data, 0)[0])
+    assert need <= framed_capacity(len(data))
+    with pytest.raises(ValueError, match="out holds"):
+        frame_events_into(data, 0, bytearray(need - 1), native=native)

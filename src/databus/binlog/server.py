@@ -64,12 +64,15 @@ from mysql_mimic.stream import ConnectionClosed, MysqlStream
 
 from databus.binlog.config import BinlogServiceConfig
 from databus.binlog.dump import (
+    CHUNK,
     Dumper,
     DumpError,
     DumpOptions,
     DumpRequest,
     StoreNotifier,
     frame_events,
+    frame_events_into,
+    framed_capacity,
     parse_binlog_dump,
     parse_binlog_dump_gtid,
 )
@@ -347,11 +350,17 @@ class BinlogConnection(Connection):  # type: ignore[misc]
                 framed, _, _, seq.value, _ = frame_events(buf[start:stop], seq.value)
                 out.write(framed)
 
+        packets = bytearray()  # reused: written out (flushed) before the next chunk
+
         def send_chunk(buf: memoryview) -> tuple[int, int]:
             # the dump's hot path (every event of a file): one call frames a chunk
-            framed, consumed, count, seq.value, bad = frame_events(buf, seq.value)
-            if framed:
-                out.write(framed)
+            nonlocal packets
+            if len(packets) < framed_capacity(len(buf)):
+                packets = bytearray(framed_capacity(max(len(buf), CHUNK)))
+            length, consumed, count, seq.value, bad = frame_events_into(buf, seq.value,
+                                                                        packets)
+            if length:
+                out.write(memoryview(packets)[:length])
             if bad >= 0:
                 raise ValueError(bad)
             return consumed, count
@@ -400,7 +409,7 @@ class _DumpWriter:
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self._writer = writer
         self._loop = asyncio.get_running_loop()
-        self._queue: list[bytes] = []
+        self._queue: list[bytes | memoryview] = []
         self._fd = -1
         sock = writer.get_extra_info("socket")
         if writer.get_extra_info("ssl_object") is None and sock is not None:
@@ -410,23 +419,33 @@ class _DumpWriter:
         else:
             writer.transport.set_write_buffer_limits(high=4 << 20, low=1 << 20)
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
+        """Queue ``data``; a memoryview's buffer must stay unchanged until :meth:`flush`
+        returned (the dump reuses its framing buffer after that)."""
         if self._fd < 0:
-            self._writer.write(data)
+            # the TLS transport may keep what it is given beyond drain(): a copy
+            self._writer.write(bytes(data) if isinstance(data, memoryview) else data)
         elif data:
             self._queue.append(data)
 
     async def flush(self) -> None:
         """Send everything written (raises ConnectionError when the client is gone)."""
         await self._writer.drain()
-        while self._queue:
-            view = memoryview(self._queue[0])
-            while view:
-                with contextlib.suppress(BlockingIOError, InterruptedError):
-                    view = view[os.write(self._fd, view):]
-                if view:
-                    await self._writable()
-            self._queue.pop(0)
+        queue = self._queue
+        while queue:
+            # one writev for what is queued (a dump's first write: the artificial Rotate,
+            # the Format_description and the first chunk); a partial one goes on from
+            # where the kernel stopped once the socket is writable again
+            try:
+                sent = os.writev(self._fd, queue[:_IOV_MAX])
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            while queue and sent >= len(queue[0]):
+                sent -= len(queue.pop(0))
+            if sent:
+                queue[0] = memoryview(queue[0])[sent:]
+            if queue:
+                await self._writable()
 
     async def _writable(self) -> None:
         ready = self._loop.create_future()
@@ -440,6 +459,9 @@ class _DumpWriter:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+_IOV_MAX = 1024  # buffers per writev (Linux's IOV_MAX)
 
 
 def _wake(ready: asyncio.Future[None]) -> None:

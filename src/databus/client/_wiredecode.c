@@ -1214,7 +1214,7 @@ done:
 
 /* ------------------------------------------------ binlog events as MySQL packets */
 
-/* frame_binlog(events, seq) -> (framed, consumed, count, next_seq, bad): the MySQL
+/* frame_binlog(events, seq[, out]) -> (framed, consumed, count, next_seq, bad): the MySQL
  * packets of a binlog dump for the whole binlog events at the start of ``events``
  * (consecutive v4 events, the first at offset 0), the compiled half of
  * databus.binlog.dump.frame_events (its docstring is the contract; the Python half
@@ -1224,7 +1224,10 @@ done:
  * length and the sequence number (``seq``, mod 256, counting on). It stops before an
  * event that does not end inside ``events`` (``consumed`` is where that one starts)
  * and at an event whose length field is below the 19-byte header (``bad`` is its
- * offset, else -1; what came before is framed).
+ * offset, else -1; what came before is framed). With ``out`` (a writable buffer) the
+ * packets are written at its start and ``framed`` is their length (ValueError when they
+ * do not fit): a dump reuses one buffer instead of a fresh one per chunk, whose
+ * allocation and page faults were ~8% of the dumper's CPU (perf, four clients).
  *
  * Not in this module's decoding of the relay's wire format, but here because the binlog
  * service reads relays as a client and may import only the client package's
@@ -1238,9 +1241,14 @@ done:
 #define BL_MAXPKT 0xFFFFFF
 
 static PyObject *frame_binlog(PyObject *self, PyObject *args) {
-    Py_buffer view;
+    Py_buffer view, into = {0};
     int seq;
-    if (!PyArg_ParseTuple(args, "y*i", &view, &seq)) return NULL;
+    PyObject *out_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "y*i|O", &view, &seq, &out_obj)) return NULL;
+    if (out_obj != Py_None && PyObject_GetBuffer(out_obj, &into, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
     const uint8_t *b = (const uint8_t *)view.buf;
     Py_ssize_t n = view.len, i = 0, count = 0, bad = -1, size = 0;
     /* pass one: where the whole events end and how many bytes their packets take */
@@ -1255,9 +1263,22 @@ static PyObject *frame_binlog(PyObject *self, PyObject *args) {
         count++;
     }
     Py_ssize_t consumed = i;
-    PyObject *framed = PyBytes_FromStringAndSize(NULL, size);
-    if (!framed) { PyBuffer_Release(&view); return NULL; }
-    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(framed);
+    PyObject *framed = NULL;
+    uint8_t *o;
+    if (into.obj) {
+        if (into.len < size) {
+            PyErr_Format(PyExc_ValueError, "frame_binlog: out holds %zd bytes, the packets "
+                         "take %zd", into.len, size);
+            PyBuffer_Release(&into);
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        o = (uint8_t *)into.buf;
+    } else {
+        framed = PyBytes_FromStringAndSize(NULL, size);
+        if (!framed) { PyBuffer_Release(&view); return NULL; }
+        o = (uint8_t *)PyBytes_AS_STRING(framed);
+    }
     unsigned s = (unsigned)seq & 0xFF;
     /* pass two: the copy (without the GIL for large chunks: the converter's thread) */
     PyThreadState *ts = size >= (1 << 16) ? PyEval_SaveThread() : NULL;
@@ -1283,6 +1304,10 @@ static PyObject *frame_binlog(PyObject *self, PyObject *args) {
     }
     if (ts) PyEval_RestoreThread(ts);
     PyBuffer_Release(&view);
+    if (into.obj) {
+        PyBuffer_Release(&into);
+        return Py_BuildValue("(nnnIn)", size, consumed, count, s, bad);
+    }
     return Py_BuildValue("(NnnIn)", framed, consumed, count, s, bad);
 }
 
@@ -1299,8 +1324,9 @@ static PyMethodDef methods[] = {
      "columns, or None when the Python path must decode this range. flat: the row columns "
      "come back as 'before' (after image, else before image) and 'after' is empty."},
     {"frame_binlog", frame_binlog, METH_VARARGS,
-     "frame_binlog(events, seq) -> (framed, consumed, count, next_seq, bad): binlog events "
-     "as the MySQL packets of a dump (see databus.binlog.dump.frame_events)"},
+     "frame_binlog(events, seq[, out]) -> (framed, consumed, count, next_seq, bad): binlog "
+     "events as the MySQL packets of a dump (see databus.binlog.dump.frame_events); with out, "
+     "written into it and framed is their length"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_wiredecode",
