@@ -96,22 +96,35 @@ def test_spans_hold_exactly_the_matching_events() -> None:
     assert sum(c for _s, _e, c in spans) == len(want)
 
 
-def test_copy_is_the_selected_events_and_the_eop_when_they_fit() -> None:
+def test_windows_are_the_selected_events_and_eops_of_the_windows_that_fit() -> None:
     rng = random.Random(11)
-    w = window(rng, 5)
-    eop = ev.encode_eop(5)
-    data = b"x" * 7 + w.events + eop  # the window at an offset
+    ws = [window(rng, scn) for scn in (5, 6, 9)]
+    parts = [w.events + ev.encode_eop(w.scn) for w in ws]
+    data = b"x" * 7 + b"".join(parts)  # the windows at an offset
+    starts = [7 + sum(map(len, parts[:i])) for i in range(4)]
     filt = ServerFilter.mod([1, 2], 2, 0, 1)
     sel = select.compile_selection(frozenset({1, 2}), filt)
     assert sel is not None
     for skip in (0, 1, 3):
-        spans, eop_off, _total = sel.window(data, 7, skip)
-        want = b"".join(data[s:e] for s, e, _c in spans) + eop
-        kept = sum(c for _s, _e, c in spans)
-        got, end, n, size = sel.copy(data, 7, skip, len(want))
-        assert (got, end, n, size) == (want, eop_off + len(eop), kept, len(want))
-        # one byte short: nothing copied, the same end, count and size
-        assert sel.copy(data, 7, skip, len(want) - 1) == (None, end, kept, len(want))
+        want, kept = [], []
+        for i, off in enumerate(starts[:3]):
+            spans, eop_off, _total = sel.window(data, off, skip if i == 0 else 0)
+            want.append(b"".join(data[s:e] for s, e, _c in spans) + data[eop_off:starts[i + 1]])
+            kept.append(sum(c for _s, _e, c in spans))
+        whole = b"".join(want)
+        assert sel.windows(data, 7, len(data), skip, 1 << 30, 1 << 62) == (
+            whole, starts[3], 3, sum(kept), 9)
+        # the budget, max_scn and stop each end the read after whole windows
+        assert sel.windows(data, 7, len(data), skip, len(whole) - 1, 1 << 62) == (
+            b"".join(want[:2]), starts[2], 2, sum(kept[:2]), 6)
+        assert sel.windows(data, 7, len(data), skip, 1 << 30, 8) == (
+            b"".join(want[:2]), starts[2], 2, sum(kept[:2]), 6)
+        assert sel.windows(data, 7, starts[1], skip, 1 << 30, 1 << 62) == (
+            want[0], starts[1], 1, kept[0], 5)
+        # nothing fits, or the first window is past max_scn: nothing taken
+        assert sel.windows(data, 7, len(data), skip, len(want[0]) - 1, 1 << 62) == (
+            None, 7, 0, 0, -1)
+        assert sel.windows(data, 7, len(data), skip, 1 << 30, 4) == (None, 7, 0, 0, -1)
 
 
 def test_a_length_leaving_the_buffer_is_refused() -> None:
@@ -122,7 +135,7 @@ def test_a_length_leaving_the_buffer_is_refused() -> None:
     with pytest.raises(ValueError, match="offset 0"):
         sel.window(bytes(data), 0)
     with pytest.raises(ValueError, match="offset 0"):
-        sel.copy(bytes(data), 0, 0, 1 << 20)
+        sel.windows(bytes(data), 0, len(data), 0, 1 << 20, 1 << 62)
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -9,9 +9,9 @@
  * of adjacent events, so a window kept whole is one span; the first `skip`
  * selected events (already delivered: an in-window checkpoint) are left out.
  *
- * select_copy() is the selected read's half: the same selection of a window,
- * the kept events and the EOP copied into one bytes object, so a read makes
- * no Python object per span. With the tables of a source interleaved in the
+ * select_windows() is the selected read's half: the same selection of the
+ * windows from an offset, their kept events and EOPs copied into one bytes
+ * object, so a read makes no Python object per span (nor per window). With the tables of a source interleaved in the
  * windows and MOD buckets, nearly every kept event is its own span: with a
  * tuple, a memoryview slice and a join step per span, a Spark read of 1M
  * changes (3 tables, 2 buckets, 173 MB) cost the relay ~1.4 s of CPU, 0.8 s
@@ -153,7 +153,8 @@ static int parse_sel(PyObject *srcs, PyObject *filt_seq, Sel *s) {
     return 0;
 }
 
-/* walk the window at `off` and fill `w` (no Python object per event or span).
+/* walk the window at `off`: its kept spans are appended to w->spans after those already
+   there, its counts (total, kept, size, eop) replace w's (no Python object made).
    Returns 0, or an error kind with its offset in *err_off: 1 an event leaves the
    buffer, 2 a bad event length, 3 a bad key length, 4 out of memory. */
 static int walk_selected(const uint8_t *mem, Py_ssize_t n, Py_ssize_t off, const Sel *s,
@@ -161,7 +162,7 @@ static int walk_selected(const uint8_t *mem, Py_ssize_t n, Py_ssize_t off, const
     Py_ssize_t selected = 0, span_end = -1;
     /* as in walk_windows: ask the cache for the header chain ahead of the walk */
     Py_ssize_t ahead = off;
-    w->n = w->total = w->kept = w->size = 0;
+    w->total = w->kept = w->size = 0;
     for (;;) {
         if (off < 0 || n - off < HEADER_LEN + 8) { *err_off = off; return 1; }
         for (; ahead < off + PREFETCH_AHEAD && ahead < n; ahead += 64)
@@ -252,38 +253,66 @@ done:
     return result;
 }
 
-/* select_copy(mem, off, sources, filters, skip, room): see methods[] */
-static PyObject *select_copy(PyObject *self, PyObject *args) {
+static uint64_t be64(const uint8_t *p) { return ((uint64_t)be32(p) << 32) | be32(p + 4); }
+
+/* select_windows(mem, off, stop, sources, filters, skip, max_bytes, max_scn): see methods[] */
+static PyObject *select_windows(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer view;
-    Py_ssize_t off, skip, room, err_off = 0;
+    Py_ssize_t off, stop, skip, max_bytes, err_off = 0;
+    long long max_scn;
     PyObject *srcs, *filt_seq;
-    if (!PyArg_ParseTuple(args, "y*nOOnn", &view, &off, &srcs, &filt_seq, &skip, &room))
+    if (!PyArg_ParseTuple(args, "y*nnOOnnL", &view, &off, &stop, &srcs, &filt_seq, &skip,
+                          &max_bytes, &max_scn))
         return NULL;
     PyObject *result = NULL, *data = NULL;
     WindowSel w = {0};
     Sel s;
     const uint8_t *mem = view.buf;
-    int err;
+    Py_ssize_t n = view.len < stop ? view.len : stop;
+    Py_ssize_t used = 0, windows = 0, kept = 0;
+    long long last_scn = -1;
     if (parse_sel(srcs, filt_seq, &s) < 0) goto done;
-    err = walk_selected(mem, view.len, off, &s, skip, &w, &err_off);
-    if (err) { walk_error(err, err_off); goto done; }
-    /* the EOP: walk_selected checked its header is in the buffer */
-    Py_ssize_t eop_len = (Py_ssize_t)be32(mem + w.eop + OFF_TOTAL_LEN);
-    Py_ssize_t size = w.size + eop_len;
-    if (size > room) {  /* does not fit: nothing copied, the size it needs */
-        result = Py_BuildValue("(Onnnn)", Py_None, w.eop + eop_len, w.kept, w.total, size);
+    while (off < n) {
+        if (off < 0 || n - off < HEADER_LEN + 8) { walk_error(1, off); goto done; }
+        long long scn = (long long)be64(mem + off + OFF_SCN);
+        if (scn > max_scn) break;
+        Py_ssize_t mark = w.n;
+        int err = walk_selected(mem, n, off, &s, skip, &w, &err_off);
+        if (err) { walk_error(err, err_off); goto done; }
+        /* the EOP: walk_selected checked its header is in the buffer */
+        Py_ssize_t eop_len = (Py_ssize_t)be32(mem + w.eop + OFF_TOTAL_LEN);
+        if (w.size + eop_len > max_bytes - used) {  /* the window does not fit: not taken */
+            w.n = mark;
+            break;
+        }
+        if (w.n == w.cap) {
+            Py_ssize_t cap = w.cap ? 2 * w.cap : 64;
+            CSpan *grown = PyMem_RawRealloc(w.spans, (size_t)cap * sizeof *grown);
+            if (!grown) { PyErr_NoMemory(); goto done; }
+            w.spans = grown;
+            w.cap = cap;
+        }
+        w.spans[w.n++] = (CSpan){w.eop, w.eop + eop_len, 0};
+        used += w.size + eop_len;
+        windows++;
+        kept += w.kept;
+        last_scn = scn;
+        skip = 0;
+        off = w.eop + eop_len;
+    }
+    if (!windows) {
+        result = Py_BuildValue("(OnnnL)", Py_None, off, (Py_ssize_t)0, (Py_ssize_t)0, last_scn);
         goto done;
     }
-    data = PyBytes_FromStringAndSize(NULL, size);
+    data = PyBytes_FromStringAndSize(NULL, used);
     if (!data) goto done;
     char *out = PyBytes_AS_STRING(data);
     for (Py_ssize_t i = 0; i < w.n; i++) {
         memcpy(out, mem + w.spans[i].start, (size_t)(w.spans[i].end - w.spans[i].start));
         out += w.spans[i].end - w.spans[i].start;
     }
-    memcpy(out, mem + w.eop, (size_t)eop_len);
-    result = Py_BuildValue("(Onnnn)", data, w.eop + eop_len, w.kept, w.total, size);
+    result = Py_BuildValue("(OnnnL)", data, off, windows, kept, last_scn);
 done:
     Py_XDECREF(data);
     PyMem_RawFree(w.spans);
@@ -292,7 +321,6 @@ done:
     return result;
 }
 
-static uint64_t be64(const uint8_t *p) { return ((uint64_t)be32(p) << 32) | be32(p + 4); }
 
 /* walk_windows(mem, off, stop, max_bytes, max_scn, max_windows): see methods[] */
 static PyObject *walk_windows(PyObject *self, PyObject *args) {
@@ -353,12 +381,14 @@ static PyMethodDef methods[] = {
      "events, last scn): the whole windows from `off`, none reaching past `stop`, each with an "
      "SCN <= max_scn, together at most max_bytes, at most max_windows of them; `end` is where "
      "the last ends (`off` and -1 for none)"},
-    {"select_copy", select_copy, METH_VARARGS,
-     "select_copy(mem, off, sources, filters, skip, room) -> (data, end, kept, data events of "
-     "the window, size): the window at `off` selected as select_window selects it, its kept "
-     "events and its EOP copied into `data` (bytes) when they fit in `room` bytes, else "
-     "`data` is None and nothing is copied; `end` is the offset after the EOP, `size` the "
-     "bytes the copy takes"},
+    {"select_windows", select_windows, METH_VARARGS,
+     "select_windows(mem, off, stop, sources, filters, skip, max_bytes, max_scn) -> (data, "
+     "end, windows, kept, last scn): the whole windows from `off`, none reaching past `stop`, "
+     "each with an SCN <= max_scn, selected as select_window selects them (the first "
+     "window without its first `skip` selected events), taken while their kept events and "
+     "EOPs fit in max_bytes together, copied into `data` (bytes; None when no window was "
+     "taken); `end` is where the last taken window ends (`off` for none), `kept` the data "
+     "events in `data`"},
     {"select_window", select_window, METH_VARARGS,
      "select_window(mem, off, sources, filters, skip=0) -> ([(start, end, count), ...], eop "
      "offset, data events of the window); the first `skip` selected events are left out"},

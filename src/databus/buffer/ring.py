@@ -438,33 +438,36 @@ class EventBuffer:
 
     def _read_selected(self, off: int, skip: int, max_bytes: int, compiled: Selection,
                        upto_scn: int | None) -> ReadResult:
-        """:meth:`read` with a compiled selection (lock held): each window selected and
-        copied out in one call, no Python object per event or per span of events."""
+        """:meth:`read` with a compiled selection (lock held): the windows selected and
+        copied out in one call up to the wrap (or the end), no Python object per event,
+        span of events or window."""
         mem = self._mem
         chunks: list[bytes] = []
         used = kept_events = windows = 0
         last_scn = -1
         max_scn = self._max_scn if upto_scn is None else min(self._max_scn, upto_scn)
-        while last_scn < max_scn:
+        while True:
+            data, end, n, kept, last = compiled.windows(mem, off, self._segment_end(off), skip,
+                                                        max_bytes - used, max_scn)
+            if data is not None:
+                chunks.append(data)
+                used += len(data)
+                kept_events += kept
+                windows += n
+                last_scn = last
+                skip = 0
+                off = self._after_window(end)
+                if off == 0 and end != 0:
+                    continue  # the data goes on at the start of the region
+                break  # the newest window, the budget or upto_scn ends the read
             scn = ev.peek_scn(mem, off)
-            if scn > max_scn:
+            if windows or scn > max_scn:
                 break
-            data, end, kept, size = compiled.copy(mem, off, skip, max_bytes - used)
-            if data is None:  # the window does not fit in what is left of the budget
-                if windows:
-                    break
-                # the first window alone is too large: serve a prefix, at least one event
-                spans, _eop, _n = compiled.window(mem, off, skip)
-                out, counts = self._prefix(spans, skip, max_bytes, scn)
-                mv = memoryview(mem)
-                return ReadResult(b"".join([mv[a:b] for a, b in out]), *counts)
-            chunks.append(data)
-            used += size
-            kept_events += kept
-            windows += 1
-            last_scn = scn
-            skip = 0
-            off = self._after_window(end)
+            # the first window alone is too large: serve a prefix, at least one event
+            spans, _eop, _n = compiled.window(mem, off, skip)
+            out, counts = self._prefix(spans, skip, max_bytes, scn)
+            mv = memoryview(mem)
+            return ReadResult(b"".join([mv[a:b] for a, b in out]), *counts)
         return ReadResult(chunks[0] if len(chunks) == 1 else b"".join(chunks),
                           kept_events + windows, kept_events, windows, last_scn)
 

@@ -10,8 +10,9 @@ into a :class:`Selection` backed by the optional C extension ``_select``
 exactly the events the Python path of :meth:`EventBuffer._collect
 <databus.buffer.ring.EventBuffer._collect>` keeps (source id in ``sources``,
 then :meth:`ServerFilter.matches <databus.core.filters.ServerFilter.matches>`),
-without a Python object per event: :meth:`Selection.copy` copies a window's
-kept events out in one call (without a Python object per span either).
+without a Python object per event: :meth:`Selection.windows` copies the kept
+events of a read's windows out in one call (without a Python object per span
+or window either).
 Without the extension it returns None and the buffer selects event by event
 in Python (same result, slower).
 """
@@ -61,16 +62,18 @@ class Selection:
         spans, eop, total = _select.select_window(mem, off, self.sources, self.filters, skip)
         return spans, eop, total
 
-    def copy(self, mem: bytes | bytearray | memoryview, off: int, skip: int,
-             room: int) -> tuple[bytes | None, int, int, int]:
-        """The window at ``off`` selected as :meth:`window` selects it: ``(data, end,
-        kept, size)``, ``data`` its kept events and its EOP copied out when they fit
-        in ``room`` bytes (else None, nothing copied), ``end`` the offset after its
-        EOP, ``kept`` the events in ``data`` besides the EOP, ``size`` the bytes they
-        take (fitting or not). No Python object per event or span."""
-        data, end, kept, _total, size = _select.select_copy(mem, off, self.sources,
-                                                            self.filters, skip, room)
-        return data, end, kept, size
+    def windows(self, mem: bytes | bytearray | memoryview, off: int, stop: int, skip: int,
+                max_bytes: int, max_scn: int) -> tuple[bytes | None, int, int, int, int]:
+        """The whole windows from ``off``, none reaching past ``stop``, each with an SCN
+        <= ``max_scn``, selected as :meth:`window` selects them (the first without its
+        first ``skip`` selected events), taken while their kept events and EOPs fit in
+        ``max_bytes`` together: ``(data, end, windows, kept, last_scn)``, ``data`` those
+        events and EOPs copied out in one call (None when no window was taken), ``end``
+        where the last taken window ends (``off`` for none), ``kept`` the data events in
+        ``data``. No Python object per event, span or window."""
+        data, end, windows, kept, last_scn = _select.select_windows(
+            mem, off, stop, self.sources, self.filters, skip, max_bytes, max_scn)
+        return data, end, windows, kept, last_scn
 
 
 def compile_selection(sources: frozenset[int] | None,
