@@ -80,15 +80,16 @@ def _size(relay: Relay) -> int:
     return size
 
 
-def _slow_client(relay: Relay, cp: Checkpoint) -> socket.socket:
-    """A client whose receive buffer holds ~4 KiB: it asks for an answer and reads
-    nothing."""
+def _slow_client(relay: Relay, cp: Checkpoint, extra: bytes = b"",
+                 body: bytes = b"") -> socket.socket:
+    """A client whose receive buffer holds ~4 KiB: it asks for an answer (``extra``
+    ends the request's head, ``body`` follows it) and reads nothing."""
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     port = int(relay.url.rsplit(":", 1)[1])
     s.connect(("127.0.0.1", port))
-    s.sendall(b"GET /stream?size=%d&timeout=0&checkPoint=%s HTTP/1.1\r\nHost: x\r\n\r\n"
-              % (_size(relay), quote(cp.to_json(), safe="").encode()))
+    s.sendall(b"GET /stream?size=%d&timeout=0&checkPoint=%s HTTP/1.1\r\nHost: x\r\n%s\r\n%s"
+              % (_size(relay), quote(cp.to_json(), safe="").encode(), extra, body))
     return s
 
 
@@ -175,3 +176,25 @@ def test_a_client_stalled_past_the_grace_is_cut_and_never_sent_new_bytes(
     # the relay goes on serving
     again = relay.buffer.read(Checkpoint.after(relay.buffer.min_scn), 1024 * 1024)
     assert again.events > 0
+
+
+def test_a_get_with_an_empty_body_is_answered_from_pinned_views(relay: Relay) -> None:
+    """``Content-Length: 0`` (Java's HttpClient, the Spark JVM reader's, sends it with
+    every GET) takes the direct route: the answer is pinned views of the buffer. A body
+    sends the request to the ASGI route, which copies: nothing pinned, same bytes."""
+    cp = Checkpoint.flexible()
+    expected = relay.buffer.read(cp, _size(relay)).data
+    for extra, body, pinned in ((b"Content-Length: 0\r\n", b"", True),
+                                (b"Content-Length: 1\r\n", b"x", False)):
+        s = _slow_client(relay, cp, extra, body)
+        try:
+            if pinned:
+                wait_until(lambda: relay.buffer.pinned_reads == 1, 10, "the answer pinned")
+            else:
+                time.sleep(0.5)
+                assert relay.buffer.pinned_reads == 0
+            length, got = _read_all(s)
+            assert length == len(expected) and got == expected
+        finally:
+            s.close()
+        wait_until(lambda: relay.buffer.pinned_reads == 0, 10, "the pin released")
