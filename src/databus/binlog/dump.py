@@ -373,7 +373,9 @@ class Dumper:
         self._send_chunk: SendChunk | None = None
         self._exclude: GtidSet | None = None  # the client's GTIDs not yet passed
         self._own_uuid = store.server_uuid
-        self._inbuf = bytearray(CHUNK)  # every read of the dump, reused
+        # every read of the dump, reused; it grows with the reads (a dump of a few
+        # events does not allocate and zero a whole chunk)
+        self._inbuf = bytearray(_FIRST_CHUNK)
 
     def _start(self) -> tuple[str, int]:
         req = self._req
@@ -528,7 +530,7 @@ class Dumper:
                 want = min(end - offset, max(chunk, need))
                 chunk = min(chunk * 2, CHUNK)
                 if len(self._inbuf) < want:
-                    self._inbuf = bytearray(want)
+                    self._inbuf = bytearray(max(want, min(2 * len(self._inbuf), CHUNK)))
                 try:
                     got = os.preadv(fd, [memoryview(self._inbuf)[:want]], offset)
                 except OSError as exc:

@@ -64,7 +64,6 @@ from mysql_mimic.stream import ConnectionClosed, MysqlStream
 
 from databus.binlog.config import BinlogServiceConfig
 from databus.binlog.dump import (
-    CHUNK,
     Dumper,
     DumpError,
     DumpOptions,
@@ -355,8 +354,8 @@ class BinlogConnection(Connection):  # type: ignore[misc]
         def send_chunk(buf: memoryview) -> tuple[int, int]:
             # the dump's hot path (every event of a file): one call frames a chunk
             nonlocal packets
-            if len(packets) < framed_capacity(len(buf)):
-                packets = bytearray(framed_capacity(max(len(buf), CHUNK)))
+            if len(packets) < framed_capacity(len(buf)):  # grows as the reads do
+                packets = bytearray(framed_capacity(len(buf)))
             length, consumed, count, seq.value, bad = frame_events_into(buf, seq.value,
                                                                         packets)
             if length:
