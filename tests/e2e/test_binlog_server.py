@@ -7,6 +7,7 @@ source exactly: inserts, updates, deletes, unicode, NULLs, floats, blobs.
 
 from __future__ import annotations
 
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -222,6 +223,12 @@ def test_rows_larger_than_the_dumps_read_chunk_arrive_whole(tmp_path: Path) -> N
         con.close()
         got = wait_equal(svc, db)
         assert max(len(r["data"]) for r in rebuilt_rows(got, "kinds").values()) == 3 << 20
+        # its stderr is a file: plain log lines (Rich's rendering cost ~0.7 ms a record,
+        # paid in every connection's set-up), none per connection from mysql-mimic
+        log = (tmp_path / "binlog-server.log").read_text()
+        assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO databus\.binlog\.server:"
+                         r" binlog dump for 127\.0\.0\.1:\d+ from ", log, re.MULTILINE), log[-2000:]
+        assert "Started new connection" not in log
         tool = shutil.which("mariadb-binlog")
         if tool is None:
             return
