@@ -368,6 +368,19 @@ class BinlogConnection(Connection):  # type: ignore[misc]
         log.info("binlog dump for %s from %s", self._peer(),
                  f"GTIDs {request.gtids}" if request.gtids is not None
                  else f"{request.file or '(first file)'}:{request.pos}")
+        if request.non_blocking:
+            # it ends by itself at the binlog's end; a client that left fails a write.
+            # No watcher task: ~0.1 ms less of every mariadb-binlog run's set-up
+            try:
+                await dumper.run(send, out.flush, send_events, send_chunk)
+            except DumpError:
+                await out.flush()  # the events before the error, then its packet
+                raise
+            finally:
+                srv.dumps -= 1
+                out.close()
+            await stream.write(self.ok_or_eof())  # end of a non-blocking dump
+            return
         # a replication client sends nothing during a dump: a read that returns means it
         # left, which ends a dump waiting for data that may never come
         gone = asyncio.ensure_future(stream.reader.read(1))
