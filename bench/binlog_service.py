@@ -21,7 +21,8 @@ The same changes, in the same transactions and the same rows events, on both sid
 Once both binlogs hold everything, 1 and then 4 concurrent ``mariadb-binlog
 --read-from-remote-server --to-last-log FIRST_FILE`` clients read each server's binlog
 to its end (a non-blocking dump), output to /dev/null; rate = clients x events of the
-binlog / wall time until the last client exits, best of ``--rounds``. Events per binlog
+binlog / wall time until the last client exits, best of ``--rounds`` (the side that reads
+first alternates by round). Events per binlog
 are counted once per side from one client's output (its ``# at`` lines) and printed
 beside the rows; the same client binary does the same work per event on both sides, so
 the ratio compares the servers. The last line is ``ratio databus/mariadb: X``, X the
@@ -255,7 +256,10 @@ def main() -> None:
         best: dict[tuple[str, int], float] = {}
         for rnd in range(args.rounds):
             for clients in (1, 4):
-                for side, cmd in (("databus", ours), ("mariadb", theirs)):
+                # the side that goes first alternates by round: neither always reads
+                # right after the other's run (caches, the CPU's clock, other load)
+                sides = [("databus", ours), ("mariadb", theirs)]
+                for side, cmd in sides if rnd % 2 == 0 else sides[::-1]:
                     secs = timed(cmd, clients)
                     rate = clients * events[side] / secs
                     best[(side, clients)] = max(best.get((side, clients), 0.0), rate)
