@@ -354,8 +354,9 @@ class BinlogConnection(Connection):  # type: ignore[misc]
         def send_chunk(buf: memoryview) -> tuple[int, int]:
             # the dump's hot path (every event of a file): one call frames a chunk
             nonlocal packets
-            if len(packets) < framed_capacity(len(buf)):  # grows as the reads do
-                packets = bytearray(framed_capacity(len(buf)))
+            need = framed_capacity(len(buf))
+            if len(packets) < need:  # grows as the reads do
+                packets = bytearray(need)
             length, consumed, count, seq.value, bad = frame_events_into(buf, seq.value,
                                                                         packets)
             if length:
