@@ -66,6 +66,21 @@ def tls_service(svc: BinlogService, certs: Certs,
         yield proc
 
 
+@contextmanager
+def tls_source(tmp_path: Path, changes: int, seed: int, *, client_ca: bool = False
+               ) -> Iterator[tuple[Path, BinlogService, Certs, subprocess.Popen[bytes]]]:
+    """A SQLite source with ``changes`` transactions, its relay, certificates and the
+    binlog server with TLS (requiring client certificates of the CA when ``client_ca``),
+    started and not waited for."""
+    certs = make_certs(tmp_path / "certs")
+    db = make_source(tmp_path)
+    with BinlogService(db, tmp_path, ALL, serve=False) as svc:
+        write_changes(db, changes, seed=seed)
+        extra = ["--tls-client-ca", str(certs.ca)] if client_ca else []
+        with tls_service(svc, certs, *extra) as proc:
+            yield db, svc, certs, proc
+
+
 def tls_settings(svc: BinlogService, ca: Path) -> dict[str, Any]:
     """pymysql's connection settings: TLS, the server's certificate and host verified."""
     return {"host": "127.0.0.1", "port": svc.port, "user": USER, "password": PASSWORD,
@@ -117,44 +132,41 @@ def rebuild_over_tls(settings: dict[str, Any]) -> Rebuilt:
 
 def test_replication_over_tls_from_the_moment_the_service_listens_rebuilds_the_source(
         tmp_path: Path) -> None:
-    certs = make_certs(tmp_path / "certs")
-    db = make_source(tmp_path)
-    with BinlogService(db, tmp_path, ALL, serve=False) as svc:
-        write_changes(db, 150, seed=11)  # a backlog: the converter is busy as it starts
-        with tls_service(svc, certs) as proc:
-            first = connect_once_listening(svc, proc, tls_settings(svc, certs.ca))
-            try:
-                with first.cursor() as cur:
-                    cur.execute("SELECT @@version")
-                    assert cur.fetchone() == ("8.0.36-databus",)
-            finally:
-                first.close()
-            # the source keeps changing, so the converter stays busy while ten readers
-            # connect (thirty TLS handshakes), each reading the binlog so far
-            stop = threading.Event()
+    # a backlog of changes: the converter is busy as it starts
+    with tls_source(tmp_path, 150, 11) as (db, svc, certs, proc):
+        first = connect_once_listening(svc, proc, tls_settings(svc, certs.ca))
+        try:
+            with first.cursor() as cur:
+                cur.execute("SELECT @@version")
+                assert cur.fetchone() == ("8.0.36-databus",)
+        finally:
+            first.close()
+        # the source keeps changing, so the converter stays busy while ten readers
+        # connect (thirty TLS handshakes), each reading the binlog so far
+        stop = threading.Event()
 
-            def keep_writing() -> None:
-                seed = 100
-                while not stop.is_set():
-                    write_changes(db, 3, seed=seed)
-                    seed += 1
+        def keep_writing() -> None:
+            seed = 100
+            while not stop.is_set():
+                write_changes(db, 3, seed=seed)
+                seed += 1
 
-            writer = threading.Thread(target=keep_writing)
-            writer.start()
-            try:
-                rows = [rebuild_over_tls(tls_settings(svc, certs.ca)).rows for _ in range(10)]
-            finally:
-                stop.set()
-                writer.join()
-            assert rows == sorted(rows) and rows[-1] > 0  # each read the binlog so far
-            got: list[Rebuilt] = []
+        writer = threading.Thread(target=keep_writing)
+        writer.start()
+        try:
+            rows = [rebuild_over_tls(tls_settings(svc, certs.ca)).rows for _ in range(10)]
+        finally:
+            stop.set()
+            writer.join()
+        assert rows == sorted(rows) and rows[-1] > 0  # each read the binlog so far
+        got: list[Rebuilt] = []
 
-            def same() -> bool:
-                got[:] = [rebuild_over_tls(tls_settings(svc, certs.ca))]
-                return equal_to_source(db, got[0])
+        def same() -> bool:
+            got[:] = [rebuild_over_tls(tls_settings(svc, certs.ca))]
+            return equal_to_source(db, got[0])
 
-            wait_until(same, 120, "the binlog rebuilt over TLS to equal SQLite")
-            assert len(set(got[0].gtids)) == len(got[0].gtids)
+        wait_until(same, 120, "the binlog rebuilt over TLS to equal SQLite")
+        assert len(set(got[0].gtids)) == len(got[0].gtids)
 
 
 def _mysql_ssl_request_and_client_hello(port: int, ca: Path, *, one_write: bool) -> str:
@@ -199,52 +211,44 @@ def _mysql_ssl_request_and_client_hello(port: int, ca: Path, *, one_write: bool)
 
 def test_tls_is_required_verified_and_survives_a_client_hello_read_with_the_ssl_request(
         tmp_path: Path) -> None:
-    certs = make_certs(tmp_path / "certs")
-    db = make_source(tmp_path)
-    with BinlogService(db, tmp_path, ALL, serve=False) as svc:
-        write_changes(db, 5, seed=3)
-        with tls_service(svc, certs) as proc:
-            connect_once_listening(svc, proc, tls_settings(svc, certs.ca)).close()
-            # the SSL request and the ClientHello in one segment: one server read gets both
-            for one_write in (True, False, True, True):
-                assert _mysql_ssl_request_and_client_hello(
-                    svc.port, certs.ca, one_write=one_write).startswith("TLSv1.")
-            # TLS is required: a client without it is refused with MySQL's 3159
-            # (ssl_disabled: pymysql otherwise upgrades whenever the server offers TLS)
-            plain: dict[str, Any] = {
-                "host": "127.0.0.1", "port": svc.port, "user": USER, "password": PASSWORD,
-                "ssl_disabled": True, "connect_timeout": HANDSHAKE_TIMEOUT,
-                "read_timeout": HANDSHAKE_TIMEOUT, "write_timeout": HANDSHAKE_TIMEOUT}
-            with pytest.raises(pymysql.err.OperationalError) as refused:
-                pymysql.connect(**plain)
-            assert refused.value.args[0] == ER_SECURE_TRANSPORT_REQUIRED
-            reader = BinLogStreamReader(connection_settings=plain, server_id=7102,
-                                        blocking=False)
-            with pytest.raises(pymysql.err.OperationalError) as refused:
-                next(iter(reader))
-            reader.close()
-            assert refused.value.args[0] == ER_SECURE_TRANSPORT_REQUIRED
-            # the certificate is verified: a client trusting another CA does not connect
-            with pytest.raises(pymysql.err.OperationalError) as untrusted:
-                pymysql.connect(**tls_settings(svc, certs.other_ca))
-            assert "CERTIFICATE_VERIFY_FAILED" in str(untrusted.value)
-            # and the right CA reads the binlog
-            trusted = tls_settings(svc, certs.ca)
-            wait_until(lambda: equal_to_source(db, rebuild_over_tls(trusted)), 120,
-                       "the binlog rebuilt over TLS to equal SQLite")
+    with tls_source(tmp_path, 5, 3) as (db, svc, certs, proc):
+        connect_once_listening(svc, proc, tls_settings(svc, certs.ca)).close()
+        # the SSL request and the ClientHello in one segment: one server read gets both
+        for one_write in (True, False, True, True):
+            assert _mysql_ssl_request_and_client_hello(
+                svc.port, certs.ca, one_write=one_write).startswith("TLSv1.")
+        # TLS is required: a client without it is refused with MySQL's 3159
+        # (ssl_disabled: pymysql otherwise upgrades whenever the server offers TLS)
+        plain: dict[str, Any] = {
+            "host": "127.0.0.1", "port": svc.port, "user": USER, "password": PASSWORD,
+            "ssl_disabled": True, "connect_timeout": HANDSHAKE_TIMEOUT,
+            "read_timeout": HANDSHAKE_TIMEOUT, "write_timeout": HANDSHAKE_TIMEOUT}
+        with pytest.raises(pymysql.err.OperationalError) as refused:
+            pymysql.connect(**plain)
+        assert refused.value.args[0] == ER_SECURE_TRANSPORT_REQUIRED
+        reader = BinLogStreamReader(connection_settings=plain, server_id=7102,
+                                    blocking=False)
+        with pytest.raises(pymysql.err.OperationalError) as refused:
+            next(iter(reader))
+        reader.close()
+        assert refused.value.args[0] == ER_SECURE_TRANSPORT_REQUIRED
+        # the certificate is verified: a client trusting another CA does not connect
+        with pytest.raises(pymysql.err.OperationalError) as untrusted:
+            pymysql.connect(**tls_settings(svc, certs.other_ca))
+        assert "CERTIFICATE_VERIFY_FAILED" in str(untrusted.value)
+        # and the right CA reads the binlog
+        trusted = tls_settings(svc, certs.ca)
+        wait_until(lambda: equal_to_source(db, rebuild_over_tls(trusted)), 120,
+                   "the binlog rebuilt over TLS to equal SQLite")
 
 
 def test_mutual_tls_reads_with_a_client_certificate_and_refuses_a_client_without_one(
         tmp_path: Path) -> None:
-    certs = make_certs(tmp_path / "certs")
-    db = make_source(tmp_path)
-    with BinlogService(db, tmp_path, ALL, serve=False) as svc:
-        write_changes(db, 5, seed=5)
-        with tls_service(svc, certs, "--tls-client-ca", str(certs.ca)) as proc:
-            with_cert = {**tls_settings(svc, certs.ca), "ssl_cert": str(certs.client_cert),
-                         "ssl_key": str(certs.client_key)}
-            connect_once_listening(svc, proc, with_cert).close()
-            with pytest.raises(pymysql.err.OperationalError):
-                pymysql.connect(**tls_settings(svc, certs.ca))  # no client certificate
-            wait_until(lambda: equal_to_source(db, rebuild_over_tls(with_cert)), 120,
-                       "the binlog rebuilt over mutual TLS to equal SQLite")
+    with tls_source(tmp_path, 5, 5, client_ca=True) as (db, svc, certs, proc):
+        with_cert = {**tls_settings(svc, certs.ca), "ssl_cert": str(certs.client_cert),
+                     "ssl_key": str(certs.client_key)}
+        connect_once_listening(svc, proc, with_cert).close()
+        with pytest.raises(pymysql.err.OperationalError):
+            pymysql.connect(**tls_settings(svc, certs.ca))  # no client certificate
+        wait_until(lambda: equal_to_source(db, rebuild_over_tls(with_cert)), 120,
+                   "the binlog rebuilt over mutual TLS to equal SQLite")
