@@ -22,7 +22,8 @@ Once both binlogs hold everything, 1 and then 4 concurrent ``mariadb-binlog
 --read-from-remote-server --to-last-log FIRST_FILE`` clients read each server's binlog
 to its end (a non-blocking dump), output to /dev/null; rate = clients x events of the
 binlog / wall time until the last client exits, best of ``--rounds`` (the side that reads
-first alternates by round). Events per binlog
+first alternates by round); beside it the median (and range) of the rounds' own
+databus/MariaDB ratios, each from two runs next to each other. Events per binlog
 are counted once per side from one client's output (its ``# at`` lines) and printed
 beside the rows; the same client binary does the same work per event on both sides, so
 the ratio compares the servers. The last line is ``ratio databus/mariadb: X``, X the
@@ -42,6 +43,7 @@ import random
 import shutil
 import signal
 import sqlite3
+import statistics
 import subprocess
 import tempfile
 import time
@@ -254,25 +256,31 @@ def main() -> None:
         print(f"events per binlog: databus {events['databus']}, mariadb {events['mariadb']}",
               flush=True)
         best: dict[tuple[str, int], float] = {}
+        paired: dict[int, list[float]] = {1: [], 4: []}  # databus/mariadb, each round
         for rnd in range(args.rounds):
             for clients in (1, 4):
                 # the side that goes first alternates by round: neither always reads
                 # right after the other's run (caches, the CPU's clock, other load)
                 sides = [("databus", ours), ("mariadb", theirs)]
+                rates = {}
                 for side, cmd in sides if rnd % 2 == 0 else sides[::-1]:
                     secs = timed(cmd, clients)
-                    rate = clients * events[side] / secs
+                    rate = rates[side] = clients * events[side] / secs
                     best[(side, clients)] = max(best.get((side, clients), 0.0), rate)
                     print(f"round {rnd + 1}: {side:8s} {clients} client(s): {secs:6.2f} s,"
                           f" {rate:10,.0f} events/s", flush=True)
+                paired[clients].append(rates["databus"] / rates["mariadb"])
         print()
-        print("| clients | databus events/s | mariadb events/s | ratio |")
-        print("|---|---|---|---|")
+        print("| clients | databus events/s | mariadb events/s | ratio | per round:"
+              " median (min-max) |")
+        print("|---|---|---|---|---|")
         ratios = []
         for clients in (1, 4):
             d, r = best[("databus", clients)], best[("mariadb", clients)]
             ratios.append(d / r)
-            print(f"| {clients} | {d:,.0f} | {r:,.0f} | {d / r:.2f} |")
+            each = paired[clients]
+            print(f"| {clients} | {d:,.0f} | {r:,.0f} | {d / r:.2f} |"
+                  f" {statistics.median(each):.2f} ({min(each):.2f}-{max(each):.2f}) |")
         print(f"ratio databus/mariadb: {min(ratios):.2f}")
 
 

@@ -68,10 +68,8 @@ from databus.binlog.dump import (
     DumpError,
     DumpOptions,
     DumpRequest,
+    FramedChunks,
     StoreNotifier,
-    frame_events,
-    frame_events_into,
-    framed_capacity,
     parse_binlog_dump,
     parse_binlog_dump_gtid,
 )
@@ -325,46 +323,12 @@ class BinlogConnection(Connection):  # type: ignore[misc]
                               heartbeat_period=(self._server.options.default_heartbeat
                                                 if period is None else period))
         srv = self._server
-        dumper = Dumper(srv.store, srv.notifier, request, options, server_id=srv.server_id)
+        dumper = Dumper(srv.store, srv.notifier, request, options, server_id=srv.server_id,
+                        chunks=srv.chunks)
         stream = self.stream
-        writer = stream.writer
         seq = stream.seq
         stream.intercept = None
-
-        out = _DumpWriter(writer)
-
-        def send(event: bytes) -> None:
-            out.write(_frame(b"\x00" + event, seq))
-
-        def send_events(buf: memoryview, events: list[tuple[int, int]]) -> None:
-            # the GTID-skipping path: runs of consecutive events, each framed in one call
-            k = 0
-            while k < len(events):
-                start, length = events[k]
-                stop = start + length
-                k += 1
-                while k < len(events) and events[k][0] == stop:
-                    stop += events[k][1]
-                    k += 1
-                framed, _, _, seq.value, _ = frame_events(buf[start:stop], seq.value)
-                out.write(framed)
-
-        packets = bytearray()  # reused: written out (flushed) before the next chunk
-
-        def send_chunk(buf: memoryview) -> tuple[int, int]:
-            # the dump's hot path (every event of a file): one call frames a chunk
-            nonlocal packets
-            need = framed_capacity(len(buf))
-            if len(packets) < need:  # grows as the reads do
-                packets = bytearray(need)
-            length, consumed, count, seq.value, bad = frame_events_into(buf, seq.value,
-                                                                        packets)
-            if length:
-                out.write(memoryview(packets)[:length])
-            if bad >= 0:
-                raise ValueError(bad)
-            return consumed, count
-
+        out = _DumpWriter(stream.writer)
         srv.dumps += 1
         log.info("binlog dump for %s from %s", self._peer(),
                  f"GTIDs {request.gtids}" if request.gtids is not None
@@ -373,7 +337,7 @@ class BinlogConnection(Connection):  # type: ignore[misc]
             # it ends by itself at the binlog's end; a client that left fails a write.
             # No watcher task: ~0.1 ms less of every mariadb-binlog run's set-up
             try:
-                await dumper.run(send, out.flush, send_events, send_chunk)
+                await dumper.run(out.write, out.flush, seq)
             except DumpError:
                 await out.flush()  # the events before the error, then its packet
                 raise
@@ -385,7 +349,7 @@ class BinlogConnection(Connection):  # type: ignore[misc]
         # a replication client sends nothing during a dump: a read that returns means it
         # left, which ends a dump waiting for data that may never come
         gone = asyncio.ensure_future(stream.reader.read(1))
-        work = asyncio.ensure_future(dumper.run(send, out.flush, send_events, send_chunk))
+        work = asyncio.ensure_future(dumper.run(out.write, out.flush, seq))
         try:
             await asyncio.wait({gone, work}, return_when=asyncio.FIRST_COMPLETED)
             if work.done():
@@ -482,18 +446,6 @@ def _wake(ready: asyncio.Future[None]) -> None:
         ready.set_result(None)
 
 
-def _frame(payload: bytes, seq: Any) -> bytes:
-    """``payload`` as MySQL packets: 0xFFFFFF-byte pieces (and an empty one after a piece of
-    exactly that size), each with its length and the next sequence number."""
-    out = bytearray()
-    for i in range(0, len(payload) + 1, 0xFFFFFF):
-        piece = payload[i:i + 0xFFFFFF]
-        out += struct.pack("<I", len(piece) | (next(seq) << 24)) + piece
-        if len(piece) < 0xFFFFFF:
-            break
-    return bytes(out)
-
-
 class BinlogServer:
     """The dumper over one store: accepts clients until :meth:`stop`.
 
@@ -518,6 +470,7 @@ class BinlogServer:
         self._stopping: asyncio.Event | None = None
         self.notifier: StoreNotifier
         self.dumps = 0
+        self.chunks = FramedChunks()  # shared by every dump (see FramedChunks)
         self.ready = threading.Event()
         self.port = options.port
 
