@@ -15,6 +15,7 @@ from databus.binlog import events as ev
 from databus.binlog.dump import (
     BINLOG_DUMP_NON_BLOCK,
     CHUNK,
+    ChunkKey,
     Dumper,
     DumpOptions,
     DumpRequest,
@@ -80,8 +81,8 @@ def test_four_dumps_from_one_start_get_a_lone_dumps_stream_from_shared_packets(
         # the first dump reads and frames, the three behind it send its packets (an
         # event longer than a chunk is read by each: nothing of it was framed)
         assert chunks.hits > chunks.misses > 0, (chunks.hits, chunks.misses)
-        # every dump has left: nothing is shared with a later one of the same start
-        assert not chunks.shared((first, 4, 1))
+        # every dump has left: nothing is shared with a later one, no packets are kept
+        assert not chunks.shared((first, 4, 1)) and len(chunks) == 0
     finally:
         store.close()
 
@@ -114,9 +115,17 @@ def test_shared_packets_stay_within_their_byte_budget(tmp_path: Path) -> None:
         first = store.files()[0][0]
         alone = asyncio.run(_dumps(store, [(first, 4, 1)], None))[0]
         chunks = FramedChunks(max_bytes=CHUNK + CHUNK // 2)  # about one chunk's packets
-        got = asyncio.run(_dumps(store, [(first, 4, 1)] * 3, chunks))
-        assert got == [alone] * 3
-        assert sum(len(v[0]) for v in chunks._entries.values()) <= chunks.max_bytes
+        put, kept = chunks.put, []
+
+        def put_checked(key: ChunkKey, framed: tuple[bytes, int, int, int]) -> None:
+            put(key, framed)
+            kept.append(key)
+            assert chunks._size == sum(len(v[0]) for v in chunks._entries.values())
+            assert chunks._size <= chunks.max_bytes
+
+        chunks.put = put_checked  # type: ignore[method-assign]
+        assert asyncio.run(_dumps(store, [(first, 4, 1)] * 3, chunks)) == [alone] * 3
+        assert kept and chunks.hits > 0
     finally:
         store.close()
 

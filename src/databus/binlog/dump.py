@@ -387,9 +387,10 @@ class FramedChunks:
     binlog, the file reads' copy was ~23 % of the server's CPU and the framing ~14 %;
     sharing took the server's CPU per four-client read from 49-51 ms to 40-41 ms.
 
-    Holds at most ``max_bytes`` of packets, the least recently used going first; an
-    entry's bytes stay valid for a dump that still sends them after it went (bytes
-    objects). Event-loop only (not thread-safe).
+    Holds at most ``max_bytes`` of packets, the least recently used going first, and
+    none once no two live dumps share a start; an entry's bytes stay valid for a dump
+    that still sends them after it went (bytes objects). Event-loop only (not
+    thread-safe).
     """
 
     def __init__(self, max_bytes: int = 16 << 20) -> None:
@@ -405,10 +406,14 @@ class FramedChunks:
         self._starts[start] = self._starts.get(start, 0) + 1
 
     def leave(self, start: tuple[str, int, int]) -> None:
-        """That dump ended."""
+        """That dump ended; once no two live dumps share a start, the packets go too (no
+        memory held for dumps that are gone)."""
         left = self._starts.pop(start, 1) - 1
         if left:
             self._starts[start] = left
+        if self._entries and all(n < 2 for n in self._starts.values()):
+            self._entries.clear()
+            self._size = 0
 
     def shared(self, start: tuple[str, int, int]) -> bool:
         """Whether another live dump started at ``start``."""

@@ -264,7 +264,15 @@ class BinlogConnection(Connection):  # type: ignore[misc]
         version = client_version(self._server.facts.version, kwargs.get("connect_attrs"))
         if version != self._server.facts.version:
             self.session.variables.set("version", version, force=True)
-        await super().authenticate(*args, **kwargs)
+        try:
+            await super().authenticate(*args, **kwargs)
+        finally:
+            # the plugin's exchange is an async generator mysql-mimic leaves at its last
+            # answer; closed here, not by the loop's finalizer in a task of its own woken
+            # through its self-pipe (~0.05 ms of every connection)
+            state = kwargs.get("auth_state")
+            if state is not None:
+                await state.aclose()
 
     async def command_phase(self) -> None:
         if self.session.username is None:
