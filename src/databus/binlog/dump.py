@@ -515,10 +515,10 @@ class Dumper:
     async def run(self, write: Callable[[bytes | memoryview], None],
                   flush: Callable[[], Awaitable[None]], seq: PacketSeq) -> None:
         """Stream until the client leaves (the caller cancels), the end of a non-blocking
-        dump (returns normally: the caller sends the end-of-stream packet), or an error
-        (:class:`DumpError`). ``write`` queues packets (bytes, or a view of the dump's
-        framing buffer, unchanged until ``flush`` returned), ``flush`` sends what is
-        queued; ``seq`` is the connection's packet sequence number, the next one to use
+        dump (returns normally, its last packets possibly still queued: the caller
+        writes the end-of-stream packet and flushes), or an error (:class:`DumpError`).
+        ``write`` queues packets (bytes, or a view of the dump's framing buffer,
+        unchanged until ``flush`` returned), ``flush`` sends what is queued; ``seq`` is the connection's packet sequence number, the next one to use
         (also after an error: the error packet follows)."""
         self._write, self._seq = write, seq
         file, pos = self._start()
@@ -678,6 +678,12 @@ class Dumper:
                 if i == 0:  # an event longer than the chunk: the next read takes it whole
                     (need,) = _U32.unpack_from(self._inbuf, LEN_OFFSET)
                 offset += i
+                if offset >= end and not skipped_to and self._req.non_blocking and \
+                        store.next_file(file) is None:
+                    # a non-blocking dump's last events: queued, for the caller to send
+                    # with the end-of-stream packet in one write (a wake of the client
+                    # less; nothing is framed into the dump's buffer after this)
+                    return None
                 await flush()
                 continue
             if skipped_to:

@@ -70,6 +70,7 @@ from databus.binlog.dump import (
     DumpRequest,
     FramedChunks,
     StoreNotifier,
+    frame_packet,
     parse_binlog_dump,
     parse_binlog_dump_gtid,
 )
@@ -345,14 +346,17 @@ class BinlogConnection(Connection):  # type: ignore[misc]
             # it ends by itself at the binlog's end; a client that left fails a write.
             # No watcher task: ~0.1 ms less of every mariadb-binlog run's set-up
             try:
-                await dumper.run(out.write, out.flush, seq)
-            except DumpError:
-                await out.flush()  # the events before the error, then its packet
-                raise
+                try:
+                    await dumper.run(out.write, out.flush, seq)
+                except DumpError:
+                    await out.flush()  # the events before the error, then its packet
+                    raise
+                # the end of a non-blocking dump, sent with its last events
+                out.write(frame_packet(self.ok_or_eof(), seq))
+                await out.flush()
             finally:
                 srv.dumps -= 1
                 out.close()
-            await stream.write(self.ok_or_eof())  # end of a non-blocking dump
             return
         # a replication client sends nothing during a dump: a read that returns means it
         # left, which ends a dump waiting for data that may never come
@@ -366,7 +370,8 @@ class BinlogConnection(Connection):  # type: ignore[misc]
                 except DumpError:
                     await out.flush()  # the events before the error, then its packet
                     raise
-                await stream.write(self.ok_or_eof())  # end of a non-blocking dump
+                out.write(frame_packet(self.ok_or_eof(), seq))  # as in the branch above
+                await out.flush()
         finally:
             srv.dumps -= 1
             for task in (gone, work):
