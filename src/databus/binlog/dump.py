@@ -376,8 +376,11 @@ class FramedChunks:
     them into the same packets: the first dump at a chunk reads and frames it, the
     others send its packets without a read or a framing of their own. The packets are a
     function of the key alone (file, offset, bytes read, first sequence number): a
-    file's bytes below its committed size never change while the server runs (the store
-    truncates only when it opens, and a purge removes whole files, whose names are never
+    file's bytes after its Format_description and below its committed size never change
+    while the server runs (the store truncates only when it opens; a rotation rewrites
+    the Format_description's in-use flag, which no shared chunk holds: chunks from
+    inside the Format_description, which only a position that is no event boundary
+    gives, are never shared; a purge removes whole files, whose names are never
     reused). Only dumps that share their start with another live dump use it: a dump
     alone frames into its own reused buffer, which stays in the CPU's cache (packets
     kept for others are written to fresh memory: ~30 % more of a lone dump's CPU,
@@ -387,10 +390,11 @@ class FramedChunks:
     binlog, the file reads' copy was ~23 % of the server's CPU and the framing ~14 %;
     sharing took the server's CPU per four-client read from 49-51 ms to 40-41 ms.
 
-    Holds at most ``max_bytes`` of packets, the least recently used going first, and
-    none once no two live dumps share a start; an entry's bytes stay valid for a dump
-    that still sends them after it went (bytes objects). Event-loop only (not
-    thread-safe).
+    Holds at most ``max_bytes`` of packets (plus Python's per-entry overhead, which
+    matters only for the small chunks of dumps tailing the binlog together), the least
+    recently used going first, and none once no two live dumps share a start; an
+    entry's bytes stay valid for a dump that still sends them after it went (bytes
+    objects). Event-loop only (not thread-safe).
     """
 
     def __init__(self, max_bytes: int = 16 << 20) -> None:
@@ -487,6 +491,7 @@ class Dumper:
         self._inbuf = bytearray(_FIRST_CHUNK)
         self._packets = bytearray()  # a lone dump's framing buffer, reused (FramedChunks)
         self._started: tuple[str, int, int] | None = None
+        self._events_at = 0  # the current file's first event after its Format_description
 
     def _start(self) -> tuple[str, int]:
         req = self._req
@@ -518,8 +523,9 @@ class Dumper:
         dump (returns normally, its last packets possibly still queued: the caller
         writes the end-of-stream packet and flushes), or an error (:class:`DumpError`).
         ``write`` queues packets (bytes, or a view of the dump's framing buffer,
-        unchanged until ``flush`` returned), ``flush`` sends what is queued; ``seq`` is the connection's packet sequence number, the next one to use
-        (also after an error: the error packet follows)."""
+        unchanged until ``flush`` returned), ``flush`` sends what is queued; ``seq`` is
+        the connection's packet sequence number, the next one to use (also after an
+        error: the error packet follows)."""
         self._write, self._seq = write, seq
         file, pos = self._start()
         chunks = self._chunks
@@ -551,7 +557,8 @@ class Dumper:
                         f" the last byte read from '{file}' at 4.")
                 art_crc = with_crc
                 self._send(fde_bytes)
-                offset = pos if pos > BIN_LOG_HEADER_SIZE else BIN_LOG_HEADER_SIZE + len(fde)
+                self._events_at = BIN_LOG_HEADER_SIZE + len(fde)
+                offset = pos if pos > BIN_LOG_HEADER_SIZE else self._events_at
                 nxt = await self._stream_file(fd, file, offset, flush, art_crc)
             finally:
                 os.close(fd)
@@ -725,7 +732,8 @@ class Dumper:
         seq = self._seq
         assert seq is not None
         chunks = self._chunks
-        if chunks is None or self._started is None or not chunks.shared(self._started):
+        if chunks is None or self._started is None or offset < self._events_at or \
+                not chunks.shared(self._started):
             self._read(fd, file, offset, want)
             need = framed_capacity(want)
             if len(self._packets) < need:  # grows as the reads do

@@ -270,7 +270,9 @@ class BinlogConnection(Connection):  # type: ignore[misc]
         finally:
             # the plugin's exchange is an async generator mysql-mimic leaves at its last
             # answer; closed here, not by the loop's finalizer in a task of its own woken
-            # through its self-pipe (~0.05 ms of every connection)
+            # through its self-pipe (~0.05 ms of every connection). A client answering
+            # with another plugin gets a second exchange this does not see (the
+            # finalizer closes that one); the clients tested here answer with the server's
             state = kwargs.get("auth_state")
             if state is not None:
                 await state.aclose()
