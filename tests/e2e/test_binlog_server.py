@@ -205,11 +205,14 @@ def test_mariadb_binlog_dumps_the_files_and_its_decoded_rows_match(tmp_path: Pat
         assert "zoë ☃ 𝄞 1'".encode() in out.stdout
 
 
-def test_rows_larger_than_the_dumps_read_chunk_arrive_whole(tmp_path: Path) -> None:
+def test_rows_larger_than_a_read_chunk_arrive_whole_to_one_client_and_four_at_once(
+        tmp_path: Path) -> None:
     """The dumper reads a file in chunks (16 KiB growing to ``dump.CHUNK``) and frames the
     whole events of each; an event longer than a chunk is read again whole. Rows of up
     to 3 MiB between small ones: python-mysql-replication rebuilds them equal and
-    ``mariadb-binlog`` decodes every event without an error."""
+    ``mariadb-binlog`` decodes every event without an error. Four ``mariadb-binlog``
+    runs at once (dumps from one start share their chunks' packets: dump.FramedChunks)
+    each print exactly what one run alone printed."""
     from databus.binlog.dump import CHUNK
 
     db = make_source(tmp_path)
@@ -232,6 +235,17 @@ def test_rows_larger_than_the_dumps_read_chunk_arrive_whole(tmp_path: Path) -> N
         out = svc.mariadb_binlog()
         if out is not None:
             assert len(parse_verbose(out.stdout, out.stderr).changes) == got.rows
+            tool = shutil.which("mariadb-binlog")
+            assert tool is not None
+            args = [tool, "--read-from-remote-server", "--host=127.0.0.1",
+                    f"--port={svc.port}", f"--user={USER}", f"--password={PASSWORD}",
+                    "--verbose", "--to-last-log", svc.query("SHOW BINARY LOGS")[0][0]]
+            runs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                    for _ in range(4)]
+            done = [(run.communicate(timeout=120), run.returncode) for run in runs]
+            for (stdout, stderr), code in done:
+                assert code == 0 and b"ERROR" not in stderr, stderr[-2000:]
+                assert stdout == out.stdout
 
 
 def test_a_client_reconnecting_after_a_server_restart_loses_and_repeats_nothing(
