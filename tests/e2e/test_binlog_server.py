@@ -314,6 +314,12 @@ def test_a_position_the_server_does_not_have_is_error_1236_never_a_jump(
             with pytest.raises(pymysql.err.OperationalError) as err:
                 rebuild(svc, KEYS, **kwargs)  # type: ignore[arg-type]
             assert err.value.args[0] == 1236
+        # a position inside an event of a live file: refused, never events from there
+        live = svc.query("SHOW BINARY LOGS")[-1][0]
+        second = svc.query(f"SHOW BINLOG EVENTS IN '{live}'")[1][1]  # after the FDE
+        with pytest.raises(pymysql.err.OperationalError) as err:
+            rebuild(svc, KEYS, log_file=live, log_pos=second + 1)
+        assert err.value.args[0] == 1236 and "impossible position" in err.value.args[1]
         uuid = svc.query("SELECT @@server_uuid")[0][0]
         with pytest.raises(pymysql.err.OperationalError) as err:
             rebuild(svc, KEYS, gtid_set=f"{uuid}:1")

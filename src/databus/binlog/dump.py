@@ -556,8 +556,10 @@ class Dumper:
                         f" '{file}' at {pos}, the last event read from '{file}' at 4,"
                         f" the last byte read from '{file}' at 4.")
                 art_crc = with_crc
-                self._send(fde_bytes)
                 self._events_at = BIN_LOG_HEADER_SIZE + len(fde)
+                if pos > BIN_LOG_HEADER_SIZE:
+                    self._check_start(fd, file, pos, with_crc)
+                self._send(fde_bytes)
                 offset = pos if pos > BIN_LOG_HEADER_SIZE else self._events_at
                 nxt = await self._stream_file(fd, file, offset, flush, art_crc)
             finally:
@@ -565,6 +567,30 @@ class Dumper:
             if nxt is None:
                 return
             file, pos = nxt, BIN_LOG_HEADER_SIZE
+
+    def _check_start(self, fd: int, file: str, pos: int, with_crc: bool) -> None:
+        """A dump from ``pos`` (past the file's start) starts at an event: one after the
+        Format_description whose header fits below the committed end and whose CRC32
+        holds (the files carry them); else MySQL's 1236 for an impossible position,
+        never events read from the middle of one. The committed end itself is a start
+        (a replica that has everything waits there)."""
+        end = self._store.committed_size(file)
+        if pos == end:
+            return
+        event = b""
+        if pos >= self._events_at:
+            head = os.pread(fd, HEADER_LEN, pos)
+            if len(head) == HEADER_LEN:
+                (length,) = _U32.unpack_from(head, LEN_OFFSET)
+                if HEADER_LEN + (CHECKSUM_LEN if with_crc else 0) <= length <= end - pos:
+                    event = os.pread(fd, length, pos)
+        if len(event) < HEADER_LEN or (with_crc and (
+                zlib.crc32(event[:-CHECKSUM_LEN]) & 0xFFFFFFFF
+                != _U32.unpack_from(event, len(event) - CHECKSUM_LEN)[0])):
+            raise DumpError("Client requested source to start replication from impossible"
+                            f" position; the first event '{file}' at {pos}, the last event"
+                            f" read from '{file}' at 4, the last byte read from '{file}'"
+                            " at 4.")
 
     def _send(self, event: bytes) -> None:
         """One event (an artificial one, a heartbeat) as its packet."""

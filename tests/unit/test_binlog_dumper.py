@@ -1,5 +1,6 @@
-"""Dumps that start at the same place share their chunks' packets (``FramedChunks``):
-every client still gets exactly the stream a dump of its own would send."""
+"""The dumper on a real store: dumps that start at the same place share their chunks'
+packets (``FramedChunks``) and every client still gets exactly the stream a dump of its
+own would send; a dump starts only at an event, never in the middle of one."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from databus.binlog.dump import (
     CHUNK,
     ChunkKey,
     Dumper,
+    DumpError,
     DumpOptions,
     DumpRequest,
     FramedChunks,
@@ -39,25 +41,29 @@ def _store(tmp_path: Path, transactions: int = 120) -> BinlogStore:
     return store
 
 
+async def _dump(store: BinlogStore, notifier: StoreNotifier, start: tuple[str, int, int],
+                chunks: FramedChunks | None) -> bytes:
+    """A non-blocking dump from (file, position, first sequence number): what its client
+    got. Every flush lets other dumps on the loop go on."""
+    file, pos, seq0 = start
+    got = bytearray()
+    dumper = Dumper(store, notifier, DumpRequest(file, pos, BINLOG_DUMP_NON_BLOCK, 7),
+                    DumpOptions(checksum=True), server_id=1, chunks=chunks)
+
+    async def flush() -> None:
+        await asyncio.sleep(0)
+
+    await dumper.run(got.extend, flush, SimpleNamespace(value=seq0))
+    return bytes(got)
+
+
 async def _dumps(store: BinlogStore, starts: list[tuple[str, int, int]],
                  chunks: FramedChunks | None) -> list[bytes]:
-    """Non-blocking dumps from each (file, position, first sequence number), run side
-    by side on one loop (every flush lets the others go on): what each client got."""
+    """Dumps from each start side by side on one loop."""
     notifier = StoreNotifier(store, asyncio.get_running_loop())
-
-    async def one(file: str, pos: int, seq0: int) -> bytes:
-        got = bytearray()
-        dumper = Dumper(store, notifier, DumpRequest(file, pos, BINLOG_DUMP_NON_BLOCK, 7),
-                        DumpOptions(checksum=True), server_id=1, chunks=chunks)
-
-        async def flush() -> None:
-            await asyncio.sleep(0)
-
-        await dumper.run(got.extend, flush, SimpleNamespace(value=seq0))
-        return bytes(got)
-
     try:
-        return list(await asyncio.gather(*(one(*s) for s in starts)))
+        return list(await asyncio.gather(*(_dump(store, notifier, s, chunks)
+                                           for s in starts)))
     finally:
         notifier.close()
 
@@ -153,3 +159,50 @@ def test_a_start_is_shared_only_while_another_dump_of_it_runs(others: int) -> No
     for _ in range(others + 1):
         chunks.leave(start)
     assert not chunks.shared(start) and not chunks._starts
+
+
+def test_a_dump_starts_at_every_event_and_nowhere_else(tmp_path: Path) -> None:
+    """Every event boundary of a file (and its committed end) starts a dump whose events
+    are the file's from there; every other position, inside the Format_description or
+    inside an event, is MySQL's 1236, before any event is sent."""
+    store = BinlogStore(tmp_path)
+    try:
+        for scn in range(1, 4):
+            body = Transaction([(ev.TABLE_MAP, 0, os.urandom(40)),
+                                (ev.WRITE_ROWS, 0, os.urandom(60))])
+            store.append([Window(scn, 1_700_000_000_000_000 + scn, [body])])
+        name, size = store.files()[0]
+        data = store.path(name).read_bytes()
+        heads = list(ev.iter_headers(data))
+        starts = {h.pos for h in heads[1:]} | {size}  # past the Format_description
+
+        async def every_position() -> None:
+            notifier = StoreNotifier(store, asyncio.get_running_loop())
+            try:
+                for pos in range(5, size + 1):
+                    if pos in starts:
+                        got = await _dump(store, notifier, (name, pos, 1), None)
+                        # after the artificial Rotate and the Format_description: the
+                        # file's events from pos, one packet each (OK byte, then event)
+                        assert b"".join(p[1:] for p in _payloads(got)[2:]) == \
+                            data[pos:size]
+                    else:
+                        with pytest.raises(DumpError, match="impossible position") as err:
+                            await _dump(store, notifier, (name, pos, 1), None)
+                        assert err.value.errno == 1236
+            finally:
+                notifier.close()
+
+        asyncio.run(every_position())
+    finally:
+        store.close()
+
+
+def _payloads(stream: bytes) -> list[bytes]:
+    """The payloads of a stream of MySQL packets (each under 16 MiB here)."""
+    out, i = [], 0
+    while i < len(stream):
+        n = int.from_bytes(stream[i:i + 3], "little")
+        out.append(stream[i + 4:i + 4 + n])
+        i += 4 + n
+    return out
