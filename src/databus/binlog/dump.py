@@ -529,14 +529,15 @@ class Dumper:
         self._write, self._seq = write, seq
         file, pos = self._start()
         chunks = self._chunks
+        start = (file, pos, seq.value)
         if chunks is not None:
-            self._started = (file, pos, seq.value)
-            chunks.join(self._started)
+            self._started = start
+            chunks.join(start)
         try:
             await self._run(file, pos, flush)
         finally:
-            if chunks is not None and self._started is not None:
-                chunks.leave(self._started)
+            if chunks is not None:
+                chunks.leave(start)
 
     async def _run(self, file: str, pos: int, flush: Callable[[], Awaitable[None]]) -> None:
         # the algorithm of artificial events: the client's until a file says otherwise

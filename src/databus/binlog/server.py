@@ -367,13 +367,13 @@ class BinlogConnection(Connection):  # type: ignore[misc]
         try:
             await asyncio.wait({gone, work}, return_when=asyncio.FIRST_COMPLETED)
             if work.done():
+                # a blocking dump ends only by an error: DumpError and socket errors
+                # propagate (the non-blocking ends are the branch above)
                 try:
-                    work.result()  # DumpError and socket errors propagate
+                    work.result()
                 except DumpError:
                     await out.flush()  # the events before the error, then its packet
                     raise
-                out.write(frame_packet(self.ok_or_eof(), seq))  # as in the branch above
-                await out.flush()
         finally:
             srv.dumps -= 1
             for task in (gone, work):
