@@ -119,9 +119,9 @@ def run_demo(workdir: Path, transactions: int, quiet: bool, console: Console) ->
     stop = threading.Event()
     printer = LivePrinter(console) if not quiet else Consumer()
     clients = [
-        DatabusClient(ClientConfig(relay_url=relay.url, poll_timeout=0.5), printer,
+        DatabusClient(ClientConfig(relay=relay.url, poll_timeout=0.5), printer,
                       FileCheckpointStore(workdir / "printer.ckpt")),
-        DatabusClient(ClientConfig(relay_url=relay.url, poll_timeout=0.5),
+        DatabusClient(ClientConfig(relay=relay.url, poll_timeout=0.5),
                       ReplicateSink(f"sqlite:///{replica}"),
                       FileCheckpointStore(workdir / "replicate.ckpt")),
     ]

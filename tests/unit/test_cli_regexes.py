@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from databus.cli import _regexes
+from databus.cli.flags import regexes
 
 
 @pytest.mark.parametrize(("given", "want"), [
@@ -21,7 +21,7 @@ from databus.cli import _regexes
     (" , ,", []),
 ])
 def test_table_regexes_split_only_at_top_level_commas(given: str, want: list[str]) -> None:
-    got = _regexes(given)
+    got = regexes(given)
     assert got == want
     for p in got:
         re.compile(p)

@@ -2,7 +2,9 @@
 
 Fields (all but ``relay`` have defaults)::
 
-    relay:          relay URL(s) or zk://HOST:PORT/NAME (as the client's relay_url)
+    relay:          the relay: its URL(s) or zk://HOST:PORT/NAME, or the whole
+                    relay section (url, token_file, ca_file, cert_file, key_file:
+                    databus.core.access.RelayAccess, as every client's)
     tables:         ['db.table', ...] to convert; empty = every table of the relay
     data_dir:       directory of the binlog files, index and position map
     base:           binlog file base name (files <base>.000001 ..., index <base>.index)
@@ -23,8 +25,6 @@ Fields (all but ``relay`` have defaults)::
     password_file:  file whose first line is its password (required)
     tls:            server certificate and key (databus.serving.TlsServerConfig)
     heartbeat:      seconds between heartbeats when the client sets none (0 = none)
-    token_file / tls_ca_file / tls_cert_file / tls_key_file: how the converter
-                    authenticates to the relay (as the client's fields)
 
 :meth:`BinlogServiceConfig.client_config` gives the converter's
 :class:`~databus.client.ClientConfig`. The CLI builds the pieces as::
@@ -41,21 +41,27 @@ Fields (all but ``relay`` have defaults)::
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, model_validator
 
 from databus.client.config import ClientConfig
-from databus.client.endpoints import check_relay_spec
+from databus.core.access import RelayAccess, fold_relay_fields
 from databus.core.config import ConfigModel
 from databus.serving import TlsServerConfig
 
 __all__ = ["BinlogServiceConfig"]
 
+_LEGACY = {"token_file": "token_file", "tls_ca_file": "ca_file", "tls_cert_file": "cert_file",
+           "tls_key_file": "key_file"}
+
 
 class BinlogServiceConfig(ConfigModel):
     """Everything ``databus binlog-server`` needs (see the module docstring)."""
 
-    relay: str = Field(description="relay URL(s), comma-separated, or zk://HOST:PORT/NAME")
+    relay: RelayAccess = Field(description="the relay: URL(s), comma-separated, or"
+                               " zk://HOST:PORT/NAME, and its credentials (token_file,"
+                               " ca_file, cert_file, key_file)")
     tables: list[str] = Field(default_factory=list,
                               description="tables ('db.table') to convert; empty = all")
     data_dir: Path = Field(Path("binlog"), description="binlog files, index and map")
@@ -81,20 +87,13 @@ class BinlogServiceConfig(ConfigModel):
     tls: TlsServerConfig | None = Field(None, description="server certificate and key")
     heartbeat: float = Field(30.0, ge=0, le=4294967,
                              description="heartbeat seconds when the client sets none; 0 = none")
-    token_file: Path | None = Field(None, description="relay token file (client side)")
-    tls_ca_file: Path | None = Field(None, description="CA of the relay's certificate")
-    tls_cert_file: Path | None = Field(None, description="client certificate for the relay")
-    tls_key_file: Path | None = Field(None, description="its key")
-
-    @field_validator("relay")
+    @model_validator(mode="before")
     @classmethod
-    def _relay(cls, v: str) -> str:
-        return check_relay_spec(v)
+    def _legacy(cls, raw: Any) -> Any:
+        return fold_relay_fields(raw, _LEGACY, "binlog service")
 
     def client_config(self) -> ClientConfig:
         """The converter's relay client settings."""
-        return ClientConfig(relay_url=self.relay, sources=list(self.tables),
-                            poll_timeout=self.poll_timeout, token_file=self.token_file,
-                            tls_ca_file=self.tls_ca_file, tls_cert_file=self.tls_cert_file,
-                            tls_key_file=self.tls_key_file,
+        return ClientConfig(relay=self.relay, sources=list(self.tables),
+                            poll_timeout=self.poll_timeout,
                             checkpoint_every_windows=self.checkpoint_every)

@@ -152,7 +152,7 @@ class BinlogConverter(Consumer, CheckpointStore):
             self.client.run(stop)
         except ScnNotFoundError as exc:
             raise ScnNotFoundError(
-                f"relay {self.config.relay_url} no longer holds the windows after scn "
+                f"relay {self.config.relay.url} no longer holds the windows after scn "
                 f"{self.store.last_scn()}, where this binlog ends ({exc}); converting on "
                 "would leave a gap in the binlog. Point the service at a relay that holds "
                 "them, or start a new data directory (a new server UUID: its clients "
@@ -210,7 +210,7 @@ class BinlogConverter(Consumer, CheckpointStore):
         ScnNotFoundError with ``require_complete_history``. Relay outages are
         TransientErrors (the client retries ``load``)."""
         cfg = self.config
-        with RelayConnection(cfg.relay_url, http_timeout=cfg.http_timeout,
+        with RelayConnection(cfg.relay.url, http_timeout=cfg.http_timeout,
                              credentials=cfg.credentials()) as conn:
             ids = [sid for sid, name in conn.sources()
                    if not cfg.sources or name in cfg.sources or sid in cfg.sources]
@@ -219,7 +219,7 @@ class BinlogConverter(Consumer, CheckpointStore):
             except ScnNotFoundError as exc:
                 if self.require_complete_history:
                     raise ScnNotFoundError(
-                        f"relay {cfg.relay_url} cannot prove it holds its source's changes "
+                        f"relay {cfg.relay.url} cannot prove it holds its source's changes "
                         f"from the beginning ({exc}), and require_complete_history is set: "
                         "not starting a binlog that may miss earlier changes") from exc
                 log.warning(
@@ -228,11 +228,11 @@ class BinlogConverter(Consumer, CheckpointStore):
                     "with a snapshot, whose first windows carry every existing row as "
                     "inserts; or at its source's end; or it dropped older windows): "
                     "changes older than its oldest window are not in this binlog (%s)",
-                    cfg.relay_url, exc)
+                    cfg.relay.url, exc)
                 return
         log.info("new binlog: relay %s holds its source's changes from the beginning; the "
                  "binlog starts with the first (oldest window now: scn %d)",
-                 cfg.relay_url, resp.min_scn)
+                 cfg.relay.url, resp.min_scn)
 
     def save(self, checkpoint: Checkpoint) -> None:
         with self._write:

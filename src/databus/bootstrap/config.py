@@ -2,7 +2,7 @@
 
 Example::
 
-    relay_url: http://127.0.0.1:11115
+    relay: http://127.0.0.1:11115       # or url:, token_file:, ca_file:, ... (RelayAccess)
     store:
       url: sqlite:///bootstrap.db       # or postgresql+psycopg://..., mysql+pymysql://...
     initial_load:                       # optional: tables that had rows before capture
@@ -17,11 +17,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from sqlalchemy.engine import make_url
 
 from databus.client.credentials import read_secret_file
-from databus.client.endpoints import check_relay_spec
+from databus.core.access import RelayAccess, fold_relay_fields
 from databus.core.config import FrozenModel, load_file, validate
 from databus.serving import HttpServerConfig
 from databus.sources.config import ColumnRule
@@ -76,13 +76,11 @@ class BootstrapConfig(_Model):
     """Producer, applier and server of one bootstrap service."""
 
     name: str = Field("bootstrap", min_length=1, max_length=100)
-    relay_url: str = Field(description="the relay the producer pulls from")
-    relay_token_file: Path | None = Field(
-        None, description="file holding the producer's token for the relay; default:"
-        " DATABUS_TOKEN / DATABUS_TOKEN_FILE")
-    relay_ca_file: Path | None = Field(
-        None, description="PEM CA(s) the relay's TLS certificate must chain to; default:"
-        " DATABUS_CA_FILE, else the system's")
+    relay: RelayAccess = Field(
+        description="the relay the producer pulls from: its URL (a list of relays, or"
+        " zk://HOST:PORT/NAME), or the whole section with its credentials (token_file,"
+        " ca_file, cert_file, key_file; default: DATABUS_TOKEN / DATABUS_TOKEN_FILE,"
+        " DATABUS_CA_FILE, ...)")
     store: StoreConfig
     initial_load: InitialLoadConfig | None = None
     http: BootstrapHttpConfig = BootstrapHttpConfig()
@@ -98,10 +96,11 @@ class BootstrapConfig(_Model):
     default_batch: int = Field(10_000, ge=1, description="rows per /bootstrap by default")
     progress_interval: float = Field(2.0, gt=0, description="seconds between progress lines")
 
-    @field_validator("relay_url")
+    @model_validator(mode="before")
     @classmethod
-    def _url(cls, v: str) -> str:
-        return check_relay_spec(v)  # a relay, a list of relays, or zk://HOST:PORT/NAME
+    def _legacy(cls, raw: Any) -> Any:
+        return fold_relay_fields(raw, {"relay_url": "url", "relay_token_file": "token_file",
+                                       "relay_ca_file": "ca_file"}, "bootstrap")
 
 
 def parse_config(raw: Any) -> BootstrapConfig:

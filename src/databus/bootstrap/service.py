@@ -106,9 +106,8 @@ class BootstrapService(HttpService):
         super().__init__(config.http, "bootstrap")
         self.config = config
         self.store = BootstrapStore(config.store.connect_url())
-        creds = Credentials.from_env(token_file=config.relay_token_file,
-                                     ca_file=config.relay_ca_file)
-        self.producer = Producer(self.store, config.relay_url, fetch_size=config.fetch_size,
+        creds = Credentials.from_env(**config.relay.credential_fields())
+        self.producer = Producer(self.store, config.relay.url, fetch_size=config.fetch_size,
                                  poll_timeout=config.poll_timeout, credentials=creds)
         self.applier = Applier(self.store, batch_windows=config.apply_batch_windows,
                                poll_interval=config.apply_interval,

@@ -141,7 +141,7 @@ class DatabusClient:
         self._running_stop = stop
         if self._stop_requested.is_set():
             stop.set()
-        conn = RelayConnection(self.config.relay_url, http_timeout=self.config.http_timeout,
+        conn = RelayConnection(self.config.relay.url, http_timeout=self.config.http_timeout,
                                credentials=self.config.credentials())
         started = False
         try:
@@ -179,7 +179,7 @@ class DatabusClient:
                                     stop, backoff)
         stored = self._retry(self.store.load, "loading the checkpoint", stop, backoff)
         self.persisted = stored if stored is not None else Checkpoint.flexible()
-        log.info("consuming %s from %s, checkpoint %s", self.source_ids, self.config.relay_url,
+        log.info("consuming %s from %s, checkpoint %s", self.source_ids, self.config.relay.url,
                  self.persisted.to_json() if stored is not None else "none (new consumer)")
         return stored is None
 
@@ -200,7 +200,7 @@ class DatabusClient:
             sid = s if isinstance(s, int) else by_name.get(s)
             if sid is None or sid not in ids:
                 raise UnknownSourceError(
-                    f"relay {self.config.relay_url} has no source {s!r}; it serves "
+                    f"relay {self.config.relay.url} has no source {s!r}; it serves "
                     f"{sorted(served, key=lambda p: p[0])}")
             if sid not in out:
                 out.append(sid)
@@ -255,12 +255,12 @@ class DatabusClient:
         """
         if self.config.bootstrap_url is not None:
             log.warning("relay %s no longer holds checkpoint %d (%s); switching to the "
-                        "bootstrap server %s", self.config.relay_url, position.window_scn, exc,
+                        "bootstrap server %s", self.config.relay.url, position.window_scn, exc,
                         self.config.bootstrap_url)
             return
         raise ScnNotFoundError(
             f"checkpoint windowScn={position.window_scn} (windowOffset={position.window_offset}) "
-            f"is older than the oldest window relay {self.config.relay_url} still holds "
+            f"is older than the oldest window relay {self.config.relay.url} still holds "
             f"({exc}); this consumer must be bootstrapped from a snapshot, or restarted from "
             "a newer checkpoint (e.g. delete the stored checkpoint to start from the relay's "
             "oldest window, accepting the gap)"

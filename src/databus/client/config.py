@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from databus.client.credentials import Credentials
-from databus.client.endpoints import check_relay_spec
+from databus.core.access import CLIENT_LEGACY_NAMES, RelayAccess, fold_relay_fields
 from databus.core.config import ConfigModel
 from databus.core.filters import ServerFilter
 
@@ -17,7 +17,8 @@ from databus.core.filters import ServerFilter
 class ClientConfig(ConfigModel):
     """Everything a :class:`~databus.client.DatabusClient` needs.
 
-    Only ``relay_url`` is required. Retry settings:
+    Only ``relay`` is required: the relay's URL (a string), or its whole
+    :class:`~databus.core.access.RelayAccess` (URL, token, TLS files). Retry settings:
 
     * consumer failures (a callback returned ERROR or raised, a checkpoint
       could not be saved): the window is rolled back and replayed at most
@@ -27,10 +28,11 @@ class ClientConfig(ConfigModel):
       same backoff, ``relay_max_retries`` times in a row or forever when None.
     """
 
-    relay_url: str = Field(
-        description="base URL of the relay (http://127.0.0.1:11115), a comma-separated list of"
-        " relays, or a relay cluster's address zk://HOST:PORT/NAME: on failure the client"
-        " moves to another member with its checkpoint")
+    relay: RelayAccess = Field(
+        description="the relay: its base URL (http://127.0.0.1:11115), a comma-separated list"
+        " of relays, or a relay cluster's address zk://HOST:PORT/NAME (on failure the client"
+        " moves to another member with its checkpoint), with the token and TLS files to"
+        " present (databus.core.access)")
     sources: list[str | int] = Field(
         default_factory=list,
         description="sources to consume, by name ('db.table') or id; empty = all of the relay's",
@@ -87,27 +89,15 @@ class ClientConfig(ConfigModel):
     bootstrap_progress_interval: float = Field(
         10.0, gt=0, description="seconds between bootstrap progress log lines (rows, rate, ETA)")
 
-    token: SecretStr | None = Field(
-        None, description="bearer token for the relay and bootstrap server; default: the"
-        " DATABUS_TOKEN / DATABUS_TOKEN_FILE environment variables")
-    token_file: Path | None = Field(None, description="file holding the token (first line)")
-    tls_ca_file: Path | None = Field(
-        None, description="PEM CA(s) server certificates must chain to; default:"
-        " DATABUS_CA_FILE, else the system's")
-    tls_cert_file: Path | None = Field(None, description="client certificate (mutual TLS)")
-    tls_key_file: Path | None = Field(None, description="its private key")
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy(cls, raw: Any) -> Any:
+        return fold_relay_fields(raw, CLIENT_LEGACY_NAMES, "ClientConfig")
 
     def credentials(self) -> Credentials:
-        """The token and TLS files to present (explicit fields, then the environment)."""
-        return Credentials.from_env(
-            token=self.token.get_secret_value() if self.token is not None else None,
-            token_file=self.token_file, ca_file=self.tls_ca_file,
-            cert_file=self.tls_cert_file, key_file=self.tls_key_file)
-
-    @field_validator("relay_url")
-    @classmethod
-    def _url(cls, v: str) -> str:
-        return check_relay_spec(v)
+        """The token and TLS files to present to the relay and the bootstrap server
+        (``relay``'s fields, then the environment)."""
+        return Credentials.from_env(**self.relay.credential_fields())
 
     @field_validator("bootstrap_url")
     @classmethod

@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from databus.core.errors import ConfigError, RelayUnavailableError
+from databus.core.access import check_relay_spec
+from databus.core.errors import RelayUnavailableError
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -21,24 +22,6 @@ if TYPE_CHECKING:
     from databus.coord.zk import ZkAddress
 
 log = logging.getLogger("databus.client")
-
-
-def check_relay_spec(spec: str) -> str:
-    """``spec`` when it names relays (see the module docstring); else ValueError."""
-    spec = spec.strip()
-    if spec.startswith("zk://"):
-        from databus.coord.zk import ZkAddress
-
-        try:
-            ZkAddress.parse(spec)
-        except ConfigError as exc:
-            raise ValueError(str(exc)) from None
-        return spec
-    urls = [u.strip().rstrip("/") for u in spec.split(",")]
-    if not urls or not all(u.startswith(("http://", "https://")) for u in urls):
-        raise ValueError("a relay is an http:// or https:// URL, a comma-separated list of"
-                         " them, or a cluster address zk://HOST:PORT/NAME")
-    return ",".join(urls)
 
 
 class Endpoints:

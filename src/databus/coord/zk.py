@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,12 +30,12 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
+from databus.core.access import ZK_ADDRESS
 from databus.core.errors import ConfigError, CoordinatorUnavailableError
 
 log = logging.getLogger("databus.coord")
 
 ROOT = "/databus/clusters"
-_ADDRESS = re.compile(r"^zk://(?P<hosts>[^/\s]+)/(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)/?$")
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,7 @@ class ZkAddress:
 
     @classmethod
     def parse(cls, text: str) -> ZkAddress:
-        m = _ADDRESS.match(text.strip())
+        m = ZK_ADDRESS.match(text.strip())
         if m is None:
             raise ConfigError(f"not a cluster address: {text!r} (expected"
                               " zk://HOST:PORT[,HOST:PORT...]/NAME)")

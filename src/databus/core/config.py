@@ -16,10 +16,20 @@ from databus.core.errors import ConfigError
 
 
 def config_error(exc: ValidationError, what: str) -> ConfigError:
-    """One ConfigError naming each bad field of a pydantic ValidationError."""
-    problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}"
-                         for e in exc.errors())
-    return ConfigError(f"invalid {what} config: {problems}")
+    """One ConfigError naming each bad field of a pydantic ValidationError. The tags of
+    tagged unions (written ``<kind>``, e.g. the source kinds) are left out of the field
+    names: ``source.server_id``, not ``source.<sqlite>.server_id``."""
+    problems = []
+    for e in exc.errors():
+        loc = ".".join(str(p) for p in e["loc"]
+                       if not (isinstance(p, str) and p.startswith("<") and p.endswith(">")))
+        msg = e["msg"]
+        if e["type"] == "value_error":
+            msg = msg.removeprefix("Value error, ")
+        elif e["type"] == "extra_forbidden":
+            msg = "unknown setting"
+        problems.append(f"{loc or 'config'}: {msg}")
+    return ConfigError(f"invalid {what} config: {'; '.join(problems)}")
 
 
 class FrozenModel(BaseModel):
@@ -81,18 +91,44 @@ def interpolate(raw: Any, env: Mapping[str, str] | None = None) -> Any:
     return raw
 
 
-def load_file(path: Path, parse: Callable[[Any], M]) -> M:
-    """Read a YAML/JSON file, replace ``${ENV}`` references (:func:`interpolate`) and
-    hand it to ``parse``; errors name the file."""
+def read_file(path: Path) -> dict[str, Any]:
+    """A YAML/JSON config file as a mapping, its ``${ENV}`` references replaced
+    (:func:`interpolate`); errors name the file. An empty file is an empty mapping."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from exc
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"config {path} is not valid YAML: {exc}") from exc
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config {path} must be a mapping")
     try:
-        return parse(interpolate(raw))
+        out: dict[str, Any] = interpolate(raw)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
+    return out
+
+
+def load_file(path: Path, parse: Callable[[Any], M]) -> M:
+    """Read a YAML/JSON file (:func:`read_file`) and hand it to ``parse``; errors name
+    the file."""
+    raw = read_file(path)
+    try:
+        return parse(raw)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+
+
+def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` laid on top, section by section (nested mappings merge;
+    any other value in ``over`` replaces ``base``'s)."""
+    out = dict(base)
+    for key, value in over.items():
+        old = out.get(key)
+        out[key] = (merged(old, value) if isinstance(old, Mapping) and isinstance(value, Mapping)
+                    else value)
+    return out

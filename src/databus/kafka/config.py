@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from databus.client.endpoints import check_relay_spec
+from databus.core.access import CLIENT_LEGACY_NAMES, RelayAccess, fold_relay_fields
 from databus.core.config import ConfigModel
 from databus.core.errors import ConfigError
 
@@ -36,12 +36,13 @@ BigintUnsignedMode = Literal["long", "precise"]
 
 
 class PublishConfig(ConfigModel):
-    """Everything ``databus publish`` needs; ``relay_url``, ``bootstrap_servers`` and
+    """Everything ``databus publish`` needs; ``relay``, ``bootstrap_servers`` and
     ``topic_prefix`` are required."""
 
-    relay_url: str = Field(
+    relay: RelayAccess = Field(
         description="the relay to read: a URL, a comma-separated list of relays, or a relay"
-        " cluster zk://HOST:PORT/NAME (as every client)")
+        " cluster zk://HOST:PORT/NAME, with its credentials (databus.core.access, as every"
+        " client)")
     bootstrap_servers: str = Field(
         min_length=1, description="Kafka brokers to start from, HOST:PORT[,HOST:PORT...]")
     topic_prefix: str = Field(
@@ -114,20 +115,11 @@ class PublishConfig(ConfigModel):
         100, ge=0, description="publishing one window is retried this many times in a row"
         " (backoff up to backoff_max) before the publisher stops")
     backoff_max: float = Field(10.0, gt=0, description="largest retry delay, seconds")
-    token: SecretStr | None = Field(
-        None, description="bearer token for the relay; default: DATABUS_TOKEN /"
-        " DATABUS_TOKEN_FILE")
-    token_file: Path | None = Field(None, description="file holding the relay token")
-    tls_ca_file: Path | None = Field(
-        None, description="PEM CA(s) the relay's certificate must chain to; default:"
-        " DATABUS_CA_FILE, else the system's")
-    tls_cert_file: Path | None = Field(None, description="client certificate (mutual TLS)")
-    tls_key_file: Path | None = Field(None, description="its private key")
 
-    @field_validator("relay_url")
+    @model_validator(mode="before")
     @classmethod
-    def _relay(cls, v: str) -> str:
-        return check_relay_spec(v)
+    def _legacy(cls, raw: Any) -> Any:
+        return fold_relay_fields(raw, CLIENT_LEGACY_NAMES, "PublishConfig")
 
     @field_validator("topic_prefix", "offsets_topic")
     @classmethod

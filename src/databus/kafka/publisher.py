@@ -448,12 +448,10 @@ def run_publish(config: PublishConfig, *, stop: threading.Event | None = None,
     """Publish the relay's windows until ``stop`` is set, ``max_windows`` windows were
     handled, or a terminal error; returns the publisher (its ``stats``)."""
     client_cfg = ClientConfig(
-        relay_url=config.relay_url, sources=list(config.sources), from_start=True,
+        relay=config.relay, sources=list(config.sources), from_start=True,
         poll_timeout=config.poll_timeout, max_retries=config.max_retries,
         checkpoint_every_windows=config.batch_windows,
-        backoff_max=config.backoff_max, token=config.token, token_file=config.token_file,
-        tls_ca_file=config.tls_ca_file, tls_cert_file=config.tls_cert_file,
-        tls_key_file=config.tls_key_file)
+        backoff_max=config.backoff_max)
     publisher = Publisher(config)
     try:
         DatabusClient(client_cfg, publisher, publisher).run(stop=stop, max_windows=max_windows)

@@ -74,7 +74,7 @@ from databus.relay.config import ClusterConfig, RelayConfig
 from databus.sources import open_source
 from databus.sources.base import Source, SourceInfo
 from databus.sources.chain import ChainSource
-from databus.sources.config import SourceConfig
+from databus.sources.config import ChainSourceConfig
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -395,9 +395,8 @@ class ClusterMember:
             if current == upstream:
                 return
             log.info("cluster %s: following the leader at %s", self.address, upstream)
-            chain = ChainSource(SourceConfig(url=f"databus+{upstream}",
-                                             token_file=self.config.token_file,
-                                             tls=self.config.tls),
+            chain = ChainSource(ChainSourceConfig(url=f"databus+{upstream}",
+                                                  **self.config.credential_fields()),
                                 name=self.relay.config.name, member_id=self.member_id)
             self.relay.switch_source(chain)
         self._publish_member()

@@ -22,13 +22,14 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from databus.coord.zk import ZkAddress
+from databus.core.access import RelayCredentials
 from databus.core.config import FrozenModel, load_file, validate
 from databus.core.errors import ConfigError
 from databus.serving import HttpServerConfig
-from databus.sources.config import SnapshotMode, SourceConfig, SourceTlsConfig
+from databus.sources.config import AnySourceConfig, SnapshotMode, SourceConfig, legacy_tls
 
-__all__ = ["BufferConfig", "RelayConfig", "RelayHttpConfig", "SnapshotMode", "SourceConfig",
-           "StreamConfig", "load_config", "parse_config"]
+__all__ = ["AnySourceConfig", "BufferConfig", "ClusterConfig", "RelayConfig", "RelayHttpConfig",
+           "SnapshotMode", "SourceConfig", "StreamConfig", "load_config", "parse_config"]
 
 _Model = FrozenModel
 
@@ -69,13 +70,17 @@ class StreamConfig(_Model):
         " make the relay's memory grow with their number")
 
 
-class ClusterConfig(_Model):
-    """The ``cluster:`` section of a relay's config."""
+class ClusterConfig(RelayCredentials):
+    """The ``cluster:`` section of a relay's config. Its credentials
+    (:class:`~databus.core.access.RelayCredentials`: ``token_file``, ``ca_file``,
+    ``cert_file``, ``key_file``) are what a follower presents to its leader (default:
+    DATABUS_TOKEN / DATABUS_TOKEN_FILE, DATABUS_CA_FILE, ...); a token is needed when the
+    members run with tokens."""
 
     address: str = Field(description="zk://HOST:PORT[,HOST:PORT...]/NAME")
     member_id: str | None = Field(
         None, pattern=r"^[A-Za-z0-9_.-]+$",
-        description="this member's name in the cluster (default: host-port)")
+        description="this member's name in the cluster (default: HOST-PID)")
     advertise_url: str | None = Field(
         None, description="URL other members and clients reach this relay at (default: the"
         " URL it listens on)")
@@ -89,14 +94,10 @@ class ClusterConfig(_Model):
         " primary (elected) and leaders-1 co-leaders (leases taken by caught-up followers);"
         " every window is the same on each (SQLite: window_cuts shared). leaders > 1 needs"
         " snapshot_mode initial or no_data")
-    token_file: Path | None = Field(
-        None, description="file holding the admin token a follower reads its leader with"
-        " (default: DATABUS_TOKEN / DATABUS_TOKEN_FILE); needed when the members run with"
-        " tokens")
-    tls: SourceTlsConfig | None = Field(
-        None, description="CA file (and client certificate for mutual TLS) a follower"
-        " verifies its leader with (default: DATABUS_CA_FILE, DATABUS_CERT_FILE,"
-        " DATABUS_KEY_FILE)")
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy(cls, raw: Any) -> Any:
+        return legacy_tls(raw, "cluster") if isinstance(raw, dict) else raw
 
     @field_validator("address")
     @classmethod
@@ -132,13 +133,13 @@ class RelayConfig(_Model):
     @model_validator(mode="after")
     def _leaders(self) -> RelayConfig:
         c = self.cluster
-        if c is not None and c.leaders > 1 and self.source.snapshot_mode not in ("initial",
-                                                                                  "no_data"):
+        mode = getattr(self.source, "snapshot_mode", None)  # a chain relay has none
+        if c is not None and c.leaders > 1 and mode not in (None, "initial", "no_data"):
             # a co-leader starts no snapshot of its own (snapshot rows depend on when
             # they are read), so the primary's snapshots must all come at its first start
             raise ValueError(
                 f"cluster.leaders {c.leaders} needs source.snapshot_mode initial or no_data"
-                f" (not {self.source.snapshot_mode}): only the first leader may snapshot")
+                f" (not {mode}): only the first leader may snapshot")
         return self
 
 

@@ -28,7 +28,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from starlette.types import ASGIApp
@@ -37,7 +36,7 @@ from databus.buffer import EventBuffer
 from databus.core.errors import BufferCorruptError, DatabusError
 from databus.relay.app import build_app as relay_app
 from databus.relay.cluster import ClusterMember, idle_source
-from databus.relay.config import RelayConfig, load_config, parse_config
+from databus.relay.config import RelayConfig
 from databus.relay.fetcher import Fetcher, RelayState
 from databus.relay.metrics import RelayMetrics
 from databus.serving import HttpService
@@ -276,42 +275,15 @@ class Relay(HttpService):
         self.buffer.close()
         self.source.close()
 
-    def reload(self, path: Path) -> None:
-        """Re-read the config file and hand the source its new ``source`` section
-        (tables added or removed while running). Other sections need a restart.
-        A bad file or a source that cannot change is logged; the relay goes on."""
+    def reload(self, new: RelayConfig) -> None:
+        """Hand the source its new ``source`` section (tables added or removed while
+        running; ``new`` is the config file read again, with the command line's options
+        over it). Other sections need a restart. A source that cannot change is logged;
+        the relay goes on."""
         try:
-            new = load_config(path)
             if new.source != self.config.source:
                 self.source.reconfigure(new.source)
                 self.config = self.config.model_copy(update={"source": new.source})
-                log.info("relay %s: source config reloaded from %s", self.config.name, path)
+                log.info("relay %s: source config reloaded", self.config.name)
         except DatabusError as exc:
             log.error("relay %s: config not reloaded: %s", self.config.name, exc)
-
-
-def config_from_args(
-    source_url: str, tables: list[str], port: int, buffer_path: Path | None,
-    capacity: int | None, snapshot_mode: str | None = None, *,
-    http: dict[str, Any] | None = None, password_file: Path | None = None,
-    cluster: dict[str, Any] | None = None, source: dict[str, Any] | None = None,
-) -> RelayConfig:
-    """A config for ``databus relay --source URL --tables ...`` (no file); ``http``:
-    more fields of the ``http`` section (host, tokens, TLS); ``source``: more fields of
-    the ``source`` section (PostgreSQL's slot and publication)."""
-    src: dict[str, Any] = {"url": source_url, "tables": tables, **(source or {})}
-    if snapshot_mode is not None:
-        src["snapshot_mode"] = snapshot_mode
-    if password_file is not None:
-        src["password_file"] = str(password_file)
-    raw: dict[str, Any] = {"source": src, "http": {"port": port, **(http or {})}}
-    if cluster:
-        raw["cluster"] = cluster
-    buf: dict[str, Any] = {}
-    if buffer_path is not None:
-        buf["path"] = str(buffer_path)
-    if capacity is not None:
-        buf["capacity_bytes"] = capacity
-    if buf:
-        raw["buffer"] = buf
-    return parse_config(raw)

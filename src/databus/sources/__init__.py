@@ -4,33 +4,36 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlparse
 
 from databus.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from databus.sources.base import Source
-    from databus.sources.config import SourceConfig
+    from databus.sources.config import AnySourceConfig
 
 
-def open_source(config: SourceConfig, relay_name: str = "relay",
+def open_source(config: AnySourceConfig, relay_name: str = "relay",
                 state_dir: Path | None = None) -> Source:
-    """The source named by ``config.url`` (``sqlite:///PATH``, ``mysql://...``,
-    ``postgresql://USER@HOST:PORT/DB``, a chain
-    relay's ``databus+http://HOST:PORT``), built
-    from its config and not yet opened (the caller calls ``open()``; see
-    :class:`~databus.sources.base.Source`).
+    """The source ``config`` describes (its model is its kind:
+    :mod:`databus.sources.config`), built and not yet opened (the caller calls
+    ``open()``; see :class:`~databus.sources.base.Source`).
 
     ``state_dir``: where a source keeps its own state (snapshot progress, the
     MySQL schema history).
     """
+    from databus.sources.config import (
+        ChainSourceConfig,
+        MysqlSourceConfig,
+        PostgresSourceConfig,
+        SqliteSourceConfig,
+    )
+
     # each source's modules load only when it is used (the MySQL one needs pymysql)
-    scheme = urlparse(config.url).scheme
-    if scheme == "sqlite":
+    if isinstance(config, SqliteSourceConfig):
         from databus.sources.txlog.sqlite import SqliteSource
 
         return SqliteSource(config, name=relay_name, state_dir=state_dir)
-    if scheme in ("mysql", "mariadb"):
+    if isinstance(config, MysqlSourceConfig):
         try:
             from databus.sources.mysql.source import MysqlSource
         except ImportError as exc:
@@ -39,7 +42,7 @@ def open_source(config: SourceConfig, relay_name: str = "relay",
             ) from exc
 
         return MysqlSource(config, name=relay_name, state_dir=state_dir)
-    if scheme in ("postgresql", "postgres"):
+    if isinstance(config, PostgresSourceConfig):
         try:
             from databus.sources.postgres.source import PostgresSource
         except ImportError as exc:
@@ -48,9 +51,8 @@ def open_source(config: SourceConfig, relay_name: str = "relay",
                 f" ({exc})") from exc
 
         return PostgresSource(config, name=relay_name, state_dir=state_dir)
-    if scheme in ("databus+http", "databus+https", "databus+zk"):
+    if isinstance(config, ChainSourceConfig):
         from databus.sources.chain import ChainSource
 
         return ChainSource(config, name=relay_name)
-    raise ConfigError(f"unsupported source url scheme {scheme!r} (supported: sqlite, mysql,"
-                      " postgresql, databus+http, databus+https, databus+zk)")
+    raise ConfigError(f"not a source config: {type(config).__name__}")

@@ -41,7 +41,7 @@ from databus.core.schema import SchemaRegistry
 from databus.core.window import Window
 
 if TYPE_CHECKING:
-    from databus.sources.config import SourceConfig
+    from databus.sources.config import AnySourceConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +87,7 @@ class Source(ABC):
         :class:`~databus.core.errors.InvalidRequestError`."""
         raise InvalidRequestError(f"{type(self).__name__} takes no signals")
 
-    def reconfigure(self, config: SourceConfig) -> None:
+    def reconfigure(self, config: AnySourceConfig) -> None:
         """Apply a changed source config while running (e.g. tables added). Sources
         that cannot raise :class:`~databus.core.errors.ConfigError`; the running
         config then stays."""

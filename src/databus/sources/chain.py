@@ -27,9 +27,10 @@ Contract beyond :mod:`databus.sources.base`:
   :class:`~databus.core.errors.SourceUnavailableError`: the relay retries without
   limit, with backoff, and shows it in ``/admin`` (fetcher state ``retrying``) and
   in ``databus_relay_source_errors_total``. A 401/403 is terminal.
-* **Credentials.** ``source.token_file`` and ``source.tls`` (``ca_file``,
-  ``cert_file``, ``key_file``), else the client environment variables
-  (``DATABUS_TOKEN``, ``DATABUS_TOKEN_FILE``, ``DATABUS_CA_FILE``, ...).
+* **Credentials.** ``source.token_file``, ``source.ca_file``, ``source.cert_file``,
+  ``source.key_file`` (:class:`~databus.core.access.RelayCredentials`), else the client
+  environment variables (``DATABUS_TOKEN``, ``DATABUS_TOKEN_FILE``, ``DATABUS_CA_FILE``,
+  ...).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ from databus.core.window import Window
 from databus.sources.base import Source, SourceInfo
 
 if TYPE_CHECKING:
-    from databus.sources.config import SourceConfig
+    from databus.sources.config import ChainSourceConfig
 
 log = logging.getLogger("databus.sources.chain")
 
@@ -85,7 +86,7 @@ def upstream_url(url: str) -> str:
 class ChainSource(Source):
     """Reads the windows of the relay at ``config.url`` (see the module docstring)."""
 
-    def __init__(self, config: SourceConfig, *, name: str = "relay",
+    def __init__(self, config: ChainSourceConfig, *, name: str = "relay",
                  member_id: str | None = None) -> None:
         """``member_id``: this relay is a member of the upstream's cluster (its reads
         tell the leader what it holds, and the leader tells it what every member
@@ -99,12 +100,7 @@ class ChainSource(Source):
             self._patterns = [re.compile(p) for p in config.tables]
         except re.error as exc:
             raise ConfigError(f"bad table regex in source.tables: {exc}") from exc
-        tls = config.tls
-        self._credentials = Credentials.from_env(
-            token_file=config.token_file,
-            ca_file=tls.ca_file if tls else None,
-            cert_file=tls.cert_file if tls else None,
-            key_file=tls.key_file if tls else None)
+        self._credentials = Credentials.from_env(**config.credential_fields())
         self._conn: RelayConnection | None = None
         self._sources: list[SourceInfo] = []
         self._listed: set[int] = set()  # every id the upstream listed

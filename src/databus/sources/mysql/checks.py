@@ -16,7 +16,7 @@ from urllib.parse import unquote, urlparse
 
 from databus.core.errors import ConfigError
 from databus.core.redact import redact_url
-from databus.sources.config import SourceConfig, SourceTlsConfig
+from databus.sources.config import MysqlSourceConfig, SourceTlsConfig
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def parse_mysql_url(url: str, *, password: str | None = None,
     return MysqlUrl(u.hostname, port, unquote(u.username or "root"), pw, tls)
 
 
-def mysql_url(config: SourceConfig) -> MysqlUrl:
+def mysql_url(config: MysqlSourceConfig) -> MysqlUrl:
     """The connection settings of a MySQL source config (password file, TLS)."""
     return parse_mysql_url(config.url, password=config.password(), tls=config.tls)
 

@@ -65,7 +65,7 @@ from databus.core.schema import (
 )
 from databus.core.window import Window
 from databus.sources.base import Source, SourceInfo
-from databus.sources.config import SourceConfig
+from databus.sources.config import MysqlSourceConfig
 from databus.sources.mysql import compressed, fastpath
 from databus.sources.mysql import ddl as dd
 from databus.sources.mysql import events as be
@@ -128,7 +128,7 @@ class _Pending:
 class MysqlSource(Source):
     """Captures tables matching ``tables`` (regexes on ``db.table``); see the module doc."""
 
-    def __init__(self, config: SourceConfig, *, name: str = "relay",
+    def __init__(self, config: MysqlSourceConfig, *, name: str = "relay",
                  state_dir: Path | None = None, compiled: bool = True,
                  heartbeat: float = 1.0) -> None:
         """Describes the capture and does no I/O: :meth:`open` connects, checks the

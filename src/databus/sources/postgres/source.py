@@ -103,7 +103,7 @@ from databus.core.errors import (
 from databus.core.schema import ColumnSpec, SchemaRegistry, TableSchema, table_schema
 from databus.core.window import Window
 from databus.sources.base import Source, SourceInfo
-from databus.sources.config import SourceConfig
+from databus.sources.config import PostgresSourceConfig
 from databus.sources.mysql import incremental as inc
 from databus.sources.postgres import checks, fastpath
 from databus.sources.postgres import pgoutput as po
@@ -140,7 +140,7 @@ STREAM_MEMORY = 64 << 20
 """Default bound of the streamed transactions' messages held in memory (bytes)."""
 
 
-def pg_url(config: SourceConfig) -> PgUrl:
+def pg_url(config: PostgresSourceConfig) -> PgUrl:
     return parse_pg_url(config.url, password=config.password())
 
 
@@ -180,7 +180,7 @@ class PostgresSource(Source):
     """Captures the tables matching ``tables`` (regexes on ``schema.table``) of the
     database in the URL; see the module docstring."""
 
-    def __init__(self, config: SourceConfig, *, name: str = "relay",
+    def __init__(self, config: PostgresSourceConfig, *, name: str = "relay",
                  state_dir: Path | None = None, slot_wait: float = 10.0,
                  compiled: bool | None = None, stream_memory: int = STREAM_MEMORY) -> None:
         """Describes the capture and does no I/O: :meth:`open` checks the server, the

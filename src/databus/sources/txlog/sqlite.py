@@ -143,7 +143,7 @@ from databus.core.errors import ConfigError, SourcePositionLostError, TerminalEr
 from databus.core.schema import MetadataCodec, SchemaRegistry
 from databus.core.window import Window
 from databus.sources.base import Source, SourceInfo
-from databus.sources.config import SourceConfig
+from databus.sources.config import SqliteSourceConfig
 from databus.sources.progress import ProgressRecords
 from databus.sources.txlog import catalog as cat
 from databus.sources.txlog._db import (
@@ -185,7 +185,7 @@ class SqliteSource(Source):
     ``window_cuts`` (config) whether windows end at cuts shared by every relay.
     """
 
-    def __init__(self, config: SourceConfig, *, name: str = "relay",
+    def __init__(self, config: SqliteSourceConfig, *, name: str = "relay",
                  busy_timeout: float = 5.0, state_dir: Path | None = None) -> None:
         path = config.url[len("sqlite:///"):] if config.url.startswith("sqlite:///") else ""
         if not path:
