@@ -133,7 +133,7 @@ def serve(url: str) -> tuple[subprocess.Popen[bytes], str]:
 def consume(url: str, batch: int, decode: bool, batches: bool = False) -> tuple[int, float]:
     stop = threading.Event()
     consumer = CountBatches(True, stop) if batches else Count(decode, stop)
-    cfg = ClientConfig(relay_url=url, bootstrap_url=url, bootstrap_batch_size=batch,
+    cfg = ClientConfig(relay=url, bootstrap_url=url, bootstrap_batch_size=batch,
                        poll_timeout=0.1)
     t0 = time.perf_counter()
     DatabusClient(cfg, consumer, MemoryCheckpointStore()).run(stop=stop)

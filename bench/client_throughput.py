@@ -64,7 +64,7 @@ class DecodeRows(Consumer):
 
 def consume(relay: Relay, consumer: Decode | DecodeColumns | DecodeRows, windows: int) -> float:
     """Seconds to pull and dispatch ``windows`` windows from the oldest."""
-    client = DatabusClient(ClientConfig(relay_url=relay.url, poll_timeout=0.1),
+    client = DatabusClient(ClientConfig(relay=relay.url, poll_timeout=0.1),
                            consumer, MemoryCheckpointStore())
     t0 = time.perf_counter()
     client.run(max_windows=windows)

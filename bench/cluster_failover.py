@@ -128,7 +128,7 @@ def _failovers(zk: ZooKeeper, runs: int, leaders: int) -> float:
         times: list[float] = []
         try:
             wait_ready()
-            client = DatabusClient(ClientConfig(relay_url=address), rec,
+            client = DatabusClient(ClientConfig(relay=address), rec,
                                    MemoryCheckpointStore())
             threading.Thread(target=client.run, daemon=True).start()
             for run in range(runs):

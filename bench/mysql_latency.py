@@ -120,7 +120,7 @@ def relay_and_client(m: MariaDB, log: Path, consumer: Consumer,
         wait_http(f"{url}/admin", relay)
         _wait_dump(m)
         stop_ev = threading.Event()
-        client = DatabusClient(ClientConfig(relay_url=url, poll_timeout=5.0), consumer)
+        client = DatabusClient(ClientConfig(relay=url, poll_timeout=5.0), consumer)
         t = threading.Thread(target=client.run, kwargs={"stop": stop_ev})
         t.start()
     except BaseException:

@@ -205,7 +205,7 @@ def end_to_end(m: MariaDB, tmp: Path, rows: int, chunk: int
                 raise RuntimeError(f"the relay did not start: see {log}")
             time.sleep(0.1)
         writer.start()
-        client = DatabusClient(ClientConfig(relay_url=f"http://127.0.0.1:{port}",
+        client = DatabusClient(ClientConfig(relay=f"http://127.0.0.1:{port}",
                                             poll_timeout=1.0, fetch_size=8 << 20),
                                consumer, MemoryCheckpointStore())
         reader = threading.Thread(target=client.run, daemon=True)

@@ -104,7 +104,7 @@ def main() -> None:
             time.sleep(0.1)
         windows = int(httpx.get(f"{relay.url}/containerStats/buffer/windows", timeout=10).json())
         t1 = time.perf_counter()
-        run_publish(PublishConfig(relay_url=relay.url, bootstrap_servers=broker.bootstrap_servers,
+        run_publish(PublishConfig(relay=relay.url, bootstrap_servers=broker.bootstrap_servers,
                                   topic_prefix=PREFIX, heartbeat_interval=0),
                     max_windows=windows)
         print(f"setup: {args.changes} changes on {len(TABLES)} tables committed and captured in"

@@ -112,7 +112,7 @@ def pipeline(tmp_path: Path) -> Iterator[Pipeline]:
                    "flush_interval": 0.2},
         "http": {"port": p.relay_port}}))
     (tmp_path / "bootstrap.yaml").write_text(yaml.safe_dump({
-        "relay_url": f"http://127.0.0.1:{p.relay_port}",
+        "relay": f"http://127.0.0.1:{p.relay_port}",
         "store": {"url": f"sqlite:///{tmp_path / 'bs.db'}"},
         "initial_load": {"url": f"sqlite:///{db}", "tables": TABLES},
         "http": {"port": p.bs_port}, "poll_timeout": 0.5, "apply_interval": 0.05}))
@@ -228,7 +228,7 @@ def test_bootstrap_command_config_errors_are_one_line(tmp_path: Path) -> None:
     from tests.support.procs import ROOT
 
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump({"relay_url": "ftp://x", "store": {"url": "sqlite:///x.db"},
+    bad.write_text(yaml.safe_dump({"relay": "ftp://x", "store": {"url": "sqlite:///x.db"},
                                    "nonsense": 1}))
     for cfg in (bad, tmp_path / "missing.yaml"):
         out = subprocess.run([*DATABUS, "bootstrap", "--config", str(cfg)], capture_output=True,

@@ -36,7 +36,7 @@ def _ctx(ca: Path, cert: Path | None = None, key: Path | None = None) -> ssl.SSL
 def _config(tmp: Path, relay_url: str, **http: object) -> Path:
     conf = tmp / "bootstrap.yaml"
     conf.write_text(yaml.safe_dump({
-        "relay_url": relay_url, "store": {"url": f"sqlite:///{tmp / 'bs.db'}"},
+        "relay": relay_url, "store": {"url": f"sqlite:///{tmp / 'bs.db'}"},
         "http": http, "poll_timeout": 0.5, "apply_interval": 0.05,
         "progress_interval": 0.5}))
     return conf
@@ -90,7 +90,8 @@ def test_a_bootstrap_process_with_mutual_tls_and_tokens(
                    tls={"cert_file": str(certs.server_cert), "key_file": str(certs.server_key),
                         "client_ca_file": str(certs.ca)})
     raw = yaml.safe_load(conf.read_text())
-    raw.update(relay_token_file=str(producer_token), relay_ca_file=str(certs.ca))
+    raw["relay"] = {"url": relay_url, "token_file": str(producer_token),
+                    "ca_file": str(certs.ca)}
     conf.write_text(yaml.safe_dump(raw))
     log = tmp_path / "bootstrap.log"
     proc = spawn([*DATABUS, "bootstrap", "--config", str(conf)], log)

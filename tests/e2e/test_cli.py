@@ -62,7 +62,7 @@ def test_bad_config_and_unknown_table_fail_clearly(tmp_path: Path) -> None:
     assert out.returncode == 2 and "nope" in out.stderr
     out = _run(["tail", "--relay", "h:1", "--max-windows", "1"])  # a client config error
     assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert out.stderr.startswith("databus: ConfigError:") and "relay_url" in out.stderr
+    assert out.stderr.startswith("databus: ConfigError:") and "relay.url" in out.stderr
     out = _run(["tail", "--relay", "http://127.0.0.1:9", "--max-windows", "1", "--sources",
                 "x"], timeout=120)
     assert out.returncode == 2, out.stderr  # gave up after its retries: terminal

@@ -54,9 +54,9 @@ class ClosedCluster(ProcessPipeline):
                              "client_ca_file": str(self.certs.ca)}},
             "cluster": {"address": f"zk://{self.zk.hosts}/closed", "member_id": name,
                         "session_timeout": 4.0, "token_file": str(member_token),
-                        "tls": {"ca_file": str(self.certs.ca),
-                                "cert_file": str(self.certs.client_cert),
-                                "key_file": str(self.certs.client_key)}}}))
+                        "ca_file": str(self.certs.ca),
+                        "cert_file": str(self.certs.client_cert),
+                        "key_file": str(self.certs.client_key)}}))
         return [*DATABUS, "relay", "--config", str(conf)]
 
     def ready_url(self, name: str) -> str | None:

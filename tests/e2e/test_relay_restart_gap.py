@@ -118,7 +118,7 @@ def test_restarted_memory_relay_refuses_an_old_checkpoint(mariadb: MariaDB, sche
             def on_data_event(self, event: object) -> None:
                 got.append(event)
 
-        client = DatabusClient(ClientConfig(relay_url=relay.url), Recorder(), store)
+        client = DatabusClient(ClientConfig(relay=relay.url), Recorder(), store)
         with pytest.raises(ScnNotFoundError):
             client.run()
         assert got == []

@@ -232,7 +232,7 @@ def test_a_bootstrap_store_takes_its_password_from_a_file(mariadb: MariaDB,
     with make_relay(db, tmp_path, snapshot_mode="initial") as relay:
         conf = tmp_path / "bootstrap.yaml"
         conf.write_text(yaml.safe_dump({
-            "relay_url": relay.url, "http": {"port": port}, "poll_timeout": 0.5,
+            "relay": relay.url, "http": {"port": port}, "poll_timeout": 0.5,
             "apply_interval": 0.05,
             "store": {"url": f"mysql+pymysql://bs@127.0.0.1:{mariadb.port}/bs_pw",
                       "password_file": str(pw_file)}}))

@@ -329,7 +329,7 @@ def test_a_chain_relay_copies_a_tls_relay_with_its_ca_and_token_from_files(
     conf = tmp_path / "chain.yaml"
     conf.write_text(json.dumps({  # YAML is a superset of JSON
         "source": {"url": url.replace("https://", "databus+https://"),
-                   "token_file": str(chain_token), "tls": {"ca_file": str(certs.ca)}},
+                   "token_file": str(chain_token), "ca_file": str(certs.ca)},
         "buffer": {"path": str(tmp_path / "chain.buf")}, "http": {"port": port}}))
     chain = spawn([*DATABUS, "relay", "--config", str(conf)], tmp_path / "chain.log")
     try:

@@ -136,7 +136,7 @@ def test_mariadb_binlog_decodes_every_change_equal_to_the_sqlite_source(
     changes = _workload(con, random.Random(7), 120)
     wait_until(lambda: relay.buffer.max_scn >= 0, 10, "the relay to capture")
     store = BinlogStore(tmp_path / "bin", rotate_bytes=256 * 1024)
-    conv = BinlogConverter(ClientConfig(relay_url=relay.url, poll_timeout=0.2), store,
+    conv = BinlogConverter(ClientConfig(relay=relay.url, poll_timeout=0.2), store,
                            checkpoint_every=7)
     stop = threading.Event()
     th = threading.Thread(target=conv.run, args=(stop,))
@@ -198,7 +198,7 @@ def test_a_new_binlog_refuses_a_relay_without_its_sources_beginning_only_when_to
     relay = make_relay(db, tmp_path, tables=["t"], snapshot_mode="initial")
     with relay:
         wait_until(lambda: relay.buffer.max_scn >= 0, 10, "the relay's snapshot")
-        strict = BinlogConverter(ClientConfig(relay_url=relay.url, poll_timeout=0.2),
+        strict = BinlogConverter(ClientConfig(relay=relay.url, poll_timeout=0.2),
                                  BinlogStore(tmp_path / "strict"),
                                  require_complete_history=True)
         with pytest.raises(ScnNotFoundError, match="require_complete_history"):
@@ -207,7 +207,7 @@ def test_a_new_binlog_refuses_a_relay_without_its_sources_beginning_only_when_to
         strict.store.close()
         # by default it starts at the relay's oldest window (the snapshot), and says so
         store = BinlogStore(tmp_path / "lenient")
-        conv = BinlogConverter(ClientConfig(relay_url=relay.url, poll_timeout=0.2), store)
+        conv = BinlogConverter(ClientConfig(relay=relay.url, poll_timeout=0.2), store)
         stop = threading.Event()
         th = threading.Thread(target=conv.run, args=(stop,))
         with caplog.at_level("WARNING", logger="databus.binlog"):

@@ -191,7 +191,7 @@ def test_a_store_without_the_relay_yet_answers_too_old(tmp_path: Path) -> None:
     from tests.support.procs import free_port
 
     bs = BootstrapService(parse_config({
-        "relay_url": f"http://127.0.0.1:{free_port()}",  # nobody listens there
+        "relay": f"http://127.0.0.1:{free_port()}",  # nobody listens there
         "store": {"url": f"sqlite:///{tmp_path / 'bs.db'}"}, "http": {"port": 0}}))
     with bs:
         for path in ("/startSCN", "/sources", "/targetSCN"):

@@ -1,7 +1,7 @@
 """The bootstrap server applies the same tokens as the relay: 401 without one, a
 token sees only its tables (403 for another), /admin needs the admin flag, and the
 bootstrap client reads with a token given in its config; its producer verifies a TLS
-relay against ``relay_ca_file``."""
+relay against ``relay.ca_file``."""
 
 from __future__ import annotations
 
@@ -72,8 +72,8 @@ def test_bootstrap_tokens(tmp_path: Path) -> None:
         token_file = tmp_path / "orders.token"
         token_file.write_text(orders)
         stop = threading.Event()
-        client = DatabusClient(ClientConfig(relay_url=relay.url, bootstrap_url=bs.url,
-                                            token_file=token_file), Record())
+        client = DatabusClient(ClientConfig(relay={"url": relay.url, "token_file": token_file},
+                                            bootstrap_url=bs.url), Record())
         worker = threading.Thread(target=client.run, kwargs={"stop": stop}, daemon=True)
         worker.start()
         try:
@@ -100,7 +100,7 @@ def test_relay_ca_file_lets_the_producer_verify_a_tls_relay(
         for name, ca in (("untrusted", None), ("trusted", certs.ca)):
             (tmp_path / name).mkdir()
             raw = {**bootstrap_config(db, tmp_path / name, relay, initial=False),
-                   "relay_ca_file": str(ca) if ca else None}
+                   "relay": {"url": relay.url, "ca_file": str(ca) if ca else None}}
             with BootstrapService(parse_bootstrap(raw)) as bs:
                 def status() -> dict[str, Any]:
                     return httpx.get(f"{bs.url}/admin", timeout=10).json()

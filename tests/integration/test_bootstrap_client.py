@@ -212,7 +212,7 @@ def setup(shop_db: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def config(relay: Any, bs: Any, **kw: Any) -> ClientConfig:
-    return ClientConfig(relay_url=relay.url, bootstrap_url=bs.url, poll_timeout=0.3,
+    return ClientConfig(relay=relay.url, bootstrap_url=bs.url, poll_timeout=0.3,
                         backoff_initial=0.02, backoff_max=0.1, **kw)
 
 
@@ -315,7 +315,7 @@ def test_bootstrap_checkpoint_without_bootstrap_url_is_a_config_error(
     store.save(Checkpoint(consumption_mode=ConsumptionMode.BOOTSTRAP_SNAPSHOT,
                           bootstrap_start_scn=5, snapshot_source="main.customers"))
     with pytest.raises(ConfigError, match="bootstrap_url"):
-        DatabusClient(ClientConfig(relay_url=relay.url), Consumer(), store).run()
+        DatabusClient(ClientConfig(relay=relay.url), Consumer(), store).run()
 
 
 def test_json_lines_sink_prints_the_snapshot(setup: Any, shop_db: Path) -> None:

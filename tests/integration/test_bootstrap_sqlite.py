@@ -88,7 +88,7 @@ def test_fallen_off_consumer_catches_up(shop_db: Path, tmp_path: Path) -> None:
         assert relay.buffer.min_scn > old.window_scn + 1000
         # without a bootstrap server that is a terminal error
         sink = ReplicateSink(f"sqlite:///{replica}")
-        plain = DatabusClient(ClientConfig(relay_url=relay.url, poll_timeout=0.3), sink, sink)
+        plain = DatabusClient(ClientConfig(relay=relay.url, poll_timeout=0.3), sink, sink)
         with pytest.raises(ScnNotFoundError):
             plain.run()
         sink.close()
@@ -203,7 +203,7 @@ def test_log_retention_trims_and_far_behind_consumers_get_a_snapshot(
     relay = make_relay(shop_db, tmp_path, capacity_bytes=1024 * 1024)
     relay.start()
     bs = BootstrapService(parse_config({
-        "relay_url": relay.url, "store": {"url": f"sqlite:///{tmp_path / 'bs.db'}"},
+        "relay": relay.url, "store": {"url": f"sqlite:///{tmp_path / 'bs.db'}"},
         "initial_load": {"url": f"sqlite:///{shop_db}", "tables": TABLES},
         "http": {"port": 0}, "poll_timeout": 0.5, "apply_interval": 0.05,
         "log_retention": 0.5, "trim_interval": 0.2}))

@@ -14,7 +14,7 @@ from tests.support.memrelay import MemoryRelay, customer, item
 
 
 def _config(relay: MemoryRelay, **kw: Any) -> ClientConfig:
-    base: dict[str, Any] = {"relay_url": relay.url, "poll_timeout": 0.2, "fetch_size": 1024,
+    base: dict[str, Any] = {"relay": relay.url, "poll_timeout": 0.2, "fetch_size": 1024,
                             "backoff_initial": 0.01, "backoff_max": 0.05}
     base.update(kw)
     return ClientConfig(**base)

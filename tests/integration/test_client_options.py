@@ -31,7 +31,7 @@ class Names(Consumer):
 
 
 def _config(relay_url: str, **kw: Any) -> ClientConfig:
-    return ClientConfig(relay_url=relay_url, poll_timeout=0.2, backoff_initial=0.01,
+    return ClientConfig(relay=relay_url, poll_timeout=0.2, backoff_initial=0.01,
                         backoff_max=0.05, **kw)
 
 

@@ -101,7 +101,7 @@ class Recorder(Consumer):
 
 
 def _config(relay: MemoryRelay, **kw: Any) -> ClientConfig:
-    base: dict[str, Any] = {"relay_url": relay.url, "poll_timeout": 0.2, "fetch_size": 1024,
+    base: dict[str, Any] = {"relay": relay.url, "poll_timeout": 0.2, "fetch_size": 1024,
                             "backoff_initial": 0.01, "backoff_max": 0.05}
     base.update(kw)
     return ClientConfig(**base)
@@ -234,7 +234,7 @@ def test_relay_down_with_a_bound_gives_up(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nobody listens there
-    cfg = ClientConfig(relay_url=f"http://127.0.0.1:{port}", relay_max_retries=2,
+    cfg = ClientConfig(relay=f"http://127.0.0.1:{port}", relay_max_retries=2,
                        backoff_initial=0.01, backoff_max=0.02)
     rec = Recorder()
     with pytest.raises(RetriesExhaustedError, match="listing sources failed 3 times"):

@@ -102,7 +102,7 @@ def test_client_on_the_real_relay(real_relay: tuple[Relay, ListSource], tmp_path
     _wait(relay, 30)
     keep = Keep()
     store = MemoryCheckpointStore()
-    cfg = ClientConfig(relay_url=relay.url, poll_timeout=0.2, fetch_size=2048,
+    cfg = ClientConfig(relay=relay.url, poll_timeout=0.2, fetch_size=2048,
                        backoff_initial=0.01, backoff_max=0.02)
     client = DatabusClient(cfg, keep, store)
     client.run(max_windows=3)

@@ -7,6 +7,7 @@ import json
 import sqlite3
 from pathlib import Path
 
+from databus.client.config import ClientConfig
 from databus.client.runners import replicate, tail
 from databus.core.event import Op
 from tests.support.memrelay import MemoryRelay, customer, item
@@ -17,7 +18,8 @@ def test_tail_prints_envelopes(memrelay: MemoryRelay, tmp_path: Path) -> None:
     memrelay.add_window(20, [customer(20, 1, op=Op.DELETE)])
     out = io.StringIO()
     ckpt = tmp_path / "tail.ckpt"
-    tail(memrelay.url, out, checkpoint=ckpt, poll_timeout=0.1, max_windows=2)
+    tail(ClientConfig(relay=memrelay.url, checkpoint_path=ckpt, poll_timeout=0.1), out,
+         max_windows=2)
     lines = [json.loads(x) for x in out.getvalue().splitlines()]
     assert [(x["op"], x["source"]["table"], x["source"]["scn"]) for x in lines] == [
         ("c", "customers", 10), ("c", "items", 10), ("d", "customers", 20)]
@@ -32,8 +34,8 @@ def test_replicate_runner(memrelay: MemoryRelay, tmp_path: Path) -> None:
     memrelay.add_window(10, [customer(10, 1, name="Ada"), item(10, 4, 2)])
     memrelay.add_window(20, [customer(20, 1, name="Bob", op=Op.UPDATE)])
     db = tmp_path / "r.db"
-    client = replicate(memrelay.url, f"sqlite:///{db}", sources=["shop.customers"],
-                       poll_timeout=0.1, max_windows=2)
+    client = replicate(ClientConfig(relay=memrelay.url, sources=["shop.customers"],
+                                    poll_timeout=0.1), f"sqlite:///{db}", max_windows=2)
     assert client.stats.last_scn == 20
     con = sqlite3.connect(db)
     try:

@@ -115,12 +115,12 @@ def test_a_bootstrap_initial_load_applies_the_rules_before_its_store(tmp_path: P
         "http": {"port": 0}}))
     store = tmp_path / "bs.db"
     with relay, BootstrapService(parse_bootstrap({
-            "relay_url": relay.url, "store": {"url": f"sqlite:///{store}"},
+            "relay": relay.url, "store": {"url": f"sqlite:///{store}"},
             "http": {"port": 0}, "poll_timeout": 0.5, "apply_interval": 0.05,
             "initial_load": {"url": f"sqlite:///{db}", "tables": ["people"],
                              "columns": rules}})) as bs:
         rec = _Rows()
-        client = DatabusClient(ClientConfig(relay_url=relay.url, bootstrap_url=bs.url,
+        client = DatabusClient(ClientConfig(relay=relay.url, bootstrap_url=bs.url,
                                             bootstrap_new_consumers=True), rec,
                                FileCheckpointStore(tmp_path / "c.ckpt"))
         runner = threading.Thread(target=client.run, daemon=True)

@@ -67,7 +67,7 @@ def _replay(m: MariaDB) -> tuple[int, int]:
 def _ours(m: MariaDB, start: int, end: int) -> tuple[list[dict[str, Any]],
                                                     dict[str, list[dict[str, Any]]]]:
     """(events as the expected data has them, Connect field schemas per table)."""
-    cfg = PublishConfig(relay_url="http://unused", bootstrap_servers="unused:9092",
+    cfg = PublishConfig(relay="http://unused", bootstrap_servers="unused:9092",
                         topic_prefix="peer", value_mode="debezium")
     enc = MessageEncoder(cfg)
     events: list[dict[str, Any]] = []

@@ -85,10 +85,10 @@ def test_binlog_to_replica_with_relay_restart(server: MariaDB, tmp_path: Path) -
     replica = tmp_path / "replica.db"
     stop = threading.Event()
     sink = ReplicateSink(f"sqlite:///{replica}")
-    client = DatabusClient(ClientConfig(relay_url=relay.url, poll_timeout=0.5,
+    client = DatabusClient(ClientConfig(relay=relay.url, poll_timeout=0.5,
                                         relay_max_retries=None), sink, sink.checkpoint_store)
     watcher = Windows()
-    watch = DatabusClient(ClientConfig(relay_url=relay.url, poll_timeout=0.5), watcher)
+    watch = DatabusClient(ClientConfig(relay=relay.url, poll_timeout=0.5), watcher)
     threads = [threading.Thread(target=c.run, kwargs={"stop": stop}) for c in (client, watch)]
     for t in threads:
         t.start()

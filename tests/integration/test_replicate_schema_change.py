@@ -36,7 +36,7 @@ def _state(url: str) -> tuple[list[str], list[tuple[Any, ...]]]:
 
 
 def _run(relay: MemoryRelay, sink: ReplicateSink, windows: int, store: Any = None) -> None:
-    cfg = ClientConfig(relay_url=relay.url, poll_timeout=0.1, backoff_initial=0.01,
+    cfg = ClientConfig(relay=relay.url, poll_timeout=0.1, backoff_initial=0.01,
                        backoff_max=0.02)
     DatabusClient(cfg, sink, store or sink.checkpoint_store).run(max_windows=windows)
 

@@ -84,7 +84,7 @@ class Model:
 
 
 def _client(relay: MemoryRelay, sink: ReplicateSink, **kw: Any) -> DatabusClient:
-    cfg = ClientConfig(relay_url=relay.url, poll_timeout=0.1, backoff_initial=0.01,
+    cfg = ClientConfig(relay=relay.url, poll_timeout=0.1, backoff_initial=0.01,
                        backoff_max=0.02, **kw)
     return DatabusClient(cfg, sink)
 
@@ -120,7 +120,7 @@ def test_replicates_two_tables_exactly_once(memrelay: MemoryRelay, target: str) 
 
     # a replay of every window (a consumer that lost its position) changes nothing
     with ReplicateSink(target) as again:
-        DatabusClient(ClientConfig(relay_url=memrelay.url, poll_timeout=0.1), again,
+        DatabusClient(ClientConfig(relay=memrelay.url, poll_timeout=0.1), again,
                       MemoryCheckpointStore()).run(max_windows=len(scns))
         assert again.windows_skipped == len(scns) and again.windows_applied == 0
     _check_state(target, model)

@@ -100,7 +100,7 @@ def _add_kafka_jars(spark: SparkSession) -> None:
 def _publish_all(relay: Any, broker: KafkaBroker) -> None:
     """``run_publish`` until the publisher's committed position reaches the relay's end."""
     end = relay.buffer.max_scn
-    cfg = PublishConfig(relay_url=relay.url, bootstrap_servers=broker.bootstrap_servers,
+    cfg = PublishConfig(relay=relay.url, bootstrap_servers=broker.bootstrap_servers,
                         topic_prefix="shop", name="spark-test", heartbeat_interval=0)
     stop = threading.Event()
     t = threading.Thread(target=run_publish, args=(cfg,), kwargs={"stop": stop})

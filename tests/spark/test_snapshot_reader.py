@@ -74,7 +74,7 @@ def pipe(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Itera
     relay = start_relay(db, tmp, TABLES)
     store = f"sqlite:///{tmp / 'bs.db'}"
     bs = BootstrapService(parse_config({
-        "relay_url": relay.url, "store": {"url": store}, "http": {"port": 0},
+        "relay": relay.url, "store": {"url": store}, "http": {"port": 0},
         "poll_timeout": 0.5, "apply_interval": 0.05, "apply_batch_windows": 7,
         "initial_load": {"url": f"sqlite:///{db}", "tables": TABLES}}))
     bs.start()

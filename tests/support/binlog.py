@@ -114,7 +114,7 @@ def main() -> None:
     from databus.client.config import ClientConfig
 
     store = BinlogStore(Path(sys.argv[2]), rotate_bytes=int(sys.argv[3]))
-    conv = BinlogConverter(ClientConfig(relay_url=sys.argv[1], poll_timeout=0.2), store,
+    conv = BinlogConverter(ClientConfig(relay=sys.argv[1], poll_timeout=0.2), store,
                            checkpoint_every=int(sys.argv[4]))
     conv.run(threading.Event())
 

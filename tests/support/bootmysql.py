@@ -134,7 +134,7 @@ class Pipeline(ProcessPipeline):
                        "flush_interval": 0.2},
             "http": {"port": self.relay_port}}))
         (self.tmp / "bootstrap.yaml").write_text(yaml.safe_dump({
-            "relay_url": self.relay, "store": {"url": self.store_url},
+            "relay": self.relay, "store": {"url": self.store_url},
             "http": {"port": self.bs_port}, "poll_timeout": 0.5, "apply_interval": 0.05}))
 
     def args(self, name: str) -> list[str]:

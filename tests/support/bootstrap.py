@@ -42,11 +42,11 @@ def bootstrap_config(db: Path, tmp: Path, relay: Relay, initial: bool = True,
     if token_file is not None:
         http["token_file"] = str(token_file)
     raw: dict[str, object] = {
-        "relay_url": relay.url, "store": {"url": store_url or f"sqlite:///{tmp / 'bs.db'}"},
+        "relay": relay.url, "store": {"url": store_url or f"sqlite:///{tmp / 'bs.db'}"},
         "http": http, "poll_timeout": 0.5, "apply_interval": 0.05,
         "progress_interval": 0.5}
     if relay_token_file is not None:
-        raw["relay_token_file"] = str(relay_token_file)
+        raw["relay"] = {"url": relay.url, "token_file": str(relay_token_file)}
     if initial:
         raw["initial_load"] = {"url": f"sqlite:///{db}", "tables": TABLES}
     return raw
@@ -68,7 +68,7 @@ class Consumer:
     def __init__(self, relay: Relay, bs: BootstrapService | None, replica: Path,
                  batch: int = 1000) -> None:
         self.sink = ReplicateSink(f"sqlite:///{replica}")
-        cfg = ClientConfig(relay_url=relay.url, poll_timeout=0.3, backoff_initial=0.05,
+        cfg = ClientConfig(relay=relay.url, poll_timeout=0.3, backoff_initial=0.05,
                            backoff_max=0.5, bootstrap_batch_size=batch,
                            bootstrap_url=bs.url if bs is not None else None)
         self.client = DatabusClient(cfg, self.sink, self.sink)

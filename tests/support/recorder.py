@@ -73,14 +73,14 @@ def main() -> None:
 
         note(joined=True)
 
-        cfg = ClientConfig(relay_url=args.relay, poll_timeout=1.0,
+        cfg = ClientConfig(relay=args.relay, poll_timeout=1.0,
                            sources=args.sources.split(","))
         # the partitions' checkpoints are files every member reads: a shared store
         DynamicGroup(args.group, cfg, partitions=args.partitions, consumer_factory=recorder,
                      store_factory=lambda p: FileCheckpointStore(f"{args.checkpoint}.p{p}"),
                      member_id=args.member_id, listener=Listener()).run(threading.Event())
         return
-    client = DatabusClient(ClientConfig(relay_url=args.relay, poll_timeout=1.0),
+    client = DatabusClient(ClientConfig(relay=args.relay, poll_timeout=1.0),
                            Recorder(args.out), FileCheckpointStore(args.checkpoint))
     client.run()
 

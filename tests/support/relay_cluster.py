@@ -53,7 +53,7 @@ class Cluster(ProcessPipeline):
             port = self.ports.setdefault(name, free_port())
             conf = self.tmp / "bootstrap.yaml"
             conf.write_text(yaml.safe_dump({
-                "relay_url": self.address, "store": {"url": f"sqlite:///{self.tmp / 'bs.db'}"},
+                "relay": self.address, "store": {"url": f"sqlite:///{self.tmp / 'bs.db'}"},
                 "http": {"port": port}, "poll_timeout": 0.5, "apply_interval": 0.05}))
             return [*DATABUS, "bootstrap", "--config", str(conf)]
         if name == "chain":  # not a member: a chain relay reading whichever member serves

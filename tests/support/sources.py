@@ -7,22 +7,28 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from databus.core.config import validate
-from databus.sources.config import SourceConfig
+from databus.sources.config import (
+    AnySourceConfig,
+    MysqlSourceConfig,
+    SqliteSourceConfig,
+    parse_source,
+)
 from databus.sources.mysql.source import MysqlSource
 from databus.sources.txlog.sqlite import SqliteSource
 
 
-def source_config(url: str, tables: Sequence[str], **fields: Any) -> SourceConfig:
-    """A validated config; ``fields`` are SourceConfig's own names."""
-    return validate(SourceConfig, {"url": url, "tables": list(tables), **fields}, "source")
+def source_config(url: str, tables: Sequence[str], **fields: Any) -> AnySourceConfig:
+    """A validated config of the URL's kind; ``fields`` are its model's own names."""
+    return parse_source({"url": url, "tables": list(tables), **fields})
 
 
 def mysql_source(url: str, tables: Sequence[str], *, name: str = "relay",
                  state_dir: Path | None = None, compiled: bool = True,
                  heartbeat: float = 1.0, **fields: Any) -> MysqlSource:
     """An opened MySQL source (``fields``: SourceConfig's names)."""
-    src = MysqlSource(source_config(url, tables, **fields), name=name, state_dir=state_dir,
+    cfg = source_config(url, tables, **fields)
+    assert isinstance(cfg, MysqlSourceConfig)
+    src = MysqlSource(cfg, name=name, state_dir=state_dir,
                       compiled=compiled, heartbeat=heartbeat)
     src.open()
     return src
@@ -32,7 +38,9 @@ def sqlite_source(path: Path | str, tables: Sequence[str], *, name: str = "relay
                   state_dir: Path | None = None, busy_timeout: float = 5.0,
                   **fields: Any) -> SqliteSource:
     """An opened SQLite source (``fields``: SourceConfig's names)."""
-    src = SqliteSource(source_config(f"sqlite:///{path}", tables, **fields), name=name,
+    cfg = source_config(f"sqlite:///{path}", tables, **fields)
+    assert isinstance(cfg, SqliteSourceConfig)
+    src = SqliteSource(cfg, name=name,
                        state_dir=state_dir, busy_timeout=busy_timeout)
     src.open()
     return src

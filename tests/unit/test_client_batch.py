@@ -199,7 +199,7 @@ def test_a_snapshot_answer_with_control_events_inside_is_parsed_alike() -> None:
 
 
 def _runner(consumer: Consumer) -> BootstrapRunner:
-    cfg = ClientConfig(relay_url="http://127.0.0.1:9", bootstrap_url="http://127.0.0.1:9")
+    cfg = ClientConfig(relay="http://127.0.0.1:9", bootstrap_url="http://127.0.0.1:9")
     runner = BootstrapRunner(cfg, consumer, MemoryCheckpointStore(), ClientStats(), None,
                              threading.Event(), on_saved=lambda cp: None)
     runner.conn.close()

@@ -38,20 +38,20 @@ def test_backoff_wait_is_interrupted_by_stop() -> None:
 
 
 def test_config_validation() -> None:
-    cfg = ClientConfig(relay_url="http://h:1/", sources=["db.t", 3])
-    assert cfg.relay_url == "http://h:1" and cfg.sources == ["db.t", 3]
+    cfg = ClientConfig(relay="http://h:1/", sources=["db.t", 3])
+    assert cfg.relay.url == "http://h:1" and cfg.sources == ["db.t", 3]
     assert cfg.from_start and cfg.checkpoint_every_windows == 1
     # config problems are ConfigError (the one exception tree), naming the field
-    with pytest.raises(ConfigError, match="relay_url"):
-        ClientConfig(relay_url="h:1")
+    with pytest.raises(ConfigError, match="relay"):
+        ClientConfig(relay="h:1")
     with pytest.raises(ConfigError, match="fetch_size"):
-        ClientConfig(relay_url="http://h", fetch_size=10)
+        ClientConfig(relay="http://h", fetch_size=10)
     with pytest.raises(ConfigError):
-        ClientConfig(relay_url="http://h", backoff_initial=5, backoff_max=1)
+        ClientConfig(relay="http://h", backoff_initial=5, backoff_max=1)
     with pytest.raises(InvalidFilterError):
-        ClientConfig(relay_url="http://h", filter='{"1": {"partitionType": "X"}}')
+        ClientConfig(relay="http://h", filter='{"1": {"partitionType": "X"}}')
     f = {"1": {"partitionType": "RANGE", "filters": [{"keyRange": {"start": 0, "end": 9}}]}}
-    assert "RANGE" in (ClientConfig(relay_url="http://h", filter=f).filter or "")
+    assert "RANGE" in (ClientConfig(relay="http://h", filter=f).filter or "")
 
 
 @pytest.mark.parametrize(("avro", "dialect", "sql", "nullable"), [

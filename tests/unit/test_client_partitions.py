@@ -11,12 +11,12 @@ from databus.core.filters import ServerFilter
 
 
 def test_a_member_reads_its_bucket_of_every_source() -> None:
-    cfg = ClientConfig(relay_url="http://r:1", sources=["main.a", "main.b"],
+    cfg = ClientConfig(relay="http://r:1", sources=["main.a", "main.b"],
                        partitions="MOD:3", member=1)
     f = ServerFilter.parse(cfg.filter_for([4, 7]) or "")
     assert set(f.by_source) == {4, 7}
     assert [k for k in range(12) if f.matches(4, k)] == [1, 4, 7, 10]
-    assert ClientConfig(relay_url="http://r:1").filter_for([4]) is None
+    assert ClientConfig(relay="http://r:1").filter_for([4]) is None
 
 
 @pytest.mark.parametrize(("kw", "message"), [
@@ -30,4 +30,4 @@ def test_a_member_reads_its_bucket_of_every_source() -> None:
 ])
 def test_impossible_partitions_are_refused(kw: dict[str, object], message: str) -> None:
     with pytest.raises((ConfigError, ValueError), match=message):
-        ClientConfig(relay_url="http://r:1", **{"sources": ["main.a"], **kw})
+        ClientConfig(relay="http://r:1", **{"sources": ["main.a"], **kw})

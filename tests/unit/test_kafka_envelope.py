@@ -21,7 +21,7 @@ from databus.core.schema import ColumnSpec, TableSchema, table_schema
 from databus.kafka.config import PublishConfig, read_kafka_properties
 from databus.kafka.envelope import MessageEncoder, TxPosition, topic_part
 
-BASE = {"relay_url": "http://127.0.0.1:11115", "bootstrap_servers": "127.0.0.1:9092",
+BASE = {"relay": "http://127.0.0.1:11115", "bootstrap_servers": "127.0.0.1:9092",
         "topic_prefix": "shop"}
 
 SCHEMA = TableSchema(3, "inventory.order lines", 1, table_schema("inventory", "order lines", [
@@ -130,7 +130,7 @@ def test_config_defaults_and_names() -> None:
 
 @pytest.mark.parametrize(("more", "field"), [
     ({"topic_prefix": "a b"}, "topic_prefix"),
-    ({"relay_url": "ftp://x"}, "relay_url"),
+    ({"relay": "ftp://x"}, "relay"),
     ({"value_mode": "avro"}, "value_mode"),
     ({"decimal_handling_mode": "exact"}, "decimal_handling_mode"),
     ({"kafka_config": {"transactional.id": "x"}}, "kafka_config"),

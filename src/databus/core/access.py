@@ -50,7 +50,7 @@ def check_relay_spec(spec: str) -> str:
                              "...]/NAME")
         return spec
     urls = [u.strip().rstrip("/") for u in spec.split(",")]
-    if not urls or not all(u.startswith(("http://", "https://")) and len(u) > 8 for u in urls):
+    if not all(u.startswith(("http://", "https://")) and u.partition("://")[2] for u in urls):
         raise ValueError("a relay is an http:// or https:// URL, a comma-separated list of"
                          " them, or a cluster address zk://HOST:PORT/NAME")
     return ",".join(urls)
