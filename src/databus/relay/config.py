@@ -115,8 +115,11 @@ class ClusterConfig(RelayCredentials):
 class RelayConfig(_Model):
     """Everything a relay needs."""
 
-    name: str = Field("relay", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$")
-    source: SourceConfig
+    name: str = Field("relay", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$",
+                      description="the relay's name: its state files and its registration"
+                      " at the source derive from it")
+    source: SourceConfig = Field(description="what to capture: the model of the kind of"
+                                 " source its url names")
     buffer: BufferConfig = BufferConfig()
     http: RelayHttpConfig = RelayHttpConfig()
     stream: StreamConfig = StreamConfig()

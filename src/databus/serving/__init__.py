@@ -210,7 +210,7 @@ class HttpServerConfig(FrozenModel):
         None, description="bearer tokens (databus token add); None = no authentication")
     insecure: bool = Field(
         False, description="serve beyond loopback without tokens (warned at every start)")
-    tls: TlsServerConfig | None = None
+    tls: TlsServerConfig | None = Field(None, description="serve https (none: plain http)")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="largest request body")
     max_header_bytes: int = Field(16 * 1024, ge=1024, le=1 << 20,
                                   description="largest request line plus headers")

@@ -61,7 +61,7 @@ class HashAction(FrozenModel):
     """Hash a column: hex digest of ``salt`` + value (UTF-8)."""
 
     salt: str = Field(min_length=1, description="prepended to every value before hashing")
-    algorithm: Literal["sha256", "sha512"] = "sha256"
+    algorithm: Literal["sha256", "sha512"] = Field("sha256", description="sha256 or sha512")
 
 
 class ColumnRule(FrozenModel):
