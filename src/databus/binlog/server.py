@@ -49,7 +49,6 @@ import threading
 from asyncio import sslproto
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from mysql_mimic.auth import (
@@ -76,7 +75,8 @@ from databus.binlog.dump import (
 )
 from databus.binlog.sql import AnnouncedCatalog, BinlogSession, Catalog, ServiceFacts
 from databus.binlog.store import BinlogStore
-from databus.core.errors import ConfigError, TerminalError
+from databus.core.errors import TerminalError
+from databus.serving import TlsServerConfig
 
 log = logging.getLogger("databus.binlog.server")
 
@@ -98,29 +98,14 @@ class ServerOptions:
     port: int = 3306
     user: str = "databus"
     password: str = field(default="", repr=False)
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    tls_client_ca: Path | None = None  # mutual TLS: clients present a cert this CA signed
+    tls: TlsServerConfig | None = None  # with client_ca_file: mutual TLS
     max_connections: int = 256
     default_heartbeat: float = 0.0  # seconds, for clients that set no heartbeat period
 
     def ssl_context(self) -> ssl.SSLContext | None:
-        """The server's TLS context, or None without a certificate (ConfigError when the
-        files do not load)."""
-        if self.tls_cert is None and self.tls_key is None:
-            return None
-        if self.tls_cert is None or self.tls_key is None:
-            raise ConfigError("binlog server TLS needs both a certificate and a key")
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        try:
-            ctx.load_cert_chain(str(self.tls_cert), str(self.tls_key))
-            if self.tls_client_ca is not None:
-                ctx.load_verify_locations(str(self.tls_client_ca))
-                ctx.verify_mode = ssl.CERT_REQUIRED
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigError(f"binlog server TLS: cannot load {self.tls_cert}: {exc}") from exc
-        return ctx
+        """The server's TLS context, or None without TLS (a ConfigError naming the file
+        that does not load)."""
+        return self.tls.server_context() if self.tls is not None else None
 
 
 class _OneUser(IdentityProvider):  # type: ignore[misc]
@@ -591,11 +576,9 @@ def run_service(cfg: BinlogServiceConfig, password: str, stop: threading.Event) 
     failed: list[BaseException] = []
     conv_stop = threading.Event()
     try:
-        tls = cfg.tls
         options = ServerOptions(
             host=cfg.host, port=cfg.port, user=cfg.user, password=password,
-            tls_cert=tls.cert_file if tls else None, tls_key=tls.key_file if tls else None,
-            tls_client_ca=tls.client_ca_file if tls else None,
+            tls=cfg.tls,
             default_heartbeat=cfg.heartbeat)
         facts = ServiceFacts(
             server_id=cfg.server_id, server_uuid=store.server_uuid,

@@ -192,6 +192,13 @@ def signal_cmd(
     except DatabusError as exc:
         fail(exc)
     except httpx.HTTPError as exc:
+        from databus.client.credentials import cert_failure
+
+        verify = cert_failure(exc)
+        if verify is not None:
+            typer.echo(f"databus: TlsVerification: relay {relay}: its TLS certificate does"
+                       f" not verify ({verify}); trust its CA with --ca-file", err=True)
+            raise typer.Exit(2) from exc
         typer.echo(f"databus: relay {relay} unreachable: {exc}", err=True)
         raise typer.Exit(3) from exc
     if r.status_code != 202:

@@ -70,6 +70,19 @@ def no_tls_context() -> ssl.SSLContext:
     return _NO_TLS
 
 
+def cert_failure(exc: BaseException) -> str | None:
+    """Why a server's certificate did not verify, when that is what ``exc`` (an HTTP
+    client's connection error) comes from; None for any other failure."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, ssl.SSLCertVerificationError):
+            return f"{e.reason or 'CERTIFICATE_VERIFY_FAILED'}: {e.verify_message or e}"
+        e = e.__cause__ or e.__context__
+    return None
+
+
 def read_secret_file(path: Path, what: str = "token file") -> str:
     """The secret in ``path`` (its first non-empty line); a one-line ConfigError naming
     ``what`` when the file cannot be read or is empty."""

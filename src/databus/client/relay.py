@@ -10,6 +10,8 @@ Errors are typed (never inferred from message text):
 
 * no connection, a timeout, a broken response, any 5xx ->
   :class:`~databus.core.errors.RelayUnavailableError` (transient);
+* a server certificate that does not verify ->
+  :class:`~databus.core.errors.TlsVerificationError` (terminal);
 * a 4xx with the relay's JSON body ``{"error": code, "message": ...}`` -> the
   error class named by ``code`` (:func:`~databus.core.errors.error_from_code`),
   e.g. :class:`~databus.core.errors.ScnNotFoundError` for 410.
@@ -26,13 +28,14 @@ from urllib.parse import quote_plus
 
 import httpx
 
-from databus.client.credentials import Credentials, no_tls_context
+from databus.client.credentials import Credentials, cert_failure, no_tls_context
 from databus.client.endpoints import Endpoints
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import (
     DatabusError,
     RelayUnavailableError,
     TerminalError,
+    TlsVerificationError,
     TransientError,
     error_from_code,
 )
@@ -222,6 +225,12 @@ class RelayConnection:
                                                extensions=extensions)
             r = self._http.send(request)
         except httpx.HTTPError as exc:
+            verify = cert_failure(exc)
+            if verify is not None:  # the same certificate again: retrying cannot help
+                raise TlsVerificationError(
+                    f"relay {self.url}: its TLS certificate does not verify ({verify});"
+                    " trust its CA with ca_file (--ca-file, caFile, DATABUS_CA_FILE)"
+                ) from exc
             err = RelayUnavailableError(
                 f"relay {self.url} unreachable ({path}): {type(exc).__name__}: {exc}")
             self._failed_over()

@@ -337,6 +337,15 @@ class UnauthorizedError(TerminalError):
     http_status = 401
 
 
+class TlsVerificationError(TerminalError):
+    """A server's TLS certificate does not verify against the CAs the client trusts.
+    Terminal: retrying reaches the same certificate; the remedy is the client's CA
+    setting (``ca_file``, ``--ca-file``, ``DATABUS_CA_FILE``) or the server's
+    certificate."""
+
+    code = "TlsVerification"
+
+
 class PayloadTooLargeError(InvalidRequestError):
     """A request body larger than the server's ``max_body_bytes`` (413); the server
     stops reading it at the limit."""

@@ -199,6 +199,36 @@ class TlsServerConfig(FrozenModel):
     client_ca_file: Path | None = Field(
         None, description="mutual TLS: PEM CA(s) client certificates must chain to")
 
+    def server_context(self) -> ssl.SSLContext:
+        """A server TLS context of these files (TLS 1.2 at least; with ``client_ca_file``,
+        a client certificate required). A file that cannot be read is a ConfigError
+        naming that file and what it is; a certificate and key that do not go together
+        are named both."""
+        for path, what in ((self.cert_file, "certificate"), (self.key_file, "private key"),
+                           (self.client_ca_file, "client CA")):
+            if path is None:
+                continue
+            try:
+                with path.open("rb"):
+                    pass
+            except OSError as exc:
+                raise ConfigError(f"TLS {what} file {path}: {exc.strerror or exc}") from exc
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            ctx.load_cert_chain(str(self.cert_file), str(self.key_file))
+        except ssl.SSLError as exc:
+            raise ConfigError(f"TLS certificate {self.cert_file} and key {self.key_file}"
+                              f" unusable together: {exc.reason or exc}") from exc
+        if self.client_ca_file is not None:
+            try:
+                ctx.load_verify_locations(str(self.client_ca_file))
+            except ssl.SSLError as exc:
+                raise ConfigError(f"TLS client CA file {self.client_ca_file} unusable:"
+                                  f" {exc.reason or exc}") from exc
+            ctx.verify_mode = ssl.CERT_REQUIRED
+        return ctx
+
 
 class HttpServerConfig(FrozenModel):
     """Where and how a server listens (the ``http:`` section of each server's config)."""
@@ -533,6 +563,7 @@ class HttpService(ABC):
                      admin_paths=self.admin_paths, name=self.name)
         tls: dict[str, Any] = {}
         if http.tls is not None:
+            http.tls.server_context()  # each file checked first: an error names the file
             tls = {"ssl_certfile": str(http.tls.cert_file), "ssl_keyfile": str(http.tls.key_file)}
             if http.tls.client_ca_file is not None:
                 tls |= {"ssl_ca_certs": str(http.tls.client_ca_file),
