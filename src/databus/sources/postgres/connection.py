@@ -19,6 +19,7 @@ server's or role's defaults: ISO dates, timestamps with time zone in UTC,
 from __future__ import annotations
 
 import contextlib
+import re
 import select
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -45,6 +46,8 @@ _OBJECT_IN_USE = "55006"
 _INSUFFICIENT_PRIVILEGE = "42501"
 _INVALID_PASSWORD = "28P01"
 _INVALID_AUTHORIZATION = "28000"
+_INVALID_CATALOG = "3D000"  # no such database
+_NO_SUCH_LOGIN = re.compile(r'FATAL:\s+(role|database) ".*" does not exist')
 
 
 @dataclass(frozen=True)
@@ -114,14 +117,17 @@ def translated(what: str, url: PgUrl | None = None) -> Iterator[None]:
     except psycopg2.Error as exc:
         code = sqlstate(exc)
         text = _first_line(exc)
-        if code in (_INSUFFICIENT_PRIVILEGE, _INVALID_PASSWORD, _INVALID_AUTHORIZATION):
+        if code in (_INSUFFICIENT_PRIVILEGE, _INVALID_PASSWORD, _INVALID_AUTHORIZATION,
+                    _INVALID_CATALOG):
             raise ConfigError(f"{what}{where}: {text}") from exc
         if code == _OBJECT_IN_USE:
             raise SourceUnavailableError(f"{what}{where}: {text}") from exc
         if code is None or isinstance(exc, (psycopg2.OperationalError,
                                             psycopg2.InterfaceError)):
-            if "password authentication failed" in text or "no pg_hba.conf entry" in text:
-                # libpq reports a refused login without an SQLSTATE
+            if ("password authentication failed" in text or "no pg_hba.conf entry" in text
+                    or _NO_SUCH_LOGIN.search(text)):
+                # libpq reports a refused login (a wrong password, no such role or
+                # database) without an SQLSTATE: retrying cannot help
                 raise ConfigError(f"{what}{where}: {text}") from exc
             raise SourceUnavailableError(f"{what} failed{where}: {text}") from exc
         raise StatementError(f"{what} failed{where} ({code}): {text}") from exc

@@ -128,6 +128,8 @@ log = logging.getLogger("databus.sources.postgres")
 
 _MAX_WINDOWS_PER_READ = 64
 _BATCH = 1024  # messages taken from the socket at once
+_SLOT_PROBE_INTERVAL = 5.0
+"""Seconds between two reads of the slot's position as the server sees it (stats)."""
 _CHANGES = frozenset({b"I", b"U", b"D"})
 NOTIFICATIONS = "databus.notifications"
 """Logical source of snapshot progress notifications (as the MySQL source's)."""
@@ -231,12 +233,14 @@ class PostgresSource(Source):
         self._last_out = time.monotonic()
         self._txn: _Txn | None = None
         self._server_lsn = 0  # the server's position between transactions
+        self._next_probe = 0.0  # when the slot's position is read again (stats)
         self._lock = threading.Lock()
         self._ack = -1  # what the relay acknowledged
         self._confirmed = -1  # what was confirmed to the slot
         self._opened = False
         self._stats: dict[str, float] = dict.fromkeys(
-            ["slot_confirmed_lsn", "slot_lag_bytes", "server_lsn", "toast_fetched_total",
+            ["slot_confirmed_lsn", "slot_lag_bytes", "slot_retained_bytes", "server_lsn",
+             "server_wal_lsn", "toast_fetched_total",
              "toast_carried_total", "toast_unavailable_total", "truncates_total",
              "snapshot_rows_total", "snapshot_running", "streamed_transactions_total",
              "streamed_aborts_total", "stream_spilled_bytes_total", "streams_open",
@@ -616,7 +620,33 @@ class PostgresSource(Source):
             self._stream_scn = self._last_scn = out[-1].scn
             self._last_out = time.monotonic()
         self._stats["server_lsn"] = float(self._server_lsn)
+        if time.monotonic() >= self._next_probe:
+            self._probe_slot()
         return out
+
+    def _probe_slot(self) -> None:
+        """The slot as the server sees it (``pg_replication_slots``): what it confirmed,
+        and how much WAL it keeps for this relay, for the stats. A failed probe is
+        logged and tried again later: capture does not depend on it."""
+        self._next_probe = time.monotonic() + _SLOT_PROBE_INTERVAL
+        assert self._sql is not None
+        try:
+            rows = self._sql.query(
+                "SELECT (s.confirmed_flush_lsn - '0/0'::pg_lsn)::bigint,"
+                " (s.restart_lsn - '0/0'::pg_lsn)::bigint, (w.lsn - '0/0'::pg_lsn)::bigint"
+                " FROM pg_replication_slots s, (SELECT CASE WHEN pg_is_in_recovery()"
+                " THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END AS lsn) w"
+                " WHERE s.slot_name = %s", (self.slot,))
+        except DatabusError as exc:  # the stats wait for the next probe; capture goes on
+            log.debug("slot %s: position not read: %s", self.slot, exc)
+            return
+        if not rows or rows[0][0] is None:
+            return
+        confirmed, restart, wal = (int(v or 0) for v in rows[0])
+        self._stats["slot_confirmed_lsn"] = float(confirmed)
+        self._stats["slot_lag_bytes"] = float(max(0, wal - confirmed))
+        self._stats["slot_retained_bytes"] = float(max(0, wal - restart))
+        self._stats["server_wal_lsn"] = float(wal)
 
     def _progress(self) -> Window | None:
         # never inside a transaction, nor while a streamed one is open (the slot cannot
@@ -939,18 +969,17 @@ class PostgresSource(Source):
         self._records.forget_before(ack)  # a restart never goes back before it
         if ack > self._slot_floor:  # never back: the server would take a lower LSN
             stream.confirm(ack)
-        self._stats["slot_confirmed_lsn"] = float(ack)
 
     def stats(self) -> dict[str, float]:
-        """The slot's confirmed LSN and its lag behind the server's decoded position
-        (bytes of WAL the server keeps for this relay), TOAST fill-ins, truncates."""
+        """The slot as the server sees it (read every few seconds from
+        ``pg_replication_slots``): its confirmed LSN, its lag behind the server's WAL
+        end (``slot_lag_bytes``) and the WAL the server keeps for it
+        (``slot_retained_bytes``); TOAST fill-ins, truncates, snapshots."""
         out = dict(self._stats)
         p = self._coord.progress if self._coord is not None else None
         out["snapshot_running"] = float(bool(out["snapshot_running"]) or p is not None)
         out["snapshot_paused"] = float(bool(p and p.paused))
         out["snapshot_tables_left"] = float(len(p.tables) if p else 0)
-        confirmed = out["slot_confirmed_lsn"]
-        out["slot_lag_bytes"] = max(0.0, out["server_lsn"] - confirmed) if confirmed else 0.0
         return out
 
 
