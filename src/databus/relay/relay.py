@@ -281,9 +281,12 @@ class Relay(HttpService):
         over it). Other sections need a restart. A source that cannot change is logged;
         the relay goes on."""
         try:
-            if new.source != self.config.source:
-                self.source.reconfigure(new.source)
-                self.config = self.config.model_copy(update={"source": new.source})
-                log.info("relay %s: source config reloaded", self.config.name)
+            if new.source == self.config.source:
+                log.info("relay %s: config read again; the source's is unchanged",
+                         self.config.name)
+                return
+            self.source.reconfigure(new.source)
+            self.config = self.config.model_copy(update={"source": new.source})
+            log.info("relay %s: source config reloaded", self.config.name)
         except DatabusError as exc:
             log.error("relay %s: config not reloaded: %s", self.config.name, exc)
