@@ -243,20 +243,22 @@ class RelayConnection:
         return r
 
     def _error(self, path: str, r: httpx.Response) -> DatabusError:
-        code, message = "", r.text[:500]
+        code, message, fields = "", r.text[:500], None
         try:
             body = json.loads(r.content)
             if isinstance(body, dict):
                 code = str(body.get("error", ""))
                 message = str(body.get("message", message))
+                if isinstance(body.get("fields"), dict):
+                    fields = body["fields"]
         except ValueError:
             pass
         where = f"relay {self.url}{path} answered {r.status_code}"
         if r.status_code >= 500:
-            err = error_from_code(code, message) if code else None
+            err = error_from_code(code, message, fields) if code else None
             if isinstance(err, TransientError):
                 return err
             return RelayUnavailableError(f"{where}: {code or 'error'}: {message}")
         if code:
-            return error_from_code(code, message)
+            return error_from_code(code, message, fields)
         return TerminalError(f"{where}: {message}")

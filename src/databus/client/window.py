@@ -40,7 +40,9 @@ def _control_error(event: ev.Event) -> DatabusError:
     """The error an error control event (-4..-50) carries."""
     try:
         body = json.loads(event.payload)
-        return error_from_code(str(body["error"]), str(body.get("message", "")))
+        fields = body.get("fields")
+        return error_from_code(str(body["error"]), str(body.get("message", "")),
+                               fields if isinstance(fields, dict) else None)
     except (ValueError, KeyError, TypeError):
         return RelayProtocolError(f"relay sent error event {event.src_id} at scn {event.scn}")
 

@@ -10,14 +10,16 @@ operation may be retried is told by type, never by message text:
   another path (e.g. bootstrap on :class:`ScnNotFoundError`).
 
 Each class carries ``code``: the stable name used in the HTTP error body
-``{"error": code, "message": ...}`` and ``http_status``: the status a server
-answers with. Third-party errors are translated where they enter the library
+``{"error": code, "message": ..., "fields": {...}}`` (:func:`error_body`; ``fields``
+keeps the error's context, :attr:`DatabusError.context`) and ``http_status``: the
+status a server answers with. Third-party errors are translated where they enter the library
 (``raise SourceUnavailableError(...) from exc``).
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 
 class DatabusError(Exception):
@@ -26,6 +28,16 @@ class DatabusError(Exception):
     code: ClassVar[str] = "DatabusError"
     http_status: ClassVar[int] = 500
     retryable: ClassVar[bool] = False
+    context: ClassVar[tuple[str, ...]] = ()
+    """The attributes that keep this error's context (positions, names), each a keyword
+    argument of its constructor: a server sends them with the error (``fields`` of
+    its JSON body) and :func:`error_from_code` gives them back, so the error a client
+    rebuilds holds what the server's held."""
+
+    def fields(self) -> dict[str, Any]:
+        """The context attributes and their values (JSON-able: str, int, float, bool,
+        None)."""
+        return {name: getattr(self, name) for name in self.context}
 
 
 class TransientError(DatabusError):
@@ -123,6 +135,7 @@ class ScnAheadError(TransientError):
 
     code = "ScnAhead"
     http_status = 409  # the request's position conflicts with the relay's, not a server fault
+    context = ("checkpoint_scn", "relay_scn")
 
     def __init__(self, message: str, *, checkpoint_scn: int = -1, relay_scn: int = -1) -> None:
         super().__init__(message)
@@ -216,6 +229,8 @@ class KafkaContext(DatabusError):
     """Base of the Kafka errors: the Kafka error's name and flags kept as attributes
     (``kafka_code``, ``fatal``, ``retriable``, ``txn_requires_abort``)."""
 
+    context = ("kafka_code", "fatal", "retriable", "txn_requires_abort")
+
     def __init__(self, message: str = "", *, kafka_code: str = "", fatal: bool = False,
                  retriable: bool = False, txn_requires_abort: bool = False) -> None:
         super().__init__(message)
@@ -276,15 +291,33 @@ def _find(cls: type[DatabusError], code: str) -> type[DatabusError] | None:
     return None
 
 
-def error_from_code(code: str, message: str) -> DatabusError:
-    """Rebuild the typed error named by an HTTP error body's ``error`` field.
+def error_from_code(code: str, message: str,
+                    fields: Mapping[str, Any] | None = None) -> DatabusError:
+    """Rebuild the typed error named by an HTTP error body's ``error`` field, with the
+    context its ``fields`` carry (only the class's :attr:`~DatabusError.context`
+    attributes, and only JSON scalars; anything else is left at its default).
 
     Walks the class tree at call time, so subclasses defined anywhere count.
     """
     cls = _find(DatabusError, code)
     if cls is None:
         return TerminalError(f"{code}: {message}")
-    return cls(message)
+    kwargs = {k: v for k, v in (fields or {}).items()
+              if k in cls.context and (v is None or isinstance(v, (str, int, float, bool)))}
+    try:
+        return cls(message, **kwargs)
+    except TypeError:  # a value of the wrong type for its field: the message still says it
+        return cls(message)
+
+
+def error_body(exc: DatabusError) -> dict[str, Any]:
+    """The JSON body a server answers ``exc`` with: ``error`` (its code), ``message``,
+    and ``fields`` when it has context (:func:`error_from_code` reads it back)."""
+    body: dict[str, Any] = {"error": exc.code, "message": str(exc)}
+    fields = exc.fields()
+    if fields:
+        body["fields"] = fields
+    return body
 
 
 class SqlStatementError(TerminalError):
@@ -292,6 +325,7 @@ class SqlStatementError(TerminalError):
     constraint, a missing table, access denied). Keeps its context as fields."""
 
     code = "SqlStatementError"
+    context = ("what", "target", "driver_code", "sqlstate", "detail")
 
     def __init__(self, message: str = "", *, what: str = "", target: str = "",
                  driver_code: int | None = None, sqlstate: str | None = None,

@@ -69,6 +69,7 @@ from databus.core.errors import (
     RequestTimeoutError,
     UnknownSourceError,
     UnsupportedMediaTypeError,
+    error_body,
 )
 from databus.serving.direct import DirectH11, DirectRoutes, protocol_class
 
@@ -148,8 +149,9 @@ def source_ids_param(request: Request, known: Collection[int],
 
 
 def error_response(exc: DatabusError) -> JSONResponse:
-    """The answer to ``exc``: its ``http_status`` and ``{"error", "message"}``."""
-    return JSONResponse({"error": exc.code, "message": str(exc)}, status_code=exc.http_status)
+    """The answer to ``exc``: its ``http_status`` and its body
+    (:func:`databus.core.errors.error_body`: error, message, fields)."""
+    return JSONResponse(error_body(exc), status_code=exc.http_status)
 
 
 async def _databus_error(_: Request, exc: Exception) -> Response:
@@ -690,7 +692,9 @@ class HttpService(ABC):
 
 ERROR_SCHEMA: dict[str, Any] = {
     "type": "object", "required": ["error", "message"],
-    "properties": {"error": {"type": "string"}, "message": {"type": "string"}}}
+    "properties": {"error": {"type": "string"}, "message": {"type": "string"},
+                   "fields": {"type": "object", "description": "the error's context"
+                              " (positions, names), when it has any"}}}
 
 
 def query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:

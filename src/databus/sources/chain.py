@@ -319,6 +319,8 @@ def _control_error(data: bytes, off: int, url: str) -> DatabusError:
     e = ev.decode(data, off)
     try:
         body = json.loads(e.payload)
-        return error_from_code(str(body["error"]), f"upstream {url}: {body.get('message', '')}")
+        fields = body.get("fields")
+        return error_from_code(str(body["error"]), f"upstream {url}: {body.get('message', '')}",
+                               fields if isinstance(fields, dict) else None)
     except (ValueError, KeyError, TypeError):
         return RelayProtocolError(f"upstream {url} sent error event {e.src_id} at scn {e.scn}")
