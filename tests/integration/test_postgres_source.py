@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -123,7 +124,6 @@ def make_source(postgres: PostgreSQL, db: str, tables: list[str] | None = None, 
 def drain(src: PostgresSource, after: int, want: int, *, timeout: float = 30.0
           ) -> list[Window]:
     """Read until ``want`` windows with events came (empty progress windows dropped)."""
-    import time
 
     stop = threading.Event()
     out: list[Window] = []
@@ -382,7 +382,6 @@ def test_idle_table_progress_windows_move_the_position(postgres: PostgreSQL, db:
         conn.execute("INSERT INTO busy VALUES (%s)", [i])
     lsn = int(conn.execute("SELECT (pg_current_wal_lsn() - '0/0')::bigint"
                            ).fetchone()[0])  # type: ignore[index]
-    import time
 
     deadline = time.monotonic() + 60
     after = -1
@@ -653,3 +652,48 @@ def test_compiled_and_python_rows_agree_on_random_messages() -> None:
         windows.append(got)
     assert in_c == len(messages)  # no unchanged TOAST here: C decodes every one
     assert windows[0] == windows[1]
+
+
+# -- login errors and the slot's gauges ---------------------------------------------------
+
+
+def test_an_unknown_role_or_database_is_a_config_error(postgres: PostgreSQL, db: str) -> None:
+    with pytest.raises(ConfigError, match='role "nobody_here" does not exist'):
+        make_source(postgres, db, user="nobody_here")
+    with pytest.raises(ConfigError, match='database "no_such_db" does not exist'):
+        make_source(postgres, "no_such_db")
+
+
+def test_slot_gauges_follow_pg_replication_slots(postgres: PostgreSQL, db: str) -> None:
+    conn: psycopg.Connection[Any] = connect(postgres, db)
+    try:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, pad text)")
+        src = make_source(postgres, db, [r"public\.t"], name="gauges")
+        stop = threading.Event()
+        src.read(-1, stop, 0.2)
+        for i in range(200):  # ~2 MB of WAL (random: not compressed) never acknowledged
+            conn.execute("INSERT INTO t SELECT %s, string_agg(md5(random()::text), '')"
+                         " FROM generate_series(1, 300)", [i])
+
+        def server_lag() -> int:
+            row = conn.execute(
+                "SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint FROM"
+                " pg_replication_slots WHERE slot_name = 'databus_gauges'").fetchone()
+            assert row is not None
+            return int(row[0])
+
+        deadline, after = time.monotonic() + 60, -1
+        while True:
+            for w in src.read(after, stop, 0.5):
+                after = w.scn
+            stats, lag = src.stats(), server_lag()
+            if stats["slot_lag_bytes"] >= 1_000_000 and lag >= 1_000_000:
+                break
+            assert time.monotonic() < deadline, (stats, lag)
+        # the gauge is the server's own figure, read a few seconds ago at most
+        assert stats["slot_lag_bytes"] <= lag
+        assert stats["slot_confirmed_lsn"] > 0
+        assert stats["slot_retained_bytes"] >= stats["slot_lag_bytes"]
+        src.close()
+    finally:
+        conn.close()
