@@ -5,13 +5,15 @@ Contract of :func:`json_body`, in this order:
 
 * ``Content-Type: application/json`` only (415 otherwise): a browser's cross-site form
   post cannot send it without a CORS preflight, which no server here answers.
-* For a server bound to loopback, a loopback ``Host`` (403 otherwise): a web page the
-  operator opens, even one whose name was rebound (DNS rebinding) to 127.0.0.1, names
-  its own host there, so it cannot drive a local server. "Loopback" is the one rule
-  of :mod:`databus.serving.loopback`, the same the token rule asks
-  (:class:`~databus.serving.service.HttpService`): a server it lets run without
-  tokens is one this check guards. A server bound beyond loopback has tokens (or runs
-  ``insecure``); any ``Host`` may name it.
+* A request that reached the server at a loopback address (the connection's local
+  address: every request to a server bound to loopback, and those that came over
+  ``lo`` to a wildcard-bound one) needs a loopback ``Host`` (403 otherwise): a web
+  page the operator opens, even one whose name was rebound to 127.0.0.1 (DNS
+  rebinding), names its own host there, so it cannot drive a local server. Loopback
+  is the one rule of :mod:`databus.serving.loopback`, the one the token rule asks
+  too (:class:`~databus.serving.service.HttpService`): a server that may run without
+  tokens is one this check guards. At any other address the server has tokens (or
+  runs ``insecure``), and a ``Host`` may name it by any name.
 * An ``Origin``, when sent, naming this server's ``Host`` (403 otherwise).
 * A body of at most ``max_bytes`` and JSON nested at most
   :data:`databus.core.jsonsafe.MAX_DEPTH` levels (400 otherwise); an empty body is
