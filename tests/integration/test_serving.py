@@ -1,5 +1,5 @@
-"""databus.serving: the error answers, query parameters and lifecycle the relay and
-the bootstrap server share, on a small service served by a real uvicorn."""
+"""databus.serving: the error answers, query parameters, lifecycle and loopback rule
+the relay and the bootstrap server share, on small services served by a real uvicorn."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ from databus.serving import (
     bool_param,
     float_param,
     int_param,
+    is_loopback,
+    json_body,
     source_ids_param,
 )
 
@@ -129,3 +131,88 @@ def test_workers_start_before_serving_and_stop_after(probe: Probe) -> None:
     assert probe.events == ["listening", "shutdown"]
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{probe.url}/ok", timeout=5)
+
+
+# -- one loopback rule: the token rule and the Host check agree ---------------------------
+
+
+class Signals(HttpService):
+    """One state-changing endpoint (``json_body``: the Host check), bound where told."""
+
+    def __init__(self, http: HttpServerConfig) -> None:
+        super().__init__(http, "signals")
+
+    def build_app(self) -> Starlette:
+        async def signal(request: Request) -> Response:
+            return JSONResponse(await json_body(request))
+
+        return Starlette(routes=[Route("/signal", signal, methods=["POST"])],
+                         exception_handlers=EXCEPTION_HANDLERS)
+
+
+def _outward_address() -> str | None:
+    """This machine's address on its route outwards (no packet is sent), if any."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("203.0.113.1", 9))  # TEST-NET-3: routed, never reached
+        except OSError:
+            return None
+        address = str(s.getsockname()[0])
+    return None if is_loopback(address) else address
+
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.create_server(("::1", 0), family=socket.AF_INET6):
+            return True
+    except OSError:
+        return False
+
+
+BIND = ["127.0.0.1", "127.0.0.5", "localhost",
+        # HttpService binds IPv4 only (socket.create_server's default family): when it
+        # binds IPv6 too, this fails and the mark goes
+        pytest.param("::1", marks=[
+            pytest.mark.skipif(not _has_ipv6_loopback(), reason="no IPv6 loopback"),
+            pytest.mark.xfail(raises=ConfigError, strict=True,
+                              reason="HttpService cannot bind an IPv6 address yet")]),
+        pytest.param(_outward_address() or "", marks=pytest.mark.skipif(
+            _outward_address() is None, reason="no address beyond loopback"))]
+
+
+@pytest.mark.parametrize("host", BIND)
+def test_the_token_rule_and_the_host_check_give_one_answer(host: str) -> None:
+    """A server that may run without tokens (loopback) is one whose state-changing
+    requests need a loopback Host; one that needs tokens (or ``insecure``) is not."""
+    try:
+        service = Signals(HttpServerConfig(host=host))
+        runs_without_tokens = True
+    except ConfigError as exc:
+        assert "without authentication" in str(exc)
+        service = Signals(HttpServerConfig(host=host, insecure=True))
+        runs_without_tokens = False
+    with service, httpx.Client(base_url=service.url, timeout=10) as c:
+        own = c.post("/signal", json={"ok": 1})
+        assert (own.status_code, own.json()) == (200, {"ok": 1})
+        foreign = c.post("/signal", json={"ok": 1},
+                         headers={"Host": f"evil.example:{service.port}"})
+        host_checked = foreign.status_code == 403
+        assert host_checked or foreign.status_code == 200, foreign.text
+        for name in ("127.0.0.1", "[::1]", "localhost"):  # any loopback name will do
+            r = c.post("/signal", json={"ok": 1}, headers={"Host": f"{name}:{service.port}"})
+            assert r.status_code == 200, (name, r.text)
+    assert runs_without_tokens is host_checked is is_loopback(host)
+
+
+def test_a_server_bound_to_127_0_0_5_refuses_a_foreign_host() -> None:
+    """The case the two rules disagreed on: it ran without tokens as loopback, and took
+    a state-changing request naming any Host as if it were not."""
+    with Signals(HttpServerConfig(host="127.0.0.5")) as service, \
+            httpx.Client(base_url=service.url, timeout=10) as c:
+        assert service.auth is None
+        for host in ("evil.example", f"evil.example:{service.port}", "10.0.0.1", ""):
+            r = c.post("/signal", json={}, headers={"Host": host})
+            assert (r.status_code, r.json()["error"]) == (403, "Forbidden"), (host, r.text)
+            assert "(loopback)" in r.json()["message"]
+        r = c.post("/signal", json={"a": [1]}, headers={"Host": f"127.0.0.5:{service.port}"})
+        assert (r.status_code, r.json()) == (200, {"a": [1]})

@@ -48,7 +48,7 @@ from pydantic import Field, model_validator
 from databus.client.config import ClientConfig
 from databus.core.access import RelayAccess, fold_relay_fields
 from databus.core.config import ConfigModel
-from databus.serving import TlsServerConfig
+from databus.serving.config import TlsServerConfig
 
 __all__ = ["BinlogServiceConfig"]
 

@@ -76,7 +76,7 @@ from databus.binlog.dump import (
 from databus.binlog.sql import AnnouncedCatalog, BinlogSession, Catalog, ServiceFacts
 from databus.binlog.store import BinlogStore
 from databus.core.errors import TerminalError
-from databus.serving import TlsServerConfig
+from databus.serving.config import TlsServerConfig
 
 log = logging.getLogger("databus.binlog.server")
 

@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 from databus.client.credentials import read_secret_file
 from databus.core.access import RelayAccess, fold_relay_fields
 from databus.core.config import FrozenModel, load_file, validate
-from databus.serving import HttpServerConfig
+from databus.serving.config import HttpServerConfig
 from databus.sources.config import ColumnRule
 
 _Model = FrozenModel

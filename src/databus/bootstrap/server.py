@@ -78,14 +78,9 @@ from databus.core.errors import (
 )
 from databus.core.filters import ServerFilter
 from databus.core.schema import SchemaRegistry
-from databus.serving import (
-    EXCEPTION_HANDLERS,
-    bool_param,
-    int_param,
-    principal,
-    readable_ids,
-    source_ids_param,
-)
+from databus.serving.errors import EXCEPTION_HANDLERS
+from databus.serving.guard import principal, readable_ids
+from databus.serving.params import bool_param, int_param, source_ids_param
 
 MAX_BATCH = 1_000_000
 NO_END = (1 << 63) - 1  # snapshotEnd's default: no upper row id

@@ -38,7 +38,7 @@ from databus.bootstrap.store import BootstrapStore, key_bytes
 from databus.client.credentials import Credentials
 from databus.core.errors import DatabusError, ScnNotFoundError
 from databus.core.window import Window
-from databus.serving import HttpService
+from databus.serving.service import HttpService
 from databus.sources.protect import Protector
 from databus.sources.txlog.initial import InitialSnapshot
 

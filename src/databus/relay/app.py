@@ -37,16 +37,11 @@ from databus.core.errors import (
 from databus.relay.metrics import RelayMetrics
 from databus.relay.openapi import relay_openapi
 from databus.relay.stream import Inflight, ServedRelay, StreamEndpoint
-from databus.serving import (
-    EXCEPTION_HANDLERS,
-    error_response,
-    internal_error_response,
-    json_body,
-    principal,
-    readable_ids,
-    source_ids_param,
-)
 from databus.serving.direct import DirectHandler
+from databus.serving.errors import EXCEPTION_HANDLERS, error_response, internal_error_response
+from databus.serving.guard import principal, readable_ids
+from databus.serving.params import source_ids_param
+from databus.serving.requests import json_body
 
 
 class _CountRequests:

@@ -25,7 +25,7 @@ from databus.coord.zk import ZkAddress
 from databus.core.access import RelayCredentials
 from databus.core.config import FrozenModel, load_file, validate
 from databus.core.errors import ConfigError
-from databus.serving import HttpServerConfig
+from databus.serving.config import HttpServerConfig
 from databus.sources.config import AnySourceConfig, SnapshotMode, SourceConfig, legacy_tls
 
 __all__ = ["AnySourceConfig", "BufferConfig", "ClusterConfig", "RelayConfig", "RelayHttpConfig",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from databus.relay.config import RelayConfig
-from databus.serving import openapi_document, operation, query
+from databus.serving.openapi import openapi_document, operation, query
 
 _IDS = {"type": "string", "pattern": r"^\d+(,\d+)*$"}
 

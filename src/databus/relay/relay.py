@@ -39,7 +39,7 @@ from databus.relay.cluster import ClusterMember, idle_source
 from databus.relay.config import RelayConfig
 from databus.relay.fetcher import Fetcher, RelayState
 from databus.relay.metrics import RelayMetrics
-from databus.serving import HttpService
+from databus.serving.service import HttpService
 from databus.sources import open_source
 from databus.sources.base import Source
 from databus.sources.protect import Protector

@@ -54,16 +54,10 @@ from databus.core.schema import SchemaRegistry
 from databus.relay.cluster import ClusterMember
 from databus.relay.config import RelayConfig
 from databus.relay.metrics import RelayMetrics
-from databus.serving import (
-    bool_param,
-    error_response,
-    float_param,
-    int_param,
-    principal,
-    readable_ids,
-    source_ids_param,
-)
 from databus.serving.direct import DirectReply
+from databus.serving.errors import error_response
+from databus.serving.guard import principal, readable_ids
+from databus.serving.params import bool_param, float_param, int_param, source_ids_param
 from databus.sources.base import Source
 
 

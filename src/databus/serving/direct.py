@@ -65,7 +65,12 @@ from databus.auth import Principal
 log = logging.getLogger("databus.serving")
 
 PART = 1024 * 1024
-"""Largest part of an answer written at once (see :class:`DirectReply`)."""
+"""Largest part of an answer written at once (see :class:`DirectReply`; the guard's
+answers too)."""
+
+PRINCIPAL_KEY = "databus.principal"
+"""The scope key of who sent a request (set by the gate's admission, read by
+:func:`databus.serving.guard.principal`)."""
 
 # h11's grammar (h11/_abnf.py), so a head taken here is one h11 would take
 _TOKEN = rb"[-!#$%&'*+.^_`|~0-9a-zA-Z]+"
@@ -76,7 +81,7 @@ _DELEGATED = frozenset({b"content-length", b"transfer-encoding", b"expect", b"up
 
 
 class Gate(Protocol):
-    """What a server checks before any endpoint runs (``databus.serving._Guard``)."""
+    """What a server checks before any endpoint runs (:class:`databus.serving.guard.Guard`)."""
 
     def admit_now(self, scope: Scope) -> Principal | None:
         """Who sent the request, when that is known without hashing a token; None when
@@ -365,7 +370,7 @@ class DirectH11(H11Protocol):
 
     def _run(self, handler: DirectHandler, scope: Scope, reply: DirectReply,
              who: Principal) -> None:
-        scope["databus.principal"] = who
+        scope[PRINCIPAL_KEY] = who
         request = Request(scope)
         # Starlette parses the query at first use; this is the same parse, cheaper
         # (and were Starlette to look elsewhere, it would just parse it again)
