@@ -170,12 +170,8 @@ def _has_ipv6_loopback() -> bool:
 
 
 BIND = ["127.0.0.1", "127.0.0.5", "localhost",
-        # HttpService binds IPv4 only (socket.create_server's default family): when it
-        # binds IPv6 too, this fails and the mark goes
         pytest.param("::1", marks=[
-            pytest.mark.skipif(not _has_ipv6_loopback(), reason="no IPv6 loopback"),
-            pytest.mark.xfail(raises=ConfigError, strict=True,
-                              reason="HttpService cannot bind an IPv6 address yet")]),
+            pytest.mark.skipif(not _has_ipv6_loopback(), reason="no IPv6 loopback")]),
         pytest.param(_outward_address() or "", marks=pytest.mark.skipif(
             _outward_address() is None, reason="no address beyond loopback"))]
 

@@ -180,7 +180,10 @@ class HttpService(ABC):
             # bind and listen before serving, so the port is known (port 0) and
             # connections queue from the moment start() returns
             try:
-                sock = socket.create_server((self.host, self._bind_port), backlog=512)
+                host = self.host.strip("[]")  # an IPv6 address, bracketed or not
+                family = socket.AF_INET6 if ":" in host else socket.AF_INET
+                sock = socket.create_server((host, self._bind_port), family=family,
+                                            backlog=512)
             except OSError as exc:  # port in use, address not here, no permission
                 why = os.strerror(exc.errno) if exc.errno else str(exc)
                 raise ConfigError(f"{self.name} cannot listen on {self.host}:{self._bind_port}:"
@@ -263,5 +266,6 @@ class HttpService(ABC):
     @property
     def url(self) -> str:
         scheme = "https" if self.http.tls is not None else "http"
-        host = f"[{self.host}]" if ":" in self.host else self.host
+        host = self.host.strip("[]")
+        host = f"[{host}]" if ":" in host else host
         return f"{scheme}://{host}:{self.port}"
