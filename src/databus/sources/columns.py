@@ -1,0 +1,80 @@
+"""Column include/exclude: which columns of a captured table a source keeps.
+
+One rule for every source (MySQL/MariaDB, PostgreSQL, SQLite), from the source
+config's ``include_columns`` and ``exclude_columns`` (regexes, validated there):
+
+* a column's full name is its table's logical source name, a dot, the column's
+  name: ``db.table.column`` (MySQL), ``schema.table.column`` (PostgreSQL),
+  ``main.table.column`` (SQLite, whose tables are the sources ``main.<table>``);
+* a column is kept when its full name fully matches a regex of
+  ``include_columns`` (an empty list keeps every column) and none of
+  ``exclude_columns``;
+* key columns are always kept, whatever the regexes say: events are keyed by
+  them, and consumers, bootstrap stores and server-side filters need the key.
+
+A column left out is absent from the table's schema (the filter is part of a
+table version: a table captured with and without it has two versions) and so
+from every event of it: inserts, updates (after and before images), deletes,
+snapshot rows. Where a source drops the value (decoder, SQL select list) is
+each source's business; this module decides which columns, once, for all.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from databus.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from databus.sources.config import SourceConfig
+
+
+def _compile(patterns: Sequence[str]) -> tuple[re.Pattern[str], ...]:
+    try:
+        return tuple(re.compile(p) for p in patterns)
+    except re.error as exc:
+        raise ConfigError(f"bad column regex: {exc}") from exc
+
+
+class ColumnFilter:
+    """Compiled ``include_columns`` / ``exclude_columns`` (see the module docstring).
+    Immutable: a source that takes new filters while running builds a new one."""
+
+    __slots__ = ("_exclude", "_include")
+
+    def __init__(self, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> None:
+        self._include = _compile(include)
+        self._exclude = _compile(exclude)
+
+    @classmethod
+    def of(cls, config: SourceConfig) -> ColumnFilter:
+        """The filter of a source config."""
+        return cls(config.include_columns, config.exclude_columns)
+
+    def __bool__(self) -> bool:
+        """Whether any regex is set (an empty filter keeps every column)."""
+        return bool(self._include or self._exclude)
+
+    def keeps(self, full_name: str) -> bool:
+        """Whether a column that is not a key column is kept; ``full_name`` is
+        ``<table's source name>.<column>``."""
+        return ((not self._include or any(p.fullmatch(full_name) for p in self._include))
+                and not any(p.fullmatch(full_name) for p in self._exclude))
+
+    def keep(self, table: str, names: Sequence[str], key_indexes: Collection[int]
+             ) -> list[bool]:
+        """Per column of ``table`` (its logical source name) in ``names``' order: kept?
+        ``key_indexes``: positions of the key columns, always kept."""
+        if not self:
+            return [True] * len(names)
+        return [i in key_indexes or self.keeps(f"{table}.{n}") for i, n in enumerate(names)]
+
+    def unmatched(self, full_names: Iterable[str]) -> list[str]:
+        """The regexes (include and exclude) that fully match none of ``full_names``:
+        most likely misspelt (a column named without its table's namespace), so a
+        source that knows its tables at start logs them."""
+        names = list(full_names)
+        return [p.pattern for p in (*self._include, *self._exclude)
+                if not any(p.fullmatch(n) for n in names)]
