@@ -5,10 +5,12 @@ config's ``include_columns`` and ``exclude_columns`` (regexes, validated there):
 
 * a column's full name is its table's logical source name, a dot, the column's
   name: ``db.table.column`` (MySQL), ``schema.table.column`` (PostgreSQL),
-  ``main.table.column`` (SQLite, whose tables are the sources ``main.<table>``);
-* a column is kept when its full name fully matches a regex of
-  ``include_columns`` (an empty list keeps every column) and none of
-  ``exclude_columns``;
+  ``main.table.column`` (SQLite, whose tables are the sources ``main.<table>``).
+  A SQLite column also answers to ``table.column``, as its ``tables`` are named:
+  a regex may use either name;
+* a column is kept when one of its names fully matches a regex of
+  ``include_columns`` (an empty list keeps every column) and none matches a
+  regex of ``exclude_columns``;
 * key columns are always kept, whatever the regexes say: events are keyed by
   them, and consumers, bootstrap stores and server-side filters need the key.
 
@@ -57,19 +59,25 @@ class ColumnFilter:
         """Whether any regex is set (an empty filter keeps every column)."""
         return bool(self._include or self._exclude)
 
-    def keeps(self, full_name: str) -> bool:
-        """Whether a column that is not a key column is kept; ``full_name`` is
-        ``<table's source name>.<column>``."""
-        return ((not self._include or any(p.fullmatch(full_name) for p in self._include))
-                and not any(p.fullmatch(full_name) for p in self._exclude))
+    def keeps(self, *names: str) -> bool:
+        """Whether a column that is not a key column is kept; ``names``: its full
+        name (``<table's source name>.<column>``) and any other it answers to."""
+        return ((not self._include
+                 or any(p.fullmatch(n) for p in self._include for n in names))
+                and not any(p.fullmatch(n) for p in self._exclude for n in names))
 
-    def keep(self, table: str, names: Sequence[str], key_indexes: Collection[int]
-             ) -> list[bool]:
+    def keep(self, table: str, names: Sequence[str], key_indexes: Collection[int], *,
+             alias: str | None = None) -> list[bool]:
         """Per column of ``table`` (its logical source name) in ``names``' order: kept?
-        ``key_indexes``: positions of the key columns, always kept."""
+        ``key_indexes``: positions of the key columns, always kept; ``alias``: another
+        name of the table its columns also answer to (SQLite: the bare table name)."""
         if not self:
             return [True] * len(names)
-        return [i in key_indexes or self.keeps(f"{table}.{n}") for i, n in enumerate(names)]
+        if alias is None:
+            return [i in key_indexes or self.keeps(f"{table}.{n}")
+                    for i, n in enumerate(names)]
+        return [i in key_indexes or self.keeps(f"{table}.{n}", f"{alias}.{n}")
+                for i, n in enumerate(names)]
 
     def unmatched(self, full_names: Iterable[str]) -> list[str]:
         """The regexes (include and exclude) that fully match none of ``full_names``:

@@ -197,11 +197,12 @@ class VersionCodec:
 
 def keep_of(columns: ColumnFilter, tv: TableVersion) -> list[bool] | None:
     """The keep flags of ``tv``'s columns under ``columns`` (None: every column);
-    columns are named ``main.<table>.<column>``, key columns always kept."""
+    columns are named ``main.<table>.<column>`` or ``<table>.<column>``, key columns
+    always kept."""
     if not columns:
         return None
     names = [c.name for c in tv.columns]
-    return columns.keep(tv.name, names, {names.index(k) for k in tv.keys})
+    return columns.keep(tv.name, names, {names.index(k) for k in tv.keys}, alias=tv.table)
 
 
 class WindowMetadata:

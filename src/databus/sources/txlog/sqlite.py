@@ -712,15 +712,15 @@ class SqliteSource(Source):
 
     def _check_column_filters(self) -> None:
         """Warn about an include/exclude_columns regex that matches no column of the
-        captured tables (``orders.ssn`` for ``main.orders.ssn``, say): it is applied,
-        to columns added later too, but most likely misspelt."""
+        captured tables: it is applied, to columns added later too, but most likely
+        misspelt."""
         if not self._columns:
             return
-        names = [f"{c.tv.name}.{col.name}" for c in self._latest.values()
-                 for col in c.tv.columns]
+        names = [f"{t}.{col.name}" for c in self._latest.values() for col in c.tv.columns
+                 for t in (c.tv.name, c.tv.table)]
         for pattern in self._columns.unmatched(names):
             log.warning("column regex %r matches no column of the captured tables (columns"
-                        " are named main.table.column)", pattern)
+                        " are named table.column or main.table.column)", pattern)
 
     def _read_history(self) -> list[TableSchema]:
         """The schemas recorded in ``<state_dir>/<relay>.sqlite-schemas.json``."""
