@@ -22,6 +22,8 @@ import pytest
 
 from databus.bootstrap.config import parse_config as parse_bootstrap
 from databus.bootstrap.service import BootstrapService
+from databus.client import ClientConfig, DatabusClient, FileCheckpointStore
+from databus.client.consumer import Consumer, DataEvent
 from databus.core import event as ev
 from databus.core.envelope import decode_images
 from databus.core.schema import SchemaRegistry
@@ -219,6 +221,47 @@ def test_sqlite_a_column_regex_matching_no_column_is_logged(tmp_path: Path,
                       exclude_columns=[r"people\.snn", r"main\.people\.ssn"]).close()
     assert "'people\\\\.snn' matches no column" in caplog.text
     assert "ssn' matches" not in caplog.text
+
+
+def test_a_bootstrap_initial_load_with_the_relays_filter_reads_no_excluded_column(
+        tmp_path: Path) -> None:
+    """The initial load reads the database itself: given the relay's exclude_columns
+    its store holds no ssn, and its rows carry the relay's schema (a consumer
+    bootstrapping from it decodes them with what the relay serves)."""
+    db = tmp_path / "app.db"
+    _sqlite_people(db)
+    exclude = [r"people\.ssn"]
+    relay = _sqlite_relay(db, tmp_path, snapshot_mode="no_data", exclude_columns=exclude)
+    with relay, BootstrapService(parse_bootstrap({
+            "relay_url": relay.url, "store": {"url": f"sqlite:///{tmp_path / 'bs.db'}"},
+            "http": {"port": 0}, "poll_timeout": 0.5, "apply_interval": 0.05,
+            "initial_load": {"url": f"sqlite:///{db}", "tables": ["people"],
+                             "exclude_columns": exclude}})) as bs:
+        rec = _BootstrapRows()
+        client = DatabusClient(ClientConfig(relay_url=relay.url, bootstrap_url=bs.url,
+                                            bootstrap_new_consumers=True), rec,
+                               FileCheckpointStore(tmp_path / "c.ckpt"))
+        runner = threading.Thread(target=client.run, daemon=True)
+        runner.start()
+        try:
+            wait_until(lambda: len(rec.rows) >= 3, 60, "the three snapshot rows")
+        finally:
+            client.stop()
+            runner.join(30)
+    assert sorted(rec.rows, key=lambda r: r["id"]) == [
+        {"id": i, "name": f"name-{i}"} for i in (1, 2, 3)]
+    raw = b"".join(p.read_bytes() for p in tmp_path.glob("bs.db*"))
+    assert b"name-2" in raw
+    assert SECRET not in raw and b'"ssn"' not in raw
+
+
+class _BootstrapRows(Consumer):
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def on_bootstrap_event(self, event: DataEvent) -> None:
+        assert event.after is not None
+        self.rows.append(dict(event.after))
 
 
 def _decode(windows: list[Window], registry: SchemaRegistry
