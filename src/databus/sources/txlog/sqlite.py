@@ -139,14 +139,8 @@ from pathlib import Path
 from typing import Any
 
 from databus.core import event as ev
-from databus.core.atomic import write_atomic
-from databus.core.errors import (
-    ConfigError,
-    SchemaError,
-    SourcePositionLostError,
-    TerminalError,
-)
-from databus.core.schema import MetadataCodec, SchemaRegistry, TableSchema
+from databus.core.errors import ConfigError, SourcePositionLostError, TerminalError
+from databus.core.schema import MetadataCodec, SchemaRegistry
 from databus.core.window import Window
 from databus.sources.base import Source, SourceInfo
 from databus.sources.columns import ColumnFilter
@@ -159,6 +153,7 @@ from databus.sources.txlog._db import (
     rollback_quietly,
     translated,
 )
+from databus.sources.txlog.history import SchemaHistory
 from databus.sources.txlog.rows import VersionCodec, WindowMetadata, keep_of
 from databus.sources.txlog.snapshot import MARKER_SRC, SnapshotState, read_chunks
 
@@ -213,9 +208,8 @@ class SqliteSource(Source):
         self._columns = ColumnFilter.of(config)
         # every schema this relay emitted (include/exclude_columns can change between
         # runs, and events of the old ones may still be in its buffer)
-        self._history = Path(state_dir) / f"{name}.sqlite-schemas.json" if state_dir else None
-        self._history_ids: set[bytes] = set()
-        self._history_ready = False
+        self._history = SchemaHistory(
+            Path(state_dir) / f"{name}.sqlite-schemas.json" if state_dir else None)
         self._pos: int | None = None  # the position read() continues from (None: not opened)
         self._snap: SnapshotState | None = None  # the running snapshot
         self._started = False  # this process started its mode's snapshot
@@ -267,12 +261,12 @@ class SqliteSource(Source):
         self._opened = True
         try:
             self._register_relay()
-            saved = self._read_history()
             with translated("loading table versions"):
                 self._epoch = cat.epoch(self._reader)
                 self._load_versions(self._reader)
                 self._check_column_filters()
-            self._adopt_history(saved)
+            # schemas of earlier runs (other column filters) are served too
+            self._registry = self._history.start(self._registry, self._own)
         except BaseException:
             self.close()
             raise
@@ -705,10 +699,9 @@ class SqliteSource(Source):
                 self._latest[tv.src] = codec
             self._width = max(self._width, 2 * codec.width)
         self._versions_seen = int(newest)
-        if self._history_ready:  # open() writes the first one, with the saved schemas
-            self._save_history()
+        self._history.record(self._registry)  # a no-op until open() started it
 
-    # -- column filters and the schema history -------------------------------------
+    # -- column filters ------------------------------------------------------------
 
     def _check_column_filters(self) -> None:
         """Warn about an include/exclude_columns regex that matches no column of the
@@ -721,38 +714,6 @@ class SqliteSource(Source):
         for pattern in self._columns.unmatched(names):
             log.warning("column regex %r matches no column of the captured tables (columns"
                         " are named table.column or main.table.column)", pattern)
-
-    def _read_history(self) -> list[TableSchema]:
-        """The schemas recorded in ``<state_dir>/<relay>.sqlite-schemas.json``."""
-        if self._history is None or not self._history.exists():
-            return []
-        try:
-            saved = SchemaRegistry.from_json(self._history.read_bytes())
-        except (OSError, SchemaError) as exc:
-            raise SchemaError(f"schema history {self._history} is unreadable: {exc}") from exc
-        return [v for src in saved.source_ids() for v in saved.versions(src)]
-
-    def _adopt_history(self, saved: list[TableSchema]) -> None:
-        """Schemas of earlier runs that the current column filters no longer give are
-        served too (events of them may be in the relay's buffer), ordered before the
-        current ones so each table's latest schema stays the current one."""
-        current = {c.schema.id for c in self._codecs.values()}
-        past = [s for s in saved if s.id not in current and s.src_id in self._own]
-        if past:
-            registry = SchemaRegistry(past)
-            for codec in sorted(self._codecs.values(), key=lambda c: (c.tv.src, c.tv.version)):
-                registry.add(codec.schema)
-            self._registry = registry
-        self._history_ids = {s.id for s in saved}
-        self._history_ready = True
-        self._save_history()
-
-    def _save_history(self) -> None:
-        ids = {s.id for src in self._registry.source_ids()
-               for s in self._registry.versions(src)}
-        if self._history is not None and not ids <= self._history_ids:
-            write_atomic(self._history, self._registry.to_json().encode())
-            self._history_ids |= ids
 
     # -- schema changes ----------------------------------------------------------
 
