@@ -40,6 +40,11 @@ Guarantees (the :class:`~databus.sources.base.Source` contract, made concrete):
   or drops a column gives a new version from the next change on.
 * **Keys**: the primary key; else the replica identity's index columns; else
   (FULL without a primary key) the row's index in its window.
+* **Columns** (``include_columns``/``exclude_columns``, regexes on
+  ``schema.table.column``, :mod:`databus.sources.columns`): a table version
+  holds the kept columns only (key columns always kept); tuples from the wire
+  are projected on them before anything is typed, fetched (TOAST) or encoded,
+  the C decoder skips the others, and snapshots select the kept ones only.
 * **Events**: insert, update (the after image; the before image when the
   server sends one: REPLICA IDENTITY FULL, or the key columns when the key
   changed; a key change is a delete of the old key then an insert), delete

@@ -91,6 +91,16 @@ values of the in-between changes themselves are not known. To avoid that
 window, call :func:`~databus.sources.txlog.catalog.install` with the
 application's connection in the same transaction as the ``ALTER TABLE``.
 
+**Columns.** ``include_columns``/``exclude_columns`` (regexes on
+``table.column`` or ``main.table.column``, :mod:`databus.sources.columns`; key
+columns always kept) are applied when txlog rows are read: each table version's
+codec leaves the other columns out of its schema and payloads, and snapshots
+select them as NULL. The triggers log whole rows: they and the txlog are the
+database's, shared by every relay capturing it, each with its own filters. The
+schemas this relay served are recorded in ``<state_dir>/<relay>.sqlite-schemas.json``
+(:mod:`.history`), so after a restart with other filters the events it buffered
+before still have their schema.
+
 **Events.** One data event per own txlog row (see :mod:`.rows` for types and
 keys): sequence = the window SCN; payload = Avro of the after image (the
 before image for a delete); metadata = ``before`` (Avro of the before image,
