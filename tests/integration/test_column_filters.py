@@ -57,7 +57,7 @@ def _people(url: str) -> list[dict[str, Any]]:
 
 
 def _assert_left_out(envelopes: list[dict[str, Any]]) -> None:
-    """No image has ``ssn``; every image has its key ``id`` and ``name``."""
+    """No image has ``ssn``; every image has its key ``id`` (which a regex matched)."""
     assert envelopes
     for env in envelopes:
         images = [i for i in (env["before"], env["after"]) if i is not None]

@@ -17,10 +17,6 @@ in 1.15 s, waiting the rest for the server's logical decoding.
 
 Two implementations of one contract, :class:`Rows`:
 
-Columns a table version leaves out (``include_columns``/``exclude_columns``) are
-read past by both, never typed nor written (:meth:`.types.TableVersion.project`;
-``K_SKIP`` in C), so the compiled path keeps working for filtered tables.
-
 * :meth:`Rows.change` takes an Insert, Update or Delete message (``skip``: the
   4 bytes of a streamed change's transaction id, protocol 2) and returns 1 when
   it decoded it into the transaction's rows, 0 when the table is not captured,
@@ -30,6 +26,10 @@ read past by both, never typed nor written (:meth:`.types.TableVersion.project`;
 * :meth:`Rows.add` appends a row the caller decoded, in its place;
 * :meth:`Rows.commit` returns the events of every row with the commit's SCN
   (and clears them).
+
+Columns a table version leaves out (``include_columns``/``exclude_columns``) are
+read past by both, never typed nor written (:meth:`.types.TableVersion.project`;
+``K_SKIP`` in C), so the compiled path keeps working for filtered tables.
 
 Both give byte-identical events (tests/integration/test_postgres_source.py
 reads the type matrix through both and compares the windows). The C one is
