@@ -25,12 +25,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from databus.core.errors import ConfigError
 
-if TYPE_CHECKING:
-    from databus.sources.config import SourceConfig
+
+class ColumnSettings(Protocol):
+    """What a source config gives the filter (every database source's model)."""
+
+    @property
+    def include_columns(self) -> Sequence[str]: ...
+
+    @property
+    def exclude_columns(self) -> Sequence[str]: ...
 
 
 def _compile(patterns: Sequence[str]) -> tuple[re.Pattern[str], ...]:
@@ -51,7 +58,7 @@ class ColumnFilter:
         self._exclude = _compile(exclude)
 
     @classmethod
-    def of(cls, config: SourceConfig) -> ColumnFilter:
+    def of(cls, config: ColumnSettings) -> ColumnFilter:
         """The filter of a source config."""
         return cls(config.include_columns, config.exclude_columns)
 
