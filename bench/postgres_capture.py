@@ -13,6 +13,9 @@ int, boolean). Then, ``--runs`` times, one after the other, over the same WAL ra
   ``EventBuffer``: the relay's whole capture path; with the C codec, and with the
   Python path (``compiled=False``). Outside the clock every event in the buffer is
   checked (both CRCs) and counted;
+* with ``--exclude-columns REGEX``, databus with the C codec again, that
+  ``exclude_columns`` set: the cost of leaving columns out (the decoder reads
+  past them);
 * baseline: ``pg_recvlogical --start --endpos`` on a test_decoding slot, writing
   the text to /dev/null (it decodes nothing on the client: it only prints text);
 * the MariaDB source (``bench.binlog_decode``'s workload and reader: the same
@@ -24,6 +27,7 @@ reader); the MariaDB one does not have such a step (the server sends the binlog
 as it is). Best of the runs for each.
 
     .venv/bin/python -m bench.postgres_capture [--rows 300000] [--runs 3] [--no-mariadb]
+        [--exclude-columns '.*[.](note|doc|amount)']
 """
 
 from __future__ import annotations
@@ -74,12 +78,14 @@ def wal_lsn(pg: PostgreSQL) -> str:
         return str(conn.execute(sa.text("SELECT pg_current_wal_lsn()::text")).scalar())
 
 
-def source(pg: PostgreSQL, compiled: bool) -> PostgresSource:
+def source(pg: PostgreSQL, compiled: bool, exclude: str | None = None) -> PostgresSource:
     """The source of one reader; its slot is the same every time (never acknowledged, so
-    every run reads the same changes)."""
+    every run reads the same changes). ``exclude``: its exclude_columns regex."""
+    name = "bench_cx" if exclude else "bench_c" if compiled else "bench_py"
     return PostgresSource(source_config(pg.source_url("bench"), [r"public\.t"],
-                                        snapshot_mode="no_data"),
-                          name="bench_c" if compiled else "bench_py", compiled=compiled)
+                                        snapshot_mode="no_data",
+                                        exclude_columns=[exclude] if exclude else []),
+                          name=name, compiled=compiled)
 
 
 def run_databus(src: PostgresSource, rows: int) -> tuple[int, float]:
@@ -158,18 +164,22 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=300_000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--no-mariadb", action="store_true")
+    ap.add_argument("--exclude-columns", metavar="REGEX",
+                    help="also read with the C codec and this exclude_columns regex")
     args = ap.parse_args()
+    readers = {"c": (True, None), "py": (False, None)}
+    if args.exclude_columns:
+        readers["cx"] = (True, args.exclude_columns)
     slots = str(args.runs + 6)
     settings = {**SETTINGS, "max_replication_slots": slots, "max_wal_senders": slots}
-    results: dict[str, list[tuple[int, float]]] = {"c": [], "py": [], "td": []}
+    results: dict[str, list[tuple[int, float]]] = {k: [] for k in (*readers, "td")}
     with PostgreSQL(settings=settings) as pg:
         pg.execute("CREATE DATABASE bench")
-        pg.execute(DDL, "CREATE PUBLICATION databus_bench_c FOR TABLE t",
-                   "CREATE PUBLICATION databus_bench_py FOR TABLE t",
+        pg.execute(DDL, *(f"CREATE PUBLICATION databus_bench_{k} FOR TABLE t" for k in readers),
                    *(f"SELECT pg_create_logical_replication_slot('bench_td{i}',"
                      " 'test_decoding')" for i in range(args.runs)), db="bench")
-        for compiled in (True, False):  # their slots, before the workload
-            src = source(pg, compiled)
+        for compiled, exclude in readers.values():  # their slots, before the workload
+            src = source(pg, compiled, exclude)
             src.open()
             src.read(-1, threading.Event(), 0.1)
             src.close()
@@ -177,10 +187,10 @@ def main() -> None:
         workload(pg, args.rows)
         end = wal_lsn(pg)
         print(f"workload: {args.rows} row changes written in {time.perf_counter() - t0:.1f}s")
-        cpu: dict[str, list[float]] = {"c": [], "py": []}
+        cpu: dict[str, list[float]] = {k: [] for k in readers}
         for i in range(args.runs):
-            for key in ("c", "py"):
-                src = source(pg, key == "c")
+            for key, (compiled, exclude) in readers.items():
+                src = source(pg, compiled, exclude)
                 results[key].append(run_databus(src, args.rows))
                 cpu[key].append(CPU[id(src)])
             results["td"].append((args.rows, run_recvlogical(pg, f"bench_td{i}", end)))
@@ -188,6 +198,7 @@ def main() -> None:
         results["my"] = mariadb_runs(args.rows, args.runs)
     names = {"c": "databus PostgresSource -> EventBuffer (C codec)",
              "py": "databus PostgresSource, Python path",
+             "cx": "databus PostgresSource (C), exclude_columns",
              "td": "pg_recvlogical, test_decoding (baseline)",
              "my": "databus MysqlSource (MariaDB) -> EventBuffer"}
     best: dict[str, float] = {}
@@ -198,12 +209,14 @@ def main() -> None:
         n, s = max(runs, key=lambda r: r[0] / r[1])
         print(f"{names[key]:<50} | {n:>7} | {s:>6.2f} | {best[key]:>13,.0f} |"
               f" {', '.join(f'{r:,.0f}' for r in rates)}")
-    for key in ("c", "py"):
+    for key in readers:
         i = max(range(len(results[key])), key=lambda k: results[key][k][0] / results[key][k][1])
         print(f"{names[key]}: best run used {cpu[key][i]:.2f} s of CPU in"
               f" {results[key][i][1]:.2f} s (the rest: waiting for the server's decoding)")
     print(f"databus / pg_recvlogical: {best['c'] / best['td']:.2f} (goal >= 0.5)")
     print(f"databus C codec / Python path: {best['c'] / best['py']:.2f}")
+    if "cx" in best:
+        print(f"databus C codec, exclude_columns / without: {best['cx'] / best['c']:.2f}")
     if "my" in best:
         print(f"databus PostgreSQL / databus MariaDB: {best['c'] / best['my']:.2f}")
 

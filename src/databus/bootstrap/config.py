@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,24 @@ class InitialLoadConfig(_Model):
         default_factory=list, description="the relay's column protection rules"
         " (source.columns): the initial load reads the database itself, so it applies"
         " them too; a load whose tables the relay protects must repeat them here")
+    include_columns: list[str] = Field(
+        default_factory=list, description="the relay's source.include_columns, repeated:"
+        " regexes on 'table.column' or 'main.table.column' to keep (empty = all)")
+    exclude_columns: list[str] = Field(
+        default_factory=list, description="the relay's source.exclude_columns, repeated:"
+        " columns left out are never read by the load (key columns always kept); without"
+        " them the store holds the columns the relay leaves out, under schemas it does"
+        " not serve")
+
+    @field_validator("include_columns", "exclude_columns")
+    @classmethod
+    def _regexes(cls, v: list[str]) -> list[str]:
+        for p in v:
+            try:
+                re.compile(p)
+            except re.error as exc:
+                raise ValueError(f"bad regex {p!r}: {exc}") from exc
+        return v
 
     @field_validator("url")
     @classmethod

@@ -39,6 +39,7 @@ from databus.client.credentials import Credentials
 from databus.core.errors import DatabusError, ScnNotFoundError
 from databus.core.window import Window
 from databus.serving.service import HttpService
+from databus.sources.columns import ColumnFilter
 from databus.sources.protect import Protector
 from databus.sources.txlog.initial import InitialSnapshot
 
@@ -75,7 +76,8 @@ def initial_load(cfg: BootstrapConfig, store: BootstrapStore, force: bool = Fals
         return None
     store.start_initial_load()
     protector = Protector(il.columns)
-    with InitialSnapshot(il.path, il.tables) as snap:
+    columns = ColumnFilter(il.include_columns, il.exclude_columns)  # the relay's
+    with InitialSnapshot(il.path, il.tables, columns=columns) as snap:
         progress = LoadProgress(f"initial load of {il.path}", snap.count(), cfg.progress_interval)
         registry = snap.registry()
         batch: list[dict[str, Any]] = []

@@ -177,8 +177,10 @@ class _DatabaseSource(_Source):
         description="regexes on 'db.table.column' ('schema.table.column' for PostgreSQL,"
         " 'table.column' for SQLite) to keep (empty = all); key columns are always kept")
     exclude_columns: list[str] = Field(
-        default_factory=list, description="regexes on the same names to leave out (never"
-        " captured: absent from events, snapshots and stores); key columns are always kept")
+        default_factory=list, description="regexes on the same names to leave out: absent"
+        " from events, snapshots and stores (SQLite: dropped as its txlog is read, so the"
+        " values stay in that database until the txlog is trimmed); key columns are always"
+        " kept")
     snapshot_mode: SnapshotMode = Field(
         "initial",
         description="initial (existing rows as a snapshot, then stream; the default),"

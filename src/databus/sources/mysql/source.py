@@ -20,8 +20,9 @@ Guarantees (the :class:`~databus.sources.base.Source` contract, made concrete):
   Rows before and after an ALTER decode with their own table version because
   every rows event is decoded with the table map logged right before it.
 * **Filters**: tables by regexes on ``db.table`` (include, then exclude);
-  columns by regexes on ``db.table.column`` (include, then exclude); key
-  columns are always kept.
+  columns by regexes on ``db.table.column`` (include, then exclude; the rule
+  every source shares, :mod:`databus.sources.columns`); key columns are always
+  kept.
 * ``after_scn = -1`` starts at the server's current binlog end, or right after
   ``start_gtid`` (MariaDB GTID state) when given; later restarts use the SCN.
 
@@ -65,6 +66,7 @@ from databus.core.schema import (
 )
 from databus.core.window import Window
 from databus.sources.base import Source, SourceInfo
+from databus.sources.columns import ColumnFilter
 from databus.sources.config import MysqlSourceConfig
 from databus.sources.mysql import compressed, fastpath
 from databus.sources.mysql import ddl as dd
@@ -142,8 +144,7 @@ class MysqlSource(Source):
         self.url = mysql_url(config)
         self._include = _regexes(config.tables or [".*"])
         self._exclude = _regexes(config.exclude_tables)
-        self._col_include = _regexes(config.include_columns)
-        self._col_exclude = _regexes(config.exclude_columns)
+        self._columns = ColumnFilter.of(config)
         self.server_id = config.server_id
         self.heartbeat = heartbeat
         self.start_gtid = config.start_gtid
@@ -176,7 +177,9 @@ class MysqlSource(Source):
         self._stats: dict[str, float] = dict.fromkeys(
             [f"snapshot_{k.lower()}_total" for k in inc.NOTICE_KINDS]
             + ["snapshot_rows_total"], 0.0)
-        self._new_filters: tuple[list[re.Pattern[str]], ...] | None = None  # reconfigure()
+        # reconfigure(): table include, table exclude, columns
+        self._new_filters: tuple[list[re.Pattern[str]], list[re.Pattern[str]],
+                                 ColumnFilter] | None = None
         self._opened = False
         self._progress_every = config.progress_interval
         self._last_out = time.monotonic()  # when the last window left (progress windows)
@@ -252,13 +255,7 @@ class MysqlSource(Source):
 
     def _keep(self, td: br.TableDef) -> list[bool]:
         names = td.names or [f"col{i}" for i in range(len(td.types))]
-        out = []
-        for i, n in enumerate(names):
-            full = f"{td.schema}.{td.table}.{n}"
-            keep = (not self._col_include or any(p.fullmatch(full) for p in self._col_include))
-            keep = keep and not any(p.fullmatch(full) for p in self._col_exclude)
-            out.append(keep or i in td.primary_key)
-        return out
+        return self._columns.keep(f"{td.schema}.{td.table}", names, td.primary_key)
 
     def _shape(self, table_map: bytes, td: br.TableDef) -> Shape:
         shape = self._shapes.get(table_map)
@@ -348,13 +345,12 @@ class MysqlSource(Source):
             raise ConfigError("the source url cannot change while running: restart the relay")
         self._new_filters = (_regexes(config.tables or [".*"]),
                              _regexes(config.exclude_tables),
-                             _regexes(config.include_columns),
-                             _regexes(config.exclude_columns))
+                             ColumnFilter.of(config))
 
     def _apply_filters(self) -> None:
         filters, self._new_filters = self._new_filters, None
         if filters is not None:
-            self._include, self._exclude, self._col_include, self._col_exclude = filters
+            self._include, self._exclude, self._columns = filters
             self._wanted_names = {}  # a new dict: another thread may be reading the old
             self._shapes.clear()  # column filters are part of a shape
             self._snap_io.forget()  # its kept shapes too

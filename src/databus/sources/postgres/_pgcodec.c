@@ -25,8 +25,9 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Avro kinds of columns (keep in step with fastpath.py) */
-enum { K_STRING = 0, K_LONG = 1, K_BOOL = 2, K_DOUBLE = 3, K_BYTEA = 4 };
+/* Avro kinds of columns (keep in step with fastpath.py); K_SKIP: a column the table
+ * version leaves out (include/exclude_columns): read past, never written, never a key */
+enum { K_STRING = 0, K_LONG = 1, K_BOOL = 2, K_DOUBLE = 3, K_BYTEA = 4, K_SKIP = 5 };
 /* key modes */
 enum { KEY_INT = 0, KEY_ROWINDEX = 1, KEY_JSON = 2 };
 /* ops, as databus.core.event.Op */
@@ -80,15 +81,15 @@ static int Codec_init(Codec *self, PyObject *args, PyObject *kwds) {
     }
     memcpy(self->kinds, kinds.buf, (size_t)kinds.len);
     for (int i = 0; i < self->ncols; i++)
-        if (self->kinds[i] > K_BYTEA) {
+        if (self->kinds[i] > K_SKIP) {
             PyErr_Format(PyExc_ValueError, "unknown column kind %d", self->kinds[i]);
             goto done;
         }
     for (int k = 0; k < self->nkey; k++) {
         long v = PyLong_AsLong(PyTuple_GET_ITEM(keys, k));
         if (v == -1 && PyErr_Occurred()) goto done;
-        if (v < 0 || v >= self->ncols) {
-            PyErr_SetString(PyExc_ValueError, "key column out of range");
+        if (v < 0 || v >= self->ncols || self->kinds[v] == K_SKIP) {
+            PyErr_SetString(PyExc_ValueError, "key column out of range or left out");
             goto done;
         }
         self->key_cols[k] = (int)v;
@@ -199,6 +200,8 @@ static int put_bytea(Buf *b, const unsigned char *s, size_t n) {
 }
 
 /* TupleData at *pos -> Avro record in rec; key column values in kv (by key position).
+ * Columns of kind K_SKIP are read past and leave nothing in rec (an unchanged TOASTed
+ * value there included: it is not needed).
  * Returns 1 when a value is an unchanged TOASTed one ('u'), 0 when done, -1 on error. */
 static int tuple(Codec *c, const unsigned char *p, Py_ssize_t end, Py_ssize_t *pos, Buf *rec,
                  KeyVal *kv) {
@@ -211,16 +214,17 @@ static int tuple(Codec *c, const unsigned char *p, Py_ssize_t end, Py_ssize_t *p
     for (int col = 0; col < n; col++) {
         if (i >= end) return bad("pgoutput tuple truncated");
         unsigned char kind = p[i++];
+        int skip = c->kinds[col] == K_SKIP;
         int keypos = -1;
         for (int k = 0; k < c->nkey; k++)
             if (c->key_cols[k] == col) keypos = k;
         if (kind == 'n') {
-            if (buf_byte(rec, 0) < 0) return -1;
+            if (!skip && buf_byte(rec, 0) < 0) return -1;
             if (keypos >= 0) kv[keypos].null = 1;
             continue;
         }
         if (kind == 'u') {
-            unchanged = 1;
+            if (!skip) unchanged = 1;
             if (keypos >= 0) kv[keypos].null = 1;
             continue;
         }
@@ -232,6 +236,7 @@ static int tuple(Codec *c, const unsigned char *p, Py_ssize_t end, Py_ssize_t *p
         if ((Py_ssize_t)size > end - i) return bad("pgoutput value runs past the message");
         const unsigned char *s = p + i;
         i += size;
+        if (skip) continue;
         if (buf_byte(rec, 2) < 0) return -1;
         KeyVal *v = keypos >= 0 ? &kv[keypos] : NULL;
         if (v) {

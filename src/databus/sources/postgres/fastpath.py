@@ -27,6 +27,10 @@ Two implementations of one contract, :class:`Rows`:
 * :meth:`Rows.commit` returns the events of every row with the commit's SCN
   (and clears them).
 
+Columns a table version leaves out (``include_columns``/``exclude_columns``) are
+read past by both, never typed nor written (:meth:`.types.TableVersion.project`;
+``K_SKIP`` in C), so the compiled path keeps working for filtered tables.
+
 Both give byte-identical events (tests/integration/test_postgres_source.py
 reads the type matrix through both and compares the windows). The C one is
 used when the extension is built (``setup.py``); ``PostgresSource(compiled=False)``
@@ -50,6 +54,7 @@ except ImportError:  # pragma: no cover - depends on the build
 
 # keep in step with _pgcodec.c
 _KINDS = {"string": 0, "long": 1, "boolean": 2, "double": 3, "bytes": 4}
+K_SKIP = 5  # a column left out (include/exclude_columns): read past, never written
 KEY_INT, KEY_ROWINDEX, KEY_JSON = 0, 1, 2
 
 
@@ -128,15 +133,26 @@ class PyRows:
 
 
 def _codec(version: TableVersion) -> Any:
+    """The C codec of a version: one kind per column of the relation (the wire tuple),
+    ``K_SKIP`` for a column the version leaves out; key columns by wire position."""
     s = version.schema
-    kinds = bytes(_KINDS[str(a)] for a in version.avro_types)
+    kept = [_KINDS[str(a)] for a in version.avro_types]
+    key_cols = tuple(version.key_index)
+    if version.wire is None:
+        kinds = bytes(kept)
+    else:
+        wire = [K_SKIP] * version.width
+        for kind, at in zip(kept, version.wire, strict=True):
+            wire[at] = kind
+        kinds = bytes(wire)
+        key_cols = tuple(version.wire[k] for k in key_cols)
     if not version.key_index:
         mode = KEY_ROWINDEX
     elif version.int_key:
         mode = KEY_INT
     else:
         mode = KEY_JSON
-    return _pgcodec.Codec(kinds, tuple(version.key_index), mode, s.src_id, s.id, s.version)
+    return _pgcodec.Codec(kinds, key_cols, mode, s.src_id, s.id, s.version)
 
 
 class CRows:

@@ -40,6 +40,11 @@ Guarantees (the :class:`~databus.sources.base.Source` contract, made concrete):
   or drops a column gives a new version from the next change on.
 * **Keys**: the primary key; else the replica identity's index columns; else
   (FULL without a primary key) the row's index in its window.
+* **Columns** (``include_columns``/``exclude_columns``, regexes on
+  ``schema.table.column``, :mod:`databus.sources.columns`): a table version
+  holds the kept columns only (key columns always kept); tuples from the wire
+  are projected on them before anything is typed, fetched (TOAST) or encoded,
+  the C decoder skips the others, and snapshots select the kept ones only.
 * **Events**: insert, update (the after image; the before image when the
   server sends one: REPLICA IDENTITY FULL, or the key columns when the key
   changed; a key change is a delete of the old key then an insert), delete
@@ -103,6 +108,7 @@ from databus.core.errors import (
 from databus.core.schema import ColumnSpec, SchemaRegistry, TableSchema, table_schema
 from databus.core.window import Window
 from databus.sources.base import Source, SourceInfo
+from databus.sources.columns import ColumnFilter
 from databus.sources.config import PostgresSourceConfig
 from databus.sources.mysql import incremental as inc
 from databus.sources.postgres import checks, fastpath
@@ -197,6 +203,7 @@ class PostgresSource(Source):
         self.publication = config.publication or default_name(name)
         self._include = _regexes(config.tables or [".*"])
         self._exclude = _regexes(config.exclude_tables)
+        self._columns = ColumnFilter.of(config)
         self._slot_wait = slot_wait
         self._compiled = compiled
         self._rows: fastpath.Rows = fastpath.rows(compiled)
@@ -278,6 +285,7 @@ class PostgresSource(Source):
             raise
         self._sql = sql
         self._tables = tables
+        self._check_column_filters(sql, tables)
         self._load_history()
         self._signals_off = signal_table_ready(sql, self.signal_table, self.publication,
                                                create=self.config.create_publication)
@@ -324,6 +332,22 @@ class PostgresSource(Source):
         self._spools.clear()
         self._in_stream = None
         self._stats["streams_open"] = 0.0
+
+    def _check_column_filters(self, sql: SqlSession, tables: list[checks.TableFacts]
+                              ) -> None:
+        """Warn about an include/exclude_columns regex that matches no column of the
+        captured tables (a column named without its schema, say): it is applied, to
+        columns added later too, but most likely misspelt."""
+        if not self._columns:
+            return
+        names = [str(r[0]) for r in sql.query(
+            "SELECT n.nspname || '.' || c.relname || '.' || a.attname FROM pg_attribute a"
+            " JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n"
+            " ON n.oid = c.relnamespace WHERE a.attnum > 0 AND NOT a.attisdropped"
+            " AND n.nspname || '.' || c.relname = ANY(%s)", ([t.full_name for t in tables],))]
+        for pattern in self._columns.unmatched(names):
+            log.warning("column regex %r matches no column of the captured tables (columns"
+                        " are named schema.table.column)", pattern)
 
     # -- schemas -------------------------------------------------------------------
 
@@ -400,6 +424,14 @@ class PostgresSource(Source):
             keys = [c.name for c in msg.columns if c.in_identity]
         else:
             keys = []
+        # include/exclude_columns: the version holds the kept columns only
+        keep = self._columns.keep(f"{msg.namespace}.{msg.name}", names,
+                                  {names.index(k) for k in keys})
+        wire = None if all(keep) else tuple(i for i, k in enumerate(keep) if k)
+        if wire is not None:
+            names = [names[i] for i in wire]
+            oids = [oids[i] for i in wire]
+            sql_types = [sql_types[i] for i in wire]
         probe = version_schema(msg.namespace, msg.name, names, oids, sql_types, keys, 0)
         src = probe.src_id
         known = self._registry.versions(src) if src in self._registry.source_ids() else []
@@ -410,9 +442,11 @@ class PostgresSource(Source):
             schema = version_schema(msg.namespace, msg.name, names, oids, sql_types, keys,
                                     number)
             self._add_version(schema)
-            log.info("table %s.%s: version %d (%d columns)", msg.namespace, msg.name,
-                     number, len(names))
-        version = TableVersion(schema, oids, [names.index(k) for k in keys])
+            log.info("table %s.%s: version %d (%d columns%s)", msg.namespace, msg.name,
+                     number, len(names), "" if wire is None else
+                     f" of {len(msg.columns)}: include/exclude_columns")
+        version = TableVersion(schema, oids, [names.index(k) for k in keys], wire,
+                               len(msg.columns))
         self._versions[sig] = version
         return version
 
@@ -775,16 +809,18 @@ class PostgresSource(Source):
             return
         rows = self._rows
         index = rows.pending
+        # columns left out (include/exclude_columns) go here, before anything else
         if isinstance(msg, po.Insert):
-            after, payload = version.typed(msg.new)
+            after, payload = version.typed(version.project(msg.new))
             rows.add(version, ev.Op.INSERT, version.key(after, index), payload, None)
         elif isinstance(msg, po.Delete):
-            before, payload = version.typed(msg.old)
+            before, payload = version.typed(version.project(msg.old))
             rows.add(version, ev.Op.DELETE, version.key(before, index), payload, None)
         else:
-            new = self._untoasted(msg, version)
+            old_texts = version.project(msg.old) if msg.old is not None else None
+            new = self._untoasted(version.project(msg.new), old_texts, msg.old_kind, version)
             after = version.values(new)
-            old = version.values(msg.old) if msg.old is not None else None
+            old = version.values(old_texts) if old_texts is not None else None
             new_key = version.key(after, index)
             if old is not None and version.key_index:
                 old_key = version.key(old, index)
@@ -795,15 +831,17 @@ class PostgresSource(Source):
             image = version.encode(old) if old is not None and msg.old_kind == "O" else None
             rows.add(version, ev.Op.UPDATE, new_key, version.encode(after), image)
 
-    def _untoasted(self, msg: po.Update, version: TableVersion) -> list[Any]:
-        """The new tuple with unchanged TOASTed values filled in (module docstring)."""
-        new = list(msg.new)
+    def _untoasted(self, new_texts: list[Any], old: list[Any] | None, old_kind: str,
+                   version: TableVersion) -> list[Any]:
+        """The new tuple (kept columns) with unchanged TOASTed values filled in (module
+        docstring); ``old``: the old tuple's kept columns, ``old_kind`` its kind."""
+        new = list(new_texts)
         missing = [i for i, v in enumerate(new) if v is po.UNCHANGED]
         if not missing:
             return new
-        if msg.old_kind == "O" and msg.old is not None:
+        if old_kind == "O" and old is not None:
             for i in missing:
-                new[i] = msg.old[i]
+                new[i] = old[i]
             if all(new[i] is not po.UNCHANGED for i in missing):
                 self._stats["toast_carried_total"] += len(missing)
                 return new

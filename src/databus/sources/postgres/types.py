@@ -128,10 +128,23 @@ def _key_json(v: Any) -> Any:
 
 
 class TableVersion:
-    """One shape of one table (columns, types, key) and its Avro schema."""
+    """One shape of one table (columns, types, key) and its Avro schema.
 
-    def __init__(self, schema: TableSchema, type_oids: list[int], key_index: list[int]) -> None:
+    Its columns are the ones the source keeps (:mod:`databus.sources.columns`);
+    ``wire`` gives their positions among the relation's ``width`` columns (the
+    tuples pgoutput sends) when some are left out, else it is None. Every other
+    method works on the kept columns only: a tuple from the wire goes through
+    :meth:`project` first; snapshots select the kept columns themselves.
+    """
+
+    def __init__(self, schema: TableSchema, type_oids: list[int], key_index: list[int],
+                 wire: tuple[int, ...] | None = None, width: int | None = None) -> None:
         self.schema = schema
+        self.wire = wire
+        self.width = len(type_oids) if width is None else width
+        if wire is not None and (len(wire) != len(type_oids)
+                                 or any(not 0 <= w < self.width for w in wire)):
+            raise SchemaError(f"{schema.name}: kept columns {wire} do not fit {self.width}")
         self.type_oids = type_oids
         self.fields = [f["name"] for f in schema.avro["fields"]]
         self.convert = [converter(t) for t in type_oids]
@@ -142,6 +155,16 @@ class TableVersion:
         self._encoders = [_ENCODERS[a] for a in self._avro]
         self.key_index = key_index  # positions of the key columns; empty: row index
         self.int_key = len(key_index) == 1 and type_oids[key_index[0]] in INTEGERS
+
+    def project(self, texts: list[Any]) -> list[Any]:
+        """A relation's tuple (all its columns) -> the values of the kept columns."""
+        wire = self.wire
+        if wire is None:
+            return texts
+        if len(texts) != self.width:
+            raise SchemaError(f"{self.schema.name}: a tuple of {len(texts)} columns for a"
+                              f" relation of {self.width}")
+        return [texts[i] for i in wire]
 
     def typed(self, texts: list[Any]) -> tuple[list[Any], bytes]:
         """Texts (None for NULL) -> (typed values, their Avro record): :meth:`values`

@@ -12,7 +12,8 @@ as of SCN S, and the relay's windows after S carry everything since.
 Rows come out as snapshot events (op READ, ATTR_SNAPSHOT, sequence S) encoded
 exactly as the source encodes its change events (same Avro payload, key and
 schema id, :meth:`VersionCodec.read_event`), in key order per table (rowid
-order for tables without a primary key).
+order for tables without a primary key). Given the relay's column filter
+(``columns``), columns it leaves out are neither read nor sent.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from pathlib import Path
 
 from databus.core.errors import TerminalError
 from databus.core.schema import SchemaRegistry
+from databus.sources.columns import ColumnFilter
 from databus.sources.txlog import catalog as cat
 from databus.sources.txlog._db import connect, rollback_quietly, translated
-from databus.sources.txlog.rows import VersionCodec
+from databus.sources.txlog.rows import VersionCodec, keep_of
 from databus.sources.txlog.snapshot import chunk_query
 from databus.sources.txlog.sqlite import _text
 
@@ -41,8 +43,12 @@ class SnapshotEvent:
 class InitialSnapshot:
     """An open read transaction over the captured tables; use as a context manager."""
 
-    def __init__(self, path: Path | str, tables: list[str], *, busy_timeout: float = 30.0) -> None:
+    def __init__(self, path: Path | str, tables: list[str], *, busy_timeout: float = 30.0,
+                 columns: ColumnFilter | None = None) -> None:
+        """``columns``: the relay's include/exclude_columns, so the snapshot's rows and
+        schemas are the relay's (columns left out are never read)."""
         self.path = Path(path)
+        self._columns = columns or ColumnFilter()
         infos = cat.install(self.path, list(tables))
         self._con = connect(self.path, busy_timeout=busy_timeout)
         self._con.text_factory = _text
@@ -59,6 +65,8 @@ class InitialSnapshot:
                                           or tv.version > latest[tv.src].version):
                         latest[tv.src] = tv
                 self._versions = [latest[i.id] for i in sorted(infos, key=lambda i: i.id)]
+                self._codecs = [VersionCodec(tv, keep_of(self._columns, tv))
+                                for tv in self._versions]
                 for tv in self._versions:
                     cols = tuple(cat.table_columns(self._con, tv.table))
                     if cols != tv.columns:
@@ -77,14 +85,14 @@ class InitialSnapshot:
 
     def registry(self) -> SchemaRegistry:
         """The schemas the snapshot's events are encoded with."""
-        return SchemaRegistry(VersionCodec(tv).schema for tv in self._versions)
+        return SchemaRegistry(codec.schema for codec in self._codecs)
 
     def events(self) -> Iterator[SnapshotEvent]:
         """Every row as a snapshot event, table by table (source id order), in key order."""
         now = time.time_ns()
-        for tv in self._versions:
-            codec = VersionCodec(tv)
-            sql, params = chunk_query(tv, None, None)
+        for codec in self._codecs:
+            tv = codec.tv
+            sql, params = chunk_query(tv, None, None, codec.keep_mask())
             with translated(f"reading {tv.table}"):
                 cur = self._con.execute(sql, params)
                 while True:

@@ -37,11 +37,13 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 from databus.core import event as ev
 from databus.core.avrobin import varint, zigzag
 from databus.core.schema import ColumnSpec, MetadataCodec, TableSchema, table_schema
+from databus.sources.columns import ColumnFilter
 from databus.sources.txlog.catalog import TableVersion
 
 _STORAGE = ("long", "double", "string", "bytes")
@@ -79,13 +81,25 @@ def _key_json(value: Any) -> Any:
 
 
 class VersionCodec:
-    """Turns txlog images of one table version into Avro rows and event keys."""
+    """Turns txlog images of one table version into Avro rows and event keys.
 
-    def __init__(self, tv: TableVersion) -> None:
+    Images are always whole (every column of the version, as the triggers log
+    them); ``keep`` (one flag per column, :mod:`databus.sources.columns`) leaves
+    columns out of the schema, the rows and the payloads: a column not kept is
+    never encoded. Keys are read from the whole image (key columns are always kept).
+    """
+
+    def __init__(self, tv: TableVersion, keep: Sequence[bool] | None = None) -> None:
         self.tv = tv
         self.width = len(tv.columns)
+        if keep is not None and len(keep) != self.width:
+            raise ValueError(f"{tv.name}: {len(keep)} column flags for {self.width} columns")
+        kept = [i for i in range(self.width) if keep is None or keep[i]]
+        # positions of the kept columns in an image; None: every column
+        self.kept: tuple[int, ...] | None = None if len(kept) == self.width else tuple(kept)
+        columns = [tv.columns[i] for i in kept]
         specs = [ColumnSpec(c.name, avro_branches(c.decl_type), nullable=not c.not_null,
-                            sql_type=c.decl_type) for c in tv.columns]
+                            sql_type=c.decl_type) for c in columns]
         self.schema = TableSchema(tv.src, tv.name, tv.version,
                                   table_schema("main", tv.table, specs), tv.keys)
         self.fields = tuple(f["name"] for f in self.schema.avro["fields"])
@@ -95,7 +109,7 @@ class VersionCodec:
             tv.columns[self._key_idx[0]].decl_type) == "INTEGER"
         # a union whose first branch is double would take an int as double:
         # such values (never produced by SQLite's REAL affinity) go as ("long", v)
-        self._real_fields = tuple(f for f, c in zip(self.fields, tv.columns, strict=True)
+        self._real_fields = tuple(f for f, c in zip(self.fields, columns, strict=True)
                                   if affinity(c.decl_type) == "REAL")
         # per field: Python type -> the Avro union branch index, as its encoded byte
         py = {"null": type(None), "long": int, "double": float, "string": str, "bytes": bytes}
@@ -103,9 +117,21 @@ class VersionCodec:
             {py[b]: varint(2 * i) for i, b in enumerate(f["type"])}
             for f in self.schema.avro["fields"])
 
+    def keep_mask(self) -> list[bool]:
+        """Per column of the version: kept?"""
+        kept = self.kept
+        return [kept is None or i in kept for i in range(self.width)]
+
+    def project(self, values: tuple[Any, ...] | list[Any]) -> tuple[Any, ...] | list[Any]:
+        """The kept columns' values of a whole image."""
+        kept = self.kept
+        if kept is None or len(values) != self.width:
+            return values  # a wrong width: encode() lets fastavro name the error
+        return [values[i] for i in kept]
+
     def row(self, values: tuple[Any, ...] | list[Any]) -> dict[str, Any]:
-        """The Avro row (field name -> value) of an image in column order."""
-        out = dict(zip(self.fields, values, strict=True))
+        """The Avro row (field name -> value) of a whole image in column order."""
+        out = dict(zip(self.fields, self.project(values), strict=True))
         for f in self._real_fields:
             v = out[f]
             if type(v) is int:
@@ -113,7 +139,7 @@ class VersionCodec:
         return out
 
     def encode(self, values: tuple[Any, ...] | list[Any]) -> bytes:
-        """Avro binary of an image (byte-identical to ``schema.encode(row(values))``).
+        """Avro binary of a whole image (byte-identical to ``schema.encode(row(values))``).
 
         Written directly: every field is a union of null/long/double/string/bytes,
         so each value is its branch index then its plain Avro encoding. A value of
@@ -121,8 +147,10 @@ class VersionCodec:
         """
         if len(values) != self.width:
             return self.schema.encode(self.row(values))
+        kept = self.kept
         out: list[bytes] = []
-        for v, branches in zip(values, self._branches, strict=True):
+        for v, branches in zip(values if kept is None else [values[i] for i in kept],
+                               self._branches, strict=True):
             t = type(v)
             head = branches.get(t)
             if head is None:
@@ -165,6 +193,16 @@ class VersionCodec:
             scn=scn, src_id=self.tv.src, key=key, payload=self.encode(image),
             schema_id=self.schema.id, schema_version=self.tv.version, op=ev.Op.READ,
             timestamp_ns=timestamp_ns, extra_attributes=ev.ATTR_SNAPSHOT)
+
+
+def keep_of(columns: ColumnFilter, tv: TableVersion) -> list[bool] | None:
+    """The keep flags of ``tv``'s columns under ``columns`` (None: every column);
+    columns are named ``main.<table>.<column>`` or ``<table>.<column>``, key columns
+    always kept."""
+    if not columns:
+        return None
+    names = [c.name for c in tv.columns]
+    return columns.keep(tv.name, names, {names.index(k) for k in tv.keys}, alias=tv.table)
 
 
 class WindowMetadata:

@@ -45,6 +45,9 @@ recorded with the SCN of every chunk window in the relay's state directory
 the window is handed to the relay), so a relay restarted after SCN ``S``
 resumes after the last chunk whose window it holds.
 
+**Columns** left out by ``include_columns``/``exclude_columns`` are selected as
+NULL and not encoded: their values are never read by a snapshot.
+
 **Schema changes.** A chunk is always read and encoded with the table's
 current version (the source re-installs capture before reading when the
 table's columns changed), so rows sent after an ``ALTER TABLE`` carry the new
@@ -59,6 +62,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -98,14 +102,16 @@ class SnapshotState:
         return asdict(self)
 
 
-def chunk_query(tv: cat.TableVersion, after: list[Any] | None, limit: int | None
-                ) -> tuple[str, list[Any]]:
+def chunk_query(tv: cat.TableVersion, after: list[Any] | None, limit: int | None,
+                keep: Sequence[bool] | None = None) -> tuple[str, list[Any]]:
     """``SELECT rowid-or-NULL, columns...`` of the rows after key ``after``, in key order.
 
     The first column is the rowid for a rowid-keyed table (its event key),
-    NULL otherwise; then the image in column order.
+    NULL otherwise; then the image in column order. A column whose ``keep`` flag is
+    false (include/exclude_columns) is selected as NULL: its values are never read.
     """
-    names = ", ".join(cat.quote(c.name) for c in tv.columns)
+    names = ", ".join(cat.quote(c.name) if keep is None or keep[i] else "NULL"
+                      for i, c in enumerate(tv.columns))
     if tv.keys:
         head, keys = "NULL", [cat.quote(k) for k in tv.keys]
     else:
@@ -156,7 +162,7 @@ def read_chunks(con: sqlite3.Connection, state: SnapshotState, latest: dict[int,
                 log.warning("snapshot %s: key of %s changed; snapshotting it again from the"
                             " start", s.id, tv.table)
             s.last_key, s.key_cols = None, keys
-        sql, params = chunk_query(tv, s.last_key, budget)
+        sql, params = chunk_query(tv, s.last_key, budget, codec.keep_mask())
         rows = con.execute(sql, params).fetchall()
         names = [c.name for c in tv.columns]
         for r in rows:

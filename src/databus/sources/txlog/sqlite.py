@@ -91,6 +91,16 @@ values of the in-between changes themselves are not known. To avoid that
 window, call :func:`~databus.sources.txlog.catalog.install` with the
 application's connection in the same transaction as the ``ALTER TABLE``.
 
+**Columns.** ``include_columns``/``exclude_columns`` (regexes on
+``table.column`` or ``main.table.column``, :mod:`databus.sources.columns`; key
+columns always kept) are applied when txlog rows are read: each table version's
+codec leaves the other columns out of its schema and payloads, and snapshots
+select them as NULL. The triggers log whole rows: they and the txlog are the
+database's, shared by every relay capturing it, each with its own filters. The
+schemas this relay served are recorded in ``<state_dir>/<relay>.sqlite-schemas.json``
+(:mod:`.history`), so after a restart with other filters the events it buffered
+before still have their schema.
+
 **Events.** One data event per own txlog row (see :mod:`.rows` for types and
 keys): sequence = the window SCN; payload = Avro of the after image (the
 before image for a delete); metadata = ``before`` (Avro of the before image,
@@ -143,6 +153,7 @@ from databus.core.errors import ConfigError, SourcePositionLostError, TerminalEr
 from databus.core.schema import MetadataCodec, SchemaRegistry
 from databus.core.window import Window
 from databus.sources.base import Source, SourceInfo
+from databus.sources.columns import ColumnFilter
 from databus.sources.config import SqliteSourceConfig
 from databus.sources.progress import ProgressRecords
 from databus.sources.txlog import catalog as cat
@@ -152,7 +163,8 @@ from databus.sources.txlog._db import (
     rollback_quietly,
     translated,
 )
-from databus.sources.txlog.rows import VersionCodec, WindowMetadata
+from databus.sources.txlog.history import SchemaHistory
+from databus.sources.txlog.rows import VersionCodec, WindowMetadata, keep_of
 from databus.sources.txlog.snapshot import MARKER_SRC, SnapshotState, read_chunks
 
 log = logging.getLogger("databus.sources.sqlite")
@@ -203,6 +215,11 @@ class SqliteSource(Source):
         self.busy_timeout = busy_timeout
         self._records_path = (Path(state_dir) / f"{name}.sqlite-snapshot.json"
                               if state_dir else None)
+        self._columns = ColumnFilter.of(config)
+        # every schema this relay emitted (include/exclude_columns can change between
+        # runs, and events of the old ones may still be in its buffer)
+        self._history = SchemaHistory(
+            Path(state_dir) / f"{name}.sqlite-schemas.json" if state_dir else None)
         self._pos: int | None = None  # the position read() continues from (None: not opened)
         self._snap: SnapshotState | None = None  # the running snapshot
         self._started = False  # this process started its mode's snapshot
@@ -257,6 +274,9 @@ class SqliteSource(Source):
             with translated("loading table versions"):
                 self._epoch = cat.epoch(self._reader)
                 self._load_versions(self._reader)
+                self._check_column_filters()
+            # schemas of earlier runs (other column filters) are served too
+            self._registry = self._history.start(self._registry, self._own)
         except BaseException:
             self.close()
             raise
@@ -681,13 +701,29 @@ class SqliteSource(Source):
         for tv in cat.load_versions(con, self._versions_seen):
             if tv.src not in self._own or (tv.src, tv.version) in self._codecs:
                 continue
-            codec = VersionCodec(tv)
+            # include/exclude_columns apply to every version, those of later ALTERs too
+            codec = VersionCodec(tv, keep_of(self._columns, tv))
             self._codecs[(tv.src, tv.version)] = codec
             self._registry.add(codec.schema)
             if tv.src not in self._latest or tv.version > self._latest[tv.src].tv.version:
                 self._latest[tv.src] = codec
             self._width = max(self._width, 2 * codec.width)
         self._versions_seen = int(newest)
+        self._history.record(self._registry)  # a no-op until open() started it
+
+    # -- column filters ------------------------------------------------------------
+
+    def _check_column_filters(self) -> None:
+        """Warn about an include/exclude_columns regex that matches no column of the
+        captured tables: it is applied, to columns added later too, but most likely
+        misspelt."""
+        if not self._columns:
+            return
+        names = [f"{t}.{col.name}" for c in self._latest.values() for col in c.tv.columns
+                 for t in (c.tv.name, c.tv.table)]
+        for pattern in self._columns.unmatched(names):
+            log.warning("column regex %r matches no column of the captured tables (columns"
+                        " are named table.column or main.table.column)", pattern)
 
     # -- schema changes ----------------------------------------------------------
 
