@@ -45,12 +45,16 @@ from databus.core.errors import ConfigError, DatabusError, error_from_code
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    from databus.spark.lakehouse import EvolvingQuery
 
 log = logging.getLogger("databus.spark")
 
 SOURCE_ENV = "DATABUS_SPARK_SOURCE"
 PROVIDER = "io.databus.spark.DatabusProvider"
 _EXCEPTION = "io.databus.spark.DatabusSourceException"
+_STREAM = "io.databus.spark.DatabusStream"
 _ROOT = Path(__file__).resolve().parents[3]
 _BUILD = _ROOT / "scripts" / "java" / "build-spark-source.sh"
 
@@ -130,6 +134,19 @@ def active(spark: SparkSession) -> bool:
     except Exception:  # py4j raises its own error type for a ClassNotFoundException
         return False
     return True
+
+
+def served_by(query: StreamingQuery | EvolvingQuery) -> Implementation | None:
+    """Which reader served ``query``'s databus source, from its progress (Spark describes
+    a source by its stream's class): ``jvm``, ``python``, or None before a batch ran."""
+    for progress in query.recentProgress:
+        for src in progress.get("sources", ()):
+            text = str(src.get("description", ""))
+            if text.startswith(_STREAM):
+                return "jvm"
+            if "PythonMicroBatchStream" in text:
+                return "python"
+    return None
 
 
 def translate(exc: BaseException) -> DatabusError | None:
