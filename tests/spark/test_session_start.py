@@ -9,6 +9,7 @@ started before ``session()`` is called.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -99,3 +100,35 @@ def test_a_session_already_running_is_kept_and_gets_the_jvm_reader(tmp_path: Pat
     assert not got["before"] and got["jvm"]
     # what cannot be added to a running session is said, not skipped silently
     assert "started without delta's extension" in got["stderr"]
+
+
+def test_pysparks_jars_are_found_from_its_zip_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyspark
+
+    real = Path(pyspark.__file__).resolve().parent
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    # as spark-submit and executors import it: <pyspark>/python/lib/pyspark.zip/pyspark
+    monkeypatch.setattr(pyspark, "__file__",
+                        str(real / "python" / "lib" / "pyspark.zip" / "pyspark" / "__init__.py"))
+    assert jvm.spark_jars_dir() == real / "jars"
+    monkeypatch.setenv("SPARK_HOME", str(real))
+    assert jvm.spark_jars_dir() == real / "jars"
+
+
+def test_a_jvm_reader_that_cannot_be_had_is_a_warning_naming_why(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import pyspark
+
+    monkeypatch.setenv("DATABUS_JAVA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(jvm, "_BUILD", tmp_path / "no-such-build.sh")  # an installed package
+    with caplog.at_level(logging.WARNING, logger="databus.spark"):
+        assert jvm.jar() is None
+    assert "has no java/spark-source to build it from" in caplog.text
+    caplog.clear()
+    monkeypatch.undo()
+    monkeypatch.setenv("DATABUS_JAVA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    monkeypatch.setattr(pyspark, "__file__", str(tmp_path / "elsewhere" / "pyspark" / "x.py"))
+    with caplog.at_level(logging.WARNING, logger="databus.spark"):
+        assert jvm.jar() is None
+    assert "pyspark's jars/ directory was not found" in caplog.text
