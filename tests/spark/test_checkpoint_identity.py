@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from databus.core.errors import ConfigError
@@ -148,34 +147,6 @@ def test_a_checkpoint_written_before_the_stamp_resumes_exactly_and_is_upgraded(
     last = logged_offsets(ckpt)[-1]
     assert last["relay"] == relay.url.rstrip("/") and last["sources"] == ["main.orders"]
     assert sorted(last["buckets"]) == ["0", "1", "2", "3"]
-
-
-def test_the_readers_write_the_same_stamped_offsets(
-        spark: SparkSession, tmp_path: Path, shop: tuple[Path, Relay]) -> None:
-    _db, relay = shop
-    logged = {}
-    for fmt in READERS:
-        ckpt = tmp_path / fmt / "ckpt"
-        run(read(spark, fmt, relay.url, "customers", partitions=3), tmp_path / fmt / "out", ckpt)
-        logged[fmt] = [f.read_text().splitlines()[-1] for f in sorted(
-            (f for f in (ckpt / "offsets").iterdir() if f.name.isdigit()),
-            key=lambda f: int(f.name))]
-    assert logged["databus-jvm"]
-    for line in logged["databus-jvm"]:
-        assert '"relay": "' + relay.url.rstrip("/") + '", "sources": ["main.customers"]' in line
-    assert logged["databus-jvm"] == logged["databus-python"]  # byte for byte
-
-
-def test_a_load_error_of_either_reader_is_raised_as_the_databus_error(
-        spark: SparkSession, shop: tuple[Path, Relay]) -> None:
-    _db, relay = shop
-    for fmt in READERS:
-        with pytest.raises(PySparkException):  # as Spark raises it
-            spark.readStream.format(fmt).option("relay", relay.url).option("sources", "orders") \
-                .option("colour", "red").load()
-        with pytest.raises(ConfigError, match="unknown option 'colour'"), errors():
-            spark.readStream.format(fmt).option("relay", relay.url).option("sources", "orders") \
-                .option("colour", "red").load()
 
 
 # -- the identity rules, without Spark ---------------------------------------------------
