@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from databus.spark.apply import apply_changes, read_table
+    from databus.spark.jvm import errors
     from databus.spark.lakehouse import (
         EvolvingQuery,
         initial_load,
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from databus.spark.source import DatabusDataSource, changes, register
 
 _WHERE = {
-    "apply_changes": "apply", "read_table": "apply",
+    "apply_changes": "apply", "read_table": "apply", "errors": "jvm",
     "EvolvingQuery": "lakehouse", "initial_load": "lakehouse", "read_lakehouse": "lakehouse", "table_versions": "lakehouse",
     "session": "session",
     "SnapshotDataSource": "snapshot", "register_snapshot": "snapshot", "snapshot_scn": "snapshot",
@@ -36,7 +37,7 @@ _WHERE = {
 }
 
 __all__ = ["DatabusDataSource", "EvolvingQuery", "SnapshotDataSource", "apply_changes", "changes",
-           "initial_load", "read_lakehouse", "read_table", "register", "register_snapshot", "session",
+           "errors", "initial_load", "read_lakehouse", "read_table", "register", "register_snapshot", "session",
            "snapshot_scn", "table_versions"]
 
 

@@ -1,16 +1,11 @@
-"""Relay access for the Spark source, free of Spark: offsets, planning, bucket reads.
+"""Relay access for the Spark source, free of Spark: sources, planning, bucket reads.
 
-Offsets (what Spark writes to its checkpoint's offset log) are JSON::
-
-    {"v": 1, "partitions": N,
-     "buckets": {"0": {"windowScn": S, "windowOffset": -1, "prevScn": P}, ...}}
-
-one Databus checkpoint per MOD bucket. Micro-batches always end on a window
-boundary (``windowOffset = -1``), so every bucket of an end offset holds the
-same ``windowScn``. A batch ``(start, end]`` is the windows after ``start`` up
-to and including window ``end``; reading it again reads the same events in the
-same order (the relay's windows are immutable), which is what makes a restart
-from Spark's checkpoint lose and repeat nothing.
+Offsets (what Spark writes to its checkpoint's offset log) are one Databus checkpoint
+per MOD bucket, stamped with the relay and the sources (:mod:`databus.spark.offsets`).
+A batch ``(start, end]`` is the windows after ``start`` up to and including window
+``end``; reading it again reads the same events in the same order (the relay's windows
+are immutable), which is what makes a restart from Spark's checkpoint lose and repeat
+nothing.
 
 One exception: a relay with a *memory* buffer that crashes may regroup the
 changes after its trim point into different windows (SQLite: one window). A
@@ -35,12 +30,24 @@ from databus.client.retry import Backoff
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import (
-    ConfigError,
+    DatabusError,
+    ForbiddenError,
     RelayProtocolError,
+    RelayUnavailableError,
     TransientError,
+    UnauthorizedError,
     UnknownSourceError,
 )
 from databus.core.filters import ServerFilter
+from databus.spark.offsets import (  # re-exported: callers took them from here
+    OFFSET_VERSION as OFFSET_VERSION,
+)
+from databus.spark.offsets import (
+    offset_of as offset_of,
+)
+from databus.spark.offsets import (
+    offset_scn as offset_scn,
+)
 from databus.spark.options import StreamOptions
 
 if TYPE_CHECKING:
@@ -48,45 +55,64 @@ if TYPE_CHECKING:
 
     from databus.spark.fastread import ChunkDecoder
 
-OFFSET_VERSION = 1
 T = TypeVar("T")
 
-
-def offset_of(scn: int, prev_scn: int, partitions: int) -> dict[str, Any]:
-    """The offset with every bucket after window ``scn`` (-1 = the relay's oldest)."""
-    cp = {"windowScn": scn, "windowOffset": -1, "prevScn": prev_scn}
-    return {"v": OFFSET_VERSION, "partitions": partitions,
-            "buckets": {str(b): dict(cp) for b in range(partitions)}}
+ORIGIN_HEADER = "Databus-Origin"
 
 
-def offset_scn(offset: dict[str, Any], partitions: int) -> int:
-    """The common window SCN of an offset; checks it belongs to this query's shape."""
-    if offset.get("v") != OFFSET_VERSION or not isinstance(offset.get("buckets"), dict):
-        raise ConfigError(f"databus source: unreadable offset {offset!r} in the checkpoint")
-    if offset.get("partitions") != partitions:
-        raise ConfigError(
-            f"databus source: the checkpoint was written with partitions="
-            f"{offset.get('partitions')}, the query now has partitions={partitions}; keep the "
-            "number of partitions or start a new checkpointLocation")
-    scns = {Checkpoint.from_dict(cp).window_scn for cp in offset["buckets"].values()}
-    if len(scns) != 1:
-        raise ConfigError(f"databus source: offset buckets disagree: {offset!r}")
-    return scns.pop()
+def relay_catalog(conn: RelayConnection) -> tuple[list[tuple[int, str]], str | None]:
+    """``(id, name)`` of every source the relay serves this token, and the relay's origin
+    (its ``Databus-Origin`` header: what it captures; None when it sends none)."""
+    # the response itself, for its header (RelayConnection.sources() keeps only the body)
+    r = conn._get("/sources", {})
+    try:
+        raw = r.json()
+        served = [(int(s["id"]), str(s["name"])) for s in raw]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise RelayUnavailableError(f"{conn.url}/sources did not answer a JSON list of "
+                                    "sources") from exc
+    origin = r.headers.get(ORIGIN_HEADER)
+    return served, (origin.strip() or None) if origin is not None else None
 
 
-def resolve_sources(conn: RelayConnection, wanted: tuple[str, ...]) -> list[tuple[int, str]]:
-    """``(id, name)`` of the wanted sources; :class:`UnknownSourceError` names what is missing."""
-    known = conn.sources()
+def resolve_sources(conn: RelayConnection, wanted: tuple[str, ...],
+                    served: list[tuple[int, str]] | None = None) -> list[tuple[int, str]]:
+    """``(id, name)`` of the wanted sources, matched against ``served`` (the relay's
+    ``/sources`` when None).
+
+    A wanted source missing there is asked of the relay by itself (``/register`` for an
+    id, ``/sources?names=`` for a name): a relay that serves it to other tokens answers
+    403, raised as :class:`ForbiddenError` (the token may not read it); otherwise
+    :class:`UnknownSourceError` names what the relay serves.
+    """
+    known = conn.sources() if served is None else served
     out: list[tuple[int, str]] = []
     for w in wanted:
         match = [s for s in known if str(s[0]) == w or s[1] == w or s[1].split(".", 1)[-1] == w]
         if len(match) != 1:
+            if not match:
+                _refused(conn, w)
             names = ", ".join(f"{n} ({i})" for i, n in known) or "none"
             what = "is ambiguous" if match else "is not served"
             raise UnknownSourceError(
                 f"databus source: source {w!r} {what} by relay {conn.url}; it serves: {names}")
         out.append(match[0])
     return out
+
+
+def _refused(conn: RelayConnection, wanted: str) -> None:
+    """Raise :class:`ForbiddenError` when the relay says ``wanted`` (missing from this
+    token's ``/sources``) is a source the token may not read; return otherwise."""
+    try:
+        if wanted.isdigit():
+            conn.register([int(wanted)])
+        else:
+            conn._get("/sources", {"names": wanted})
+    except (ForbiddenError, UnauthorizedError) as exc:
+        raise type(exc)(f"databus source: the relay {conn.url} refuses source {wanted!r} to "
+                        f"this token: {exc}") from exc
+    except DatabusError:
+        return  # unknown to the relay, or a relay that cannot say: "not served"
 
 
 @dataclass(frozen=True, slots=True)

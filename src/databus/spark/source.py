@@ -40,13 +40,13 @@ from databus.spark.limits import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
+from databus.spark.offsets import Identity, offset_of, offset_scn, relay_address
 from databus.spark.options import StreamOptions, parse_options
 from databus.spark.planned import PlannedDataSource
 from databus.spark.reading import (
-    offset_of,
-    offset_scn,
     prefetched,
     read_bucket_batches,
+    relay_catalog,
     relay_top,
     resolve_sources,
     scan_limit,
@@ -84,11 +84,16 @@ class _Plan:
         self.opts: StreamOptions = parse_options(options)
         try:
             with self.opts.connection() as conn:
-                self.sources = resolve_sources(conn, self.opts.sources)
+                served, origin = relay_catalog(conn)
+                self.sources = resolve_sources(conn, self.opts.sources, served)
                 self.src_ids = [i for i, _ in self.sources]
                 self.registry_json = conn.register(self.src_ids).to_json(self.src_ids)
         except DatabusError as exc:
-            raise type(exc)(f"databus source: {exc}") from exc
+            msg = str(exc)
+            raise type(exc)(msg if msg.startswith("databus source:")
+                            else f"databus source: {msg}") from exc
+        self.ident = Identity(relay_address(self.opts.relay), origin,
+                              tuple(n for _, n in self.sources))
         table: TableSchema | None = None
         if self.opts.value_format == "struct":
             if len(self.sources) != 1:
@@ -146,6 +151,7 @@ class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         self.src_ids = plan.src_ids
         self.registry_json = plan.registry_json
         self.arrow_schema = plan.arrow_schema
+        self.ident: Identity = plan.ident  # stamped on every offset, checked on every one read
         self._target: int | None = None  # availableNow: never plan past this SCN
         # Spark 4.1 does not pass the batch's start to latestOffset: the end this reader
         # last returned stands in for it. Only that: on 4.1 Spark also calls partitions()
@@ -164,13 +170,13 @@ class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         # query's real start is its checkpoint's offset (a cap from here would end behind it)
         pos = self.opts.starting_position
         if pos == "earliest":
-            return offset_of(-1, -1, self.opts.partitions)
+            return offset_of(-1, -1, self.opts.partitions, self.ident)
         if pos == "latest":
             with self._conn() as conn:
-                return offset_of(relay_top(conn, self.src_ids), -1, self.opts.partitions)
+                return offset_of(relay_top(conn, self.src_ids), -1, self.opts.partitions, self.ident)
         scn = self.opts.source_scn
         assert scn is not None  # parse_options guarantees a number here
-        return offset_of(scn, -1, self.opts.partitions)
+        return offset_of(scn, -1, self.opts.partitions, self.ident)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_rows_per_batch is not None:
@@ -188,14 +194,14 @@ class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         if start is None:  # Spark 4.1 (see databus.spark.limits)
             start, limit = self._start, self.getDefaultReadLimit()
             if start is None:  # a fresh reader: the first batch is not capped
-                start, limit = offset_of(-1, -1, self.opts.partitions), ReadAllAvailable()
+                start, limit = offset_of(-1, -1, self.opts.partitions, self.ident), ReadAllAvailable()
         assert limit is not None
         end = self._latest(start, limit)
         self._start = end
         return end
 
     def _latest(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        start_scn = offset_scn(start, self.opts.partitions)
+        start_scn = offset_scn(start, self.opts.partitions, self.ident)
         start_cp = Checkpoint.from_dict(start["buckets"]["0"])
         with self._conn() as conn:
             top = (relay_top(conn, self.src_ids, self.opts.relay_retry_seconds)
@@ -209,24 +215,24 @@ class DatabusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             elif isinstance(limit, ReadMaxBytes):
                 max_bytes = limit.max_bytes
             if max_rows is None and max_bytes is None:
-                return offset_of(top, start_scn, self.opts.partitions)
+                return offset_of(top, start_scn, self.opts.partitions, self.ident)
             scan = scan_limit(conn, self.src_ids, start_cp, top, max_rows=max_rows,
                               max_bytes=max_bytes, fetch_bytes=self.opts.fetch_bytes,
                               retry_seconds=self.opts.relay_retry_seconds)
         if scan.scn <= start_scn:
             return start
-        return offset_of(scan.scn, scan.prev_scn, self.opts.partitions)
+        return offset_of(scan.scn, scan.prev_scn, self.opts.partitions, self.ident)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         try:
             with self._conn() as conn:
-                return offset_of(relay_top(conn, self.src_ids), -1, self.opts.partitions)
+                return offset_of(relay_top(conn, self.src_ids), -1, self.opts.partitions, self.ident)
         except DatabusError:
             return None  # only informational (query progress)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        offset_scn(start, self.opts.partitions)
-        end_scn = offset_scn(end, self.opts.partitions)
+        offset_scn(start, self.opts.partitions, self.ident)
+        end_scn = offset_scn(end, self.opts.partitions, self.ident)
         return [BucketPartition(b, start["buckets"][str(b)], end_scn)
                 for b in range(self.opts.partitions)]
 

@@ -57,7 +57,7 @@ public class DatabusProvider implements TableProvider, DataSourceRegister {
 
     /** What load() learned from the relay: options, sources, schemas. */
     record Plan(SourceOptions opts, List<Integer> srcIds, String registryJson, StructType schema,
-                StructType row) {}
+                StructType row, Offsets.Identity identity) {}
 
     private Plan plan(Map<String, String> options) {
         if (plan == null) {
@@ -69,10 +69,14 @@ public class DatabusProvider implements TableProvider, DataSourceRegister {
     static Plan makePlan(Map<String, String> options) {
         SourceOptions opts = SourceOptions.parse(options);
         List<Integer> ids = new ArrayList<>();
+        List<String> names = new ArrayList<>();
         String registry;
+        String origin;
         try {
             RelayClient conn = new RelayClient(opts);
-            List<Map.Entry<Integer, String>> known = Planning.retrying(conn::sources, 0);
+            RelayClient.Catalog catalog = Planning.retrying(conn::catalog, 0);
+            List<Map.Entry<Integer, String>> known = catalog.sources();
+            origin = catalog.origin();
             for (String w : opts.sources) {
                 List<Map.Entry<Integer, String>> match = new ArrayList<>();
                 for (Map.Entry<Integer, String> s : known) {
@@ -83,16 +87,20 @@ public class DatabusProvider implements TableProvider, DataSourceRegister {
                     }
                 }
                 if (match.size() != 1) {
-                    StringBuilder names = new StringBuilder();
+                    if (match.isEmpty()) {
+                        conn.refused(w);
+                    }
+                    StringBuilder served = new StringBuilder();
                     for (Map.Entry<Integer, String> s : known) {
-                        names.append(names.length() > 0 ? ", " : "").append(s.getValue()).append(" (")
+                        served.append(served.length() > 0 ? ", " : "").append(s.getValue()).append(" (")
                             .append(s.getKey()).append(')');
                     }
                     throw new DatabusSourceException("UnknownSource", "databus source: source '" + w + "' "
                         + (match.isEmpty() ? "is not served" : "is ambiguous") + " by relay " + conn.url()
-                        + "; it serves: " + (names.length() == 0 ? "none" : names));
+                        + "; it serves: " + (served.length() == 0 ? "none" : served));
                 }
                 ids.add(match.get(0).getKey());
+                names.add(match.get(0).getValue());
             }
             registry = conn.register(ids);
         } catch (DatabusSourceException e) {
@@ -132,7 +140,9 @@ public class DatabusProvider implements TableProvider, DataSourceRegister {
         } else {
             schema = envelope(row == null ? DataTypes.StringType : row);
         }
-        return new Plan(opts, List.copyOf(ids), registry, schema, row);
+        Offsets.Identity identity = new Offsets.Identity(Offsets.Identity.address(opts.relay), origin,
+            List.copyOf(names));
+        return new Plan(opts, List.copyOf(ids), registry, schema, row, identity);
     }
 
     /** The change envelope with {@code image} as before/after (databus.spark.arrow). */
@@ -237,7 +247,8 @@ public class DatabusProvider implements TableProvider, DataSourceRegister {
 
         @Override
         public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-            DatabusStream s = new DatabusStream(plan.opts(), plan.srcIds(), plan.registryJson(), plan.row());
+            DatabusStream s = new DatabusStream(plan.opts(), plan.srcIds(), plan.registryJson(), plan.row(),
+                plan.identity());
             stream = s;
             return s;
         }
@@ -253,7 +264,7 @@ public class DatabusProvider implements TableProvider, DataSourceRegister {
                     long[] r = stream.plannedRange();
                     range = r != null ? r : new long[] {-1, Long.MAX_VALUE};
                 } else {
-                    range = new long[] {DatabusStream.initial(o, plan.srcIds()).scn(), Long.MAX_VALUE};
+                    range = new long[] {DatabusStream.initial(o, plan.srcIds(), plan.identity()).scn(), Long.MAX_VALUE};
                 }
                 if (estimated != null && java.util.Arrays.equals(range, estimatedFor)) {
                     size = estimated;
@@ -287,7 +298,7 @@ public class DatabusProvider implements TableProvider, DataSourceRegister {
         @Override
         public InputPartition[] planInputPartitions() {
             SourceOptions o = plan.opts();
-            Offsets.DatabusOffset start = DatabusStream.initial(o, plan.srcIds());
+            Offsets.DatabusOffset start = DatabusStream.initial(o, plan.srcIds(), plan.identity());
             long top = Planning.relayTop(new RelayClient(o), plan.srcIds(), o.relayRetrySeconds);
             if (top <= start.scn()) {
                 return new InputPartition[0];

@@ -29,41 +29,44 @@ final class DatabusStream implements MicroBatchStream, SupportsAdmissionControl,
     private final List<Integer> srcIds;
     private final String registryJson;
     private final StructType row;
+    private final Offsets.Identity identity;  // stamped on every offset, checked on every one read
     private Long target;  // availableNow: never plan past this window
     // the SCN range of the batch planned last, for the scan's size estimate (read by the
     // query's thread, the one that plans): {start, end}, null before the first one
     private volatile long[] planned;
 
-    DatabusStream(SourceOptions opts, List<Integer> srcIds, String registryJson, StructType row) {
+    DatabusStream(SourceOptions opts, List<Integer> srcIds, String registryJson, StructType row,
+                  Offsets.Identity identity) {
         this.opts = opts;
         this.srcIds = srcIds;
         this.registryJson = registryJson;
         this.row = row;
+        this.identity = identity;
     }
 
     private RelayClient conn() {
         return new RelayClient(opts);
     }
 
-    static Offsets.DatabusOffset initial(SourceOptions opts, List<Integer> srcIds) {
+    static Offsets.DatabusOffset initial(SourceOptions opts, List<Integer> srcIds, Offsets.Identity id) {
         String pos = opts.startingPosition;
         if (pos.equals("earliest")) {
-            return Offsets.of(-1, -1, opts.partitions);
+            return Offsets.of(-1, -1, opts.partitions, id);
         }
         if (pos.equals("latest")) {
-            return Offsets.of(Planning.relayTop(new RelayClient(opts), srcIds, 0), -1, opts.partitions);
+            return Offsets.of(Planning.relayTop(new RelayClient(opts), srcIds, 0), -1, opts.partitions, id);
         }
-        return Offsets.of(opts.sourceScn(), -1, opts.partitions);
+        return Offsets.of(opts.sourceScn(), -1, opts.partitions, id);
     }
 
     @Override
     public Offset initialOffset() {
-        return initial(opts, srcIds);
+        return initial(opts, srcIds, identity);
     }
 
     @Override
     public Offset deserializeOffset(String json) {
-        return Offsets.parse(json, opts.partitions);
+        return Offsets.parse(json, opts.partitions, identity);
     }
 
     @Override
@@ -132,20 +135,20 @@ final class DatabusStream implements MicroBatchStream, SupportsAdmissionControl,
             maxBytes = opts.maxBytesPerBatch;
         }
         if (maxRows == null && maxBytes == null) {
-            return Offsets.of(top, startScn, opts.partitions);
+            return Offsets.of(top, startScn, opts.partitions, identity);
         }
         Planning.Scan scan = Planning.scanLimit(conn, srcIds, startScn, start.buckets[0][2], top, maxRows,
             maxBytes, opts.fetchBytes, opts.relayRetrySeconds);
         if (scan.scn() <= startScn) {
             return start;
         }
-        return Offsets.of(scan.scn(), scan.prevScn(), opts.partitions);
+        return Offsets.of(scan.scn(), scan.prevScn(), opts.partitions, identity);
     }
 
     @Override
     public Offset reportLatestOffset() {
         try {
-            return Offsets.of(Planning.relayTop(conn(), srcIds, 0), -1, opts.partitions);
+            return Offsets.of(Planning.relayTop(conn(), srcIds, 0), -1, opts.partitions, identity);
         } catch (DatabusSourceException e) {
             return null;  // only informational (query progress)
         }

@@ -54,6 +54,11 @@ final class RelayClient {
     /** A {@code /stream} body and the relay's newest window ({@code X-Databus-Max-Scn}). */
     record Response(byte[] data, long maxScn) {}
 
+    /** The sources the relay serves this token and its {@code Databus-Origin} (null: none sent). */
+    record Catalog(List<Map.Entry<Integer, String>> sources, String origin) {}
+
+    static final String ORIGIN_HEADER = "Databus-Origin";
+
     private final List<String> urls;
     private int current;
     private final String token;
@@ -197,9 +202,17 @@ final class RelayClient {
 
     /** {@code (id, "db.table")} of every source the relay serves. */
     List<Map.Entry<Integer, String>> sources() {
+        return catalog().sources();
+    }
+
+    /** {@link #sources()} and the relay's origin: what it captures ({@code Databus-Origin}). */
+    Catalog catalog() {
+        HttpResponse<byte[]> r = get("/sources", Map.of(), null);
+        String origin = r.headers().firstValue(ORIGIN_HEADER).map(String::strip).filter(v -> !v.isEmpty())
+            .orElse(null);
         JsonNode raw;
         try {
-            raw = JSON.readTree(get("/sources", Map.of(), null).body());
+            raw = JSON.readTree(r.body());
         } catch (IOException e) {
             throw unavailable(url() + "/sources did not answer JSON", null);
         }
@@ -213,7 +226,30 @@ final class RelayClient {
             }
             out.add(Map.entry(s.get("id").asInt(), s.get("name").asText()));
         }
-        return out;
+        return new Catalog(out, origin);
+    }
+
+    /**
+     * Throws a {@code Forbidden} (or {@code Unauthorized}) error when the relay says that
+     * {@code wanted}, missing from this token's {@code /sources}, is a source the token may not
+     * read: asked by itself ({@code /register} for an id, {@code /sources?names=} for a name),
+     * a relay answers 403 for it. Returns when the relay does not know it (or cannot say).
+     */
+    void refused(String wanted) {
+        try {
+            if (!wanted.isEmpty() && wanted.chars().allMatch(Character::isDigit)) {
+                register(List.of(Integer.parseInt(wanted)));
+            } else {
+                get("/sources", Map.of("names", wanted), null);
+            }
+        } catch (NumberFormatException e) {
+            return;  // an id too large to be one
+        } catch (DatabusSourceException e) {
+            if (e.code().equals("Forbidden") || e.code().equals("Unauthorized")) {
+                throw new DatabusSourceException(e.code(), "databus source: the relay " + url()
+                    + " refuses source '" + wanted + "' to this token: " + e.getMessage(), false, e);
+            }
+        }
     }
 
     /** The JSON list of every schema version of {@code ids}. */
