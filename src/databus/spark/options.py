@@ -8,46 +8,18 @@ with a bad option fails at ``load()`` with a clear message.
 
 from __future__ import annotations
 
-import ssl
-import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from databus.client.credentials import Credentials
 from databus.client.relay import RelayConnection
+from databus.core.access import RelayAccess
+from databus.core.config import validate
 from databus.core.errors import ConfigError
 
 MAX_PARTITIONS = 1024
-
-_TLS: dict[tuple[object, ...], ssl.SSLContext] = {}
-_TLS_LOCK = threading.Lock()
-
-
-@dataclass(frozen=True)
-class _SharedTLS(Credentials):
-    """Credentials whose TLS context is built once per process for the same files.
-
-    ``RelayConnection`` builds a context for every connection, ``http://`` ones
-    included; loading the system CAs costs 20-30 ms of CPU (py-spy), and the
-    source opens several connections per query on the driver and one per read
-    task. The cache key holds each file's mtime, so rotated files are read again;
-    the token is not cached (``headers()`` is unchanged).
-    """
-
-    def ssl_context(self) -> ssl.SSLContext:
-        key: tuple[object, ...] = tuple(
-            (str(f), f.stat().st_mtime_ns if f.exists() else None) if f is not None else None
-            for f in (self.ca_file, self.cert_file, self.key_file))
-        with _TLS_LOCK:
-            ctx = _TLS.get(key)
-            if ctx is None:
-                ctx = _TLS[key] = super().ssl_context()
-        return ctx
-
 
 class StreamOptions(BaseModel):
     """Validated options (names as given to ``.option(name, value)``)."""
@@ -113,14 +85,20 @@ class StreamOptions(BaseModel):
         None, alias="keyFile", description="PEM private key (unencrypted) of certFile;"
         " default: DATABUS_KEY_FILE.")
 
+    def access(self) -> RelayAccess:
+        """The relay settings these options give, as every client describes a relay
+        (:class:`databus.core.access.RelayAccess`: the same names, in camelCase here)."""
+        return validate(RelayAccess, {"url": self.relay, "token_file": self.token_file,
+                                      "ca_file": self.ca_file, "cert_file": self.cert_file,
+                                      "key_file": self.key_file}, "relay")
+
     def connection(self) -> RelayConnection:
-        """A connection to the relay with these options' token and TLS settings."""
-        creds = _SharedTLS.from_env(
-            token_file=Path(self.token_file) if self.token_file else None,
-            ca_file=Path(self.ca_file) if self.ca_file else None,
-            cert_file=Path(self.cert_file) if self.cert_file else None,
-            key_file=Path(self.key_file) if self.key_file else None)
-        return RelayConnection(self.relay, http_timeout=self.http_timeout, credentials=creds)
+        """A connection to the relay with these options' token and TLS settings (TLS
+        contexts are shared per process for the same files:
+        :meth:`databus.client.credentials.Credentials.ssl_context`)."""
+        access = self.access()
+        return RelayConnection(access.url, http_timeout=self.http_timeout,
+                               credentials=Credentials.from_env(**access.credential_fields()))
 
     @property
     def source_scn(self) -> int | None:
