@@ -38,16 +38,13 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from databus import javadeps
 from databus.core.errors import ConfigError, DatabusError, error_from_code
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming.query import StreamingQuery
-
-    from databus.spark.lakehouse import EvolvingQuery
 
 log = logging.getLogger("databus.spark")
 
@@ -136,8 +133,14 @@ def active(spark: SparkSession) -> bool:
     return True
 
 
-def served_by(query: StreamingQuery | EvolvingQuery) -> Implementation | None:
-    """Which reader served ``query``'s databus source, from its progress (Spark describes
+class _WithProgress(Protocol):
+    @property
+    def recentProgress(self) -> Any: ...
+
+
+def served_by(query: _WithProgress) -> Implementation | None:
+    """Which reader served ``query``'s databus source (a ``StreamingQuery`` or an
+    :class:`~databus.spark.lakehouse.EvolvingQuery`), from its progress (Spark describes
     a source by its stream's class): ``jvm``, ``python``, or None before a batch ran."""
     for progress in query.recentProgress:
         for src in progress.get("sources", ()):
