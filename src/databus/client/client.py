@@ -195,6 +195,15 @@ class DatabusClient:
         ids = {sid for sid, _ in served}
         if not self.config.sources:
             return sorted(ids)
+        missing = [s for s in self.config.sources
+                   if (s if isinstance(s, int) else by_name.get(s)) not in ids]
+        if missing:  # the relay says why: not served (404), or not for this token (403)
+            names = [s for s in missing if isinstance(s, str)]
+            if names:
+                conn.sources(names)
+            numbers = [s for s in missing if isinstance(s, int)]
+            if numbers:
+                conn.register(numbers)
         out: list[int] = []
         for s in self.config.sources:
             sid = s if isinstance(s, int) else by_name.get(s)

@@ -155,9 +155,12 @@ class RelayConnection:
 
     # -- calls ---------------------------------------------------------------
 
-    def sources(self) -> list[tuple[int, str]]:
-        """``(id, "db.table")`` of every source the relay serves."""
-        raw = self._json("/sources", {})
+    def sources(self, names: list[str] | None = None) -> list[tuple[int, str]]:
+        """``(id, "db.table")`` of every source the relay serves to this client; with
+        ``names``, of those only: the relay answers ForbiddenError for one the token may
+        not read, UnknownSourceError for one it does not serve (a relay from before
+        ``names`` lists every source instead)."""
+        raw = self._json("/sources", {"names": ",".join(names)} if names else {})
         if not isinstance(raw, list):
             raise RelayUnavailableError(f"{self.url}/sources did not answer a JSON list")
         try:

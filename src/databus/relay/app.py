@@ -33,6 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from databus.core.errors import (
     DatabusError,
     InvalidRequestError,
+    UnknownSourceError,
 )
 from databus.relay.metrics import RelayMetrics
 from databus.relay.openapi import relay_openapi
@@ -40,7 +41,7 @@ from databus.relay.stream import Inflight, ServedRelay, StreamEndpoint
 from databus.serving.direct import DirectHandler
 from databus.serving.errors import EXCEPTION_HANDLERS, error_response, internal_error_response
 from databus.serving.guard import principal, readable_ids
-from databus.serving.params import source_ids_param
+from databus.serving.params import MAX_SOURCE_IDS, source_ids_param
 from databus.serving.requests import json_body
 
 
@@ -131,8 +132,22 @@ def build_app(relay: ServedRelay) -> ASGIApp:
         return [(s.id, s.name) for s in relay.source.sources()]
 
     def sources(request: Request) -> Response:
+        """Every served source the token may read; with ``names=a,b``, those sources
+        only: 403 naming the first the token may not read (served or not: a token
+        learns nothing of tables outside its grant), else 404 naming the first this
+        relay does not serve."""
         who = principal(request)
-        return JSONResponse([{"id": i, "name": n} for i, n in served() if who.may_read(n)])
+        names = request.query_params.get("names")
+        if names is None:
+            return JSONResponse([{"id": i, "name": n} for i, n in served()
+                                 if who.may_read(n)])
+        wanted = [n.strip() for n in names.split(",") if n.strip()][:MAX_SOURCE_IDS]
+        who.check_read(wanted)
+        ids = {n: i for i, n in served()}
+        missing = [n for n in wanted if n not in ids]
+        if missing:
+            raise UnknownSourceError(f"this relay serves no source {missing[0]!r}")
+        return JSONResponse([{"id": ids[n], "name": n} for n in wanted])
 
     def register(request: Request) -> Response:
         reg = relay.source.registry()

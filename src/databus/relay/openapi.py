@@ -38,7 +38,10 @@ def relay_openapi(config: RelayConfig) -> dict[str, Any]:
                    "properties": {"type": {"type": "string"},
                                   "data": {"type": "object"}}}
     paths = {
-        "/sources": {"get": operation("Captured tables the token may read", errors=())},
+        "/sources": {"get": operation(
+            "Captured tables the token may read", errors=(403, 404), params=[query(
+                "names", {"type": "string"}, "comma-separated db.table names: those only;"
+                " 403 for one the token may not read, 404 for one not served")])},
         "/register": {"get": operation("Schema versions", params=[sources], errors=(400, 404))},
         "/stream": {"get": operation("Whole windows after a checkpoint", params=stream_params,
                                      ok=binary, errors=(400, 404, 409, 410))},
