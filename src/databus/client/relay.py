@@ -116,6 +116,9 @@ class RelayConnection:
         self._tls = any(u.startswith("https://") for u in (*self.endpoints.urls, self.url))
         self._http = self._client()
         self._timeouts: dict[float, dict[str, float | None]] = {}
+        self.origin = ""
+        """The relay's ``Databus-Origin`` (the captured database) as its last ``/sources``
+        answer said ("" before, or when it sends none)."""
 
     def _client(self) -> httpx.Client:
         # a TLS context (shared per process, see credentials) only where a URL is
@@ -153,8 +156,13 @@ class RelayConnection:
     # -- calls ---------------------------------------------------------------
 
     def sources(self) -> list[tuple[int, str]]:
-        """``(id, "db.table")`` of every source the relay serves."""
-        raw = self._json("/sources", {})
+        """``(id, "db.table")`` of every source the relay serves (and :attr:`origin`)."""
+        r = self._get("/sources", {})
+        self.origin = r.headers.get("Databus-Origin", "")
+        try:
+            raw = r.json()
+        except ValueError as exc:
+            raise RelayUnavailableError(f"{self.url}/sources did not answer JSON") from exc
         if not isinstance(raw, list):
             raise RelayUnavailableError(f"{self.url}/sources did not answer a JSON list")
         try:

@@ -137,7 +137,9 @@ def build_app(relay: ServedRelay) -> ASGIApp:
 
     def sources(request: Request) -> Response:
         who = principal(request)
-        return JSONResponse([{"id": i, "name": n} for i, n in served() if who.may_read(n)])
+        origin = relay.origin()  # the captured database, the same on every relay of it
+        return JSONResponse([{"id": i, "name": n} for i, n in served() if who.may_read(n)],
+                            headers={"Databus-Origin": origin} if origin else None)
 
     def register(request: Request) -> Response:
         reg = relay.source.registry()
@@ -173,7 +175,9 @@ def build_app(relay: ServedRelay) -> ASGIApp:
         healthy = status["state"] in ("running", "starting", "retrying")
         stats = relay.stats()
         return JSONResponse(
-            {"status": "ok" if healthy else "degraded", "name": relay.config.name,
+            {"status": "ok" if healthy else "degraded", "name": stats["name"],
+             "identity": stats["identity"], "origin": stats["origin"],
+             "capture": relay.capture_status(),
              "fetcher": status, "buffer": relay.buffer.stats(),
              "continuity": stats["continuity"],
              "source": relay.source.stats(),  # snapshot counters (errors, aborts) included

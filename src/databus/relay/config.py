@@ -3,7 +3,7 @@
 A YAML (or JSON) file maps onto :class:`RelayConfig`; every field has a
 default except the source. Example (``docs/relay.md`` has the full reference)::
 
-    name: relay
+    name: shop-relay        # default: derived from the source and buffer
     source:
       url: sqlite:///shop.db
       tables: [orders, customers]
@@ -75,7 +75,7 @@ class ClusterConfig(_Model):
     address: str = Field(description="zk://HOST:PORT[,HOST:PORT...]/NAME")
     member_id: str | None = Field(
         None, pattern=r"^[A-Za-z0-9_.-]+$",
-        description="this member's name in the cluster (default: host-port)")
+        description="this member's name in the cluster (default: host-pid)")
     advertise_url: str | None = Field(
         None, description="URL other members and clients reach this relay at (default: the"
         " URL it listens on)")
@@ -114,7 +114,12 @@ class ClusterConfig(_Model):
 class RelayConfig(_Model):
     """Everything a relay needs."""
 
-    name: str = Field("relay", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str | None = Field(
+        None, min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$",
+        description="this relay's name: its state files, the PostgreSQL slot and publication,"
+        " the SQLite trim registration and the MySQL server_id derive from it; default:"
+        " derived from the source and the buffer file (<buffer stem>-<6 hex>; see"
+        " docs/relay.md, Identity)")
     source: SourceConfig
     buffer: BufferConfig = BufferConfig()
     http: RelayHttpConfig = RelayHttpConfig()

@@ -9,12 +9,12 @@ from urllib.parse import urlparse
 from databus.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from databus.sources.base import Source
+    from databus.sources.base import Capturer, Source
     from databus.sources.config import SourceConfig
 
 
 def open_source(config: SourceConfig, relay_name: str = "relay",
-                state_dir: Path | None = None) -> Source:
+                state_dir: Path | None = None, *, capturer: Capturer | None = None) -> Source:
     """The source named by ``config.url`` (``sqlite:///PATH``, ``mysql://...``,
     ``postgresql://USER@HOST:PORT/DB``, a chain
     relay's ``databus+http://HOST:PORT``), built
@@ -22,14 +22,19 @@ def open_source(config: SourceConfig, relay_name: str = "relay",
     :class:`~databus.sources.base.Source`).
 
     ``state_dir``: where a source keeps its own state (snapshot progress, the
-    MySQL schema history).
+    MySQL schema history). ``capturer``: the relay's identity (names of state files,
+    slot, trim registration, replica id; :class:`~databus.sources.base.Capturer`);
+    without it, ``Capturer(relay_name)``.
     """
+    from databus.sources.base import Capturer
+
+    who = capturer if capturer is not None else Capturer(relay_name)
     # each source's modules load only when it is used (the MySQL one needs pymysql)
     scheme = urlparse(config.url).scheme
     if scheme == "sqlite":
         from databus.sources.txlog.sqlite import SqliteSource
 
-        return SqliteSource(config, name=relay_name, state_dir=state_dir)
+        return SqliteSource(config, capturer=who, state_dir=state_dir)
     if scheme in ("mysql", "mariadb"):
         try:
             from databus.sources.mysql.source import MysqlSource
@@ -38,7 +43,7 @@ def open_source(config: SourceConfig, relay_name: str = "relay",
                 f"the MySQL source needs its driver: pip install 'databus[mysql]' ({exc})"
             ) from exc
 
-        return MysqlSource(config, name=relay_name, state_dir=state_dir)
+        return MysqlSource(config, capturer=who, state_dir=state_dir)
     if scheme in ("postgresql", "postgres"):
         try:
             from databus.sources.postgres.source import PostgresSource
@@ -47,10 +52,10 @@ def open_source(config: SourceConfig, relay_name: str = "relay",
                 "the PostgreSQL source needs its driver: pip install 'databus[postgresql]'"
                 f" ({exc})") from exc
 
-        return PostgresSource(config, name=relay_name, state_dir=state_dir)
+        return PostgresSource(config, capturer=who, state_dir=state_dir)
     if scheme in ("databus+http", "databus+https", "databus+zk"):
         from databus.sources.chain import ChainSource
 
-        return ChainSource(config, name=relay_name)
+        return ChainSource(config, name=who.name)
     raise ConfigError(f"unsupported source url scheme {scheme!r} (supported: sqlite, mysql,"
                       " postgresql, databus+http, databus+https, databus+zk)")

@@ -92,9 +92,10 @@ class SourceConfig(FrozenModel):
         description="MySQL: regexes on 'db.table.column' to keep (empty = all); keys always kept")
     exclude_columns: list[str] = Field(
         default_factory=list, description="MySQL: regexes on 'db.table.column' to leave out")
-    server_id: int = Field(
-        1_000_001, ge=1, le=2**32 - 1,
-        description="MySQL: the replica server id this relay uses (unique per server)")
+    server_id: int | None = Field(
+        None, ge=1, le=2**32 - 1,
+        description="MySQL: the replica server id this relay uses (unique per server);"
+                    " default: derived from the relay's name, in 3000000000..3999999999")
 
     start_gtid: str | None = Field(
         None, pattern=r"^(\d+-\d+-\d+(,\d+-\d+-\d+)*|[0-9a-fA-F-]{36}(:\d+(-\d+)?)+"
@@ -104,11 +105,12 @@ class SourceConfig(FrozenModel):
     slot: str | None = Field(
         None, pattern=r"^[a-z0-9_]{1,63}$",
         description="PostgreSQL only: the logical replication slot this relay owns (created on"
-                    " a fresh start; default databus_<relay name>)")
+                    " a fresh start; default databus_<relay name>, in a cluster without a name"
+                    " databus_<cluster name>)")
     publication: str | None = Field(
         None, pattern=r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$",
         description="PostgreSQL only: the publication whose changes are read (default"
-                    " databus_<relay name>); it must cover every captured table")
+                    " as the slot's); it must cover every captured table")
     create_publication: bool = Field(
         False, description="PostgreSQL only: create the publication (or add the missing"
                            " tables to it) at start instead of refusing with the statement to"
