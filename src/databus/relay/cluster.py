@@ -30,6 +30,9 @@ its own newest window) and follows; it stands for election again only after
 ``max(2 * session_timeout, retry_max)`` seconds, so a lone member retries at that
 pace. Every member's node in ZooKeeper carries its capture state (``capture``:
 state, what it reads, the error), shown by ``/admin`` and ``databus cluster status``.
+A member whose capture stopped (leader or follower) answers consumers' reads 503
+``RelayUnavailable`` (:meth:`ClusterMember.check_serving`), so clients move to
+another member instead of waiting on one that will serve nothing new.
 
 **Trimming.** A leader lets its source trim only what every live member holds
 (the smallest ``max_scn`` members report), so a follower that takes over finds
@@ -73,7 +76,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
 from databus.coord.zk import ClusterView, translated, zk_client
-from databus.core.errors import CoordinatorUnavailableError, DatabusError
+from databus.core.errors import CoordinatorUnavailableError, DatabusError, RelayUnavailableError
 from databus.core.schema import SchemaRegistry
 from databus.core.window import Window
 from databus.relay.config import ClusterConfig, RelayConfig
@@ -289,6 +292,17 @@ class ClusterMember:
         if isinstance(source, ChainSource) and source.cluster_hw is not None:
             self._last_hw = source.cluster_hw
         return min(own, self._last_hw)
+
+    def check_serving(self) -> None:
+        """Refuse a consumer's read while this member's capture stopped on a terminal
+        error (as a leader before it gave up, or as a follower that can no longer copy):
+        it would answer nothing new for ever, and a client only moves to another member
+        on an error. :class:`RelayUnavailableError` (503) makes it move."""
+        status = self.relay.fetcher.status
+        if status["state"] == "failed":
+            raise RelayUnavailableError(
+                f"cluster member {self.member_id} does not capture ({status['last_error']}):"
+                f" read another member of {self.address}")
 
     # -- the member node ------------------------------------------------------------
 

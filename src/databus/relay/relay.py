@@ -73,9 +73,6 @@ class Relay(HttpService):
         self.capturer: Capturer = identity.capturer()
         self.cluster: ClusterMember | None = None
         self._origin = ""
-        log.info("relay %s: name %s; state %s%s", identity.name, identity.origin,
-                 self.state_path or "kept nowhere (memory buffer, no state_dir)",
-                 f"; shared name {identity.shared}" if identity.shared != identity.name else "")
         # the locks first: a path that is not a buffer, a buffer or a state another relay
         # uses, are refused before anything is written (capture triggers, state files)
         self._claim = Claim(identity, config)
@@ -95,6 +92,10 @@ class Relay(HttpService):
         except BaseException:
             self._claim.release()
             raise
+        # said once the start cannot be refused any more (a refusal is one line)
+        log.info("relay %s: name %s; state %s%s", identity.name, identity.origin,
+                 self.state_path or "kept nowhere (memory buffer, no state_dir)",
+                 f"; shared name {identity.shared}" if identity.shared != identity.name else "")
         self.continuity = self._continuity(start_scn)
         self.metrics.capacity.set(config.buffer.capacity_bytes)
         self.fetcher = self._fetcher(self.source)

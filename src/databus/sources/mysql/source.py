@@ -82,7 +82,9 @@ from databus.sources.mysql.checks import check_server, describe, mysql_url
 from databus.sources.mysql.connection import (
     BinlogStream,
     SqlSession,
+    check_replica_id,
     collations,
+    connect,
     master_status,
     server_facts,
 )
@@ -225,6 +227,12 @@ class MysqlSource(Source):
         if self.snapshot_mode != "no_data":
             self._snap_io.ensure_signal_table()
         self._origin = self._read_origin()
+        # a start that would take another replica's connection is refused here, at once
+        con = connect(self.url)
+        try:
+            check_replica_id(con, self.url, self.server_id, self.report_host)
+        finally:
+            con.close()
         self._opened = True
 
     def _read_origin(self) -> str:

@@ -288,12 +288,13 @@ class PostgresSource(Source):
             tables = [t for t in checks.matching_tables(sql, self._include, self._exclude)
                       if t.full_name != self.signal_table]
             checks.check_tables(tables, self.config.tables)
-            checks.ensure_publication(sql, self.publication, tables,
-                                      create=self.config.create_publication)
+            # the slot before the publication: a refused start creates nothing
             if self._legacy_slot is not None:
                 checks.check_legacy_slot(sql, self.slot, self._legacy_slot, self.url.database)
             checks.check_slot(sql, self.slot, self.url.database, facts, wait=self._slot_wait,
                               label=self.url.application_name)
+            checks.ensure_publication(sql, self.publication, tables,
+                                      create=self.config.create_publication)
             self._origin = _origin(sql, self.url.database)
         except BaseException:
             sql.close()
