@@ -50,7 +50,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import logging
 import os
 import re
 import socket
@@ -65,8 +64,6 @@ from databus.buffer.persist import check_adoptable
 from databus.core.errors import ConfigError
 from databus.relay.config import RelayConfig
 from databus.sources.base import LEGACY_NAME, Capturer, derived_server_id
-
-log = logging.getLogger("databus.relay")
 
 __all__ = ["LEGACY_NAME", "Claim", "RelayIdentity", "check_legacy_state", "default_member_id",
            "resolve"]
@@ -158,7 +155,8 @@ def resolve(config: RelayConfig) -> RelayIdentity:
         name, why = derive_name(config)
         derived, origin = True, f"derived from {why}; set name: (--name) to choose one"
         shared = cluster.zk_address().name if cluster is not None else name
-    server_id = config.source.server_id
+    # only MySQL/MariaDB sources have one (the source model may be one per kind)
+    server_id: int | None = getattr(config.source, "server_id", None)
     if server_id is None:
         key = name
         if cluster is not None and not derived:  # members share a given name
