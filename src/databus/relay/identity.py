@@ -149,7 +149,7 @@ def resolve(config: RelayConfig) -> RelayIdentity:
     cluster = config.cluster
     state_dir = config.state_dir or (config.buffer.path.parent if config.buffer.path else None)
     if config.name is not None:
-        name, derived, origin = config.name, False, "name: in the config (--name)"
+        name, derived, origin = config.name, False, "given (name: in the config, or --name)"
         shared = name
     else:
         name, why = derive_name(config)
