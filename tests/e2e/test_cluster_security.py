@@ -44,7 +44,8 @@ class ClosedCluster(ProcessPipeline):
         member_token.chmod(0o600)
         conf = self.tmp / f"{name}.yaml"
         conf.write_text(yaml.safe_dump({
-            "name": "shop",
+            # no name: the members' buffers share a directory, and one name there would
+            # be one state file (refused); each derives its own from its buffer file
             "source": {"url": f"sqlite:///{self.db}", "tables": ["customers", "orders"],
                        "snapshot_mode": "no_data", "poll_interval": 0.01},
             "buffer": {"path": str(self.tmp / f"{name}.buf"), "capacity_bytes": 16 << 20},

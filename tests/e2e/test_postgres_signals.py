@@ -34,7 +34,8 @@ class SignalPipeline(Pipeline):
         if name == "relay":
             return [*DATABUS, "relay", "--source", self.server.source_url(self.db),
                     "--tables", r"public\..*", "--snapshot-mode", "no_data",
-                    "--create-publication", "--buffer-path", str(self.tmp / "relay.buf"),
+                    "--create-publication", "--slot", "databus_relay",  # wait_streaming's
+                    "--buffer-path", str(self.tmp / "relay.buf"),
                     "--port", str(self.port), "--buffer-size", str(64 << 20)]
         return super().args(name)
 

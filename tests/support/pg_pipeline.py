@@ -40,6 +40,8 @@ class Pipeline(ProcessPipeline):
         if name == "relay":
             return [*DATABUS, "relay", "--source", self.server.source_url(self.db),
                     "--tables", r"public\..*", "--snapshot-mode", "no_data",
+                    # named, as SCHEMA's publication and the checks below expect
+                    "--slot", "databus_relay", "--publication", "databus_relay",
                     "--buffer-path", str(self.tmp / "relay.buf"), "--port", str(self.port),
                     "--buffer-size", str(self.buffer)]
         return [sys.executable, "-m", "tests.support.recorder", "--relay", self.url,
@@ -58,7 +60,8 @@ class Pipeline(ProcessPipeline):
         return int(row[0])
 
     def durable_scn(self) -> int:
-        state = json.loads((self.tmp / "relay.state.json").read_text())
+        (path,) = self.tmp.glob("*.state.json")  # the relay's derived name
+        state = json.loads(path.read_text())
         return int(state["max_scn"])
 
     def wait_streaming(self) -> None:

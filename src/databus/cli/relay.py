@@ -138,7 +138,7 @@ def relay(
                 except DatabusError as exc:
                     logging.getLogger("databus.relay").error("config not reloaded: %s", exc)
 
-        logging.getLogger("databus").info("relay %s capturing %s", cfg.name,
+        logging.getLogger("databus").info("relay %s capturing %s", r.identity.name,
                                           redact_url(cfg.source.url))
         serve_until_signal(r, reload)
     except DatabusError as exc:
@@ -235,6 +235,10 @@ def cluster_status(
     leader = status["leader"] or {}
     typer.echo(f"cluster {status['cluster']}: epoch {status['epoch']}, leader "
                f"{leader.get('id', '(none)')} {leader.get('url', '')}".rstrip())
+    if leader and not leader.get("healthy", True):
+        typer.echo(f"  leader {leader.get('id')} is NOT capturing:"
+                   f" {(leader.get('capture') or {}).get('error') or 'capture stopped'}")
     for m in status["members"]:
-        typer.echo(f"  {m.get('id', '?'):<20} {m.get('role', '?'):<9} max_scn"
-                   f" {m.get('max_scn', -1):<12} {m.get('url', '')}")
+        capture = (m.get("capture") or {}).get("state", "?")
+        typer.echo(f"  {m.get('id', '?'):<20} {m.get('role', '?'):<9} capture"
+                   f" {capture:<9} max_scn {m.get('max_scn', -1):<12} {m.get('url', '')}")

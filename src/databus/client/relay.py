@@ -119,6 +119,9 @@ class RelayConnection:
         self._tls = any(u.startswith("https://") for u in (*self.endpoints.urls, self.url))
         self._http = self._client()
         self._timeouts: dict[float, dict[str, float | None]] = {}
+        self.origin = ""
+        """The relay's ``Databus-Origin`` (the captured database) as its last ``/sources``
+        answer said ("" before, or when it sends none)."""
 
     def _client(self) -> httpx.Client:
         # a TLS context (shared per process, see credentials) only where a URL is
@@ -156,11 +159,16 @@ class RelayConnection:
     # -- calls ---------------------------------------------------------------
 
     def sources(self, names: list[str] | None = None) -> list[tuple[int, str]]:
-        """``(id, "db.table")`` of every source the relay serves to this client; with
-        ``names``, of those only: the relay answers ForbiddenError for one the token may
-        not read, UnknownSourceError for one it does not serve (a relay from before
-        ``names`` lists every source instead)."""
-        raw = self._json("/sources", {"names": ",".join(names)} if names else {})
+        """``(id, "db.table")`` of every source the relay serves to this client (and
+        :attr:`origin`); with ``names``, of those only: the relay answers ForbiddenError
+        for one the token may not read, UnknownSourceError for one it does not serve (a
+        relay from before ``names`` lists every source instead)."""
+        r = self._get("/sources", {"names": ",".join(names)} if names else {})
+        self.origin = r.headers.get("Databus-Origin", "")
+        try:
+            raw = r.json()
+        except ValueError as exc:
+            raise RelayUnavailableError(f"{self.url}/sources did not answer JSON") from exc
         if not isinstance(raw, list):
             raise RelayUnavailableError(f"{self.url}/sources did not answer a JSON list")
         try:

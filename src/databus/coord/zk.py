@@ -4,7 +4,10 @@ An address is ``zk://HOST:PORT[,HOST:PORT...]/NAME``; a cluster named NAME keeps
 its nodes under ``/databus/clusters/NAME``:
 
 * ``members/<id>``: ephemeral, one per live relay: JSON ``{"id", "url", "role",
-  "max_scn", "epoch", "leader"}``, rewritten as it changes;
+  "max_scn", "epoch", "snapshot_running", "name", "capture", "updated"}``, rewritten as
+  it changes and once a second; ``capture`` is the relay's capture state (``state``:
+  the fetcher's, e.g. running or failed; ``reads``: database, upstream or nothing;
+  ``capturing``; ``error``);
 * ``election/``: kazoo's election recipe (sequential ephemeral nodes; the lowest
   leads);
 * ``leader``: ephemeral, written by the leader once it leads: ``{"id", "url",
@@ -144,5 +147,15 @@ class ClusterView:
         return urls
 
     def status(self) -> dict[str, Any]:
-        return {"cluster": str(self.address), "epoch": self.epoch(), "leader": self.leader(),
-                "members": self.members()}
+        """The cluster at a glance: ``leader`` carries its member record's ``capture``
+        and ``healthy`` (it captures from the database now), so a leader whose capture
+        stopped is not shown as a healthy one."""
+        leader, members = self.leader(), self.members()
+        if leader is not None:
+            record = next((m for m in members if m.get("id") == leader.get("id")), {})
+            capture = record.get("capture")
+            leader = {**leader, "capture": capture,
+                      "healthy": isinstance(capture, dict) and bool(capture.get("capturing"))
+                      and capture.get("reads") == "database"}
+        return {"cluster": str(self.address), "epoch": self.epoch(), "leader": leader,
+                "members": members}

@@ -137,17 +137,19 @@ def build_app(relay: ServedRelay) -> ASGIApp:
         learns nothing of tables outside its grant), else 404 naming the first this
         relay does not serve."""
         who = principal(request)
+        origin = relay.origin()  # the captured database, the same on every relay of it
+        headers = {"Databus-Origin": origin} if origin else None
         names = request.query_params.get("names")
         if names is None:
             return JSONResponse([{"id": i, "name": n} for i, n in served()
-                                 if who.may_read(n)])
+                                 if who.may_read(n)], headers=headers)
         wanted = [n.strip() for n in names.split(",") if n.strip()][:MAX_SOURCE_IDS]
         who.check_read(wanted)
         ids = {n: i for i, n in served()}
         missing = [n for n in wanted if n not in ids]
         if missing:
             raise UnknownSourceError(f"this relay serves no source {missing[0]!r}")
-        return JSONResponse([{"id": ids[n], "name": n} for n in wanted])
+        return JSONResponse([{"id": ids[n], "name": n} for n in wanted], headers=headers)
 
     def register(request: Request) -> Response:
         reg = relay.source.registry()
@@ -183,7 +185,9 @@ def build_app(relay: ServedRelay) -> ASGIApp:
         healthy = status["state"] in ("running", "starting", "retrying")
         stats = relay.stats()
         return JSONResponse(
-            {"status": "ok" if healthy else "degraded", "name": relay.config.name,
+            {"status": "ok" if healthy else "degraded", "name": stats["name"],
+             "identity": stats["identity"], "origin": stats["origin"],
+             "capture": relay.capture_status(),
              "fetcher": status, "buffer": relay.buffer.stats(),
              "continuity": stats["continuity"],
              "source": relay.source.stats(),  # snapshot counters (errors, aborts) included

@@ -23,6 +23,17 @@ or follower) that holds windows past the point where the newest epoch starts (it
 copied or captured windows the new leader never had) drops its buffer and copies the
 new leader's: its windows could otherwise differ from the cluster's.
 
+**Capture failures.** A leader whose capture stopped on a terminal error (fetcher
+state ``failed``) does not stay leader while capturing nothing: it deletes its
+``leader`` node, leaves the election (another member is elected and captures after
+its own newest window) and follows; it stands for election again only after
+``max(2 * session_timeout, retry_max)`` seconds, so a lone member retries at that
+pace. Every member's node in ZooKeeper carries its capture state (``capture``:
+state, what it reads, the error), shown by ``/admin`` and ``databus cluster status``.
+A member whose capture stopped (leader or follower) answers consumers' reads 503
+``RelayUnavailable`` (:meth:`ClusterMember.check_serving`), so clients move to
+another member instead of waiting on one that will serve nothing new.
+
 **Trimming.** A leader lets its source trim only what every live member holds
 (the smallest ``max_scn`` members report), so a follower that takes over finds
 what it still needs in the source.
@@ -48,8 +59,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -67,14 +76,14 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
 from databus.coord.zk import ClusterView, translated, zk_client
-from databus.core.errors import CoordinatorUnavailableError, DatabusError
+from databus.core.errors import CoordinatorUnavailableError, DatabusError, RelayUnavailableError
 from databus.core.schema import SchemaRegistry
 from databus.core.window import Window
 from databus.relay.config import ClusterConfig, RelayConfig
-from databus.sources import open_source
-from databus.sources.base import Source, SourceInfo
+from databus.relay.identity import default_member_id
+from databus.sources.base import Capturer, Source, SourceInfo
 from databus.sources.chain import ChainSource
-from databus.sources.config import ChainSourceConfig
+from databus.sources.config import AnySourceConfig, ChainSourceConfig
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -93,9 +102,14 @@ class Member(Protocol):
     buffer: EventBuffer
     fetcher: Fetcher
     state_dir: Path | None
+    capturer: Capturer
 
     @property
     def url(self) -> str: ...
+
+    def open_source(self, config: AnySourceConfig) -> Source: ...
+
+    def capture_status(self) -> dict[str, Any]: ...
 
     def switch_source(self, source: Source, *, guard: Callable[[], bool] | None = None,
                       ack_limit: Callable[[], int] | None = None) -> None: ...
@@ -130,6 +144,11 @@ def idle_source(registry: SchemaRegistry | None = None) -> Source:
     return _Idle(registry)
 
 
+def is_idle(source: Source) -> bool:
+    """Whether ``source`` is a member's between roles (it reads nothing)."""
+    return isinstance(source, _Idle)
+
+
 class ClusterMember:
     """Runs a relay's role in its cluster on a thread (see the module docstring)."""
 
@@ -138,7 +157,7 @@ class ClusterMember:
         self.config = config
         self.address = config.zk_address()
         self.path = self.address.path
-        self.member_id = config.member_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.member_id = config.member_id or default_member_id()
         self.role = "starting"
         self.epoch = 0  # the epoch this member leads in (0: not leading)
         self._synced_epoch = 0  # the epoch whose leader this member's windows come from
@@ -157,6 +176,7 @@ class ClusterMember:
         self._view_at = 0.0
         self._roles = threading.RLock()  # one role change at a time (election vs watch)
         self._lease_path = ""  # a co-leader's lease node
+        self._failed_at = float("-inf")  # when capture as leader last failed (monotonic)
         self._thread = threading.Thread(target=self._run, name="databus-cluster", daemon=True)
 
     # -- life cycle ------------------------------------------------------------------
@@ -273,6 +293,17 @@ class ClusterMember:
             self._last_hw = source.cluster_hw
         return min(own, self._last_hw)
 
+    def check_serving(self) -> None:
+        """Refuse a consumer's read while this member's capture stopped on a terminal
+        error (as a leader before it gave up, or as a follower that can no longer copy):
+        it would answer nothing new for ever, and a client only moves to another member
+        on an error. :class:`RelayUnavailableError` (503) makes it move."""
+        status = self.relay.fetcher.status
+        if status["state"] == "failed":
+            raise RelayUnavailableError(
+                f"cluster member {self.member_id} does not capture ({status['last_error']}):"
+                f" read another member of {self.address}")
+
     # -- the member node ------------------------------------------------------------
 
     def _member_data(self) -> bytes:
@@ -280,7 +311,9 @@ class ClusterMember:
         snapshot = bool(self.relay.source.stats().get("snapshot_running", 0.0))
         return json.dumps({"id": self.member_id, "url": self.url, "role": self.role,
                            "epoch": self.epoch, "max_scn": self.relay.buffer.max_scn,
-                           "snapshot_running": snapshot, "updated": time.time()}).encode()
+                           "snapshot_running": snapshot, "name": self.relay.capturer.name,
+                           "capture": self.relay.capture_status(),
+                           "updated": time.time()}).encode()
 
     def _register(self) -> None:
         zk = self._zk
@@ -319,6 +352,7 @@ class ClusterMember:
             if self._stop.is_set():
                 break
             self._catch_up()
+            self._after_failure()
             if self._stop.is_set():
                 break
             lease = self._colead_lease()
@@ -367,6 +401,19 @@ class ClusterMember:
             else:
                 leaderless_since = None
 
+    def _after_failure(self) -> None:
+        """Follow without contending for a while after capture failed as leader (see
+        the module docstring): others lead first, and a lone member retries slowly."""
+        pause = max(2 * self.config.session_timeout, self.relay.config.retry_max)
+        while not self._stop.is_set():
+            left = self._failed_at + pause - time.monotonic()
+            if left <= 0:
+                return
+            if self._leader_changed.wait(min(left, 1.0)):
+                self._leader_changed.clear()
+                self._follow()
+            self._publish_member()
+
     def _contend(self, election: Any) -> None:
         try:
             election.run(self._lead)
@@ -397,7 +444,7 @@ class ClusterMember:
             log.info("cluster %s: following the leader at %s", self.address, upstream)
             chain = ChainSource(ChainSourceConfig(url=f"databus+{upstream}",
                                                   **self.config.credential_fields()),
-                                name=self.relay.config.name, member_id=self.member_id)
+                                name=self.relay.capturer.name, member_id=self.member_id)
             self.relay.switch_source(chain)
         self._publish_member()
 
@@ -453,21 +500,52 @@ class ClusterMember:
         self._publish_member()
         self._contenders_stale.set()
         beat = 0.0
+        failed: str | None = None
         while not self._stop.is_set() and not self._lost.is_set():
-            if self.relay.fetcher.status["state"] == "fenced":
+            fetcher = self.relay.fetcher.status
+            if fetcher["state"] == "fenced":
+                break
+            if fetcher["state"] == "failed":  # terminal: another member may capture
+                failed = str(fetcher["last_error"])
                 break
             self._lost.wait(0.1)
             self._refresh_contenders()
             if time.monotonic() - beat >= 1.0:
                 self._publish_member()
                 beat = time.monotonic()
-        log.warning("cluster %s: member %s no longer leads (epoch %d)", self.address,
-                    self.member_id, epoch)
+        if failed is not None:
+            log.error("cluster %s: member %s gives up leading (epoch %d): its capture"
+                      " stopped (%s); another member takes over", self.address,
+                      self.member_id, epoch, failed)
+            self._failed_at = time.monotonic()
+        else:
+            log.warning("cluster %s: member %s no longer leads (epoch %d)", self.address,
+                        self.member_id, epoch)
         with self._roles:
             self._last_hw = self.serve_limit()  # what consumers have been served stays
             self.role = "follower"
             self.epoch = 0
             self.relay.switch_source(idle_source(self.relay.source.registry()))  # capture stops: someone else leads
+        if failed is not None:
+            self._drop_leader_node(epoch)
+            self._publish_member()
+
+    def _drop_leader_node(self, epoch: int) -> None:
+        """Delete the ``leader`` node when it is still this member's for ``epoch`` (a
+        leader giving up while its session lives: the next leader need not wait for
+        the session to end)."""
+        zk = self._zk
+        if zk is None:
+            return
+        node = f"{self.path}/leader"
+        try:
+            with translated("deleting the leader node"):
+                data, stat = zk.get(node)
+                mine = json.loads(data or b"{}")
+                if mine.get("id") == self.member_id and mine.get("epoch") == epoch:
+                    zk.delete(node, version=stat.version)
+        except (DatabusError, NoNodeError, ValueError) as exc:
+            log.info("cluster %s: leader node not deleted: %s", self.address, exc)
 
     def _capture_source(self, published: SchemaRegistry, *, coleader: bool = False) -> Source:
         """The database source this member captures with as (co-)leader, opened, with
@@ -482,7 +560,7 @@ class ClusterMember:
             update["snapshot_mode"] = "no_data"
         if update:
             config = config.model_copy(update=update)
-        source = open_source(config, self.relay.config.name, self.relay.state_dir)
+        source = self.relay.open_source(config)
         try:
             if coleader:
                 source.capture_only()

@@ -3,7 +3,7 @@
 A YAML (or JSON) file maps onto :class:`RelayConfig`; every field has a
 default except the source. Example (``docs/relay.md`` has the full reference)::
 
-    name: relay
+    name: shop-relay        # default: derived from the source and buffer
     source:
       url: sqlite:///shop.db
       tables: [orders, customers]
@@ -115,9 +115,12 @@ class ClusterConfig(RelayCredentials):
 class RelayConfig(_Model):
     """Everything a relay needs."""
 
-    name: str = Field("relay", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$",
-                      description="the relay's name: its state files and its registration"
-                      " at the source derive from it")
+    name: str | None = Field(
+        None, min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$",
+        description="this relay's name: its state files, the PostgreSQL slot and publication,"
+        " the SQLite trim registration and the MySQL server_id derive from it; default:"
+        " derived from the source and the buffer file (<buffer stem>-<6 hex>; see"
+        " docs/relay.md, Identity)")
     source: SourceConfig = Field(description="what to capture: the model of the kind of"
                                  " source its url names")
     buffer: BufferConfig = BufferConfig()

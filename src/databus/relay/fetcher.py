@@ -12,7 +12,9 @@ capture, is reported by ``/admin`` and the metrics, and the relay keeps
 serving what it holds.
 
 Durability: every ``flush_interval`` seconds the buffer is flushed and the
-relay state (max SCN, trim SCN, floor SCN) written atomically; then the source
+relay state (max SCN, trim SCN, floor SCN, and the relay's name, which tells it
+from state written before names were derived: :mod:`databus.relay.identity`)
+written atomically; then the source
 is told it may drop what has fallen off the buffer
 (``Source.acknowledge(prev_scn)``), so the source keeps everything the relay
 might need to rebuild its buffer.
@@ -51,6 +53,7 @@ class RelayState:
     floor_scn: int = -1
     # floor -1 because the source declared its whole history complete (not unknown)
     complete_from_start: bool = False
+    name: str = ""  # the relay's; "" in state written before names were derived
 
     @property
     def resume_scn(self) -> int:
@@ -71,13 +74,14 @@ class RelayState:
             raw = json.loads(path.read_text(encoding="utf-8"))
             return cls(max_scn=int(raw["max_scn"]), trim_scn=int(raw["trim_scn"]),
                        floor_scn=int(raw.get("floor_scn", -1)),
-                       complete_from_start=bool(raw.get("complete_from_start", False)))
+                       complete_from_start=bool(raw.get("complete_from_start", False)),
+                       name=str(raw.get("name", "")))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise BufferCorruptError(f"relay state file {path} is unreadable: {exc}") from exc
 
     def save(self, path: Path) -> None:
-        data = json.dumps({"max_scn": self.max_scn, "trim_scn": self.trim_scn,
-                           "floor_scn": self.floor_scn,
+        data = json.dumps({"name": self.name, "max_scn": self.max_scn,
+                           "trim_scn": self.trim_scn, "floor_scn": self.floor_scn,
                            "complete_from_start": self.complete_from_start}).encode()
         write_atomic(path, data)
 
@@ -92,6 +96,7 @@ class Fetcher:
         metrics: RelayMetrics,
         *,
         state_path: Path | None,
+        name: str = "",
         flush_interval: float,
         retry_initial: float,
         retry_max: float,
@@ -109,6 +114,7 @@ class Fetcher:
         self._buffer = buffer
         self._metrics = metrics
         self._state_path = state_path
+        self._name = name
         self._flush_interval = flush_interval
         self._retry_initial = retry_initial
         self._retry_max = retry_max
@@ -204,7 +210,8 @@ class Fetcher:
         buf = self._buffer
         buf.flush()
         state = RelayState(max_scn=buf.max_scn, trim_scn=buf.prev_scn, floor_scn=buf.floor_scn,
-                           complete_from_start=buf.origin_known and buf.floor_scn < 0)
+                           complete_from_start=buf.origin_known and buf.floor_scn < 0,
+                           name=self._name)
         if self._state_path is not None:
             state.save(self._state_path)
         s = buf.stats()

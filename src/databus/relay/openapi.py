@@ -39,12 +39,13 @@ def relay_openapi(config: RelayConfig) -> dict[str, Any]:
                                   "data": {"type": "object"}}}
     paths = {
         "/sources": {"get": operation(
-            "Captured tables the token may read", errors=(403, 404), params=[query(
+            "Captured tables the token may read; the header Databus-Origin names the"
+            " captured database", errors=(403, 404), params=[query(
                 "names", {"type": "string"}, "comma-separated db.table names: those only;"
                 " 403 for one the token may not read, 404 for one not served")])},
         "/register": {"get": operation("Schema versions", params=[sources], errors=(400, 404))},
         "/stream": {"get": operation("Whole windows after a checkpoint", params=stream_params,
-                                     ok=binary, errors=(400, 404, 409, 410))},
+                                     ok=binary, errors=(400, 404, 409, 410, 503))},
         "/containerStats": {"get": operation("Counters and gauges as JSON", errors=(400,))},
         "/containerStats/{path}": {"get": operation(
             "One branch of /containerStats", errors=(400,),

@@ -18,6 +18,12 @@ A buffer file whose header is unreadable, or whose windows fail validation, is
 refused (the relay does not start; the file is left as it is) unless
 ``buffer.recover`` is set, which keeps the valid windows and reads the rest
 again from the source.
+
+Before any of that the relay resolves its identity (:mod:`databus.relay.identity`:
+its name, given or derived, and what is named after it) and locks its state and
+buffer file: a second relay with the same name in the same state directory, or the
+same buffer file, is refused with one line naming both; so is state from before names
+were derived that this relay cannot prove its own.
 """
 
 from __future__ import annotations
@@ -35,13 +41,16 @@ from starlette.types import ASGIApp
 from databus.buffer import EventBuffer
 from databus.core.errors import BufferCorruptError, DatabusError
 from databus.relay.app import build_app as relay_app
-from databus.relay.cluster import ClusterMember, idle_source
+from databus.relay.cluster import ClusterMember, idle_source, is_idle
 from databus.relay.config import RelayConfig
 from databus.relay.fetcher import Fetcher, RelayState
+from databus.relay.identity import Claim, check_legacy_state, resolve
 from databus.relay.metrics import RelayMetrics
 from databus.serving.service import HttpService
 from databus.sources import open_source
-from databus.sources.base import Source
+from databus.sources.base import Capturer, Source
+from databus.sources.chain import ChainSource
+from databus.sources.config import AnySourceConfig
 from databus.sources.protect import Protector
 
 log = logging.getLogger("databus.relay")
@@ -57,24 +66,35 @@ class Relay(HttpService):
         super().__init__(config.http, "relay")
         self.config = config
         self.metrics = RelayMetrics()
-        state_dir = config.state_dir or (config.buffer.path.parent if config.buffer.path else None)
-        self.state_dir = state_dir
+        self.identity = identity = resolve(config)
+        self.state_dir = identity.state_dir
+        self.state_path = identity.state_path
+        self.capturer: Capturer = identity.capturer()
         self.cluster: ClusterMember | None = None
-        if source is None and config.cluster is not None:
-            source = idle_source()  # the member's role decides: database or chain
-        self.source = (source if source is not None
-                       else open_source(config.source, config.name, state_dir))
-        self.state_path = state_dir / f"{config.name}.state.json" if state_dir else None
-        state = RelayState.load(self.state_path)
-        start_scn = state.resume_scn if state is not None else -1
-        # the buffer file first: a path that is not a buffer is refused before the
-        # source writes anything (capture triggers, its own state files)
-        self.buffer = self._open_buffer(start_scn)
+        self._origin = ""
+        # the locks first: a path that is not a buffer, a buffer or a state another relay
+        # uses, are refused before anything is written (capture triggers, state files)
+        self._claim = Claim(identity, config)
         try:
-            self.source.open()  # connects and installs capture: start-up errors surface here
+            check_legacy_state(identity)
+            if source is None and config.cluster is not None:
+                source = idle_source()  # the member's role decides: database or chain
+            self.source = source if source is not None else self.open_source(config.source)
+            state = RelayState.load(self.state_path)
+            start_scn = state.resume_scn if state is not None else -1
+            self.buffer = self._open_buffer(start_scn)
+            try:
+                self.source.open()  # connects and installs capture: start-up errors here
+            except BaseException:
+                self.buffer.close()
+                raise
         except BaseException:
-            self.buffer.close()
+            self._claim.release()
             raise
+        # said once the start cannot be refused any more (a refusal is one line)
+        log.info("relay %s: name %s; state %s%s", identity.name, identity.origin,
+                 self.state_path or "kept nowhere (memory buffer, no state_dir)",
+                 f"; shared name {identity.shared}" if identity.shared != identity.name else "")
         self.continuity = self._continuity(start_scn)
         self.metrics.capacity.set(config.buffer.capacity_bytes)
         self.fetcher = self._fetcher(self.source)
@@ -88,10 +108,23 @@ class Relay(HttpService):
         if config.cluster is not None:
             self.cluster = ClusterMember(self, config.cluster)
 
+    def open_source(self, config: AnySourceConfig) -> Source:
+        """A source for ``config`` under this relay's identity (not yet opened)."""
+        return open_source(config, state_dir=self.state_dir, capturer=self.capturer)
+
+    def origin(self) -> str:
+        """The captured database's identity (:meth:`Source.origin`): the current
+        source's, else the last one known (a cluster member between roles)."""
+        now = self.source.origin()
+        if now:
+            self._origin = now
+        return self._origin
+
     def _fetcher(self, source: Source, guard: Callable[[], bool] | None = None,
                  ack_limit: Callable[[], int] | None = None) -> Fetcher:
         config = self.config
         return Fetcher(source, self.buffer, self.metrics, state_path=self.state_path,
+                       name=self.identity.name,
                        flush_interval=config.buffer.flush_interval,
                        retry_initial=config.retry_initial, retry_max=config.retry_max,
                        protector=Protector(config.source.columns), guard=guard,
@@ -131,7 +164,7 @@ class Relay(HttpService):
             if self._loop is not None and not self.stopping:
                 self.fetcher.start()
         log.warning("relay %s: buffer dropped; it starts again from its source's oldest"
-                    " window", self.config.name)
+                    " window", self.identity.name)
 
     def _open_buffer(self, start_scn: int) -> EventBuffer:
         cfg = self.config.buffer
@@ -161,7 +194,7 @@ class Relay(HttpService):
         else:
             text = ("started without a recorded position: checkpoints older than the first"
                     " window it captures get ScnNotFound (consumers bootstrap)")
-        log.info("relay %s: %s", self.config.name, text)
+        log.info("relay %s: %s", self.identity.name, text)
         return text
 
     # -- asyncio bridge ------------------------------------------------------
@@ -227,6 +260,20 @@ class Relay(HttpService):
     def fetcher_status(self) -> dict[str, Any]:
         return self.fetcher.status
 
+    def capture_status(self) -> dict[str, Any]:
+        """Whether this relay captures, for ``/admin`` and a cluster member's record:
+        ``state`` (the fetcher's: starting, running, retrying, failed, fenced, stopped),
+        ``reads`` (database, upstream: a chain or a cluster follower, nothing: a cluster
+        member between roles), ``capturing`` and the last ``error``."""
+        status = self.fetcher.status
+        source = self.source
+        reads = ("nothing" if is_idle(source) else
+                 "upstream" if isinstance(source, ChainSource) else "database")
+        return {"state": status["state"], "reads": reads,
+                "capturing": reads != "nothing" and status["state"] in ("starting", "running",
+                                                                        "retrying"),
+                "error": status["last_error"]}
+
     def refresh_gauges(self) -> None:
         s = self.buffer.stats()
         self.metrics.min_scn.set(s["min_scn"])
@@ -237,7 +284,9 @@ class Relay(HttpService):
 
     def stats(self) -> dict[str, Any]:
         return {
-            "name": self.config.name,
+            "name": self.identity.name,
+            "identity": self.identity.describe(),
+            "origin": self.origin(),
             "sources": [{"id": s.id, "name": s.name} for s in self.source.sources()],
             "buffer": self.buffer.stats(),
             "fetcher": self.fetcher.status,
@@ -255,6 +304,7 @@ class Relay(HttpService):
     def on_listening(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._changed = asyncio.Event()
+        self._claim.serving_at(self.url)
         self.fetcher.start()
         if self.cluster is not None:
             self.cluster.start()  # after the port is known: members advertise their URL
@@ -274,6 +324,7 @@ class Relay(HttpService):
         await loop.run_in_executor(None, self.fetcher.stop)
         self.buffer.close()
         self.source.close()
+        self._claim.release()
 
     def reload(self, new: RelayConfig) -> None:
         """Hand the source its new ``source`` section (tables added or removed while
@@ -283,10 +334,10 @@ class Relay(HttpService):
         try:
             if new.source == self.config.source:
                 log.info("relay %s: config read again; the source's is unchanged",
-                         self.config.name)
+                         self.identity.name)
                 return
             self.source.reconfigure(new.source)
             self.config = self.config.model_copy(update={"source": new.source})
-            log.info("relay %s: source config reloaded", self.config.name)
+            log.info("relay %s: source config reloaded", self.identity.name)
         except DatabusError as exc:
-            log.error("relay %s: config not reloaded: %s", self.config.name, exc)
+            log.error("relay %s: config not reloaded: %s", self.identity.name, exc)

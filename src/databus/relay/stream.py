@@ -80,6 +80,10 @@ class ServedRelay(Protocol):
 
     def fetcher_status(self) -> dict[str, Any]: ...
 
+    def capture_status(self) -> dict[str, Any]: ...
+
+    def origin(self) -> str: ...
+
     @property
     def cluster(self) -> ClusterMember | None: ...
 
@@ -235,6 +239,7 @@ class StreamEndpoint:
                 if relay.cluster.follower_at(member, held):
                     relay.wake()  # consumers waiting for replicated windows
             else:
+                relay.cluster.check_serving()  # a member whose capture stopped: 503
                 query.upto = relay.cluster.serve_limit()
         # an unselected read is one copy of buffer bytes: cheaper than a thread hop
         # (which costs single consumers ~15% of their rate); a selection walks every event

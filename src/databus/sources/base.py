@@ -27,10 +27,21 @@ manager, a source is opened on entry and closed on exit.
 
 Threading: a source is driven by one capture thread. :meth:`read` blocks at
 most ``timeout`` seconds and returns early when ``stop`` is set.
+
+Identity: a source is built for a :class:`Capturer` (the relay's resolved identity,
+:mod:`databus.relay.identity`): its own state files in ``state_dir`` are named after
+``Capturer.name``; what every capturer of one database shares on the server (a
+PostgreSQL slot and publication, a SQLite trim registration) after
+``Capturer.shared``; a MySQL source connects as replica ``Capturer.server_id``. A
+fresh start that finds none of its own but one named ``Capturer.legacy`` (what every
+relay was named before names were derived) refuses to start with one line naming
+``--name relay`` rather than adopting or orphaning it. :meth:`origin` names the
+captured database, the same for every relay capturing it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -42,6 +53,56 @@ from databus.core.window import Window
 
 if TYPE_CHECKING:
     from databus.sources.config import AnySourceConfig
+
+
+LEGACY_NAME = "relay"
+"""The name every relay had before names were derived (:mod:`databus.relay.identity`)."""
+
+SERVER_ID_BASE = 3_000_000_000
+"""Derived MySQL replica ids lie in ``[SERVER_ID_BASE, SERVER_ID_BASE + 10**9)``: far above
+the small ids servers are given by hand, below 2**32."""
+
+
+def derived_server_id(key: str) -> int:
+    """The MySQL/MariaDB replica id a relay uses when none is set: stable for ``key``
+    (the relay's name), in ``[SERVER_ID_BASE, SERVER_ID_BASE + 10**9)``."""
+    digest = hashlib.sha256(f"databus-server-id:{key}".encode()).digest()
+    return SERVER_ID_BASE + int.from_bytes(digest[:8], "big") % 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Capturer:
+    """Who captures: the names a source keeps its state and server-side objects under
+    (see the module docstring)."""
+
+    name: str = LEGACY_NAME
+    """The relay's name: the source's state files are ``<state_dir>/<name>.*.json``."""
+    shared: str | None = None
+    """What the capturers of one database share (PostgreSQL slot and publication
+    ``databus_<shared>``, SQLite trim registration); None: ``name``."""
+    server_id: int | None = None
+    """MySQL replica id when the source config sets none; None: derived from ``name``."""
+    legacy: str | None = None
+    """A name whose server-side objects a fresh start must not silently adopt or
+    orphan (``relay`` when the name was derived); None: the name was given."""
+    host: str = ""
+    """The machine the relay runs on, as other servers are told (replica host,
+    application name)."""
+
+    @property
+    def shared_name(self) -> str:
+        return self.shared or self.name
+
+    def replica_id(self, configured: int | None) -> int:
+        """The MySQL replica id: ``configured``, else this capturer's, else derived."""
+        if configured is not None:
+            return configured
+        return self.server_id if self.server_id is not None else derived_server_id(self.name)
+
+    def label(self, limit: int = 60) -> str:
+        """``databus <name>@<host>``: how this relay introduces itself to the database
+        (a replica's report host, an application name), cut to ``limit`` characters."""
+        return f"databus {self.name}@{self.host or '?'}"[:limit]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +162,16 @@ class Source(ABC):
         row of the signal table) returns nothing from that transaction on and reports
         ``snapshot_elsewhere`` = 1 in :meth:`stats`; its owner then stops using it.
         Call before the first :meth:`read`."""
+
+    def origin(self) -> str:
+        """The captured database's identity: stable across restarts and the same for
+        every relay capturing that database (so a checkpoint, whose SCNs are that
+        database's, is portable between them): SQLite ``sqlite:<installation id>``,
+        MySQL/MariaDB ``mysql:<server uuid or host:port/server_id>``, PostgreSQL
+        ``postgresql:<system identifier>/<database>``, a chain relay its upstream's.
+        Known once :meth:`open` ran; ``""`` when the source cannot tell (the relay then
+        sends no ``Databus-Origin`` header)."""
+        return ""
 
     def stats(self) -> dict[str, float]:
         """Numbers the relay exports as ``databus_relay_source_stat{name=...}``;

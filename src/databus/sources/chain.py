@@ -27,6 +27,8 @@ Contract beyond :mod:`databus.sources.base`:
   :class:`~databus.core.errors.SourceUnavailableError`: the relay retries without
   limit, with backoff, and shows it in ``/admin`` (fetcher state ``retrying``) and
   in ``databus_relay_source_errors_total``. A 401/403 is terminal.
+* **Origin.** :meth:`ChainSource.origin` is the upstream's (its ``Databus-Origin``
+  header on ``/sources``), so a chain relay names the same database as its upstream.
 * **Credentials.** ``source.token_file``, ``source.ca_file``, ``source.cert_file``,
   ``source.key_file`` (:class:`~databus.core.access.RelayCredentials`), else the client
   environment variables (``DATABUS_TOKEN``, ``DATABUS_TOKEN_FILE``, ``DATABUS_CA_FILE``,
@@ -106,6 +108,7 @@ class ChainSource(Source):
         self._listed: set[int] = set()  # every id the upstream listed
         self._wanted: set[int] = set()  # the ids ``tables`` select
         self._registry = SchemaRegistry()  # only grows: versions are never taken back
+        self._origin = ""
         self._lock = threading.Lock()
         # a window that arrived in parts: the position after the parts held
         self._position: Checkpoint | None = None
@@ -145,6 +148,10 @@ class ChainSource(Source):
         with self._lock:
             return dict(self._stats)
 
+    def origin(self) -> str:
+        """The upstream relay's origin (its last ``/sources`` answer)."""
+        return self._origin
+
     def _conn_or_fail(self) -> RelayConnection:
         if self._conn is None:
             raise ConfigError("the chain source was not opened")
@@ -155,6 +162,7 @@ class ChainSource(Source):
         conn = self._conn_or_fail()
         with _translated(self.url):
             listed = conn.sources()
+            self._origin = conn.origin or self._origin
             chosen = [SourceInfo(i, n) for i, n in listed
                       if not self._patterns or any(p.fullmatch(n) for p in self._patterns)]
             registry = conn.register([s.id for s in chosen]) if chosen else SchemaRegistry()

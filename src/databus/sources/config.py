@@ -247,9 +247,11 @@ class MysqlSourceConfig(ServerSourceConfig):
 
     kind: ClassVar[str] = "mysql"
     tls: SourceTlsConfig | None = Field(None, description="TLS to the source database")
-    server_id: int = Field(
-        1_000_001, ge=1, le=2**32 - 1,
-        description="the replica server id this relay uses (unique per server)")
+    server_id: int | None = Field(
+        None, ge=1, le=2**32 - 1,
+        description="the replica server id this relay uses, unique among the server's"
+                    " replicas; default: derived from the relay's name, in"
+                    " 3000000000..3999999999")
     start_gtid: str | None = Field(
         None, pattern=r"^(\d+-\d+-\d+(,\d+-\d+-\d+)*|[0-9a-fA-F-]{36}(:\d+(-\d+)?)+"
                       r"(,[0-9a-fA-F-]{36}(:\d+(-\d+)?)+)*)$",
@@ -264,11 +266,12 @@ class PostgresSourceConfig(ServerSourceConfig):
     slot: str | None = Field(
         None, pattern=r"^[a-z0-9_]{1,63}$",
         description="the logical replication slot this relay owns (created on a fresh"
-                    " start; default databus_<relay name>)")
+                    " start; default databus_<relay name>, in a cluster without a name"
+                    " databus_<cluster name>)")
     publication: str | None = Field(
         None, pattern=r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$",
-        description="the publication whose changes are read (default databus_<relay"
-                    " name>); it must cover every captured table")
+        description="the publication whose changes are read (default as the slot's); it"
+                    " must cover every captured table")
     create_publication: bool = Field(
         False, description="create the publication (or add the missing tables to it) at"
                            " start instead of refusing with the statement to run; needs the"

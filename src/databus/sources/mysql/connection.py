@@ -5,7 +5,11 @@ Driver errors are translated here, by ONE classifier (:func:`translated` /
 connection or a server shutting down is a :class:`SourceUnavailableError`
 (transient); wrong credentials a :class:`ConfigError`; a purged binlog position
 :class:`SourcePositionLostError`; any other statement the server refuses a
-:class:`StatementError` (terminal) naming what was being done.
+:class:`StatementError` (terminal) naming what was being done. Another replica
+connecting with this one's ``server_id`` (MariaDB's error 4052, MySQL's 1236 "A slave
+with the same server_uuid/server_id") is a :class:`ConfigError` naming the id and the
+remedy: retrying would only take the connection back from the other replica, which
+then does the same.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ ER_NET_READ_INTERRUPTED = 1159
 ER_NET_ERROR_ON_WRITE = 1160
 ER_NET_WRITE_INTERRUPTED = 1161
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236  # the position was purged (or is invalid)
+ER_SLAVE_SAME_ID = 4052  # MariaDB: another replica connected with this server_id
+_SAME_ID_TEXT = "same server_uuid/server_id"  # MySQL says it with 1236
 CR_MIN_CLIENT_ERROR = 2000  # 2000 and up: the client library's (connection) errors
 CR_SERVER_LOST = 2013
 _TRANSIENT_SERVER_ERRORS = frozenset({
@@ -54,14 +60,24 @@ def error_number(exc: BaseException) -> int | None:
     return args[0] if args and isinstance(args[0], int) else None
 
 
-def classify(exc: BaseException, what: str, url: MysqlUrl | None = None
+def classify(exc: BaseException, what: str, url: MysqlUrl | None = None, *,
+             server_id: int | None = None
              ) -> ConfigError | SourcePositionLostError | SourceUnavailableError | StatementError:
-    """The project's error for a pymysql error (or OSError) raised while doing ``what``."""
+    """The project's error for a pymysql error (or OSError) raised while doing ``what``
+    (``server_id``: the replica id of a binlog dump, named when another replica takes it)."""
     number = error_number(exc)
     where = f" at {url.host}:{url.port}" if url is not None else ""
     text = str(exc.args[1]) if number is not None and len(exc.args) > 1 else str(exc)
     if number == ER_ACCESS_DENIED_ERROR and url is not None:
         return ConfigError(f"access denied for {url.user}@{url.host}:{url.port}")
+    if number == ER_SLAVE_SAME_ID or (number == ER_MASTER_FATAL_ERROR_READING_BINLOG
+                                      and _SAME_ID_TEXT in text):
+        sid = f"server_id {server_id}" if server_id is not None else "this relay's server_id"
+        return ConfigError(
+            f"another replica connected{where} with {sid} and the server dropped this"
+            f" relay's binlog dump ({text.split(';')[0]}): each relay needs its own"
+            " server_id: set server_id: (--server-id) or give each relay its own name"
+            " (--name, name:), from which the id is derived")
     if number == ER_MASTER_FATAL_ERROR_READING_BINLOG:
         return SourcePositionLostError(
             f"binlog position is gone (purged?) while {what}: {text}; consumers must bootstrap")
@@ -131,6 +147,47 @@ def server_facts(url: MysqlUrl) -> ServerFacts:
 
 
 _COM_BINLOG_DUMP = 0x12
+_COM_REGISTER_SLAVE = 0x15
+_ER_SPECIFIC_ACCESS_DENIED = 1227  # SHOW SLAVE HOSTS needs REPLICATION MASTER ADMIN
+
+
+def check_replica_id(con: Any, url: MysqlUrl, server_id: int, report_host: str) -> None:
+    """Refuse (:class:`ConfigError`, naming both) to dump as ``server_id`` while another
+    replica registered it (``SHOW SLAVE HOSTS``): the server would drop that replica's
+    connection for this one. A replica registered under ``report_host`` is this relay's
+    own earlier connection (a restart before the server noticed the old one go): the
+    new dump replaces it. Without the right to list replicas (MariaDB's REPLICATION
+    MASTER ADMIN, MySQL's REPLICATION SLAVE) nothing is checked here; a clash then
+    shows as the server's error when the dump starts (:func:`classify`)."""
+    try:
+        with con.cursor() as cur:
+            cur.execute("SHOW SLAVE HOSTS")
+            rows = cur.fetchall()
+    except pymysql.err.Error as exc:
+        err = classify(exc, "listing replicas", url)
+        if isinstance(err, SourceUnavailableError):
+            raise err from exc
+        return  # not allowed to look (or no such statement): the dump's error tells
+    for row in rows:
+        other, host = int(row[0]), str(row[1] or "")
+        if other == server_id and host != report_host:
+            raise ConfigError(
+                f"server_id {server_id} is already used by replica {host or '(unnamed)'!r}"
+                f" of {url.host}:{url.port}; this relay ({report_host!r}) would take its"
+                " connection: give each relay its own server_id (server_id:, --server-id)"
+                " or its own name (--name, name:), from which the id is derived")
+
+
+def _register_replica(con: Any, server_id: int, report_host: str) -> None:
+    """``COM_REGISTER_SLAVE``: listed by ``SHOW SLAVE HOSTS`` as ``report_host`` while
+    the connection lives."""
+    host = report_host.encode()[:60]
+    # server id u32, host (length-prefixed), user and password (empty), port u16,
+    # replication rank u32, master id u32
+    payload = (struct.pack("<I", server_id) + bytes([len(host)]) + host + b"\x00\x00"
+               + struct.pack("<HII", 0, 0, 0))
+    con._execute_command(_COM_REGISTER_SLAVE, payload)
+    con._read_packet()  # OK, or an error packet pymysql raises
 _COM_BINLOG_DUMP_GTID = 0x1E
 _THROUGH_GTID = 0x04  # flag: the GTID set is given as data
 
@@ -179,9 +236,17 @@ class BinlogStream:
 
     def __init__(self, url: MysqlUrl, *, server_id: int, file: str, pos: int,
                  heartbeat: float = 1.0, read_timeout: float = 10.0,
-                 gtid: str | None = None, mariadb: bool = True) -> None:
+                 gtid: str | None = None, mariadb: bool = True,
+                 report_host: str = "") -> None:
+        """``report_host``: register as a replica under this name (``COM_REGISTER_SLAVE``,
+        shown by ``SHOW SLAVE HOSTS``) after checking no other replica registered
+        ``server_id`` (:func:`check_replica_id`); empty: neither."""
+        self.server_id = server_id
         self._con = connect(url)
         try:
+            if report_host:
+                check_replica_id(self._con, url, server_id, report_host)
+                _register_replica(self._con, server_id, report_host)
             with self._con.cursor() as cur:
                 cur.execute("SELECT @@global.binlog_checksum")
                 self.checksum = str(cur.fetchone()[0]).upper() == "CRC32"
@@ -205,7 +270,10 @@ class BinlogStream:
             self._sock.settimeout(read_timeout)
         except pymysql.err.Error as exc:
             self._con.close()
-            raise classify(exc, "starting the binlog dump") from exc
+            raise classify(exc, "starting the binlog dump", server_id=server_id) from exc
+        except BaseException:
+            self._con.close()
+            raise
         self._buf = b""  # received, not yet returned: packets from _off on
         self._off = 0
         self._seq = 1  # the sequence number of the next packet
@@ -251,7 +319,8 @@ class BinlogStream:
             try:
                 pymysql.err.raise_mysql_exception(data)
             except pymysql.err.Error as exc:
-                raise classify(exc, "reading the binlog stream") from exc
+                raise classify(exc, "reading the binlog stream",
+                               server_id=self.server_id) from exc
         return data[1:]
 
     def _need(self, n: int) -> None:

@@ -25,6 +25,13 @@ Guarantees (the :class:`~databus.sources.base.Source` contract, made concrete):
   kept.
 * ``after_scn = -1`` starts at the server's current binlog end, or right after
   ``start_gtid`` (MariaDB GTID state) when given; later restarts use the SCN.
+* **Replica id**: the dump connects as ``server_id`` (config), else the relay's
+  (``Capturer.server_id``, derived from its name: :func:`~databus.sources.base.
+  derived_server_id`), registered as replica ``databus <name>@<host>``; an id another
+  replica holds is refused (:mod:`.connection`), never fought over.
+* **Origin** (:meth:`origin`): MySQL ``mysql:<@@server_uuid>``, MariaDB
+  ``mariadb:<@@hostname>:<@@port>/<@@server_id>``: the server whose binlog positions
+  the SCNs are.
 
 Rows are encoded by a codec compiled per table shape (:mod:`.fastpath`) and,
 where that codec does not apply, by the Python decoder (:mod:`.rows`); both
@@ -65,7 +72,7 @@ from databus.core.schema import (
     table_schema,
 )
 from databus.core.window import Window
-from databus.sources.base import Source, SourceInfo
+from databus.sources.base import Capturer, Source, SourceInfo
 from databus.sources.columns import ColumnFilter
 from databus.sources.config import MysqlSourceConfig
 from databus.sources.mysql import compressed, fastpath
@@ -77,7 +84,9 @@ from databus.sources.mysql.checks import check_server, describe, mysql_url
 from databus.sources.mysql.connection import (
     BinlogStream,
     SqlSession,
+    check_replica_id,
     collations,
+    connect,
     master_status,
     server_facts,
 )
@@ -132,20 +141,24 @@ class MysqlSource(Source):
 
     def __init__(self, config: MysqlSourceConfig, *, name: str = "relay",
                  state_dir: Path | None = None, compiled: bool = True,
-                 heartbeat: float = 1.0) -> None:
+                 heartbeat: float = 1.0, capturer: Capturer | None = None) -> None:
         """Describes the capture and does no I/O: :meth:`open` connects, checks the
         server, loads the schema history and creates the signal table.
 
-        ``name``: the relay's name (its state files); ``state_dir``: where the schema
+        ``name``: the relay's name (its state files), or ``capturer``: the relay's
+        identity (also its replica id); ``state_dir``: where the schema
         history and snapshot progress are kept; ``compiled``: use the C row codec
         when built; ``heartbeat``: seconds between the server's heartbeats.
         """
+        who = capturer if capturer is not None else Capturer(name)
+        name = who.name
+        self.report_host = who.label()
         self.config = config
         self.url = mysql_url(config)
         self._include = _regexes(config.tables or [".*"])
         self._exclude = _regexes(config.exclude_tables)
         self._columns = ColumnFilter.of(config)
-        self.server_id = config.server_id
+        self.server_id = who.replica_id(config.server_id)
         self.heartbeat = heartbeat
         self.start_gtid = config.start_gtid
         self.snapshot_mode = config.snapshot_mode
@@ -181,6 +194,7 @@ class MysqlSource(Source):
         self._new_filters: tuple[list[re.Pattern[str]], list[re.Pattern[str]],
                                  ColumnFilter] | None = None
         self._opened = False
+        self._origin = ""
         self._progress_every = config.progress_interval
         self._last_out = time.monotonic()  # when the last window left (progress windows)
         self._last_scn = -1
@@ -199,7 +213,8 @@ class MysqlSource(Source):
         if self._opened:
             return
         facts = server_facts(self.url)
-        log.info("%s", describe(facts))
+        log.info("%s; reading its binlog as replica %r, server_id %d", describe(facts),
+                 self.report_host, self.server_id)
         check_server(facts)
         self.mariadb = facts.is_mariadb
         self._collations = collations(self.url)
@@ -214,7 +229,25 @@ class MysqlSource(Source):
         self._records = ProgressRecords(self._records_path, keep=None)
         if self.snapshot_mode != "no_data":
             self._snap_io.ensure_signal_table()
+        self._origin = self._read_origin()
+        # a start that would take another replica's connection is refused here, at once
+        con = connect(self.url)
+        try:
+            check_replica_id(con, self.url, self.server_id, self.report_host)
+        finally:
+            con.close()
         self._opened = True
+
+    def _read_origin(self) -> str:
+        """See the module docstring (**Origin**)."""
+        if not self.mariadb:
+            (row,) = self._sql.query("SELECT @@server_uuid")
+            return f"mysql:{row[0]}"
+        (row,) = self._sql.query("SELECT @@hostname, @@port, @@server_id")
+        return f"mariadb:{row[0]}:{row[1]}/{row[2]}"
+
+    def origin(self) -> str:
+        return self._origin
 
     # -- schemas -----------------------------------------------------------------
 
@@ -397,7 +430,8 @@ class MysqlSource(Source):
         self._file = file  # with a GTID start, the server's first ROTATE names the file
         self._stream = BinlogStream(self.url, server_id=self.server_id, file=file, pos=pos,
                                     heartbeat=self.heartbeat, read_timeout=self.heartbeat * 5,
-                                    gtid=gtid, mariadb=self.mariadb)
+                                    gtid=gtid, mariadb=self.mariadb,
+                                    report_host=self.report_host)
         self._stream_scn = after_scn
         self._last_scn = after_scn
         self._reset_txn()

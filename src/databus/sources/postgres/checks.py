@@ -164,11 +164,24 @@ def ensure_publication(session: SqlSession, name: str, tables: list[TableFacts],
     session.query(statement)
 
 
+def slot_holder(session: SqlSession, pid: int) -> str:
+    """Who holds a slot: the application name and client address of server process
+    ``pid`` ("" when it is gone or not visible to this role)."""
+    rows = session.query("SELECT application_name, client_addr::text FROM pg_stat_activity"
+                         " WHERE pid = %s", (pid,))
+    if not rows:
+        return ""
+    name, addr = rows[0]
+    return f"{name or '(no name)'} from {addr or 'a local socket'}"
+
+
 def check_slot(session: SqlSession, slot: str, database: str, facts: ServerFacts,
-               *, wait: float = 10.0) -> SlotFacts | None:
+               *, wait: float = 10.0, label: str = "") -> SlotFacts | None:
     """The slot's facts (None: it does not exist and one is free to create). A slot held
-    by a process is waited for up to ``wait`` seconds (a killed relay's server process
-    may take a moment to go), then refused."""
+    by another relay (a process whose application name is not ``label``, this relay's)
+    is refused at once, naming both; one held under this relay's own name (its killed
+    predecessor's server process, which may take a moment to go) is waited for up to
+    ``wait`` seconds, then refused."""
     deadline = time.monotonic() + wait
     while True:
         found = slot_facts(session, slot)
@@ -186,9 +199,30 @@ def check_slot(session: SqlSession, slot: str, database: str, facts: ServerFacts
                 " another slot name")
         if found.active_pid is None:
             return found
-        if time.monotonic() >= deadline:
+        holder = slot_holder(session, found.active_pid)
+        ours = bool(label) and holder.startswith(f"{label} from ")
+        if not ours or time.monotonic() >= deadline:
             raise ConfigError(
                 f"replication slot {slot} is in use by another process (pid"
-                f" {found.active_pid}): another relay with the same slot? give each relay"
-                " its own slot")
+                f" {found.active_pid}: {holder or 'not visible to this role'}); this relay"
+                f" is {label or '(unnamed)'}: two relays cannot share a slot: give each its"
+                " own name (--name, name:) or slot (slot:)")
         time.sleep(0.2)
+
+
+def check_legacy_slot(session: SqlSession, slot: str, legacy: str, database: str) -> None:
+    """A relay with a derived name and no slot of its own (``slot``) must not start
+    while an idle slot ``legacy`` (``databus_relay``: every relay's before names were
+    derived) of its database exists: it may be this relay's, with its position, and
+    left alone it holds WAL for ever. Refused with one line naming ``--name relay``."""
+    if slot == legacy or slot_facts(session, slot) is not None:
+        return
+    old = slot_facts(session, legacy)
+    if old is None or old.database != database or old.active_pid is not None:
+        return  # none, another database's, or in use by a running relay
+    raise ConfigError(
+        f"replication slot {legacy} of database {database} is from before relays had their"
+        f" own names and this relay's slot {slot} does not exist: if {legacy} is this"
+        " relay's, start it with --name relay (name: relay) to keep its position; if no"
+        f" relay uses it, drop it (SELECT pg_drop_replication_slot('{legacy}')): it holds"
+        " WAL for ever; to start beside it, give this relay a name")

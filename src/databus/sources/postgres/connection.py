@@ -59,6 +59,7 @@ class PgUrl:
     user: str
     database: str
     password: str = field(default="", repr=False)
+    application_name: str = "databus"  # how the server lists the connections (pg_stat_activity)
 
     def where(self) -> str:
         return f"{self.user}@{self.host}:{self.port}/{self.database}"
@@ -68,7 +69,8 @@ class PgUrl:
                            for k, v in SESSION_SETTINGS.items())
         args: dict[str, Any] = {"host": self.host, "port": self.port, "user": self.user,
                                 "dbname": self.database, "options": options,
-                                "connect_timeout": 10, "application_name": "databus"}
+                                "connect_timeout": 10,
+                                "application_name": self.application_name}
         if self.password:
             args["password"] = self.password
         return args

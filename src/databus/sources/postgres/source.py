@@ -16,7 +16,8 @@ Guarantees (the :class:`~databus.sources.base.Source` contract, made concrete):
   temporary file) and decoded into one window at its Stream Commit, never
   before; a Stream Abort drops it, or the part of an aborted subtransaction.
   Older servers: protocol 1 (the server decodes a transaction at its commit).
-* **Slot** (``slot``, default ``databus_<relay name>``): created on a fresh
+* **Slot** (``slot``, default ``databus_<shared name>``: the relay's name, or its
+  cluster's; :class:`~databus.sources.base.Capturer`): created on a fresh
   start (``after_scn < 0``); its confirmed flush LSN moves only to SCNs the
   relay passed to :meth:`acknowledge` (which the relay calls with what its
   buffer no longer needs, docs/postgresql.md), so the server keeps the WAL of
@@ -91,7 +92,7 @@ import re
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -104,10 +105,12 @@ from databus.core.errors import (
     InvalidRequestError,
     SchemaError,
     SourcePositionLostError,
+    SourceUnavailableError,
+    StatementError,
 )
 from databus.core.schema import ColumnSpec, SchemaRegistry, TableSchema, table_schema
 from databus.core.window import Window
-from databus.sources.base import Source, SourceInfo
+from databus.sources.base import Capturer, Source, SourceInfo
 from databus.sources.columns import ColumnFilter
 from databus.sources.config import PostgresSourceConfig
 from databus.sources.mysql import incremental as inc
@@ -152,6 +155,15 @@ def pg_url(config: PostgresSourceConfig) -> PgUrl:
     return parse_pg_url(config.url, password=config.password())
 
 
+def _origin(sql: SqlSession, database: str) -> str:
+    try:
+        (row,) = sql.query("SELECT system_identifier::text FROM pg_control_system()")
+    except (StatementError, ConfigError) as exc:  # a server hiding it from this role
+        log.warning("no origin for this source (pg_control_system: %s)", exc)
+        return ""
+    return f"postgresql:{row[0]}/{database}"
+
+
 def default_name(relay_name: str) -> str:
     """``databus_<relay name>`` as a slot/publication name (lowercase, [a-z0-9_])."""
     base = re.sub(r"[^a-z0-9_]", "_", relay_name.lower())
@@ -190,17 +202,27 @@ class PostgresSource(Source):
 
     def __init__(self, config: PostgresSourceConfig, *, name: str = "relay",
                  state_dir: Path | None = None, slot_wait: float = 10.0,
-                 compiled: bool | None = None, stream_memory: int = STREAM_MEMORY) -> None:
+                 compiled: bool | None = None, stream_memory: int = STREAM_MEMORY,
+                 capturer: Capturer | None = None) -> None:
         """Describes the capture and does no I/O: :meth:`open` checks the server, the
-        publication and the slot. ``slot_wait``: how long a start waits for a slot held
-        by another process (a killed relay's server process) before refusing.
+        publication and the slot. ``name``: the relay's name, or ``capturer``: its
+        identity (state files, slot and publication defaults, the connections'
+        application name). ``slot_wait``: how long a start waits for a slot held under
+        this relay's own name (its killed predecessor's server process) before refusing;
+        another relay's is refused at once.
         ``compiled``: decode in C (True), in Python (False), or in C when built (None).
         ``stream_memory``: bytes of streamed transactions' messages held in memory
         before they spill to a temporary file (in ``state_dir`` when given)."""
+        who = capturer if capturer is not None else Capturer(name)
+        name = who.name
         self.config = config
-        self.url = pg_url(config)
-        self.slot = config.slot or default_name(name)
-        self.publication = config.publication or default_name(name)
+        self.url = replace(pg_url(config), application_name=who.label(63))
+        self.slot = config.slot or default_name(who.shared_name)
+        self.publication = config.publication or default_name(who.shared_name)
+        # a derived name's fresh start must not pass over the slot every relay had before
+        self._legacy_slot = (default_name(who.legacy) if who.legacy and not config.slot
+                             else None)
+        self._origin = ""
         self._include = _regexes(config.tables or [".*"])
         self._exclude = _regexes(config.exclude_tables)
         self._columns = ColumnFilter.of(config)
@@ -277,9 +299,14 @@ class PostgresSource(Source):
             tables = [t for t in checks.matching_tables(sql, self._include, self._exclude)
                       if t.full_name != self.signal_table]
             checks.check_tables(tables, self.config.tables)
+            # the slot before the publication: a refused start creates nothing
+            if self._legacy_slot is not None:
+                checks.check_legacy_slot(sql, self.slot, self._legacy_slot, self.url.database)
+            checks.check_slot(sql, self.slot, self.url.database, facts, wait=self._slot_wait,
+                              label=self.url.application_name)
             checks.ensure_publication(sql, self.publication, tables,
                                       create=self.config.create_publication)
-            checks.check_slot(sql, self.slot, self.url.database, facts, wait=self._slot_wait)
+            self._origin = _origin(sql, self.url.database)
         except BaseException:
             sql.close()
             raise
@@ -305,6 +332,11 @@ class PostgresSource(Source):
                      " publication %s; to turn them on run %s", self.signal_table,
                      self.publication, self._signals_off)
         self._opened = True
+
+    def origin(self) -> str:
+        """``postgresql:<system identifier>/<database>``: the server whose WAL positions
+        the SCNs are, and the database whose changes they carry."""
+        return self._origin
 
     def close(self) -> None:
         self._close_stream()
@@ -482,10 +514,14 @@ class PostgresSource(Source):
 
     def _open_stream(self, after_scn: int, floor: int) -> None:
         self._slot_floor = floor
-        self._stream = ReplicationStream(self.url, slot=self.slot,
-                                         publication=self.publication,
-                                         start_lsn=max(after_scn, 0),
-                                         streaming=self._streaming)
+        try:
+            self._stream = ReplicationStream(self.url, slot=self.slot,
+                                             publication=self.publication,
+                                             start_lsn=max(after_scn, 0),
+                                             streaming=self._streaming)
+        except SourceUnavailableError:
+            self._refuse_if_taken()
+            raise
         self._stream_scn = after_scn
         self._last_scn = after_scn
         self._rels.clear()  # the server sends every Relation again in a new session
@@ -500,6 +536,21 @@ class PostgresSource(Source):
             self._confirmed = -1  # a new session: say it again
         log.info("replication of slot %s started after %s", self.slot,
                  po.lsn_text(after_scn) if after_scn >= 0 else "its confirmed position")
+
+    def _refuse_if_taken(self) -> None:
+        """Replication could not start: when another relay holds the slot now, that is
+        terminal (retrying would only fight it for the slot), naming both."""
+        assert self._sql is not None
+        found = checks.slot_facts(self._sql, self.slot)
+        if found is None or found.active_pid is None:
+            return
+        holder = checks.slot_holder(self._sql, found.active_pid)
+        if not holder.startswith(f"{self.url.application_name} from "):
+            raise ConfigError(
+                f"replication slot {self.slot} is in use by another process (pid"
+                f" {found.active_pid}: {holder or 'not visible to this role'}); this relay"
+                f" is {self.url.application_name}: two relays cannot share a slot: give"
+                " each its own name (--name, name:) or slot (slot:)")
 
     def _start_snapshot(self) -> None:
         """Create the slot exporting its snapshot and start reading the tables in it."""

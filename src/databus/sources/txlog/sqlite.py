@@ -62,8 +62,15 @@ database was replaced or capture re-installed from scratch), raises
 :class:`~databus.core.errors.SourcePositionLostError` (``when_needed``: a
 snapshot instead).
 
-**Trimming.** Each source registers its relay name in ``_databus_relays`` when
-it starts (position -1, or kept from before) and :meth:`acknowledge` moves it.
+**Trimming.** Each source registers its relay's shared name
+(``Capturer.shared_name``: the relay's name, or its cluster's) in
+``_databus_relays`` when it starts (position -1, or kept from before) and
+:meth:`acknowledge` moves it; two relays with different names never share a row,
+so neither trims what the other has not read. A relay whose name was derived
+(``Capturer.legacy``) that finds no row of its own but one named ``relay`` (every
+relay's name before names were derived) refuses to start, naming ``--name relay``:
+adopting the row could take another relay's position, ignoring it would hold back
+trimming for ever.
 Txlog rows at or below the lowest position of all registered relays are
 deleted, with the cuts at or below them, in batches of short write
 transactions. A relay that is gone for good must be removed
@@ -128,7 +135,11 @@ when the position is gone (the next window is then above the lost position
 and the current txlog end); ``always`` snapshots at every start. How chunks
 stay consistent with the stream, the marker rows that give every chunk window
 a fresh SCN, and what a restart resumes: :mod:`databus.sources.txlog.snapshot`.
-Progress is kept in ``<state_dir>/<relay_name>.sqlite-snapshot.json``
+**Origin** (:meth:`origin`): ``sqlite:`` and the installation's random id
+(``_databus_meta.epoch``), the same for every relay capturing the database; a new id
+(a capture installed from scratch) means new SCNs.
+
+Progress is kept in ``<state_dir>/<relay name>.sqlite-snapshot.json``
 (in memory without ``state_dir``: a restarted process then resumes nothing and
 follows its mode from the position it is given).
 
@@ -152,7 +163,7 @@ from databus.core import event as ev
 from databus.core.errors import ConfigError, SourcePositionLostError, TerminalError
 from databus.core.schema import MetadataCodec, SchemaRegistry
 from databus.core.window import Window
-from databus.sources.base import Source, SourceInfo
+from databus.sources.base import Capturer, Source, SourceInfo
 from databus.sources.columns import ColumnFilter
 from databus.sources.config import SqliteSourceConfig
 from databus.sources.progress import ProgressRecords
@@ -190,7 +201,8 @@ class SqliteSource(Source):
 
     The constructor only describes the capture. :meth:`open` installs (or updates) it:
     it switches the database to WAL, creates the ``_databus_*`` tables and triggers,
-    and registers ``name`` (the relay's) for trimming. ``poll_interval`` (config) is
+    and registers the relay (``capturer``, else ``Capturer(name)``) for trimming.
+    ``poll_interval`` (config) is
     the pause between polls of an idle txlog (an idle poll costs one
     ``PRAGMA data_version``); ``busy_timeout`` is how long a statement waits for the
     application's locks; ``state_dir`` is where snapshot progress is kept;
@@ -198,7 +210,8 @@ class SqliteSource(Source):
     """
 
     def __init__(self, config: SqliteSourceConfig, *, name: str = "relay",
-                 busy_timeout: float = 5.0, state_dir: Path | None = None) -> None:
+                 busy_timeout: float = 5.0, state_dir: Path | None = None,
+                 capturer: Capturer | None = None) -> None:
         path = config.url[len("sqlite:///"):] if config.url.startswith("sqlite:///") else ""
         if not path:
             raise ConfigError("sqlite source needs a path: sqlite:///PATH.db")
@@ -208,12 +221,13 @@ class SqliteSource(Source):
         self.path = Path(path)
         self.tables = list(config.tables)
         self.poll_interval = config.poll_interval
-        self.relay_name = name
+        self.capturer = capturer if capturer is not None else Capturer(name)
+        self.relay_name = self.capturer.shared_name  # its row of _databus_relays
         self.snapshot_mode = config.snapshot_mode
         self.chunk_size = config.snapshot_chunk_size
         self.shared_cuts = config.window_cuts == "shared"
         self.busy_timeout = busy_timeout
-        self._records_path = (Path(state_dir) / f"{name}.sqlite-snapshot.json"
+        self._records_path = (Path(state_dir) / f"{self.capturer.name}.sqlite-snapshot.json"
                               if state_dir else None)
         self._columns = ColumnFilter.of(config)
         # every schema this relay emitted (include/exclude_columns can change between
@@ -325,6 +339,10 @@ class SqliteSource(Source):
                 break
             stop.wait(min(self.poll_interval, remaining))
         return []
+
+    def origin(self) -> str:
+        """``sqlite:<installation id>`` (see the module docstring)."""
+        return "" if self._epoch is None else f"sqlite:{self._epoch:016x}"
 
     def complete_after(self, after_scn: int) -> int | None:
         """With ``no_data`` a fresh start reads the txlog from its oldest row: complete
@@ -792,10 +810,31 @@ class SqliteSource(Source):
 
     def _register_relay(self) -> None:
         with self._write_lock, translated("registering the relay"):
+            self._refuse_legacy_row()
             self._write_one(
                 "INSERT OR IGNORE INTO _databus_relays VALUES (?, coalesce((SELECT v FROM"
                 " _databus_meta WHERE k = 'trimmed_scn'), -1), ?)",
                 (self.relay_name, time.time()))
+
+
+    def _refuse_legacy_row(self) -> None:
+        """A relay with a derived name and no row of its own must not start beside a
+        row of the legacy name: see the module docstring (**Trimming**)."""
+        legacy = self.capturer.legacy
+        if legacy is None or legacy == self.relay_name:
+            return
+        rows = dict(self._writer.execute(
+            "SELECT name, acked_scn FROM _databus_relays WHERE name IN (?, ?)",
+            (self.relay_name, legacy)).fetchall())
+        if self.relay_name in rows or legacy not in rows:
+            return
+        raise ConfigError(
+            f"{self.path} has a trim registration {legacy!r} (acknowledged scn"
+            f" {rows[legacy]}) from before relays had their own names, and none for this"
+            f" relay ({self.relay_name!r}): if it is this relay's, start it with --name"
+            f" {legacy} (name: {legacy}) to keep its position; if no relay named {legacy}"
+            " captures this database any more, remove it (databus.sources.txlog.catalog."
+            f"forget_relay(path, {legacy!r})); to start beside it, give this relay a name")
 
 
 def _trim_batch(con: sqlite3.Connection) -> bool:
