@@ -54,6 +54,7 @@ import contextlib
 import json
 import os
 import re
+import socket
 import threading
 import time
 import uuid
@@ -65,6 +66,7 @@ from typing import Any, ClassVar
 from databus.binlog import events as ev
 from databus.core.atomic import write_atomic
 from databus.core.errors import BufferCorruptError, ConfigError, TerminalError
+from databus.core.lockfile import LockFile
 
 SERVER_VERSION = "8.0.36-databus"
 """What the Format_description and ``SELECT @@version`` say."""
@@ -229,9 +231,11 @@ class _End:
 class BinlogStore:
     """The binlog files of one data directory (see the module docstring).
 
-    The constructor opens (or creates) the directory and recovers it to the map; it
-    raises :class:`ConfigError` for a directory that holds another server's or a
-    foreign state file, :class:`BufferCorruptError` for a file shorter than its map.
+    The constructor opens (or creates) the directory, locks it (``<base>.lock``: one
+    binlog service per directory and base name, a second is refused naming the first)
+    and recovers it to the map; it raises :class:`ConfigError` for a directory that
+    holds another server's or a foreign state file, or that another service holds,
+    :class:`BufferCorruptError` for a file shorter than its map.
     """
 
     _NAME_RE: ClassVar[str] = r"\.(\d{6})$"
@@ -250,20 +254,30 @@ class BinlogStore:
         self._state_path = self.data_dir / f"{base}.state"
         self._index_path = self.data_dir / f"{base}.index"
         self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._lock = LockFile.take(
+            self.data_dir / f"{base}.lock",
+            {"what": f"binlog service {base}", "pid": os.getpid(),
+             "host": socket.gethostname(), "data_dir": str(self.data_dir.resolve())},
+            f"refusing to open the binlog files {self.data_dir / base}.*: another binlog"
+            " service writes them; give each service its own data_dir (--data-dir)")
         self._files: list[_FileEntry] = []
         self._purged_gno = 0
         self._meta: dict[str, Any] = {}
         self._next_meta: dict[str, Any] = {}
         self._holds: set[object] = set()  # sessions holding FLUSH TABLES WITH READ LOCK
         self._appending = False
-        if self._state_path.exists():
-            self._load()
-        else:
-            self.server_uuid = str(uuid.uuid4())
-            self._files = []
-            self._end = _End("", 0, 0, -1, 0)
-            self._create_file(1, first_gno=1)
-        self._recover()
+        try:
+            if self._state_path.exists():
+                self._load()
+            else:
+                self.server_uuid = str(uuid.uuid4())
+                self._files = []
+                self._end = _End("", 0, 0, -1, 0)
+                self._create_file(1, first_gno=1)
+            self._recover()
+        except BaseException:
+            self._lock.release()
+            raise
 
     # -- readers -------------------------------------------------------------
 
@@ -407,6 +421,7 @@ class BinlogStore:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+            self._lock.release()
 
     # -- the writer ----------------------------------------------------------
 

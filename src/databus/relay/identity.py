@@ -47,14 +47,12 @@ with one line naming both (the holder is read from the lock file).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import re
 import socket
 import time
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,6 +60,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from databus.buffer.persist import check_adoptable
 from databus.core.errors import ConfigError
+from databus.core.lockfile import LockFile
 from databus.relay.config import RelayConfig
 from databus.sources.base import LEGACY_NAME, Capturer, derived_server_id
 
@@ -202,67 +201,6 @@ def check_legacy_state(identity: RelayIdentity) -> None:
 # -- locks ---------------------------------------------------------------------------
 
 
-class _Lock:
-    """An exclusive ``flock`` on a small file that says who holds it (JSON)."""
-
-    def __init__(self, path: Path, fd: int) -> None:
-        self.path = path
-        self._fd: int | None = fd
-        # a relay dropped without stop() (tests, embedding) lets go when collected
-        self._finalizer = weakref.finalize(self, os.close, fd)
-
-    @classmethod
-    def take(cls, path: Path, holder: dict[str, Any], refuse: str) -> _Lock:
-        """Take the lock or raise ConfigError: ``refuse`` followed by the holder."""
-        if os.path.lexists(path) and not path.is_file():
-            raise ConfigError(f"refusing to use {path} as a lock file: it is not a regular"
-                              " file; it was left unchanged")
-        try:
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
-        except OSError as exc:
-            raise ConfigError(f"cannot lock {path}: {exc.strerror or exc}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            other = _read_holder(fd)
-            os.close(fd)
-            raise ConfigError(f"{refuse} (held by {other})") from None
-        except BaseException:
-            os.close(fd)
-            raise
-        lock = cls(path, fd)
-        lock.write(holder)
-        return lock
-
-    def write(self, holder: dict[str, Any]) -> None:
-        if self._fd is None:
-            return
-        data = json.dumps(holder).encode()
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, data, 0)
-
-    def release(self) -> None:
-        # the file stays: removing it could let two relays lock two different files
-        if self._fd is not None:
-            self._fd = None
-            self._finalizer()
-
-
-def _read_holder(fd: int) -> str:
-    try:
-        raw = json.loads(os.pread(fd, 4096, 0) or b"{}")
-    except (OSError, ValueError):
-        raw = {}
-    if not isinstance(raw, dict) or not raw.get("relay"):
-        return "a relay that has not said who it is yet"
-    parts = [f"relay {raw['relay']}", f"pid {raw.get('pid', '?')} on {raw.get('host', '?')}"]
-    for key in ("url", "buffer"):
-        if raw.get(key):
-            parts.append(f"{key} {raw[key]}")
-    return ", ".join(parts)
-
-
 class Claim:
     """The locks a relay holds while it runs (see the module docstring). Taken before
     anything is written: the buffer file (when one exists it must be a buffer file) and
@@ -272,21 +210,21 @@ class Claim:
         self.identity = identity
         self.buffer_path = config.buffer.path
         self._holder: dict[str, Any] = {
-            "relay": identity.name, "pid": os.getpid(), "host": identity.host,
+            "what": f"relay {identity.name}", "relay": identity.name, "pid": os.getpid(), "host": identity.host,
             "port": config.http.port, "since": time.time(),
             "buffer": str(self.buffer_path) if self.buffer_path else None}
-        self._locks: list[_Lock] = []
+        self._locks: list[LockFile] = []
         try:
             if self.buffer_path is not None:
                 if os.path.lexists(self.buffer_path):
                     check_adoptable(self.buffer_path)  # nothing written next to a stranger
-                self._locks.append(_Lock.take(
+                self._locks.append(LockFile.take(
                     self.buffer_path.with_name(self.buffer_path.name + ".lock"), self._holder,
                     f"refusing to start relay {identity.name}: its buffer file"
                     f" {self.buffer_path} is in use by another relay; two relays cannot share"
                     " one: give each its own buffer.path (--buffer-path)"))
             if identity.state_dir is not None:
-                self._locks.append(_Lock.take(
+                self._locks.append(LockFile.take(
                     identity.state_dir / f"{identity.name}.lock", self._holder,
                     f"refusing to start relay {identity.name}: its state"
                     f" {identity.state_path} is in use by another relay of that name; two"
