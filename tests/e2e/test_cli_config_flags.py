@@ -51,6 +51,9 @@ def test_options_given_with_a_config_file_win_and_are_kept_on_reload(tmp_path: P
                                      timeout=10).json() >= 1, 30, "the order captured")
         stop(relay)
         assert relay.returncode == 0
+        # every state file is named after this relay's derived name, none 'relay.*'
+        state = sorted(p.name for p in tmp_path.glob("*.json"))
+        assert state and all(n.startswith("cfg-") for n in state), state
         assert "config not reloaded" not in (tmp_path / "relay.log").read_text()
 
 

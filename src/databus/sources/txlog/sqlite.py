@@ -233,7 +233,7 @@ class SqliteSource(Source):
         # every schema this relay emitted (include/exclude_columns can change between
         # runs, and events of the old ones may still be in its buffer)
         self._history = SchemaHistory(
-            Path(state_dir) / f"{name}.sqlite-schemas.json" if state_dir else None)
+            Path(state_dir) / f"{self.capturer.name}.sqlite-schemas.json" if state_dir else None)
         self._pos: int | None = None  # the position read() continues from (None: not opened)
         self._snap: SnapshotState | None = None  # the running snapshot
         self._started = False  # this process started its mode's snapshot
