@@ -281,9 +281,10 @@ def matched_tables(data: dict[str, Any] | None, tables: Sequence[str]) -> list[s
     unknown = [p for p, r in zip(patterns, regexes, strict=True)
                if not any(r.fullmatch(t) for t in tables)]
     if unknown:
+        names = ", ".join(f"'{u}'" for u in unknown)
         raise InvalidRequestError(
-            f"execute-snapshot: no captured table matches {', '.join(map(repr, unknown))}"
-            " (regexes matched whole on the names of existing captured tables)")
+            f"execute-snapshot: no captured table matches {names} (regexes matched whole on"
+            " the names of existing captured tables)")
     return [t for t in tables if any(r.fullmatch(t) for r in regexes)]
 
 

@@ -21,7 +21,19 @@ Guarantees (the :class:`~databus.sources.base.Source` contract, made concrete):
   every rows event is decoded with the table map logged right before it.
 * **Filters**: tables by regexes on ``db.table`` (include, then exclude);
   columns by regexes on ``db.table.column`` (include, then exclude); key
-  columns are always kept.
+  columns are always kept. Filters that match no existing table are refused at
+  :meth:`MysqlSource.open` (and by :meth:`MysqlSource.reconfigure`) with a
+  :class:`~databus.core.errors.ConfigError`.
+* **Tables are listed from the start**: every captured table that exists at
+  :meth:`MysqlSource.open` is in :meth:`~MysqlSource.sources` and the registry
+  before its first change (a provisional version, :mod:`.versions`).
+* **Reads hand windows over when the stream has nothing more at once**: a read
+  returns the windows it holds as soon as no more bytes are received or readable
+  without blocking, whatever events (other tables', heartbeats) follow the last
+  one; windows already received leave together (up to 64 a read).
+* **Signals**: an ``execute-snapshot`` whose ``data-collections`` match no
+  captured table that exists is refused by :meth:`MysqlSource.signal`
+  (:class:`~databus.core.errors.InvalidRequestError`, nothing written).
 * ``after_scn = -1`` starts at the server's current binlog end, or right after
   ``start_gtid`` (MariaDB GTID state) when given; later restarts use the SCN.
 
@@ -44,12 +56,10 @@ from pathlib import Path
 from typing import Any
 
 from databus.core import event as ev
-from databus.core.atomic import write_atomic
 from databus.core.errors import (
     ConfigError,
     DatabusError,
     InvalidRequestError,
-    SchemaError,
     SourcePositionLostError,
     SourceUnavailableError,
     StatementError,
@@ -58,9 +68,7 @@ from databus.core.errors import (
 from databus.core.schema import (
     SCHEMA_CHANGES,
     ColumnSpec,
-    MetadataCodec,
     SchemaRegistry,
-    TableSchema,
     table_schema,
 )
 from databus.core.window import Window
@@ -83,12 +91,10 @@ from databus.sources.mysql.incremental import Coordinator
 from databus.sources.mysql.snapshots import ProgressRecords, SnapshotIO
 from databus.sources.mysql.tables import (
     Shape,
-    Version,
-    avro_type,
-    declared_type,
     meta_middle,
     source_id,
 )
+from databus.sources.mysql.versions import Versions, signature
 from databus.sources.sqlfilter import checked_conditions
 
 log = logging.getLogger("databus.sources.mysql")
@@ -160,20 +166,17 @@ class MysqlSource(Source):
             log.warning("the compiled row codec is not built; using the slower Python decoder")
         self.mariadb = True  # known after open()
         self._collations: dict[int, str] = {}
-        self._registry = SchemaRegistry()
-        self._history = state_dir / f"{name}.mysql-schemas.json" if state_dir else None
-        self._versions: dict[bytes, Version] = {}  # by schema id
-        self._shapes: dict[bytes, Shape] = {}  # by table map body (without table id)
+        self._tv = Versions(state_dir / f"{name}.mysql-schemas.json" if state_dir else None,
+                            self.compiled)
         # TABLE_MAP body (with table id) -> its parse: each transaction repeats the map of
         # every table it touches, so one-row transactions would parse it once per row (a
         # third of their capture time: bench/peers/capture_profile.py)
         self._table_defs: dict[bytes, tuple[br.TableDef, str]] = {}
         self._wanted_names: dict[str, bool] = {}  # _wanted's answers until filters change
-        self._by_src: dict[int, SourceInfo] = {}
-        self._ddl_version = self._internal_schema(SCHEMA_CHANGES, SCHEMA_CHANGE_AVRO,
-                                                  ("db", "table"))
-        self._notify_version = self._internal_schema(NOTIFICATIONS, NOTIFICATION_AVRO,
-                                                     ("snapshot",))
+        self._ddl_version = self._tv.internal(SCHEMA_CHANGES, SCHEMA_CHANGE_AVRO,
+                                              ("db", "table"))
+        self._notify_version = self._tv.internal(NOTIFICATIONS, NOTIFICATION_AVRO,
+                                                 ("snapshot",))
         self._records_path = state_dir / f"{name}.mysql-snapshot.json" if state_dir else None
         self._notices: list[dict[str, Any]] = []
         self._snapshotted = False  # a mode's own snapshot was started by this process
@@ -184,7 +187,6 @@ class MysqlSource(Source):
             + ["snapshot_rows_total"], 0.0)
         self._new_filters: tuple[list[re.Pattern[str]], ...] | None = None  # reconfigure()
         self._opened = False
-        self._hold_history = False  # _know_tables writes the schema history once
         self._progress_every = config.progress_interval
         self._last_out = time.monotonic()  # when the last window left (progress windows)
         self._last_scn = -1
@@ -208,7 +210,7 @@ class MysqlSource(Source):
         self.mariadb = facts.is_mariadb
         self._collations = collations(self.url)
         self._table_defs.clear()  # parsed with the collations of the last connection
-        self._load_history()
+        self._tv.load()
         self._sql = SqlSession(self.url)
         self._snap_io = SnapshotIO(self._sql, self.signal_table, self._wanted, self._shape_of)
         self._coord = Coordinator(self._snap_io, self.config.snapshot_chunk_size, self._wanted)
@@ -217,7 +219,8 @@ class MysqlSource(Source):
         # windows than the cap pass between two flushes of the relay's state
         self._records = ProgressRecords(self._records_path, keep=None)
         try:
-            self._captured(self._snap_io)
+            self._tv.list_tables(self._snap_io.table_defs(self._captured(self._snap_io)).items(),
+                                 self._keep)
             if self.snapshot_mode != "no_data":
                 self._snap_io.ensure_signal_table()
         except BaseException:
@@ -234,66 +237,12 @@ class MysqlSource(Source):
                               f" {self.url.host}:{self.url.port}")
         return tables
 
-    def _know_tables(self) -> None:
-        """Each captured table without a version yet gets the version information_schema
-        describes now (:func:`.chunks.table_def`: the one its binlog rows will have), so
-        ``/sources`` and ``/register`` list it before its first change and a consumer
-        started first does not meet ``UnknownSource``. Called only where the dump starts
-        at the binlog's end, and before its position is read: a stream replaying older
-        binlog could show an older shape after this one, which would then take a higher
-        version number. A table information_schema cannot describe so (a type snapshots
-        do not read) becomes known at its first change, as every table does otherwise."""
-        known = set(self._registry.source_ids())
-        names = [n for n in self._snap_io.tables() if source_id(n) not in known]
-        versions = len(self._versions)
-        self._hold_history = True  # one history write for all, not one per table
-        try:
-            for name, td in self._snap_io.table_defs(names).items():
-                if isinstance(td, SchemaError):
-                    log.info("%s is listed from its first change on: %s", name, td)
-                else:
-                    self._shape_of(td)
-        finally:
-            self._hold_history = False
-        if len(self._versions) > versions and self._history is not None:
-            write_atomic(self._history, self._registry.to_json().encode())
-
     # -- schemas -----------------------------------------------------------------
-
-    def _internal_schema(self, name: str, avro: dict[str, Any], keys: tuple[str, ...]
-                         ) -> Version:
-        schema = TableSchema(source_id(name), name, 1, avro, keys)
-        self._registry.add(schema)
-        self._by_src[schema.src_id] = SourceInfo(schema.src_id, name)
-        return Version(schema)
-
-    def _load_history(self) -> None:
-        if self._history is None or not self._history.exists():
-            return
-        try:
-            saved = SchemaRegistry.from_json(self._history.read_bytes())
-        except (OSError, SchemaError) as exc:
-            raise SchemaError(f"schema history {self._history} is unreadable: {exc}") from exc
-        for src in saved.source_ids():
-            for s in saved.versions(src):
-                self._add_version(s, save=False)
 
     def adopt_schemas(self, registry: SchemaRegistry) -> None:
         """Versions a former leader published (copied by this relay as a follower) join
         the schema history, so numbering and ids continue after a failover."""
-        for src in registry.source_ids():
-            for s in registry.versions(src):
-                if s.id not in self._versions:
-                    self._add_version(s)
-
-    def _add_version(self, schema: TableSchema, *, save: bool = True) -> Version:
-        version = Version(schema)
-        self._versions[schema.id] = version
-        self._registry.add(schema)
-        self._by_src[schema.src_id] = SourceInfo(schema.src_id, schema.name)
-        if save and self._history is not None and not self._hold_history:
-            write_atomic(self._history, self._registry.to_json().encode())
-        return version
+        self._tv.adopt(registry)
 
     def _keep(self, td: br.TableDef) -> list[bool]:
         names = td.names or [f"col{i}" for i in range(len(td.types))]
@@ -306,41 +255,11 @@ class MysqlSource(Source):
         return out
 
     def _shape(self, table_map: bytes, td: br.TableDef) -> Shape:
-        shape = self._shapes.get(table_map)
-        if shape is not None:
-            return shape
-        name = f"{td.schema}.{td.table}"
-        src = source_id(name)
-        keep = self._keep(td)
-        names = td.names or [f"col{i}" for i in range(len(td.types))]
-        specs = [ColumnSpec(n, avro_type(td, i), nullable=True, sql_type=declared_type(td, i))
-                 for i, n in enumerate(names) if keep[i]]
-        keys = tuple(names[i] for i in td.primary_key)
-        avro = table_schema(td.schema, td.table, specs)
-        known = self._registry.versions(src) if src in self._registry.source_ids() else []
-        probe = TableSchema(src, name, 0, avro, keys)
-        # a version recorded before fields carried their declared type (sql_type) is the
-        # same table version: it is kept, with its id (schema histories stay valid)
-        legacy = TableSchema(src, name, 0, table_schema(
-            td.schema, td.table, [ColumnSpec(c.name, c.avro_type, c.nullable) for c in specs]),
-            keys)
-        version = next((self._versions[s.id] for s in known
-                        if s.id == probe.id and s.key_columns == keys), None) or next(
-            (self._versions[s.id] for s in known
-             if s.id == legacy.id and s.key_columns == keys), None)
-        if version is None:
-            number = max((s.version for s in known), default=0) + 1
-            version = self._add_version(TableSchema(src, name, number, avro, keys))
-        shape = Shape(td, version, keep, MetadataCodec.ID, self.compiled)
-        self._shapes[table_map] = shape
-        return shape
+        return self._tv.shape(table_map, td, self._keep(td))
 
     def _shape_of(self, td: br.TableDef) -> Shape:
         """The version of a table described by information_schema (snapshots)."""
-        sig = json.dumps(["information_schema", td.schema, td.table, td.names, td.real_types,
-                          td.meta, td.unsigned, td.codecs, td.primary_key,
-                          sorted(td.enum_values.items()), sorted(td.set_values.items())])
-        return self._shape(sig.encode(), td)
+        return self._tv.shape(signature(td), td, self._keep(td))
 
     def _wanted(self, name: str) -> bool:
         known = self._wanted_names.get(name)
@@ -415,7 +334,7 @@ class MysqlSource(Source):
         if filters is not None:
             self._include, self._exclude, self._col_include, self._col_exclude = filters
             self._wanted_names = {}  # a new dict: another thread may be reading the old
-            self._shapes.clear()  # column filters are part of a shape
+            self._tv.forget_shapes()  # column filters are part of a shape
             self._snap_io.forget()  # its kept shapes too
             log.info("table and column filters reloaded")
 
@@ -430,10 +349,10 @@ class MysqlSource(Source):
                 "snapshot_tables_left": float(len(p.tables) if p else 0)}
 
     def sources(self) -> list[SourceInfo]:
-        return sorted(self._by_src.values(), key=lambda s: s.id)
+        return self._tv.sources()
 
     def registry(self) -> SchemaRegistry:
-        return self._registry
+        return self._tv.registry
 
     # -- the stream --------------------------------------------------------------
 
@@ -454,7 +373,7 @@ class MysqlSource(Source):
         gtid = None
         if after_scn < 0 or at_end:
             if at_end or self.start_gtid is None:
-                self._know_tables()  # the stream starts at the end: tables as they are now
+                self._tv.confirm_listed()  # from the end: the tables are as they were listed
             file, pos = master_status(self.url)
             gtid = None if at_end else self.start_gtid
         else:
@@ -753,8 +672,9 @@ class MysqlSource(Source):
                                     schema_id=s.id, schema_version=s.version, op=ev.Op.INSERT,
                                     timestamp_ns=ts_ns))
             src = source_id(c.name)
-            if c.kind == dd.TRUNCATE and src in self._registry.source_ids():
-                latest = self._registry.latest(src)
+            reg = self._tv.registry
+            if c.kind == dd.TRUNCATE and src in reg.source_ids():
+                latest = reg.latest(src)
                 events.append(ev.encode(scn=scn, src_id=src, key=0, payload=b"",
                                         schema_id=latest.id, schema_version=latest.version,
                                         op=ev.Op.TRUNCATE, timestamp_ns=ts_ns))
