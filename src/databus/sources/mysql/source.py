@@ -200,8 +200,9 @@ class MysqlSource(Source):
 
     def open(self) -> None:
         """Connects: checks the server's settings, reads its collations, loads the schema
-        history and snapshot progress, creates the signal table when a snapshot mode
-        needs it. Idempotent."""
+        history and snapshot progress, refuses filters that match no existing table,
+        lists the captured tables (:meth:`.versions.Versions.list_tables`), creates the
+        signal table when a snapshot mode needs it. Idempotent."""
         if self._opened:
             return
         facts = server_facts(self.url)
