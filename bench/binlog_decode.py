@@ -66,15 +66,16 @@ def workload(m: MariaDB, rows: int) -> None:
 
 
 def one_row_workload(m: MariaDB, n: int) -> None:
-    """``n`` one-row transactions into bench.t2, each followed by one into bench.other."""
+    """``n`` one-row transactions into bench.t2, each after one into bench.other (so the
+    binlog ends with a captured commit: the range's end is a window's SCN)."""
     con = m.connect("bench")
     try:
         with con.cursor() as cur:
             for i in range(n):
+                cur.execute("INSERT INTO other VALUES (%s, 'noise')", (i,))
                 cur.execute("INSERT INTO t2 VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
                             (i, f"name-{i}", f"{i}.25", "2024-05-06 07:08:09.123456",
                              "some text", f'{{"i": {i}}}', i % 97, i % 2))
-                cur.execute("INSERT INTO other VALUES (%s, 'noise')", (i,))
     finally:
         con.close()
 
@@ -131,8 +132,10 @@ def run_pymysqlreplication(m: MariaDB, file: str, pos: int, total: int,
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
     settings = {"host": "127.0.0.1", "port": m.port, "user": "root", "passwd": ""}
+    # by GTID (MariaDB), a non-blocking dump does not end at the binlog's end: blocking,
+    # and the loop below stops at the last row
     stream = BinLogStreamReader(connection_settings=settings, server_id=4242, log_file=file,
-                                log_pos=pos, resume_stream=True, blocking=False,
+                                log_pos=pos, resume_stream=True, blocking=gtid is not None,
                                 is_mariadb=True, only_tables=[table], auto_position=gtid,
                                 only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent])
     n = 0
