@@ -103,7 +103,7 @@ def tls_context(url: MysqlUrl) -> ssl.SSLContext | None:
 
 def connect(url: MysqlUrl, timeout: float = 10.0) -> Any:
     """A pymysql connection (autocommit), over TLS when ``url.tls`` asks for it, else
-    plain: pymysql 2 would otherwise try an unverified TLS upgrade on its own, and build
+    plain: pymysql (1.2) would otherwise try an unverified TLS upgrade on its own, and build
     a default TLS context (the system's CA store, ~45 ms) for every connection."""
     ctx = tls_context(url)
     with translated("connecting to MySQL/MariaDB", url):
