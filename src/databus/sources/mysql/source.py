@@ -255,12 +255,9 @@ class MysqlSource(Source):
             out.append(keep or i in td.primary_key)
         return out
 
-    def _shape(self, table_map: bytes, td: br.TableDef) -> Shape:
-        return self._tv.shape(table_map, td, self._keep(td))
-
     def _shape_of(self, td: br.TableDef) -> Shape:
         """The version of a table described by information_schema (snapshots)."""
-        return self._tv.shape(signature(td), td, self._keep(td))
+        return self._tv.shape(signature(td), td, self._keep)
 
     def _wanted(self, name: str) -> bool:
         known = self._wanted_names.get(name)
@@ -487,7 +484,7 @@ class MysqlSource(Source):
                     self._signal_rows(td, t, body)
                 if self._wanted(name):
                     self._pending.append(_Pending(
-                        self._shape(table_map, td), t, body,
+                        self._tv.shape(table_map, td, self._keep), t, body,
                         meta_middle(self._gtid, self._file, h.next_pos, self._gtid,
                                     h.server_id)))
         elif t == be.EventType.TABLE_MAP:

@@ -100,17 +100,22 @@ class Versions:
         """Column filters changed: shapes are built again (versions stay)."""
         self._shapes.clear()
 
-    def shape(self, key: bytes, td: br.TableDef, keep: list[bool], *,
-              listing: bool = False) -> Shape:
+    def shape(self, key: bytes, td: br.TableDef, keep: Callable[[br.TableDef], list[bool]],
+              *, listing: bool = False) -> Shape:
         """The shape of a table map (``key``: its body without the table id, or another
-        signature of the definition) with the column filters ``keep``, and its version:
+        signature of the definition) with the column filters ``keep(td)`` (asked only for
+        a shape not met before: it is on the path of every rows event), and its version:
         an existing one with the same schema, else a new number. ``listing``: a
         provisional version for :meth:`list_tables`."""
         shape = self._shapes.get(key)
         if shape is not None:
-            if not listing and shape.version.schema.id in self._listed:
+            if self._listed and not listing and shape.version.schema.id in self._listed:
                 self._confirm({shape.version.schema.id})
             return shape
+        return self._new_shape(key, td, keep(td), listing)
+
+    def _new_shape(self, key: bytes, td: br.TableDef, keep: list[bool], listing: bool
+                   ) -> Shape:
         name = f"{td.schema}.{td.table}"
         src = source_id(name)
         names = td.names or [f"col{i}" for i in range(len(td.types))]
@@ -157,7 +162,7 @@ class Versions:
             if isinstance(td, SchemaError):
                 log.info("%s is listed from its first change on: %s", name, td)
                 continue
-            self.shape(signature(td), td, keep(td), listing=True)
+            self.shape(signature(td), td, keep, listing=True)
 
     def confirm_listed(self) -> None:
         """The dump starts at the binlog's end: the tables are as they were described,
