@@ -77,7 +77,8 @@ def test_default_initial_snapshot_names_the_signal_table_grant(good: MariaDB) ->
 
     good.execute("CREATE USER 'repl'@'127.0.0.1' IDENTIFIED BY 'pw'",
                  "GRANT SELECT, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO 'repl'@'127.0.0.1'",
-                 "CREATE DATABASE IF NOT EXISTS app")
+                 "CREATE DATABASE IF NOT EXISTS app",
+                 "CREATE TABLE IF NOT EXISTS app.t (id INT PRIMARY KEY)")
     url = f"mysql://repl:pw@127.0.0.1:{good.port}"
     with pytest.raises(StatementError) as err:
         mysql_source(url, [r"app\..*"])

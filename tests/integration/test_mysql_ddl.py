@@ -48,7 +48,8 @@ def _decoded(src: MysqlSource, windows: list[Window]) -> list[tuple[str, str, in
 
 def test_ddl_gives_schema_changes_versions_and_truncate(server: MariaDB, tmp_path: Path) -> None:
     server.execute("CREATE DATABASE ddl", "CREATE DATABASE other",
-                   "CREATE TABLE ddl.t (id INT PRIMARY KEY, a VARCHAR(10))")
+                   "CREATE TABLE ddl.t (id INT PRIMARY KEY, a VARCHAR(10))",
+                   "CREATE TABLE ddl.kept (id INT PRIMARY KEY)")  # a table to match at open
     start = _scn(server)
     server.execute(
         "INSERT INTO ddl.t VALUES (1, 'one')",

@@ -180,7 +180,11 @@ def test_bad_signals_are_error_notices_and_stop_aborts(postgres: PostgreSQL, db:
                                         "additional-conditions": [
                                             {"data-collection": "public.a",
                                              "filter": "id > (SELECT 1)"}]})
-    src.signal("execute-snapshot", {"data-collections": ["public\\.zzz"]})
+    with pytest.raises(InvalidRequestError, match="no captured table matches"):
+        src.signal("execute-snapshot", {"data-collections": ["public\\.zzz"]})
+    with connect(postgres, db) as con:  # written past the check: refused in the stream
+        con.execute("INSERT INTO databus.signals VALUES ('zzz', 'execute-snapshot',"
+                    " '{\"data-collections\": [\"public\\\\.zzz\"]}')")
     src.signal("execute-snapshot", {"data-collections": ["public\\.nokey"]})
     after = read(src, consumer, -1, lambda: consumer.kinds().count("ABORTED") >= 1)
     assert consumer.kinds()[:2] == ["ERROR", "STARTED"]

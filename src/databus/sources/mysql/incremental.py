@@ -36,12 +36,14 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from databus.core import event as ev
+from databus.core.errors import InvalidRequestError
 from databus.core.schema import TableSchema
 
 log = logging.getLogger("databus.sources.mysql")
@@ -170,23 +172,10 @@ class Coordinator:
         return [_notice("RESUMED", self.progress.id, signal=sid)]
 
     def _execute(self, sid: str, payload: dict[str, Any]) -> list[Notice]:
-        import re
-
-        patterns = payload.get("data-collections")
-        if not isinstance(patterns, list) or not patterns:
-            return [_notice("ERROR", sid, signal=EXECUTE,
-                            message="data-collections must be a non-empty list")]
         try:
-            regexes = [re.compile(str(p)) for p in patterns]
-        except re.error as exc:
-            return [_notice("ERROR", sid, signal=EXECUTE, message=f"bad regex: {exc}")]
-        existing = self.reader.tables()
-        tables = [t for t in existing if any(r.fullmatch(t) for r in regexes)]
-        unknown = [str(p) for p, r in zip(patterns, regexes, strict=True)
-                   if not any(r.fullmatch(t) for t in existing)]
-        if unknown:
-            return [_notice("ERROR", sid, signal=EXECUTE,
-                            message=f"no captured table matches {unknown}")]
+            tables = matched_tables(payload, self.reader.tables())
+        except InvalidRequestError as exc:
+            return [_notice("ERROR", sid, signal=EXECUTE, message=str(exc))]
         conditions: dict[str, str] = {}
         for c in payload.get("additional-conditions") or []:
             if not isinstance(c, dict) or "data-collection" not in c or "filter" not in c:
@@ -271,6 +260,32 @@ class Coordinator:
             notices.append(_notice("COMPLETED", p.id, chunks=p.chunks))
             self.progress = None
         return notices
+
+
+def matched_tables(data: dict[str, Any] | None, tables: Sequence[str]) -> list[str]:
+    """The tables of ``tables`` (captured tables that exist now) an ``execute-snapshot``
+    signal's ``data-collections`` names; :class:`InvalidRequestError` when it is not a
+    non-empty list of regexes (matched whole, on ``db.table``) each naming at least one
+    of them. Checked when a signal is sent (a 400 answer, nothing written) and again
+    when it commits (tables may have gone in between: then an ERROR notice)."""
+    patterns = (data or {}).get("data-collections")
+    if not isinstance(patterns, list) or not patterns \
+            or not all(isinstance(p, str) for p in patterns):
+        raise InvalidRequestError(
+            "execute-snapshot needs data-collections: a non-empty list of regexes on the"
+            " captured tables' names")
+    try:
+        regexes = [re.compile(p) for p in patterns]
+    except re.error as exc:
+        raise InvalidRequestError(f"data-collections: bad regex: {exc}") from exc
+    unknown = [p for p, r in zip(patterns, regexes, strict=True)
+               if not any(r.fullmatch(t) for t in tables)]
+    if unknown:
+        names = ", ".join(f"'{u}'" for u in unknown)
+        raise InvalidRequestError(
+            f"execute-snapshot: no captured table matches {names} (regexes matched whole on"
+            " the names of existing captured tables)")
+    return [t for t in tables if any(r.fullmatch(t) for r in regexes)]
 
 
 def _key_cols(p: Progress) -> list[str] | None:

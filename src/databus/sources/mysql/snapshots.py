@@ -87,6 +87,31 @@ class SnapshotIO(ChunkReader):
         names = [f"{r[0]}.{r[1]}" for r in rows if str(r[0]) not in _SYSTEM]
         return [n for n in names if n != self.signal_table and self.wanted(n)]
 
+    def table_defs(self, names: Sequence[str]) -> dict[str, br.TableDef | SchemaError]:
+        """The definition of each table of ``names`` (``db.table``, existing tables) as
+        information_schema gives it now, read with two queries whatever their number;
+        a table whose definition cannot be built (a column type snapshots do not read)
+        maps to the error. Tables without a primary key have an empty key."""
+        if not names:
+            return {}
+        dbs = sorted({split(n)[0] for n in names})
+        marks = ", ".join(["%s"] * len(dbs))
+        columns: dict[str, list[tuple[Any, ...]]] = {}
+        for row in self.session.query(chunks.ALL_COLUMNS_SQL.format(marks), dbs):
+            columns.setdefault(f"{row[0]}.{row[1]}", []).append(tuple(row[2:]))
+        keys: dict[str, list[str]] = {}
+        for row in self.session.query(chunks.ALL_KEYS_SQL.format(marks), dbs):
+            keys.setdefault(f"{row[0]}.{row[1]}", []).append(str(row[2]))
+        out: dict[str, br.TableDef | SchemaError] = {}
+        for name in names:
+            db, table = split(name)
+            try:
+                out[name] = chunks.table_def(db, table, columns.get(name, []),
+                                             keys.get(name, []))
+            except SchemaError as exc:
+                out[name] = exc
+        return out
+
     def _table(self, table: str) -> tuple[br.TableDef, Any]:
         kept = self._tables.get(table)
         if kept is not None:

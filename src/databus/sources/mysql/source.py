@@ -22,7 +22,19 @@ Guarantees (the :class:`~databus.sources.base.Source` contract, made concrete):
 * **Filters**: tables by regexes on ``db.table`` (include, then exclude);
   columns by regexes on ``db.table.column`` (include, then exclude; the rule
   every source shares, :mod:`databus.sources.columns`); key columns are always
-  kept.
+  kept. Filters that match no existing table are refused at
+  :meth:`MysqlSource.open` (and by :meth:`MysqlSource.reconfigure`) with a
+  :class:`~databus.core.errors.ConfigError`.
+* **Tables are listed from the start**: every captured table that exists at
+  :meth:`MysqlSource.open` is in :meth:`~MysqlSource.sources` and the registry
+  before its first change (a provisional version, :mod:`.versions`).
+* **Reads hand windows over when the stream has nothing more at once**: a read
+  returns the windows it holds as soon as no more bytes are received or readable
+  without blocking, whatever events (other tables', heartbeats) follow the last
+  one; windows already received leave together (up to 64 a read).
+* **Signals**: an ``execute-snapshot`` whose ``data-collections`` match no
+  captured table that exists is refused by :meth:`MysqlSource.signal`
+  (:class:`~databus.core.errors.InvalidRequestError`, nothing written).
 * ``after_scn = -1`` starts at the server's current binlog end, or right after
   ``start_gtid`` (MariaDB GTID state) when given; later restarts use the SCN.
 * **Replica id**: the dump connects as ``server_id`` (config), else the relay's
@@ -52,12 +64,10 @@ from pathlib import Path
 from typing import Any
 
 from databus.core import event as ev
-from databus.core.atomic import write_atomic
 from databus.core.errors import (
     ConfigError,
     DatabusError,
     InvalidRequestError,
-    SchemaError,
     SourcePositionLostError,
     SourceUnavailableError,
     StatementError,
@@ -66,9 +76,7 @@ from databus.core.errors import (
 from databus.core.schema import (
     SCHEMA_CHANGES,
     ColumnSpec,
-    MetadataCodec,
     SchemaRegistry,
-    TableSchema,
     table_schema,
 )
 from databus.core.window import Window
@@ -94,12 +102,10 @@ from databus.sources.mysql.incremental import Coordinator
 from databus.sources.mysql.snapshots import ProgressRecords, SnapshotIO
 from databus.sources.mysql.tables import (
     Shape,
-    Version,
-    avro_type,
-    declared_type,
     meta_middle,
     source_id,
 )
+from databus.sources.mysql.versions import Versions, signature
 from databus.sources.sqlfilter import checked_conditions
 
 log = logging.getLogger("databus.sources.mysql")
@@ -124,6 +130,12 @@ def _regexes(patterns: Sequence[str]) -> list[re.Pattern[str]]:
         return [re.compile(p) for p in patterns]
     except re.error as exc:
         raise ConfigError(f"bad table/column regex: {exc}") from exc
+
+
+def _none_match(include: list[re.Pattern[str]], exclude: list[re.Pattern[str]]) -> str:
+    less = f" less exclude_tables {[p.pattern for p in exclude]}" if exclude else ""
+    return (f"no table matches tables {[p.pattern for p in include]}{less} (regexes matched"
+            " whole on 'db.table', e.g. 'shop\\..*')")
 
 
 @dataclass
@@ -168,20 +180,17 @@ class MysqlSource(Source):
             log.warning("the compiled row codec is not built; using the slower Python decoder")
         self.mariadb = True  # known after open()
         self._collations: dict[int, str] = {}
-        self._registry = SchemaRegistry()
-        self._history = state_dir / f"{name}.mysql-schemas.json" if state_dir else None
-        self._versions: dict[bytes, Version] = {}  # by schema id
-        self._shapes: dict[bytes, Shape] = {}  # by table map body (without table id)
+        self._tv = Versions(state_dir / f"{name}.mysql-schemas.json" if state_dir else None,
+                            self.compiled)
         # TABLE_MAP body (with table id) -> its parse: each transaction repeats the map of
         # every table it touches, so one-row transactions would parse it once per row (a
         # third of their capture time: bench/peers/capture_profile.py)
         self._table_defs: dict[bytes, tuple[br.TableDef, str]] = {}
         self._wanted_names: dict[str, bool] = {}  # _wanted's answers until filters change
-        self._by_src: dict[int, SourceInfo] = {}
-        self._ddl_version = self._internal_schema(SCHEMA_CHANGES, SCHEMA_CHANGE_AVRO,
-                                                  ("db", "table"))
-        self._notify_version = self._internal_schema(NOTIFICATIONS, NOTIFICATION_AVRO,
-                                                     ("snapshot",))
+        self._ddl_version = self._tv.internal(SCHEMA_CHANGES, SCHEMA_CHANGE_AVRO,
+                                              ("db", "table"))
+        self._notify_version = self._tv.internal(NOTIFICATIONS, NOTIFICATION_AVRO,
+                                                 ("snapshot",))
         self._records_path = state_dir / f"{name}.mysql-snapshot.json" if state_dir else None
         self._notices: list[dict[str, Any]] = []
         self._snapshotted = False  # a mode's own snapshot was started by this process
@@ -208,8 +217,9 @@ class MysqlSource(Source):
 
     def open(self) -> None:
         """Connects: checks the server's settings, reads its collations, loads the schema
-        history and snapshot progress, creates the signal table when a snapshot mode
-        needs it. Idempotent."""
+        history and snapshot progress, refuses filters that match no existing table,
+        lists the captured tables (:meth:`.versions.Versions.list_tables`), creates the
+        signal table when a snapshot mode needs it. Idempotent."""
         if self._opened:
             return
         facts = server_facts(self.url)
@@ -219,7 +229,7 @@ class MysqlSource(Source):
         self.mariadb = facts.is_mariadb
         self._collations = collations(self.url)
         self._table_defs.clear()  # parsed with the collations of the last connection
-        self._load_history()
+        self._tv.load()
         self._sql = SqlSession(self.url)
         self._snap_io = SnapshotIO(self._sql, self.signal_table, self._wanted, self._shape_of)
         self._coord = Coordinator(self._snap_io, self.config.snapshot_chunk_size, self._wanted)
@@ -227,16 +237,31 @@ class MysqlSource(Source):
         # SCN: a fixed cap would lose the record a restart needs when more chunk
         # windows than the cap pass between two flushes of the relay's state
         self._records = ProgressRecords(self._records_path, keep=None)
-        if self.snapshot_mode != "no_data":
-            self._snap_io.ensure_signal_table()
-        self._origin = self._read_origin()
-        # a start that would take another replica's connection is refused here, at once
-        con = connect(self.url)
         try:
-            check_replica_id(con, self.url, self.server_id, self.report_host)
-        finally:
-            con.close()
+            self._tv.list_tables(self._snap_io.table_defs(self._captured(self._snap_io)).items(),
+                                 self._keep)
+            if self.snapshot_mode != "no_data":
+                self._snap_io.ensure_signal_table()
+            self._origin = self._read_origin()
+            # a start that would take another replica's connection is refused here, at once
+            con = connect(self.url)
+            try:
+                check_replica_id(con, self.url, self.server_id, self.report_host)
+            finally:
+                con.close()
+        except BaseException:
+            self._sql.close()
+            raise
         self._opened = True
+
+    def _captured(self, io: SnapshotIO) -> list[str]:
+        """The captured tables that exist now; :class:`ConfigError` when there are none
+        (a regex that matches nothing is a mistake to name at start, not a quiet relay)."""
+        tables = io.tables()
+        if not tables:
+            raise ConfigError(f"{_none_match(self._include, self._exclude)} at"
+                              f" {self.url.host}:{self.url.port}")
+        return tables
 
     def _read_origin(self) -> str:
         """See the module docstring (**Origin**)."""
@@ -251,81 +276,18 @@ class MysqlSource(Source):
 
     # -- schemas -----------------------------------------------------------------
 
-    def _internal_schema(self, name: str, avro: dict[str, Any], keys: tuple[str, ...]
-                         ) -> Version:
-        schema = TableSchema(source_id(name), name, 1, avro, keys)
-        self._registry.add(schema)
-        self._by_src[schema.src_id] = SourceInfo(schema.src_id, name)
-        return Version(schema)
-
-    def _load_history(self) -> None:
-        if self._history is None or not self._history.exists():
-            return
-        try:
-            saved = SchemaRegistry.from_json(self._history.read_bytes())
-        except (OSError, SchemaError) as exc:
-            raise SchemaError(f"schema history {self._history} is unreadable: {exc}") from exc
-        for src in saved.source_ids():
-            for s in saved.versions(src):
-                self._add_version(s, save=False)
-
     def adopt_schemas(self, registry: SchemaRegistry) -> None:
         """Versions a former leader published (copied by this relay as a follower) join
         the schema history, so numbering and ids continue after a failover."""
-        for src in registry.source_ids():
-            for s in registry.versions(src):
-                if s.id not in self._versions:
-                    self._add_version(s)
-
-    def _add_version(self, schema: TableSchema, *, save: bool = True) -> Version:
-        version = Version(schema)
-        self._versions[schema.id] = version
-        self._registry.add(schema)
-        self._by_src[schema.src_id] = SourceInfo(schema.src_id, schema.name)
-        if save and self._history is not None:
-            write_atomic(self._history, self._registry.to_json().encode())
-        return version
+        self._tv.adopt(registry)
 
     def _keep(self, td: br.TableDef) -> list[bool]:
         names = td.names or [f"col{i}" for i in range(len(td.types))]
         return self._columns.keep(f"{td.schema}.{td.table}", names, td.primary_key)
 
-    def _shape(self, table_map: bytes, td: br.TableDef) -> Shape:
-        shape = self._shapes.get(table_map)
-        if shape is not None:
-            return shape
-        name = f"{td.schema}.{td.table}"
-        src = source_id(name)
-        keep = self._keep(td)
-        names = td.names or [f"col{i}" for i in range(len(td.types))]
-        specs = [ColumnSpec(n, avro_type(td, i), nullable=True, sql_type=declared_type(td, i))
-                 for i, n in enumerate(names) if keep[i]]
-        keys = tuple(names[i] for i in td.primary_key)
-        avro = table_schema(td.schema, td.table, specs)
-        known = self._registry.versions(src) if src in self._registry.source_ids() else []
-        probe = TableSchema(src, name, 0, avro, keys)
-        # a version recorded before fields carried their declared type (sql_type) is the
-        # same table version: it is kept, with its id (schema histories stay valid)
-        legacy = TableSchema(src, name, 0, table_schema(
-            td.schema, td.table, [ColumnSpec(c.name, c.avro_type, c.nullable) for c in specs]),
-            keys)
-        version = next((self._versions[s.id] for s in known
-                        if s.id == probe.id and s.key_columns == keys), None) or next(
-            (self._versions[s.id] for s in known
-             if s.id == legacy.id and s.key_columns == keys), None)
-        if version is None:
-            number = max((s.version for s in known), default=0) + 1
-            version = self._add_version(TableSchema(src, name, number, avro, keys))
-        shape = Shape(td, version, keep, MetadataCodec.ID, self.compiled)
-        self._shapes[table_map] = shape
-        return shape
-
     def _shape_of(self, td: br.TableDef) -> Shape:
         """The version of a table described by information_schema (snapshots)."""
-        sig = json.dumps(["information_schema", td.schema, td.table, td.names, td.real_types,
-                          td.meta, td.unsigned, td.codecs, td.primary_key,
-                          sorted(td.enum_values.items()), sorted(td.set_values.items())])
-        return self._shape(sig.encode(), td)
+        return self._tv.shape(signature(td), td, self._keep)
 
     def _wanted(self, name: str) -> bool:
         known = self._wanted_names.get(name)
@@ -347,11 +309,13 @@ class MysqlSource(Source):
                 f" {inc.RESUME}")
         sid = uuid.uuid4().hex
         session = SqlSession(self.url)
+        io = SnapshotIO(session, self.signal_table, self._wanted, self._shape_of)
         try:
-            if kind == inc.EXECUTE and data:
-                data = self._checked_conditions(session, data)
-            SnapshotIO(session, self.signal_table, self._wanted, self._shape_of
-                       ).write_watermark(sid, kind, json.dumps(data or {}))
+            if kind == inc.EXECUTE:
+                # refused here (400, nothing written) rather than an ERROR notice later
+                inc.matched_tables(data, io.tables())
+                data = self._checked_conditions(session, data or {})
+            io.write_watermark(sid, kind, json.dumps(data or {}))
         except StatementError as exc:
             raise InvalidRequestError(f"cannot write to {self.signal_table}: {exc}") from exc
         finally:
@@ -376,18 +340,32 @@ class MysqlSource(Source):
         Thread-safe: the capture thread applies them before its next event."""
         if mysql_url(config) != self.url:
             raise ConfigError("the source url cannot change while running: restart the relay")
-        self._new_filters = (_regexes(config.tables or [".*"]),
-                             _regexes(config.exclude_tables),
-                             ColumnFilter.of(config))
+        filters = (_regexes(config.tables or [".*"]), _regexes(config.exclude_tables),
+                   ColumnFilter.of(config))
+        include, exclude = filters[0], filters[1]
+
+        def wanted(name: str) -> bool:
+            return (any(p.fullmatch(name) for p in include)
+                    and not any(p.fullmatch(name) for p in exclude))
+
+        session = SqlSession(self.url)
+        try:  # refused like a start: new filters that match no table keep the old ones
+            if not SnapshotIO(session, self.signal_table, wanted, self._shape_of).tables():
+                raise ConfigError(f"{_none_match(include, exclude)}; the running table"
+                                  " filters stay")
+        finally:
+            session.close()
+        self._new_filters = filters
 
     def _apply_filters(self) -> None:
         filters, self._new_filters = self._new_filters, None
         if filters is not None:
             self._include, self._exclude, self._columns = filters
             self._wanted_names = {}  # a new dict: another thread may be reading the old
-            self._shapes.clear()  # column filters are part of a shape
+            self._tv.forget_shapes()  # column filters are part of a shape
             self._snap_io.forget()  # its kept shapes too
             log.info("table and column filters reloaded")
+
 
     def stats(self) -> dict[str, float]:
         """Snapshot progress: counters of notifications by kind and of rows sent,
@@ -399,10 +377,10 @@ class MysqlSource(Source):
                 "snapshot_tables_left": float(len(p.tables) if p else 0)}
 
     def sources(self) -> list[SourceInfo]:
-        return sorted(self._by_src.values(), key=lambda s: s.id)
+        return self._tv.sources()
 
     def registry(self) -> SchemaRegistry:
-        return self._registry
+        return self._tv.registry
 
     # -- the stream --------------------------------------------------------------
 
@@ -422,6 +400,8 @@ class MysqlSource(Source):
             self._stream.close()
         gtid = None
         if after_scn < 0 or at_end:
+            if at_end or self.start_gtid is None:
+                self._tv.confirm_listed()  # from the end: the tables are as they were listed
             file, pos = master_status(self.url)
             gtid = None if at_end else self.start_gtid
         else:
@@ -471,8 +451,12 @@ class MysqlSource(Source):
         assert self._stream is not None
         deadline = time.monotonic() + timeout
         out: list[Window] = []
-        # a burst of small transactions goes to the buffer in one call; the
-        # first window already waits for nothing more than what is there
+        # A burst of small transactions goes to the buffer in one call, but windows
+        # are held only while the stream has more to give at once (bytes received or
+        # readable without blocking): once it has not, they leave, whatever events
+        # (other tables', heartbeats, DDL of other schemas) came after the last one.
+        # Holding them for the deadline instead cost a relay capturing one table of
+        # a busy server ~100 ms at p99 (bench/mysql_busy_latency.py).
         while not stop.is_set() and len(out) < 64:
             if self._new_filters is not None and not self._pending:
                 self._apply_filters()  # between transactions: a window has one shape
@@ -497,9 +481,13 @@ class MysqlSource(Source):
                 self._stream_scn = self._last_scn = window.scn
                 self._last_out = time.monotonic()
                 out.append(window)
-                if not self._stream.pending() or self._done_snapshotting():
+                if self._done_snapshotting():
                     break
             elif time.monotonic() >= deadline:
+                break
+            elif not out:
+                continue  # nothing to hand over yet: wait for a window until the deadline
+            if not self._stream.pending():
                 break
         return out
 
@@ -527,7 +515,7 @@ class MysqlSource(Source):
                     self._signal_rows(td, t, body)
                 if self._wanted(name):
                     self._pending.append(_Pending(
-                        self._shape(table_map, td), t, body,
+                        self._tv.shape(table_map, td, self._keep), t, body,
                         meta_middle(self._gtid, self._file, h.next_pos, self._gtid,
                                     h.server_id)))
         elif t == be.EventType.TABLE_MAP:
@@ -713,8 +701,9 @@ class MysqlSource(Source):
                                     schema_id=s.id, schema_version=s.version, op=ev.Op.INSERT,
                                     timestamp_ns=ts_ns))
             src = source_id(c.name)
-            if c.kind == dd.TRUNCATE and src in self._registry.source_ids():
-                latest = self._registry.latest(src)
+            reg = self._tv.registry
+            if c.kind == dd.TRUNCATE and src in reg.source_ids():
+                latest = reg.latest(src)
                 events.append(ev.encode(scn=scn, src_id=src, key=0, payload=b"",
                                         schema_id=latest.id, schema_version=latest.version,
                                         op=ev.Op.TRUNCATE, timestamp_ns=ts_ns))

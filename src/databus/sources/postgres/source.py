@@ -1019,10 +1019,12 @@ class PostgresSource(Source):
         sid = uuid.uuid4().hex
         session = SqlSession(self.url)
         try:
-            if kind == inc.EXECUTE and data:
-                data = self._checked_conditions(session, data)
-            PgChunks(session, self.signal_table, self._wanted, self._version_for
-                     ).write_watermark(sid, kind, json.dumps(data or {}))
+            chunks = PgChunks(session, self.signal_table, self._wanted, self._version_for)
+            if kind == inc.EXECUTE:
+                # refused here (400, nothing written) rather than an ERROR notice later
+                inc.matched_tables(data, chunks.tables())
+                data = self._checked_conditions(session, data or {})
+            chunks.write_watermark(sid, kind, json.dumps(data or {}))
         except DatabusError as exc:
             if isinstance(exc, InvalidRequestError):
                 raise
