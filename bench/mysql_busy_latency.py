@@ -85,7 +85,7 @@ def run_case(m: MariaDB, tmp: Path, name: str, tables: str, busy_rate: float,
             time.sleep(1.0)
         consumer = _Latency(count + prime)
         stop_ev = threading.Event()
-        client = DatabusClient(ClientConfig(relay_url=url, sources=["bench.lat"],
+        client = DatabusClient(ClientConfig(relay=url, sources=["bench.lat"],
                                             poll_timeout=5.0), consumer)
         t = threading.Thread(target=client.run, kwargs={"stop": stop_ev})
         t.start()

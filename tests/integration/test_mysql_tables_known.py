@@ -123,7 +123,7 @@ def test_a_consumer_started_before_the_first_change_gets_it(server: MariaDB,
         assert [s.version for s in listed] == [1]
 
         consumer, stop = _Rows(), threading.Event()
-        client = DatabusClient(ClientConfig(relay_url=url, sources=["shop.orders"],
+        client = DatabusClient(ClientConfig(relay=url, sources=["shop.orders"],
                                             poll_timeout=1.0), consumer)
         worker = threading.Thread(target=client.run, kwargs={"stop": stop})
         worker.start()
