@@ -211,7 +211,7 @@ def test_rows_larger_than_a_read_chunk_arrive_whole_to_one_client_and_four_at_on
     whole events of each; an event longer than a chunk is read again whole. Rows of up
     to 3 MiB between small ones: python-mysql-replication rebuilds them equal and
     ``mariadb-binlog`` decodes every event without an error. Four ``mariadb-binlog``
-    runs at once (dumps from one start share their chunks' packets: dump.FramedChunks)
+    runs at once (dumps from one start share their chunks' packets: chunks.FramedChunks)
     each print exactly what one run alone printed."""
     from databus.binlog.dump import CHUNK
 

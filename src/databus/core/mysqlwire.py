@@ -58,8 +58,8 @@ class EventType(IntEnum):
 #   17  2    flags
 
 EVENT_HEADER = struct.Struct("<IBIIIH")
-EVENT_HEADER_LEN = 19
-assert EVENT_HEADER.size == EVENT_HEADER_LEN
+HEADER_LEN = 19  # MySQL's LOG_EVENT_HEADER_LEN
+assert EVENT_HEADER.size == HEADER_LEN
 TYPE_OFFSET = 4
 SERVER_ID_OFFSET = 5
 LEN_OFFSET = 9
