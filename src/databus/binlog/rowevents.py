@@ -21,27 +21,13 @@ from typing import Any
 
 from databus.binlog.events import packed_int
 from databus.binlog.types import UTF8MB4, MysqlColumn
+from databus.core import mysqlwire as mw
 from databus.core.errors import SchemaError
-from databus.core.mysqlwire import (
-    T_BLOB,
-    T_DECIMAL,
-    T_DOUBLE,
-    T_FLOAT,
-    T_INT24,
-    T_LONG,
-    T_LONGLONG,
-    T_NEWDECIMAL,
-    T_SHORT,
-    T_STRING,
-    T_TINY,
-    T_VAR_STRING,
-    T_VARCHAR,
-)
 
-NUMERIC_TYPES = frozenset({T_DECIMAL, T_TINY, T_SHORT, T_LONG, T_FLOAT, T_DOUBLE, T_LONGLONG,
-                           T_INT24, T_NEWDECIMAL})
+NUMERIC_TYPES = frozenset({mw.T_DECIMAL, mw.T_TINY, mw.T_SHORT, mw.T_LONG, mw.T_FLOAT,
+                           mw.T_DOUBLE, mw.T_LONGLONG, mw.T_INT24, mw.T_NEWDECIMAL})
 """Types that get a bit in the Table_map's SIGNEDNESS metadata."""
-CHARACTER_TYPES = frozenset({T_STRING, T_VAR_STRING, T_VARCHAR, T_BLOB})
+CHARACTER_TYPES = frozenset({mw.T_STRING, mw.T_VAR_STRING, mw.T_VARCHAR, mw.T_BLOB})
 """Types that get a character set in the Table_map's COLUMN_CHARSET metadata."""
 
 

@@ -69,6 +69,7 @@ from databus.core.mysqlwire import (
 ER_NO_SUCH_TABLE = 1146
 ER_ERROR_WHEN_EXECUTING_COMMAND = 1220
 
+
 @dataclass(frozen=True)
 class ServiceFacts:
     """The service's values that SQL answers (and the handshake's version)."""
@@ -83,46 +84,36 @@ class ServiceFacts:
     expire_logs_seconds: int = 0
 
 
+# a MySQL 8 source's replication settings, read-only (the type is the value's)
+_SOURCE_SETTINGS: dict[str, str | int] = {
+    "version_comment": "Databus binlog service", "log_bin": "ON", "binlog_format": "ROW",
+    "binlog_row_image": "FULL", "binlog_row_metadata": "FULL", "binlog_row_value_options": "",
+    "binlog_checksum": "CRC32", "binlog_transaction_compression": "OFF", "gtid_mode": "ON",
+    "enforce_gtid_consistency": "ON", "gtid_executed": "", "gtid_purged": "",
+    "log_replica_updates": "ON", "log_slave_updates": "ON", "read_only": "ON",
+    "character_set_system": "utf8mb3", "rpl_semi_sync_master_enabled": "OFF",
+}
+# what a session may change (clients set them; nothing here depends on them)
+_SESSION_SETTINGS: dict[str, str | int] = {
+    "sql_mode": "ONLY_FULL_GROUP_BY,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,"
+                "ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION",
+    "default_storage_engine": "InnoDB", "transaction_isolation": "REPEATABLE-READ",
+    "tx_isolation": "REPEATABLE-READ", "collation_server": "utf8mb4_0900_ai_ci",
+    "net_read_timeout": 30, "lock_wait_timeout": 31536000, "innodb_lock_wait_timeout": 50,
+}
+
+
 def system_variables(facts: ServiceFacts) -> dict[str, tuple[Any, Any, bool]]:
     """mysql-mimic's system variables plus a MySQL 8 source's replication settings
     (name -> (type, default, dynamic))."""
+    fixed = {**_SOURCE_SETTINGS, "version": facts.version, "server_id": facts.server_id,
+             "server_uuid": facts.server_uuid, "hostname": facts.hostname,
+             "port": facts.port, "log_bin_basename": facts.log_bin_basename,
+             "binlog_expire_logs_seconds": facts.expire_logs_seconds,
+             "max_binlog_size": facts.max_binlog_size}
     out = dict(SYSTEM_VARIABLES)
-    out.update({
-        "version": (str, facts.version, False),
-        "version_comment": (str, "Databus binlog service", False),
-        "server_id": (int, facts.server_id, False),
-        "server_uuid": (str, facts.server_uuid, False),
-        "hostname": (str, facts.hostname, False),
-        "port": (int, facts.port, False),
-        "log_bin": (str, "ON", False),
-        "log_bin_basename": (str, facts.log_bin_basename, False),
-        "binlog_format": (str, "ROW", False),
-        "binlog_row_image": (str, "FULL", False),
-        "binlog_row_metadata": (str, "FULL", False),
-        "binlog_row_value_options": (str, "", False),
-        "binlog_checksum": (str, "CRC32", False),
-        "binlog_transaction_compression": (str, "OFF", False),
-        "binlog_expire_logs_seconds": (int, facts.expire_logs_seconds, False),
-        "max_binlog_size": (int, facts.max_binlog_size, False),
-        "gtid_mode": (str, "ON", False),
-        "enforce_gtid_consistency": (str, "ON", False),
-        "gtid_executed": (str, "", False),
-        "gtid_purged": (str, "", False),
-        "log_replica_updates": (str, "ON", False),
-        "log_slave_updates": (str, "ON", False),
-        "read_only": (str, "ON", False),
-        "sql_mode": (str, "ONLY_FULL_GROUP_BY,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,"
-                     "NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION", True),
-        "default_storage_engine": (str, "InnoDB", True),
-        "transaction_isolation": (str, "REPEATABLE-READ", True),
-        "tx_isolation": (str, "REPEATABLE-READ", True),
-        "character_set_system": (str, "utf8mb3", False),
-        "collation_server": (str, "utf8mb4_0900_ai_ci", True),
-        "net_read_timeout": (int, 30, True),
-        "lock_wait_timeout": (int, 31536000, True),
-        "innodb_lock_wait_timeout": (int, 50, True),
-        "rpl_semi_sync_master_enabled": (str, "OFF", False),
-    })
+    out.update({name: (type(value), value, False) for name, value in fixed.items()})
+    out.update({name: (type(value), value, True) for name, value in _SESSION_SETTINGS.items()})
     return out
 
 

@@ -486,11 +486,8 @@ class BinlogStore:
 
     def _load(self) -> None:
         pmap = read_map(self._state_path, self.base)
-        self.server_uuid = pmap.server_uuid
-        self._files = pmap.files
-        self._end = pmap.end
-        self._purged_gno = pmap.purged_gno
-        self._meta = pmap.writer
+        self.server_uuid, self._files, self._end = pmap.server_uuid, pmap.files, pmap.end
+        self._purged_gno, self._meta = pmap.purged_gno, pmap.writer
         self._next_meta = self._meta
 
     def _recover(self) -> None:

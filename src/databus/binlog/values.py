@@ -99,20 +99,15 @@ def time2(us_total: int, fsp: int) -> bytes:
     frac = packed - (intpart << 24)  # floor remainder
     if fsp == 0:
         return (intpart + 0x800000).to_bytes(3, "big")
-    if fsp <= 2:
+    if fsp <= 4:
         # MySQL stores INT_PART and the C remainder of the packed value: for a negative
         # value with a fraction, the int part is one higher and the fraction negative
         if neg and frac:
             intpart += 1
             frac -= 1 << 24
-        return (intpart + 0x800000).to_bytes(3, "big") + (
-            int(frac / 10000) & 0xFF).to_bytes(1, "big")
-    if fsp <= 4:
-        if neg and frac:
-            intpart += 1
-            frac -= 1 << 24
-        return (intpart + 0x800000).to_bytes(3, "big") + (
-            int(frac / 100) & 0xFFFF).to_bytes(2, "big")
+        width = (fsp + 1) // 2  # bytes of the fraction: hundredths or ten-thousandths
+        part = int(frac / 10 ** (6 - 2 * width)) & ((1 << 8 * width) - 1)
+        return (intpart + 0x800000).to_bytes(3, "big") + part.to_bytes(width, "big")
     return (packed + 0x800000000000).to_bytes(6, "big")
 
 
