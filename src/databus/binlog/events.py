@@ -223,9 +223,12 @@ def iter_headers(data: bytes | bytearray | memoryview, start: int = 4) -> Iterat
 
 
 def _finish(event: bytearray, checksum: bool) -> bytes:
+    """``event`` with its size in its header and, with ``checksum``, its CRC32 over the
+    whole event, size included (the size first: a reader checks the CRC of the bytes it
+    received)."""
+    _U32.pack_into(event, LEN_OFFSET, len(event) + (CHECKSUM_LEN if checksum else 0))
     if checksum:
         event += _U32.pack(zlib.crc32(event) & 0xFFFFFFFF)
-    _U32.pack_into(event, LEN_OFFSET, len(event))
     return bytes(event)
 
 

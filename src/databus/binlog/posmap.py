@@ -81,7 +81,7 @@ def read_map(path: Path, base: str) -> PositionMap:
     one, see the module docstring)."""
     try:
         raw = json.loads(path.read_bytes())
-        if raw.get("format") != STATE_FORMAT or raw.get("base") != base:
+        if not isinstance(raw, dict) or raw.get("format") != STATE_FORMAT or raw.get("base") != base:
             raise ValueError("not a databus binlog state of this base")
         files = [FileEntry(f["name"], int(f["first_gno"]), float(f["created"]),
                            None if f["closed"] is None else float(f["closed"]),
