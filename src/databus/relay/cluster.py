@@ -3,7 +3,9 @@ other members chain from the leader; when the leader goes, a follower takes over
 
 ``databus relay --cluster zk://HOST:PORT/NAME --source ...`` (or ``cluster:`` in the
 config file). Coordination is ZooKeeper's, through kazoo's election recipe; the
-node layout is in :mod:`databus.coord.cluster`, which does every ZooKeeper read and write.
+node layout is in :mod:`databus.coord.cluster`, which does every ZooKeeper read and
+write. What consumers may read (the high-water mark) is :mod:`databus.relay.highwater`;
+what a member needs of its relay, and its source between roles, :mod:`databus.relay.member`.
 
 **Roles.** Every member registers an ephemeral node and joins the election. The
 elected member bumps the cluster's ``epoch`` (compare-and-set), records where its
@@ -62,78 +64,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from databus.coord import ClusterView, Election, Lease, MemberNodes, Session, connect
 from databus.core.errors import CoordinatorUnavailableError, DatabusError, RelayUnavailableError
 from databus.core.schema import SchemaRegistry
-from databus.core.window import Window
-from databus.relay.config import ClusterConfig, RelayConfig
+from databus.relay.config import ClusterConfig
+from databus.relay.highwater import HighWater
 from databus.relay.identity import default_member_id
-from databus.sources.base import Capturer, Source, SourceInfo
+from databus.relay.member import Member, idle_source, is_idle
+from databus.sources.base import Source
 from databus.sources.chain import ChainSource
-from databus.sources.config import AnySourceConfig, ChainSourceConfig
-
-if TYPE_CHECKING:
-    from pathlib import Path
-
-    from databus.buffer import EventBuffer
-    from databus.relay.fetcher import Fetcher
-
-
-class Member(Protocol):
-    """What a cluster member needs of its relay (:class:`databus.relay.relay.Relay`)."""
-
-    config: RelayConfig
-    source: Source
-    buffer: EventBuffer
-    fetcher: Fetcher
-    state_dir: Path | None
-    capturer: Capturer
-
-    @property
-    def url(self) -> str: ...
-
-    def open_source(self, config: AnySourceConfig) -> Source: ...
-
-    def capture_status(self) -> dict[str, Any]: ...
-
-    def switch_source(self, source: Source, *, guard: Callable[[], bool] | None = None,
-                      ack_limit: Callable[[], int] | None = None) -> None: ...
-
-    def reset_buffer(self) -> None: ...
-
-    def wake(self) -> None: ...
+from databus.sources.config import ChainSourceConfig
 
 log = logging.getLogger("databus.relay.cluster")
-
-
-class _Idle(Source):
-    """The source of a member between roles: nothing to read, and the schema versions
-    of the source it replaced, so that ``/register`` keeps listing every version of
-    the windows the buffer still serves."""
-
-    def __init__(self, registry: SchemaRegistry | None = None) -> None:
-        self._registry = registry if registry is not None else SchemaRegistry()
-
-    def sources(self) -> list[SourceInfo]:
-        return []
-
-    def registry(self) -> SchemaRegistry:
-        return self._registry
-
-    def read(self, after_scn: int, stop: threading.Event, timeout: float) -> list[Window]:
-        stop.wait(timeout)
-        return []
-
-
-def idle_source(registry: SchemaRegistry | None = None) -> Source:
-    return _Idle(registry)
-
-
-def is_idle(source: Source) -> bool:
-    """Whether ``source`` is a member's between roles (it reads nothing)."""
-    return isinstance(source, _Idle)
 
 
 class ClusterMember:
@@ -154,12 +98,8 @@ class ClusterMember:
         self._stop = threading.Event()
         self._lost = threading.Event()  # the session was lost while leading
         self._leader_changed = threading.Event()
-        self._last_hw = -1  # the last high-water mark a leader sent (followers)
-        self._positions: dict[str, int] = {}  # what each follower holds (its last read)
-        # the members that may lead next (in the election: only caught-up followers
-        # join it), but this one: consumers read only what all of them hold
-        self._contenders: set[str] = set()
-        self._contenders_stale = threading.Event()
+        self._hw = HighWater(relay)
+        self._contenders_stale = threading.Event()  # the election changed: read it again
         self._view: dict[str, Any] = {}
         self._view_at = 0.0
         self._roles = threading.RLock()  # one role change at a time (election vs watch)
@@ -248,36 +188,19 @@ class ClusterMember:
             self._contenders_stale.set()
             return
         ids.discard(self.member_id)
-        if ids != self._contenders:
-            self._contenders = ids
+        if self._hw.contenders(ids):
             self.relay.wake()  # one gone can raise what consumers may read
 
     # -- what consumers may read (the high-water mark) -----------------------------------
 
     def follower_at(self, member: str, held: int) -> bool:
         """A member's read says it holds every window up to ``held``; True when that
-        raised the high-water mark."""
-        before = self.serve_limit()
-        if held > self._positions.get(member, -2):
-            self._positions[member] = held
-        return self.serve_limit() > before
+        raised the high-water mark (:mod:`databus.relay.highwater`)."""
+        return self._hw.follower_at(self.role, member, held)
 
     def serve_limit(self) -> int:
-        """The newest window every live member holds: consumers read no further, so a
-        window a consumer saw survives any one member's loss. A follower serves up to
-        what its leader last said."""
-        own = self.relay.buffer.max_scn
-        if self.role == "coleader":
-            # its windows are the ones every capturer cuts (module docstring): any
-            # member that captures next makes the same ones
-            return own
-        if self.role == "leader":
-            held = [self._positions.get(m, -1) for m in self._contenders]
-            return min([own, *held])
-        source = self.relay.source
-        if isinstance(source, ChainSource) and source.cluster_hw is not None:
-            self._last_hw = source.cluster_hw
-        return min(own, self._last_hw)
+        """The newest window consumers may read (:mod:`databus.relay.highwater`)."""
+        return self._hw.limit(self.role)
 
     def check_serving(self) -> None:
         """Refuse a consumer's read while this member's capture stopped on a terminal
@@ -376,7 +299,7 @@ class ClusterMember:
             if self.leader_url is None or told is None:
                 now = time.monotonic()
                 leaderless_since = leaderless_since or now
-                if (self.leader_url is None and self.relay.buffer.max_scn >= self._last_hw) \
+                if (self.leader_url is None and self.relay.buffer.max_scn >= self._hw.told) \
                         or now - leaderless_since > 2 * self.config.session_timeout:
                     return
             else:
@@ -419,7 +342,7 @@ class ClusterMember:
             source = self.relay.source
             current = source.url if isinstance(source, ChainSource) else None
             if url is None:
-                if current is None and not isinstance(source, _Idle):
+                if current is None and not is_idle(source):
                     self.relay.switch_source(idle_source(self.relay.source.registry()))
                 return  # else: keep retrying the old leader until a new one shows
             upstream = url.rstrip("/")
@@ -498,7 +421,7 @@ class ClusterMember:
             log.warning("cluster %s: member %s no longer leads (epoch %d)", self.address,
                         self.member_id, epoch)
         with self._roles:
-            self._last_hw = self.serve_limit()  # what consumers have been served stays
+            self._hw.told = self.serve_limit()  # what consumers have been served stays
             self.role = "follower"
             self.epoch = 0
             self.relay.switch_source(idle_source(self.relay.source.registry()))  # capture stops: someone else leads
@@ -599,7 +522,7 @@ class ClusterMember:
             self._publish_member()
             self._capture_while(self._colead_ended(source))
         with self._roles:
-            self._last_hw = self.relay.buffer.max_scn
+            self._hw.told = self.relay.buffer.max_scn
             self.role = "follower"
             self.relay.switch_source(idle_source(self.relay.source.registry()))
         self._lost.clear()
