@@ -38,8 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from databus.buffer import EventBuffer
-from databus.buffer.ring import PinnedRead, ReadResult
+from databus.buffer import EventBuffer, PinnedRead, ReadResult
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint, ConsumptionMode
 from databus.core.envelope import dumps, envelope
