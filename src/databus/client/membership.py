@@ -139,7 +139,7 @@ class _Partition:
             self.client.run(stop=self.stop)
         except ConsumerFatalError as exc:
             log.warning("partition %d stopped: %s", self.p, exc)
-        # why broad: the top of the partition's thread; DynamicGroup.run reports it
+        # broad: the top of the partition's thread; DynamicGroup.run reports it
         except BaseException as exc:
             self.error = exc
             log.error("partition %d failed: %s", self.p, exc)

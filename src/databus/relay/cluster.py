@@ -240,7 +240,7 @@ class ClusterMember:
         try:
             if not nodes.publish(self._member_record()):
                 self._register_quietly()  # a new session: the node went with the old one
-        # why broad: a heartbeat from the member's thread; besides ZooKeeper's errors the
+        # broad: a heartbeat from the member's thread; besides ZooKeeper's errors the
         # record asks the source for its stats, and nothing here may end the thread (the
         # next beat retries)
         except Exception as exc:
@@ -321,7 +321,7 @@ class ClusterMember:
     def _contend(self, election: Election) -> None:
         try:
             election.run(self._lead)
-        # why broad: the top of the contending thread; whatever ends the contention (a
+        # broad: the top of the contending thread; whatever ends the contention (a
         # lost session, a leader node never freed, a failure while leading) is logged
         # and the member's thread makes it join again
         except Exception as exc:
