@@ -411,7 +411,7 @@ class ClusterMember:
                 failed = str(fetcher["last_error"])
             return fetcher["state"] in ("fenced", "failed")
 
-        self._capture_while(ended)
+        self._capture_while(ended, beat=0.0)  # the next beat says "running" soon
         if failed is not None:
             log.error("cluster %s: member %s gives up leading (epoch %d): its capture"
                       " stopped (%s); another member takes over", self.address,
@@ -432,10 +432,10 @@ class ClusterMember:
                 log.info("cluster %s: leader node not deleted: %s", self.address, exc)
             self._publish_member()
 
-    def _capture_while(self, ended: Callable[[], bool]) -> None:
+    def _capture_while(self, ended: Callable[[], bool], *, beat: float) -> None:
         """While this member captures (as leader or co-leader): its record rewritten
-        once a second, until the session is lost, the member stops or ``ended()``."""
-        beat = time.monotonic()
+        once a second (the last time at ``beat``), until the session is lost, the member
+        stops or ``ended()``."""
         while not self._stop.is_set() and not self._lost.is_set() and not ended():
             self._lost.wait(0.1)
             if time.monotonic() - beat >= 1.0:
@@ -520,7 +520,7 @@ class ClusterMember:
             log.info("cluster %s: member %s co-leads after scn %d", self.address,
                      self.member_id, self.relay.buffer.max_scn)
             self._publish_member()
-            self._capture_while(self._colead_ended(source))
+            self._capture_while(self._colead_ended(source), beat=time.monotonic())
         with self._roles:
             self._hw.told = self.relay.buffer.max_scn
             self.role = "follower"
