@@ -146,7 +146,11 @@ class Region:
         self.tail = end + len(eop)
         if not self.wrapped:
             self.limit = self.tail
-        self._index(scn, pos)
+        ix_off = self.ix_off  # as _index, inline: this runs once per window
+        if (len(ix_off) == self.ix_first or pos // self.block != ix_off[-1] // self.block
+                or pos < ix_off[-1]):
+            self.ix_scn.append(scn)
+            ix_off.append(pos)
         if not self.windows:
             self.min_scn = scn
         self.max_scn = scn
