@@ -118,6 +118,37 @@ def test_package_inits_only_hand_names_on() -> None:
                      " to a module of the package:\n" + "\n".join(bad))
 
 
+def lazy_tables(text: str) -> tuple[set[str], set[tuple[str, str]], set[tuple[str, str]]]:
+    """``__all__``, the (module, name) pairs of a ``lazy_names`` table and those imported
+    under ``TYPE_CHECKING``, from a package ``__init__``'s source."""
+    names: set[str] = set()
+    table: set[tuple[str, str]] = set()
+    typed: set[tuple[str, str]] = set()
+    for stmt in ast.parse(text).body:
+        if isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Name):
+            target = stmt.targets[0].id
+            if target == "__all__":
+                names = set(ast.literal_eval(stmt.value))
+            elif target == "__getattr__" and isinstance(stmt.value, ast.Call):
+                table = {(m, n) for m, ns in ast.literal_eval(stmt.value.args[1]).items()
+                         for n in ns}
+        elif isinstance(stmt, ast.If) and isinstance(stmt.test, ast.Name):
+            typed = {(i.module or "", a.name) for i in stmt.body
+                     if isinstance(i, ast.ImportFrom) for a in i.names}
+    return names, table, typed
+
+
+def test_lazy_names_are_the_names_handed_on() -> None:
+    """A lazy package hands on exactly ``__all__``, from the modules it names to type
+    checkers: the three lists cannot drift apart."""
+    lazy = [p for p in _modules() if p.name == "__init__.py" and "lazy_names(" in _read(p)]
+    assert {_name(p) for p in lazy} >= {"client/__init__.py", "spark/__init__.py"}
+    for path in lazy:
+        names, table, typed = lazy_tables(_read(path))
+        assert {n for _, n in table} == names, _name(path)
+        assert table == typed, _name(path)
+
+
 def test_no_module_is_longer_than_600_lines() -> None:
     bad = [f"{_name(p)}: {n} lines" for p in _modules()
            if ("lines", _name(p)) not in TEMPORARY
