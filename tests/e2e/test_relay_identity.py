@@ -35,9 +35,8 @@ import httpx
 import psycopg
 import pytest
 import yaml
-from kazoo.client import KazooClient
 
-from databus.coord.zk import ClusterView, ZkAddress, zk_client
+from databus.coord import ClusterView, Session, ZkAddress, connect
 from databus.core.errors import ConfigError
 from databus.relay.config import parse_config
 from databus.relay.relay import Relay
@@ -566,7 +565,7 @@ class Members:
     cluster: str
     db: Path
     procs: Procs = field(init=False)
-    _zk: KazooClient | None = field(init=False, default=None)
+    _zk: Session | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.procs = Procs(self.tmp)
@@ -586,7 +585,7 @@ class Members:
         """The cluster as ``databus cluster status --json`` prints it (read in-process
         while polling: a CLI start per poll costs a second)."""
         if self._zk is None:
-            self._zk = zk_client(ZkAddress.parse(self.address))
+            self._zk = connect(ZkAddress.parse(self.address))
         return ClusterView(self._zk, ZkAddress.parse(self.address)).status()
 
     def leader(self) -> dict[str, Any] | None:
@@ -595,7 +594,6 @@ class Members:
 
     def close(self) -> None:
         if self._zk is not None:
-            self._zk.stop()
             self._zk.close()
 
     @property

@@ -56,10 +56,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
-from databus.client._sql import make_engine, redacted, translate_db_errors
 from databus.client.checkpoints import CheckpointStore, SqlCheckpointStore
 from databus.client.consumer import Consumer, DataEvent, Result
 from databus.client.sinks.sqltypes import Converter, column_type
+from databus.client.sql import make_engine, redacted, translate_db_errors
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import SchemaError
 from databus.core.event import Op
