@@ -182,7 +182,7 @@ class BinlogConverter(Consumer, CheckpointStore):
                     continue
                 try:
                     self._append_pending()
-                except Exception:  # the client's next save retries and reports it
+                except Exception:  # broad: the client's next save retries and reports it
                     log.exception("writing binlog windows failed; retried at the next save")
                     self._write.wait(1.0)
 

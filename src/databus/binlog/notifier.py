@@ -39,7 +39,7 @@ class StoreNotifier:
             try:
                 end = self._store.end()
                 moved = self._store.wait_beyond(end, 0.5)
-            except Exception:  # a closed store at shutdown: nothing left to wait for
+            except Exception:  # broad: a closed store at shutdown: nothing left to wait for
                 if self._stop.wait(0.5):
                     return
                 continue

@@ -344,7 +344,7 @@ class BinlogServer:
             pass  # shutdown
         except MysqlError as exc:  # a malformed handshake: mimic wrote the error already
             log.debug("client %s: %s", writer.get_extra_info("peername"), exc)
-        except Exception:  # one client's surprise must not stop the server
+        except Exception:  # broad: one client's surprise must not stop the server
             log.exception("binlog server: connection failed")
         finally:
             if session is not None:
@@ -434,7 +434,7 @@ def run_service(cfg: BinlogServiceConfig, password: str, stop: threading.Event) 
         def convert() -> None:
             try:
                 converter.run(conv_stop)
-            except BaseException as exc:  # reported by the main thread
+            except BaseException as exc:  # broad: a thread's top; reported by the main thread
                 failed.append(exc)
                 stop.set()
 
