@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from databus.core.errors import StatementError
-from databus.sources.mysql.incremental import ChunkReader, Coordinator
+from databus.sources.common.incremental import ChunkReader, Coordinator
 
 
 class FailingReader(ChunkReader):

@@ -165,8 +165,8 @@ from databus.core.schema import MetadataCodec, SchemaRegistry
 from databus.core.window import Window
 from databus.sources.base import Capturer, Source, SourceInfo
 from databus.sources.columns import ColumnFilter
+from databus.sources.common.progress import ProgressRecords
 from databus.sources.config import SqliteSourceConfig
-from databus.sources.progress import ProgressRecords
 from databus.sources.txlog import catalog as cat
 from databus.sources.txlog._db import (
     begin_immediate,
