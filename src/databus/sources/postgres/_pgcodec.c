@@ -277,34 +277,6 @@ static int tuple(Codec *c, const unsigned char *p, Py_ssize_t end, Py_ssize_t *p
     return unchanged;
 }
 
-/* a JSON string as json.dumps(ensure_ascii=False) writes it */
-static int json_string(Buf *b, const unsigned char *s, size_t n) {
-    static const char hex[] = "0123456789abcdef";
-    if (buf_byte(b, '"') < 0) return -1;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = s[i];
-        const char *esc = NULL;
-        switch (ch) {
-        case '"': esc = "\\\""; break;
-        case '\\': esc = "\\\\"; break;
-        case '\n': esc = "\\n"; break;
-        case '\r': esc = "\\r"; break;
-        case '\t': esc = "\\t"; break;
-        case '\b': esc = "\\b"; break;
-        case '\f': esc = "\\f"; break;
-        }
-        if (esc) {
-            if (buf_put(b, esc, 2) < 0) return -1;
-        } else if (ch < 0x20) {
-            char u[6] = {'\\', 'u', '0', '0', hex[ch >> 4], hex[ch & 15]};
-            if (buf_put(b, u, 6) < 0) return -1;
-        } else if (buf_byte(b, ch) < 0) {
-            return -1;
-        }
-    }
-    return buf_byte(b, '"');
-}
-
 /* the key, as TableVersion.key(values, row_index) makes it */
 static int make_key(Codec *c, KeyVal *kv, int64_t row_index, Key *key) {
     key->bytes.len = 0;
@@ -578,17 +550,6 @@ done:
     return out;
 }
 
-static int part(Buf *b, int16_t version, const unsigned char *digest, int dlen,
-                const unsigned char *data, size_t n) {
-    unsigned char h[7];
-    put_be32_at(h, (uint32_t)n);
-    h[4] = (unsigned char)((uint16_t)version >> 8);
-    h[5] = (unsigned char)version;
-    h[6] = (unsigned char)dlen;
-    if (buf_put(b, h, 7) < 0 || buf_put(b, digest, (size_t)dlen) < 0) return -1;
-    return buf_put(b, data, n);
-}
-
 /* commit(scn, timestamp_ns, txid, origin) -> (events: bytes, count): every pending row as an
  * event of window scn, metadata as source.py writes it; the pending rows are cleared */
 static PyObject *Decoder_commit(Decoder *self, PyObject *args) {
@@ -654,38 +615,15 @@ static PyObject *Decoder_commit(Decoder *self, PyObject *args) {
             if (buf_byte(meta, 0) < 0 || buf_byte(meta, 2) < 0 || put_long(meta, row) < 0)
                 goto done;
         }
-        size_t start = out.len;
-        if (buf_reserve(&out, 45) < 0) goto done;
-        memset(out.p + start, 0, 45);
-        out.len += 45;
-        size_t body = out.len;
-        uint16_t attrs = (uint16_t)((op & 7) | (with_meta ? 0x0010 : 0));
-        unsigned char k8[8];
-        if (is_int) {
-            put_be64_at(k8, (uint64_t)ikey);
-            if (buf_put(&out, k8, 8) < 0) goto done;
-        } else {
-            attrs |= 0x0008;
-            put_be32_at(k8, klen);
-            if (buf_put(&out, k8, 4) < 0 || buf_put(&out, kp, klen) < 0) goto done;
-        }
+        size_t start;
+        uint16_t attrs = (uint16_t)((op & 7) | (with_meta ? EV_ATTR_HAS_METADATA : 0));
+        if (ev_start(&out, &start, is_int, ikey, kp, klen, &attrs) < 0) goto done;
         if (with_meta &&
-            part(&out, 0, self->meta_id, self->meta_id_len, meta->p, meta->len) < 0)
+            ev_part(&out, 0, self->meta_id, self->meta_id_len, meta->p, meta->len) < 0)
             goto done;
-        if (part(&out, c->schema_version, c->schema_id, c->schema_id_len, payload, plen) < 0)
+        if (ev_part(&out, c->schema_version, c->schema_id, c->schema_id_len, payload, plen) < 0)
             goto done;
-        unsigned char *h = out.p + start;
-        h[0] = 2;
-        put_be32_at(h + 1, 0xCAFEDEEDu);
-        put_be32_at(h + 5, 45);
-        put_be32_at(h + 13, crc32_update(0, out.p + body, out.len - body));
-        put_be32_at(h + 17, (uint32_t)(out.len - start));
-        h[21] = (unsigned char)(attrs >> 8);
-        h[22] = (unsigned char)attrs;
-        put_be64_at(h + 23, (uint64_t)ts);
-        put_be32_at(h + 31, (uint32_t)c->src_id);
-        put_be64_at(h + 37, (uint64_t)scn);
-        put_be32_at(h + 9, crc32_update(crc32_update(0, h, 9), h + 13, 45 - 13));
+        ev_finish(&out, start, attrs, ts, c->src_id, scn);
     }
     result = Py_BuildValue("(y#n)", out.p ? (const char *)out.p : "", (Py_ssize_t)out.len,
                            self->count);
