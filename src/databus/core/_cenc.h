@@ -170,6 +170,37 @@ static inline int json_string(Buf *b, const unsigned char *s, size_t n) {
 #define EV_ATTR_HAS_METADATA 0x0010
 #define EV_ATTR_SNAPSHOT 0x0020
 
+/* A schema digest as an event's part carries it (at most 64 bytes). */
+typedef struct {
+    unsigned char b[64];
+    int len;
+} EvDigest;
+
+/* What an event says of its table version: source id, schema version, digest. */
+typedef struct {
+    int32_t src_id;
+    int16_t version;
+    EvDigest id;
+} EvSchema;
+
+/* 0, or -1 with ValueError naming ``what`` for a digest longer than 64 bytes. */
+static inline int ev_digest_set(EvDigest *d, const Py_buffer *v, const char *what) {
+    if (v->len > (Py_ssize_t)sizeof d->b) {
+        PyErr_Format(PyExc_ValueError, "%s digest longer than 64 bytes", what);
+        return -1;
+    }
+    memcpy(d->b, v->buf, (size_t)v->len);
+    d->len = (int)v->len;
+    return 0;
+}
+
+static inline int ev_schema_set(EvSchema *s, int src_id, int version, const Py_buffer *digest) {
+    if (ev_digest_set(&s->id, digest, "schema") < 0) return -1;
+    s->src_id = (int32_t)src_id;
+    s->version = (int16_t)version;
+    return 0;
+}
+
 /* A part (metadata or payload): length, schema version, digest length, digest, data. */
 static inline int ev_part(Buf *b, int16_t version, const unsigned char *digest, int dlen,
                           const unsigned char *data, size_t n) {

@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../../core/_cenc.h" /* CRC-32, Buf, Avro writers, the event and its schema */
+
 /* ---------- opcodes (keep in step with fastpath.py) ---------- */
 enum {
     OP_INT8 = 1, OP_UINT8, OP_INT16, OP_UINT16, OP_INT24, OP_UINT24, OP_INT32, OP_UINT32,
@@ -47,15 +49,9 @@ typedef struct {
     int *key_cols;
     int nkey;
     int key_mode;
-    int32_t src_id;
-    int16_t schema_version;
-    unsigned char schema_id[64];
-    int schema_id_len;
-    unsigned char meta_id[64];
-    int meta_id_len;
+    EvSchema schema;
+    EvDigest meta_id;
 } RowCodec;
-
-#include "../../core/_cenc.h" /* CRC-32, Buf, Avro and big-endian writers */
 
 /* ---------- input reader with bounds checks ---------- */
 typedef struct {
@@ -531,11 +527,11 @@ static int write_event(RowCodec *rc, Buf *out, int op, int64_t scn, int64_t ts, 
     if (ev_start(out, &start, is_int_key, ikey, is_int_key ? NULL : kb->p,
                  is_int_key ? 0 : kb->len, &attrs) < 0)
         return -1;
-    if (meta && ev_part(out, 0, rc->meta_id, rc->meta_id_len, meta->p, meta->len) < 0)
+    if (meta && ev_part(out, 0, rc->meta_id.b, rc->meta_id.len, meta->p, meta->len) < 0)
         return -1;
-    if (ev_part(out, rc->schema_version, rc->schema_id, rc->schema_id_len, payload, plen) < 0)
+    if (ev_part(out, rc->schema.version, rc->schema.id.b, rc->schema.id.len, payload, plen) < 0)
         return -1;
-    ev_finish(out, start, attrs, ts, rc->src_id, scn);
+    ev_finish(out, start, attrs, ts, rc->schema.src_id, scn);
     return 0;
 }
 
@@ -561,10 +557,9 @@ static int RowCodec_init(RowCodec *self, PyObject *args, PyObject *kwds) {
                                      &mid, &table))
         return -1;
     int ok = 0;
-    if (sid.len > 64 || mid.len > 64) {
-        PyErr_SetString(PyExc_ValueError, "schema digest longer than 64 bytes");
+    if (ev_schema_set(&self->schema, src_id, version, &sid) < 0 ||
+        ev_digest_set(&self->meta_id, &mid, "metadata") < 0)
         goto done;
-    }
     self->ncols = (int)PyTuple_GET_SIZE(ops);
     self->cols = PyMem_Calloc((size_t)self->ncols + 1, sizeof(Col));
     self->nkey = (int)PyTuple_GET_SIZE(keys);
@@ -605,12 +600,6 @@ static int RowCodec_init(RowCodec *self, PyObject *args, PyObject *kwds) {
         goto done;
     }
     self->key_mode = key_mode;
-    self->src_id = (int32_t)src_id;
-    self->schema_version = (int16_t)version;
-    memcpy(self->schema_id, sid.buf, (size_t)sid.len);
-    self->schema_id_len = (int)sid.len;
-    memcpy(self->meta_id, mid.buf, (size_t)mid.len);
-    self->meta_id_len = (int)mid.len;
     ok = 1;
 done:
     PyBuffer_Release(&sid);

@@ -33,7 +33,7 @@ enum { KEY_INT = 0, KEY_ROWINDEX = 1, KEY_JSON = 2 };
 /* ops, as databus.core.event.Op */
 enum { OP_INSERT = 1, OP_UPDATE = 2, OP_DELETE = 3, OP_TRUNCATE = 5 };
 
-#include "../../core/_cenc.h" /* CRC-32, Buf, Avro and big-endian writers */
+#include "../../core/_cenc.h" /* CRC-32, Buf, Avro writers, the event and its schema */
 
 /* ---------- Codec: one table version ---------- */
 typedef struct {
@@ -43,10 +43,7 @@ typedef struct {
     int *key_cols;
     int nkey;
     int key_mode;
-    int32_t src_id;
-    int16_t schema_version;
-    unsigned char schema_id[64];
-    int schema_id_len;
+    EvSchema schema;
 } Codec;
 
 static void Codec_dealloc(Codec *self) {
@@ -65,10 +62,7 @@ static int Codec_init(Codec *self, PyObject *args, PyObject *kwds) {
                                      &keys, &key_mode, &src_id, &sid, &version))
         return -1;
     int ok = 0;
-    if (sid.len > 64) {
-        PyErr_SetString(PyExc_ValueError, "schema digest longer than 64 bytes");
-        goto done;
-    }
+    if (ev_schema_set(&self->schema, src_id, version, &sid) < 0) goto done;
     PyMem_Free(self->kinds);
     PyMem_Free(self->key_cols);
     self->ncols = (int)kinds.len;
@@ -101,10 +95,6 @@ static int Codec_init(Codec *self, PyObject *args, PyObject *kwds) {
         goto done;
     }
     self->key_mode = key_mode;
-    self->src_id = (int32_t)src_id;
-    self->schema_version = (int16_t)version;
-    memcpy(self->schema_id, sid.buf, (size_t)sid.len);
-    self->schema_id_len = (int)sid.len;
     ok = 1;
 done:
     PyBuffer_Release(&kinds);
@@ -349,8 +339,7 @@ typedef struct {
     PyObject *last;  /* the last codec appended to held (borrowed) */
     Buf rows;        /* pending rows, see put_row */
     Py_ssize_t count;
-    unsigned char meta_id[64];
-    int meta_id_len;
+    EvDigest meta_id;
     Buf rec, old, meta; /* scratch */
     Key k1, k2;
 } Decoder;
@@ -371,14 +360,9 @@ static int Decoder_init(Decoder *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"meta_id", NULL};
     Py_buffer mid;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*", kwlist, &mid)) return -1;
-    if (mid.len > 64) {
-        PyBuffer_Release(&mid);
-        PyErr_SetString(PyExc_ValueError, "metadata digest longer than 64 bytes");
-        return -1;
-    }
-    memcpy(self->meta_id, mid.buf, (size_t)mid.len);
-    self->meta_id_len = (int)mid.len;
+    int bad = ev_digest_set(&self->meta_id, &mid, "metadata");
     PyBuffer_Release(&mid);
+    if (bad < 0) return -1;
     Py_XSETREF(self->rels, PyDict_New());
     Py_XSETREF(self->held, PyList_New(0));
     self->last = NULL;
@@ -619,11 +603,12 @@ static PyObject *Decoder_commit(Decoder *self, PyObject *args) {
         uint16_t attrs = (uint16_t)((op & 7) | (with_meta ? EV_ATTR_HAS_METADATA : 0));
         if (ev_start(&out, &start, is_int, ikey, kp, klen, &attrs) < 0) goto done;
         if (with_meta &&
-            ev_part(&out, 0, self->meta_id, self->meta_id_len, meta->p, meta->len) < 0)
+            ev_part(&out, 0, self->meta_id.b, self->meta_id.len, meta->p, meta->len) < 0)
             goto done;
-        if (ev_part(&out, c->schema_version, c->schema_id, c->schema_id_len, payload, plen) < 0)
+        if (ev_part(&out, c->schema.version, c->schema.id.b, c->schema.id.len, payload, plen)
+            < 0)
             goto done;
-        ev_finish(&out, start, attrs, ts, c->src_id, scn);
+        ev_finish(&out, start, attrs, ts, c->schema.src_id, scn);
     }
     result = Py_BuildValue("(y#n)", out.p ? (const char *)out.p : "", (Py_ssize_t)out.len,
                            self->count);
