@@ -11,10 +11,10 @@ module that talks to the driver).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from databus.core.errors import ConfigError
-from databus.sources.common.urls import parse_server_url
+from databus.sources.common.urls import ServerUrl, parse_server_url
 from databus.sources.config import MysqlSourceConfig, SourceTlsConfig
 
 
@@ -32,13 +32,10 @@ class ServerFacts:
 
 
 @dataclass(frozen=True)
-class MysqlUrl:
-    """Where and how to connect; ``repr`` never shows the password."""
+class MysqlUrl(ServerUrl):
+    """Where and how to connect: the URL's parts and TLS; ``repr`` never shows the
+    password."""
 
-    host: str
-    port: int
-    user: str
-    password: str = field(default="", repr=False)
     tls: SourceTlsConfig | None = None
 
 
@@ -48,7 +45,7 @@ def parse_mysql_url(url: str, *, password: str | None = None,
     (from a file or the environment) replaces the URL's."""
     u = parse_server_url(url, kind="mysql", schemes=("mysql", "mariadb"), port=3306,
                          user="root", password=password)
-    return MysqlUrl(u.host, u.port, u.user, u.password, tls)
+    return MysqlUrl(u.host, u.port, u.user, u.password, tls=tls)
 
 
 def mysql_url(config: MysqlSourceConfig) -> MysqlUrl:
