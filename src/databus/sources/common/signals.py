@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from databus.core.errors import ConfigError, InvalidRequestError, StatementError
+from databus.sources.common.sqlfilter import checked_conditions
 
 OPEN, CLOSE, NOTIFY = "snapshot-window-open", "snapshot-window-close", "snapshot-notify"
 MARKS = (OPEN, CLOSE, NOTIFY)
@@ -62,27 +63,28 @@ class SignalTable(Protocol):
         ...
 
 
-def send(kind: str, data: dict[str, Any] | None, *, signal_table: str,
-         table: Callable[[], tuple[SignalTable, Callable[[], None]]],
-         conditions: Callable[[SignalTable, dict[str, Any]], dict[str, Any]]) -> str:
-    """Insert the signal ``kind`` with ``data`` (module docstring); its id.
-
-    ``table()`` opens the session (the signal table on it, and what closes it);
-    ``conditions(table, data)`` checks ``additional-conditions`` against the
-    database's columns (:func:`.sqlfilter.checked_conditions`), giving the data to
-    store."""
-    if kind not in KINDS:
-        raise InvalidRequestError(f"unknown signal {kind!r}; one of {', '.join(KINDS)}")
-    sid = uuid.uuid4().hex
-    io, close = table()
+def send(kind: str, data: dict[str, Any] | None, table: SignalTable, *, name: str,
+         close: Callable[[], None], wanted: Callable[[str], bool],
+         columns: Callable[[str, str], list[str]], dialect: str = "mysql",
+         qualifier: str = "db") -> str:
+    """Insert the signal ``kind`` with ``data`` into the signal table ``name`` through
+    ``table`` (on a session of its own, which ``close`` ends, whatever happens); its id
+    (module docstring). ``wanted``, ``columns``, ``dialect``, ``qualifier``: how
+    ``additional-conditions`` are checked (:func:`.sqlfilter.checked_conditions`)."""
     try:
+        if kind not in KINDS:
+            raise InvalidRequestError(f"unknown signal {kind!r}; one of {', '.join(KINDS)}")
+        sid = uuid.uuid4().hex
         if kind == EXECUTE:
             # refused here (400, nothing written) rather than an ERROR notice later
-            matched_tables(data, io.tables())
-            data = conditions(io, data or {})
-        io.write_watermark(sid, kind, json.dumps(data or {}))
+            matched_tables(data, table.tables())
+            # filters parsed against their table's columns and re-emitted from the parse
+            # tree: the stored signal row only ever holds SQL generated there
+            data = checked_conditions(data or {}, wanted=wanted, columns=columns,
+                                      dialect=dialect, qualifier=qualifier)
+        table.write_watermark(sid, kind, json.dumps(data or {}))
     except (StatementError, ConfigError) as exc:
-        raise InvalidRequestError(f"cannot write to {signal_table}: {exc}") from exc
+        raise InvalidRequestError(f"cannot write to {name}: {exc}") from exc
     finally:
         close()
     return sid

@@ -78,7 +78,6 @@ from databus.sources.common.incremental import (
     idle_stats,
 )
 from databus.sources.common.progress import ProgressRecords
-from databus.sources.common.sqlfilter import checked_conditions
 from databus.sources.common.tables import TableFilter
 from databus.sources.config import MysqlSourceConfig
 from databus.sources.mysql import compressed, fastpath
@@ -251,23 +250,13 @@ class MysqlSource(Source):
         """Insert a signal row on its own connection (:func:`.signals.send`: the same
         contract for every source): the capture thread sees it in the binlog, in commit
         order. Thread-safe."""
-        session = SqlSession(self.url)
-
-        def table() -> tuple[SnapshotIO, Any]:
-            return (SnapshotIO(session, self.signal_table, self._wanted, self._shape_of),
-                    session.close)
-
-        def conditions(_io: Any, data: dict[str, Any]) -> dict[str, Any]:
-            # filters parsed against their table's columns and re-emitted from the parse
-            # tree: the stored signal row only ever holds SQL generated there
-            return checked_conditions(
-                data, wanted=self._wanted,
-                columns=lambda db, name: [str(r[0]) for r in session.query(
-                    "SELECT COLUMN_NAME FROM information_schema.COLUMNS"
-                    " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (db, name))])
-
-        return signals.send(kind, data, signal_table=self.signal_table, table=table,
-                            conditions=conditions)
+        session = SqlSession(self.url)  # connects on first use
+        return signals.send(
+            kind, data, SnapshotIO(session, self.signal_table, self._wanted, self._shape_of),
+            name=self.signal_table, close=session.close, wanted=self._wanted,
+            columns=lambda db, name: [str(r[0]) for r in session.query(
+                "SELECT COLUMN_NAME FROM information_schema.COLUMNS"
+                " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (db, name))])
 
     def reconfigure(self, config: Any) -> None:
         """New table/column filters from a reloaded relay config (``url`` and the

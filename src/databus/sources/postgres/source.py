@@ -114,7 +114,6 @@ from databus.sources.common.incremental import (
     chunk_events,
 )
 from databus.sources.common.progress import ProgressRecords
-from databus.sources.common.sqlfilter import checked_conditions
 from databus.sources.common.tables import TableFilter
 from databus.sources.config import PostgresSourceConfig
 from databus.sources.postgres import checks
@@ -304,21 +303,15 @@ class PostgresSource(Source):
                 f"signals are off for this source: the signal table {self.signal_table} is"
                 f" not in publication {self.publication}; run {self._signals_off} (or set"
                 " create_publication: true) and restart the relay")
-        session = SqlSession(self.url)
-
-        def table() -> tuple[PgChunks, Any]:
-            return (PgChunks(session, self.signal_table, self._filter,
-                             lambda rel: self._versions.of(rel, session)), session.close)
-
-        def conditions(_io: Any, data: dict[str, Any]) -> dict[str, Any]:
-            return checked_conditions(
-                data, wanted=self._filter, dialect="postgres", qualifier="schema",
-                columns=lambda schema, name: [str(r[0]) for r in session.query(
-                    "SELECT column_name FROM information_schema.columns"
-                    " WHERE table_schema = %s AND table_name = %s", (schema, name))])
-
-        return signals.send(kind, data, signal_table=self.signal_table, table=table,
-                            conditions=conditions)
+        session = SqlSession(self.url)  # connects on first use
+        return signals.send(
+            kind, data, PgChunks(session, self.signal_table, self._filter,
+                                 lambda rel: self._versions.of(rel, session)),
+            name=self.signal_table, close=session.close, wanted=self._filter,
+            dialect="postgres", qualifier="schema",
+            columns=lambda schema, name: [str(r[0]) for r in session.query(
+                "SELECT column_name FROM information_schema.columns"
+                " WHERE table_schema = %s AND table_name = %s", (schema, name))])
 
     def acknowledge(self, scn: int) -> None:
         """The relay no longer needs what is up to ``scn``: the slot may move there (sent
