@@ -19,8 +19,8 @@ import pytest
 from databus.core import event as ev
 from databus.core.errors import InvalidRequestError
 from databus.core.window import Window
+from databus.sources.common.names import source_id
 from databus.sources.postgres.source import NOTIFICATIONS, PostgresSource
-from databus.sources.postgres.types import source_id
 from tests.support.postgres import PostgreSQL
 from tests.support.sources import source_config
 

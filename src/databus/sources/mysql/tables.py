@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
-import zlib
 from typing import Any
 
 from databus.core import event as ev
@@ -24,10 +23,6 @@ from databus.sources.mysql import rows as br
 
 _OPS = {30: ev.Op.INSERT, 23: ev.Op.INSERT, 31: ev.Op.UPDATE, 24: ev.Op.UPDATE,
         32: ev.Op.DELETE, 25: ev.Op.DELETE}
-
-
-def source_id(name: str) -> int:
-    return zlib.crc32(name.encode()) & 0x7FFFFFFF
 
 
 def avro_type(td: br.TableDef, i: int) -> Any:
