@@ -57,11 +57,14 @@ _template_lock = threading.Lock()
 
 def _install(datadir: Path) -> None:
     datadir.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
+    done = subprocess.run(
         [_binary("mariadb-install-db"), "--no-defaults", f"--datadir={datadir}",
          "--auth-root-authentication-method=normal", "--skip-test-db", *INSTALL_SETTINGS,
          *(["--user=root"] if os.geteuid() == 0 else [])],
-        check=True, capture_output=True, timeout=120)
+        capture_output=True, text=True, timeout=120, check=False)
+    if done.returncode != 0:  # its own words: the exit status alone says nothing
+        raise RuntimeError(f"mariadb-install-db exited with {done.returncode}:\n"
+                           f"{done.stdout[-3000:]}{done.stderr[-3000:]}")
 
 
 def pristine_datadir() -> Path:
