@@ -47,13 +47,16 @@ def _needs_spark(item: pytest.Item) -> bool:
 
 
 def _rank(item: pytest.Item) -> int:
-    """The order tests start in: the Spark tests (the longest chain: one JVM, one worker),
-    then the end-to-end tests (the longest single tests), then integration, then the rest
-    (short: they fill the workers' ends evenly)."""
+    """The order tests start in, longest first (so no long test starts last and runs
+    alone): the Spark tests (the longest chain: one JVM, one worker), then the tests
+    marked ``slow``, the other end-to-end tests, integration, then the rest (short: they
+    fill the workers' ends evenly)."""
     if _needs_spark(item):
         return 0
+    if item.get_closest_marker("slow") is not None:
+        return 1
     folder = Path(str(item.path)).parent.name
-    return {"e2e": 1, "integration": 2}.get(folder, 3)
+    return {"e2e": 2, "integration": 3}.get(folder, 4)
 
 
 _GROUPS = "databus_groups"
