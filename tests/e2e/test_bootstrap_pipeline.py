@@ -92,6 +92,15 @@ class Pipeline(ProcessPipeline):
                                              interval=0.02)
         return found
 
+    def log_max_scn(self) -> int:
+        return int(str(self.bs_admin()["log_max_scn"]))
+
+    def wait_produced(self, timeout: float = 120) -> None:
+        """Until the bootstrap service's log takes in a window newer than it holds now."""
+        now = self.log_max_scn()
+        self.wait("the bootstrap service to log a newer window",
+                  lambda: self.log_max_scn() > now, timeout)
+
     def wait_equal(self, timeout: float = 240) -> None:
         self.wait("the replica to equal the source", lambda: replica_equal(self.db, self.replica),
                   timeout, interval=0.5)
@@ -202,11 +211,13 @@ def test_kill9_consumer_and_bootstrap_service_at_each_phase(pipeline: Pipeline) 
         killed.append(f"consumer in {_mode(p.consumer_checkpoint() or {})}")
         p.start("replicate")
         # 5. the bootstrap service again, while it follows the relay
-        time.sleep(1.0)
+        online = p.consumer_checkpoint() or {}
+        p.wait_for("more of the relay", lambda cp: cp != online)
+        p.wait_produced()
         p.kill("bootstrap")
         killed.append("bootstrap service while producing")
         p.start("bootstrap")
-        time.sleep(1.0)
+        p.wait_produced()  # the restarted service follows the relay again
     finally:
         done.set()
         if "writer" in locals():
