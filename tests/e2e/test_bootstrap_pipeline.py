@@ -23,7 +23,13 @@ import yaml
 
 from tests.support.bootstrap import preload, replica_equal
 from tests.support.bulk import BulkWriter
-from tests.support.pipeline import ProcessPipeline
+from tests.support.pipeline import (
+    ProcessPipeline,
+    http_url,
+    relay_args,
+    replicate_args,
+    write_config,
+)
 from tests.support.procs import DATABUS, free_port, kill9
 from tests.support.shop import TABLES, create_shop
 from tests.support.wait import wait_until
@@ -43,12 +49,12 @@ class Pipeline(ProcessPipeline):
 
     def args(self, name: str) -> list[str]:
         if name == "relay":
-            return [*DATABUS, "relay", "--config", str(self.tmp / "relay.yaml")]
+            return relay_args(self.relay_port, config=self.tmp / "relay.yaml")
         if name == "bootstrap":
             return [*DATABUS, "bootstrap", "--config", str(self.tmp / "bootstrap.yaml")]
-        return [*DATABUS, "replicate", "--relay", f"http://127.0.0.1:{self.relay_port}",
-                "--target", f"sqlite:///{self.replica}", "--bootstrap",
-                f"http://127.0.0.1:{self.bs_port}", "--bootstrap-batch", str(self.batch)]
+        return replicate_args(http_url(self.relay_port), f"sqlite:///{self.replica}",
+                              "--bootstrap", http_url(self.bs_port),
+                              "--bootstrap-batch", str(self.batch))
 
     def ready_url(self, name: str) -> str | None:
         port = {"relay": self.relay_port, "bootstrap": self.bs_port}.get(name)
@@ -59,7 +65,7 @@ class Pipeline(ProcessPipeline):
         conf = self.tmp / "relay.yaml"
         raw = yaml.safe_load(conf.read_text())
         raw["buffer"]["capacity_bytes"] = capacity
-        conf.write_text(yaml.safe_dump(raw))
+        write_config(conf, raw)
 
     def relay_min_scn(self) -> int:
         return int(httpx.get(f"http://127.0.0.1:{self.relay_port}/containerStats/buffer/min_scn",
@@ -112,19 +118,19 @@ def pipeline(tmp_path: Path) -> Iterator[Pipeline]:
     create_shop(db)
     preload(db, 5000)  # rows that exist before capture starts
     p = Pipeline(tmp_path, db)
-    (tmp_path / "relay.yaml").write_text(yaml.safe_dump({
+    write_config(tmp_path / "relay.yaml", {
         "name": "e2e", "source": {"url": f"sqlite:///{db}", "tables": TABLES,
                                   "poll_interval": 0.01,
                                   # pre-existing rows come from the bootstrap's initial load
                                   "snapshot_mode": "no_data"},
         "buffer": {"capacity_bytes": 2 * 1024 * 1024, "path": str(tmp_path / "relay.buf"),
                    "flush_interval": 0.2},
-        "http": {"port": p.relay_port}}))
-    (tmp_path / "bootstrap.yaml").write_text(yaml.safe_dump({
+        "http": {"port": p.relay_port}})
+    write_config(tmp_path / "bootstrap.yaml", {
         "relay_url": f"http://127.0.0.1:{p.relay_port}",
         "store": {"url": f"sqlite:///{tmp_path / 'bs.db'}"},
         "initial_load": {"url": f"sqlite:///{db}", "tables": TABLES},
-        "http": {"port": p.bs_port}, "poll_timeout": 0.5, "apply_interval": 0.05}))
+        "http": {"port": p.bs_port}, "poll_timeout": 0.5, "apply_interval": 0.05})
     try:
         yield p
     finally:
