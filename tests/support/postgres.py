@@ -145,6 +145,23 @@ class PostgreSQL:
             for stmt in sql:
                 conn.execute(sa.text(stmt))
 
+    def scalar(self, sql: str, db: str = "postgres") -> Any:
+        """The first column of the first row of ``sql`` (None without rows)."""
+        with sql_engine(self.url(db), isolation_level="AUTOCOMMIT") as engine, \
+                engine.connect() as conn:
+            return conn.execute(sa.text(sql)).scalar()
+
+    def drop_slots(self, db: str, timeout: float = 30.0) -> None:
+        """Ends the replication connections into database ``db``, then drops its slots
+        (a slot in use cannot be dropped: waits until none is)."""
+        self.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
+                     f" WHERE database = '{db}' AND active_pid IS NOT NULL")
+        wait_until(lambda: not self.scalar("SELECT count(*) FROM pg_replication_slots"
+                                           f" WHERE database = '{db}' AND active"),
+                   timeout, f"the replication slots of {db} to be released")
+        self.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+                     f" WHERE database = '{db}'")
+
     @contextmanager
     def fresh_database(self, prefix: str = "databus_test") -> Iterator[str]:
         """Yields the URL of a new database; drops it (forcibly) at exit."""
