@@ -162,12 +162,16 @@ def test_consumer_started_after_100k_changes(pipeline: Pipeline) -> None:
     try:
         w.run_until(100_000, threading.Event(), 0.002)
         assert p.relay_min_scn() > 50_000, "the history did not fall off the relay"
-        writer, done = _write_in_background(w, 130_000, 0.05)
+        # writes continue during the whole bootstrap (however long a loaded machine makes
+        # it): the consumer reaches the relay while the writer is still going, which goes
+        # on after the switch, to 130,000 changes at least
+        writer, done = _write_in_background(w, 10**9, 0.05)
         p.start("replicate")
-        # writes continue during the bootstrap: the consumer reaches the relay
-        # while the writer is still going
         p.wait_for("the relay", lambda cp: _mode(cp) == "ONLINE_CONSUMPTION")
         assert writer.is_alive(), "the writer finished before the bootstrap ended"
+        more = max(130_000, w.changes + 3_000)
+        p.wait("more writes after the switch", lambda: w.changes >= more, 300)
+        done.set()
         writer.join(300)
         assert not writer.is_alive()
     finally:
