@@ -135,7 +135,7 @@ def test_fifty_thousand_transactions_with_ddl(pipeline: Pipeline) -> None:
     finally:
         w.con.close()
     written = time.monotonic() - t0
-    p.wait_caught_up(timeout=480)  # the sink commits 47,500 windows: minutes on 2 busy cores
+    p.wait_caught_up(timeout=900)  # the sink commits 47,500 windows: minutes on 2 busy cores
     caught_up = time.monotonic() - t0
     stats = _assert_all(p, w, TABLES)
     assert len(w.ddl_done) == 3  # each DDL statement is a committed window of its own
