@@ -9,7 +9,9 @@
   ``PostgreSQL(...)``) rather than use the session's: each server copies a data
   directory installed once per process (tests/support/mariadb.py, postgres.py), none
   runs ``mariadb-install-db`` or ``initdb`` of its own;
-* ``ProcessPipeline`` subclasses: process harnesses that each say their command lines.
+* process harnesses (subclasses of ``ProcessPipeline`` or ``RelayPipeline``), and the
+  ``databus relay`` command lines spelled out (``[*DATABUS, "relay", ...]``) anywhere but
+  in tests/support/pipeline.py's ``relay_args``.
 
 The suite's wall and CPU time are printed by scripts/test.sh itself.
 """
@@ -45,10 +47,20 @@ def _calls(path: Path, name: str, attr_of: str | None = None) -> int:
     return count
 
 
-def _subclasses(path: Path, base: str) -> int:
+def _subclasses(path: Path, bases: tuple[str, ...]) -> int:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     return sum(1 for n in ast.walk(tree) if isinstance(n, ast.ClassDef)
-               and any(isinstance(b, ast.Name) and b.id == base for b in n.bases))
+               and n.name not in bases
+               and any(isinstance(b, ast.Name) and b.id in bases for b in n.bases))
+
+
+def _relay_command_lines(path: Path) -> int:
+    """List displays ``[*DATABUS, "relay", ...]``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return sum(1 for n in ast.walk(tree) if isinstance(n, ast.List) and len(n.elts) > 1
+               and isinstance(n.elts[0], ast.Starred) and isinstance(n.elts[0].value, ast.Name)
+               and n.elts[0].value.id == "DATABUS" and isinstance(n.elts[1], ast.Constant)
+               and n.elts[1].value == "relay")
 
 
 def measures(root: Path = ROOT) -> dict[str, Counter[str]]:
@@ -58,7 +70,8 @@ def measures(root: Path = ROOT) -> dict[str, Counter[str]]:
         "fixed time.sleep calls outside tests/support": Counter(),
         "places that build a private MariaDB": Counter(),
         "places that build a private PostgreSQL": Counter(),
-        "ProcessPipeline subclasses": Counter(),
+        "process harnesses (ProcessPipeline, RelayPipeline subclasses)": Counter(),
+        "relay command lines spelled out of tests/support/pipeline.py": Counter(),
     }
     for path in _modules(tests):
         rel = str(path.relative_to(root))
@@ -69,9 +82,13 @@ def measures(root: Path = ROOT) -> dict[str, Counter[str]]:
             if n and rel != "tests/conftest.py":  # not the session's shared servers
                 out[key][rel] += n
     for path in sorted(tests.rglob("*.py")):
-        n = _subclasses(path, "ProcessPipeline")
+        rel = str(path.relative_to(root))
+        n = _subclasses(path, ("ProcessPipeline", "RelayPipeline"))
         if n:
-            out["ProcessPipeline subclasses"][str(path.relative_to(root))] += n
+            out["process harnesses (ProcessPipeline, RelayPipeline subclasses)"][rel] += n
+        n = _relay_command_lines(path)
+        if n and rel != "tests/support/pipeline.py":
+            out["relay command lines spelled out of tests/support/pipeline.py"][rel] += n
     return out
 
 

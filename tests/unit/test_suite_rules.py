@@ -45,6 +45,8 @@ def test_the_suite_measures_count_what_they_name(tmp_path: Path) -> None:
     (tmp_path / "tests" / "e2e" / "test_a.py").write_text(
         "import time\nfrom time import sleep\n"
         "class P(ProcessPipeline):\n    pass\n"
+        "class R(RelayPipeline):\n    pass\n"
+        "cmd = [*DATABUS, 'relay', '--config', c]\nother = [*DATABUS, 'replicate']\n"
         "def test_x():\n    time.sleep(1)\n    sleep(2)\n    done.wait(3)\n"
         "    with MariaDB(d) as m:\n        pass\n")
     (tmp_path / "tests" / "support" / "helpers.py").write_text(
@@ -54,6 +56,8 @@ def test_the_suite_measures_count_what_they_name(tmp_path: Path) -> None:
         "fixed time.sleep calls outside tests/support": {"tests/e2e/test_a.py": 2},
         "places that build a private MariaDB": {"tests/e2e/test_a.py": 1},
         "places that build a private PostgreSQL": {},
-        "ProcessPipeline subclasses": {"tests/e2e/test_a.py": 1,
-                                       "tests/support/helpers.py": 1},
+        "process harnesses (ProcessPipeline, RelayPipeline subclasses)": {
+            "tests/e2e/test_a.py": 2, "tests/support/helpers.py": 1},
+        "relay command lines spelled out of tests/support/pipeline.py": {
+            "tests/e2e/test_a.py": 1},
     }
