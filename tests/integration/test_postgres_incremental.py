@@ -34,12 +34,7 @@ def db(postgres: PostgreSQL) -> Iterator[str]:
         try:
             yield name
         finally:
-            postgres.execute(
-                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
-                f" WHERE database = '{name}' AND active_pid IS NOT NULL")
-            time.sleep(0.2)
-            postgres.execute("SELECT pg_drop_replication_slot(slot_name) FROM"
-                             f" pg_replication_slots WHERE database = '{name}'")
+            postgres.drop_slots(name)
 
 
 def connect(postgres: PostgreSQL, db: str) -> psycopg.Connection[Any]:

@@ -81,17 +81,7 @@ def db(postgres: PostgreSQL) -> Iterator[str]:
     with postgres.fresh_database("pgsrc") as url:
         name = url.rsplit("/", 1)[1]
         yield name
-        drop_slots(postgres, name)
-
-
-def drop_slots(postgres: PostgreSQL, db: str) -> None:
-    """End the sessions of ``db``'s slots and drop them (a database with a slot cannot
-    be dropped)."""
-    postgres.execute(
-        f"SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
-        f" WHERE database = '{db}' AND active_pid IS NOT NULL",
-        f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
-        f" WHERE database = '{db}' AND NOT active")
+        postgres.drop_slots(name)  # a database with a slot cannot be dropped
 
 
 @pytest.fixture()
