@@ -23,10 +23,13 @@ at the newest window, and, being interactive, gives up on an unreachable relay a
 few tries."""
 
 REPLICATE_DEFAULTS: dict[str, Any] = {"from_start": True, "poll_timeout": 2.0,
-                                      "max_retries": 100, "backoff_max": 30.0}
+                                      "max_retries": 100, "backoff_max": 30.0,
+                                      "linger": 0.02}
 """``databus replicate``'s: from the relay's oldest window; a target that stays
 unreachable is retried 100 times per window with backoff up to 30 s (about 35 minutes);
-short long polls let a stop request end the run within seconds."""
+short long polls let a stop request end the run within seconds; while windows stream in,
+a request waits 20 ms after an answer of several windows (fewer, larger answers: the
+batches it fills wait up to ``batch.linger`` anyway)."""
 
 
 def tail(config: ClientConfig, out: TextIO, *, max_windows: int | None = None,

@@ -65,6 +65,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
+from itertools import repeat
 
 import sqlalchemy as sa
 
@@ -113,7 +114,11 @@ class ReplicateSink(Consumer, CheckpointStore):
         self._pipe = BatchPipeline(self._commit, self.batch, name)
         self._writers: dict[bytes, TableWriter] = {}
         self._shape: dict[str, bytes] = {}  # target table -> schema id it was last altered to
-        self._window: list[tuple[TableSchema, list[Event]]] = []
+        # the window's runs: (writer when its table has that shape, schema, events)
+        self._window: list[tuple[TableWriter | None, TableSchema, list[Event]]] = []
+        self._ready: dict[bytes, TableWriter] = {}  # schema id -> writer, table in shape
+        self._unwanted: set[bytes] = set()  # schema ids of sources not replicated
+        self._unready = False  # a run of the window has no ready writer
         self._saved_at = (time.monotonic(), 0)  # last save: when, batches committed then
         self.windows_applied = 0
         self.windows_skipped = 0
@@ -193,31 +198,41 @@ class ReplicateSink(Consumer, CheckpointStore):
 
     def on_start_data_event_sequence(self, scn: int) -> Result:
         self._window.clear()
+        self._unready = False
         self._pipe.check()
         return None
 
     def on_data_events(self, batch: DataBatch) -> Result:
-        if self._wanted(batch.source):
-            self._window.append((batch.schema, batch.events))
+        schema = batch.schema
+        writer = self._ready.get(schema.id)
+        if writer is None:
+            if schema.id in self._unwanted:
+                return None
+            if not self._wanted(schema.name):
+                self._unwanted.add(schema.id)
+                return None
+            self._unready = True
+        self._window.append((writer, schema, batch.events))
         return None
 
     def on_end_data_event_sequence(self, scn: int) -> Result:
         window, self._window = self._window, []
-        shape = self._shape
-        if any(shape.get(self.table_name(schema.name)) != schema.id for schema, _ in window):
+        if self._unready:
             # tables to create or alter: after every window before is committed, and
             # only for a window the target does not hold yet
+            self._unready = False
             self._pipe.flush()
             if self._applied(scn):
                 self.windows_skipped += 1
                 log.info("window %d already applied; skipped", scn)
                 return None
+            window = [(self._writer(schema), schema, events) for _, schema, events in window]
         changes: list[Change] = []
         nbytes = 0
-        for schema, events in window:
-            writer = self._writer(schema)
-            changes += [(writer, e) for e in events]
-            nbytes += sum(len(e.payload) for e in events)
+        for writer, _, events in window:
+            assert writer is not None
+            changes += zip(repeat(writer), events)
+            nbytes += sum([len(e.payload) for e in events])
         self._pipe.add(scn, changes, nbytes)
         when, committed = self._saved_at
         if self._pipe.committed != committed and time.monotonic() - when >= SAVE_EVERY:
@@ -271,6 +286,8 @@ class ReplicateSink(Consumer, CheckpointStore):
         self._window.clear()
         self._writers.clear()  # re-inspect the target: it may have been changed
         self._shape.clear()
+        self._ready.clear()
+        self._unready = False
         return None
 
     # -- bootstrap -------------------------------------------------------------------
@@ -341,6 +358,8 @@ class ReplicateSink(Consumer, CheckpointStore):
                 else:
                     self._create_or_alter(w.table, w.key)
             self._shape[name] = schema.id
+            self._ready = {k: r for k, r in self._ready.items() if r.name != name}
+            self._ready[schema.id] = w
         return w
 
     def table_name(self, source: str) -> str:
