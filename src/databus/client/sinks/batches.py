@@ -72,6 +72,10 @@ class BatchPipeline:
         self._thread: threading.Thread | None = None
         self.committed = 0
         """Batches committed so far."""
+        self.windows = 0
+        """Windows in them."""
+        self.writer_cpu = 0.0
+        """CPU seconds the writer thread spent committing."""
 
     # -- the client's thread ----------------------------------------------------------
 
@@ -186,6 +190,7 @@ class BatchPipeline:
     def _run(self) -> None:
         while (batch := self._next()) is not None:
             error: Exception | None = None
+            cpu = time.thread_time()
             try:
                 self._commit(batch)
             except DatabusError as exc:
@@ -193,10 +198,12 @@ class BatchPipeline:
             except Exception as exc:  # a bug must not end the thread unseen
                 log.exception("committing %s failed", batch.describe())
                 error = exc
+            self.writer_cpu += time.thread_time() - cpu
             with self._cv:
                 self._busy = False
                 if error is None:
                     self.committed += 1
+                    self.windows += len(batch.scns)
                 else:
                     self._error = error
                     self._careful_until = max(self._careful_until, batch.scns[-1])

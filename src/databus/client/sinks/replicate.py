@@ -196,12 +196,6 @@ class ReplicateSink(Consumer, CheckpointStore):
         return (self.sources is None or source in self.sources
                 or source.partition(".")[2] in self.sources)
 
-    def on_start_data_event_sequence(self, scn: int) -> Result:
-        self._window.clear()
-        self._unready = False
-        self._pipe.check()
-        return None
-
     def on_data_events(self, batch: DataBatch) -> Result:
         schema = batch.schema
         writer = self._ready.get(schema.id)
@@ -342,7 +336,11 @@ class ReplicateSink(Consumer, CheckpointStore):
         """The writer thread ends (a next run starts another); windows not saved by
         then come again."""
         self._window.clear()
-        self._pipe.close()
+        pipe = self._pipe
+        if pipe.committed:
+            log.info("%d windows committed in %d transactions (writer thread: %.1f s of CPU)",
+                     pipe.windows, pipe.committed, pipe.writer_cpu)
+        pipe.close()
         return None
 
     # -- tables ------------------------------------------------------------------
