@@ -78,6 +78,10 @@ class ClientConfig(ConfigModel):
         "(flexible checkpoint), False = only windows committed from now on",
     )
     verify_crc: bool = Field(True, description="check both CRCs of every received event")
+    fall_off_warning: float = Field(
+        60.0, ge=0, le=86_400, description="warn (a log line a minute) while this consumer"
+        " is fewer than this many seconds of source time ahead of the relay's oldest window:"
+        " a pause that long makes it fall off the buffer (databus.client.falloff). 0 = never")
     bootstrap_url: str | None = Field(
         None, description="bootstrap server used when the relay no longer holds the checkpoint "
         "(ScnNotFound); None = that is a terminal error")
