@@ -23,6 +23,7 @@ def test_the_margin_is_the_source_time_between_the_oldest_window_and_the_positio
     watch = FallOffWatch("http://relay:1", 30, bootstrap=False)
     _consume(watch, 100, 200)
     with caplog.at_level(logging.WARNING, "databus.client"):
+        assert watch.answer(100) == pytest.approx(100)  # the first answer's oldest window
         assert watch.answer(120) == pytest.approx(80)  # 200 - 120
         assert watch.answer(150) == pytest.approx(50)
         assert not caplog.records
@@ -39,7 +40,7 @@ def test_one_warning_a_minute_and_none_when_the_floor_is_older_than_what_was_see
     _consume(watch, 100, 110)
     assert watch.answer(50) is None  # the floor is before the first window seen
     with caplog.at_level(logging.WARNING, "databus.client"):
-        for floor in (100, 101, 102):
+        for floor in (100, 101, 102, 103):
             watch.answer(floor)
     assert watch.warnings == 1 and len(caplog.records) == 1
     # with a bootstrap server configured, that is not offered again
@@ -51,6 +52,20 @@ def test_samples_are_kept_one_per_second_of_source_time() -> None:
     for i in range(1000):  # 1,000 windows in 10 s
         watch.consumed(i, i * S // 100)
     assert len(watch._samples) == 10
+
+
+def test_no_warning_while_the_buffer_evicts_nothing(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A relay whose buffer is not full yet: its oldest window stays where it was, and a
+    consumer close to it cannot fall off."""
+    watch = FallOffWatch("http://relay:1", 30, bootstrap=False)
+    with caplog.at_level(logging.WARNING, "databus.client"):
+        for scn in range(1, 20):
+            watch.consumed(scn, scn * S)
+            assert watch.answer(1) == pytest.approx(scn - 1)
+        assert watch.warnings == 0
+        watch.answer(2)  # from now on it evicts
+    assert watch.warnings == 1
 
 
 def test_a_margin_of_zero_never_warns() -> None:

@@ -478,8 +478,9 @@ class _Loop:
             stats.events += out.events
             stats.last_scn = w.scn
             self.done += 1
-        if windows:
-            last = windows[-1]
+        if windows:  # the first (kept when a second after the last kept) and the last
+            first, last = windows[0], windows[-1]
+            self.watch.consumed(first.scn, first.timestamp_ns)
             self.watch.consumed(last.scn, last.timestamp_ns)
         self._due_checkpoint()
 

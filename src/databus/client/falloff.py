@@ -6,7 +6,8 @@ the oldest (``X-Databus-Min-Scn``); the client knows the source commit time of t
 windows it consumed. :class:`FallOffWatch` keeps one (SCN, commit time) sample per second
 of source time it consumed, finds the commit time of the relay's oldest window among
 them, and when the consumer's own position is less than ``margin`` seconds of source time
-ahead of it, logs a warning (once per ``every`` seconds) naming the remedies while there
+ahead of it, and the buffer evicts windows (its oldest window moved since the first
+answer), logs a warning (once per ``every`` seconds) naming the remedies while there
 is still time. It warns as well when a consumer that keeps up is that close: the buffer
 then holds less than ``margin`` seconds of the stream, and any pause longer than that
 (a restart, a slow target) makes the consumer fall off.
@@ -48,6 +49,7 @@ class FallOffWatch:
         self._samples: deque[tuple[int, int]] = deque(maxlen=keep)  # (scn, commit ns)
         self._last = (-1, 0)  # the last window consumed: (scn, commit ns)
         self._warned = float("-inf")
+        self._first_floor = -1  # the oldest window of the first answer seen
         self.warnings = 0
 
     def consumed(self, scn: int, timestamp_ns: int) -> None:
@@ -62,6 +64,8 @@ class FallOffWatch:
         in seconds of source time when it is known, warning when it is short."""
         if self.margin_ns <= 0 or min_scn < 0:
             return None
+        if self._first_floor < 0:
+            self._first_floor = min_scn
         samples = self._samples
         while len(samples) > 1 and samples[1][0] <= min_scn:
             samples.popleft()  # the window the floor is at or past: only the last one
@@ -70,7 +74,7 @@ class FallOffWatch:
         pos_scn, pos_ns = self._last
         floor_ns = samples[0][1]
         margin = max(pos_ns - floor_ns, 0)
-        if margin < self.margin_ns:
+        if margin < self.margin_ns and min_scn > self._first_floor:  # the buffer evicts
             now = time.monotonic()
             if now - self._warned >= self.every:
                 self._warned = now
