@@ -38,6 +38,7 @@ Contract:
 from __future__ import annotations
 
 import logging
+import mmap
 import struct
 import sys
 import threading
@@ -181,7 +182,8 @@ class EventBuffer:
         self._windows = self._events = 0
         self._evicted = self._appended = 0
         if path is None:
-            self._mem: bytearray | memoryview = bytearray(capacity)
+            # anonymous memory: pages are taken as the buffer fills, not all at start
+            self._mem: bytearray | memoryview = memoryview(mmap.mmap(-1, capacity))
         else:
             self._file = BufferFile.open(path, capacity, start_scn)
             self._mem = self._file.data
