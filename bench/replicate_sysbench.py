@@ -278,7 +278,8 @@ class Bench:
         from databus.kafka.offsets import read_position
 
         with KafkaBroker() as broker:
-            kafka = {"bootstrap.servers": broker.bootstrap_servers}
+            kafka = {"bootstrap.servers": broker.bootstrap_servers,
+                     "log_level": "0"}  # the broker stops at the end: no log lines
             admin = AdminClient(dict(kafka))
             proc = spawn([*DATABUS, "publish", "--relay", relay.url, "--bootstrap-servers",
                           broker.bootstrap_servers, "--topic-prefix", "sb", "--name", "sb"],
