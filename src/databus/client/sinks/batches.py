@@ -147,7 +147,8 @@ class BatchPipeline:
     def _seal(self) -> None:
         """Hand the open batch to the writer (waiting while another sealed one waits)."""
         while self._sealed is not None and self._error is None:
-            self._cv.wait()
+            self._writer_alive()
+            self._cv.wait(1.0)
         self._raise()
         self._sealed, self._open = self._open, None
         self._cv.notify_all()
@@ -155,9 +156,12 @@ class BatchPipeline:
     def _wait_idle(self) -> None:
         """Until every sealed batch is committed, or one failed."""
         while (self._busy or self._sealed is not None) and self._error is None:
-            if self._thread is None or not self._thread.is_alive():
-                raise SinkUnavailableError(f"the {self.name} writer thread is not running")
+            self._writer_alive()
             self._cv.wait(1.0)
+
+    def _writer_alive(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            raise SinkUnavailableError(f"the {self.name} writer thread is not running")
 
     def _raise(self) -> None:
         if self._error is not None:
