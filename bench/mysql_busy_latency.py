@@ -16,8 +16,8 @@ Each case starts its own relay; the first ``--warmup`` seconds of each are left 
 Goal (issue 30): p99 of each busy case within 2x of ``alone``. With ``--rounds N`` the
 cases run N times; the summary takes each case's best (lowest) p99 and p50.
 
-    .venv/bin/python -m bench.mysql_busy_latency [--rate 100] [--busy-rate 800]
-        [--seconds 20] [--rounds 1] [--prime]
+    .venv/bin/python -m bench.mysql_busy_latency [--rate 20] [--busy-rate 800]
+        [--seconds 30] [--rounds 1] [--prime]
 
 ``--prime`` writes one row into ``bench.lat`` before each client starts: a relay from
 before issue 30 knows a table only after its first change, and its client (started
@@ -128,11 +128,11 @@ def _busy_count(m: MariaDB) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--rate", type=float, default=100.0,
+    ap.add_argument("--rate", type=float, default=20.0,
                     help="captured one-row transactions per second")
     ap.add_argument("--busy-rate", type=float, default=800.0,
                     help="one-row transactions per second into the busy table")
-    ap.add_argument("--seconds", type=float, default=20.0, help="length of each case")
+    ap.add_argument("--seconds", type=float, default=30.0, help="length of each case")
     ap.add_argument("--warmup", type=float, default=2.0, help="seconds left out of each case")
     ap.add_argument("--rounds", type=int, default=1, help="times each case runs")
     ap.add_argument("--prime", action="store_true",

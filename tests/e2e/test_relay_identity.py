@@ -35,9 +35,8 @@ import httpx
 import psycopg
 import pytest
 import yaml
-from kazoo.client import KazooClient
 
-from databus.coord.zk import ClusterView, ZkAddress, zk_client
+from databus.coord import ClusterView, Session, ZkAddress, connect
 from databus.core.errors import ConfigError
 from databus.relay.config import parse_config
 from databus.relay.relay import Relay
@@ -231,8 +230,10 @@ def test_sqlite_relays_with_buffers_in_one_directory_each_keep_their_own(tmp_pat
         a.write(71, 10)
         for name, db in (("a", a), ("b", b), ("c", a)):
             wait_equal(procs, name, db)
-        assert {p.name for p in bufs.glob("*.state.json")} == {
-            f"{n}.state.json" for n in names.values()}
+        # each relay writes its state on its own period: wait for the third, not only two
+        expected = {f"{n}.state.json" for n in names.values()}
+        wait_until(lambda: {p.name for p in bufs.glob("*.state.json")} == expected, 30,
+                   f"the state files {sorted(expected)}, one per relay")
 
 
 def test_a_second_relay_of_one_name_in_one_directory_is_refused_naming_both(tmp_path: Path
@@ -566,7 +567,7 @@ class Members:
     cluster: str
     db: Path
     procs: Procs = field(init=False)
-    _zk: KazooClient | None = field(init=False, default=None)
+    _zk: Session | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.procs = Procs(self.tmp)
@@ -586,7 +587,7 @@ class Members:
         """The cluster as ``databus cluster status --json`` prints it (read in-process
         while polling: a CLI start per poll costs a second)."""
         if self._zk is None:
-            self._zk = zk_client(ZkAddress.parse(self.address))
+            self._zk = connect(ZkAddress.parse(self.address))
         return ClusterView(self._zk, ZkAddress.parse(self.address)).status()
 
     def leader(self) -> dict[str, Any] | None:
@@ -595,7 +596,6 @@ class Members:
 
     def close(self) -> None:
         if self._zk is not None:
-            self._zk.stop()
             self._zk.close()
 
     @property

@@ -58,7 +58,8 @@ class ListSource(Source):
 @pytest.fixture
 def real_relay(tmp_path: Path) -> Iterator[tuple[Relay, ListSource]]:
     cfg = parse_config({
-        "source": {"url": "memory://test", "poll_interval": 0.01},
+        # the source is injected below: the section only has to be a valid one
+        "source": {"url": f"sqlite:///{tmp_path / 'unused.db'}", "poll_interval": 0.01},
         "buffer": {"capacity_bytes": 64 * 1024, "flush_interval": 0.2},
         "http": {"port": 0},
         "state_dir": str(tmp_path / "state"),

@@ -1,4 +1,4 @@
-"""The one SQLAlchemy classifier (databus.client._sql) on real SQLite, PostgreSQL and
+"""The one SQLAlchemy classifier (databus.client.sql) on real SQLite, PostgreSQL and
 MariaDB: what may pass is transient, the rest terminal with its context as fields."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from databus.client._sql import translate_db_errors
+from databus.client.sql import translate_db_errors
 from databus.core.errors import SinkUnavailableError, SqlStatementError, StoreUnavailableError
 
 

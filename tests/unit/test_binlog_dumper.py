@@ -13,18 +13,13 @@ from types import SimpleNamespace
 import pytest
 
 from databus.binlog import events as ev
-from databus.binlog.dump import (
-    BINLOG_DUMP_NON_BLOCK,
-    CHUNK,
-    ChunkKey,
-    Dumper,
-    DumpError,
-    DumpOptions,
-    DumpRequest,
-    FramedChunks,
-    StoreNotifier,
-)
-from databus.binlog.store import BinlogStore, Transaction, Window
+from databus.binlog.binfile import Transaction, Window
+from databus.binlog.chunks import ChunkKey, FramedChunks
+from databus.binlog.dump import CHUNK, Dumper, DumpOptions
+from databus.binlog.notifier import StoreNotifier
+from databus.binlog.request import DumpError, DumpRequest
+from databus.binlog.store import BinlogStore
+from databus.core.mysqlwire import BINLOG_DUMP_NON_BLOCK, EventType
 
 
 def _store(tmp_path: Path, transactions: int = 120) -> BinlogStore:
@@ -34,8 +29,8 @@ def _store(tmp_path: Path, transactions: int = 120) -> BinlogStore:
     store = BinlogStore(tmp_path, rotate_bytes=3 * CHUNK)
     for scn in range(1, transactions + 1):
         size = rng.choice([30, 700, 9_000]) if scn % 40 else CHUNK + 333
-        body = Transaction([(ev.TABLE_MAP, 0, os.urandom(size)),
-                            (ev.WRITE_ROWS, 0, os.urandom(rng.randint(20, 4_000)))])
+        body = Transaction([(EventType.TABLE_MAP, 0, os.urandom(size)),
+                            (EventType.WRITE_ROWS, 0, os.urandom(rng.randint(20, 4_000)))])
         store.append([Window(scn, 1_700_000_000_000_000 + scn, [body])])
     assert len(store.files()) >= 2
     return store
@@ -168,8 +163,8 @@ def test_a_dump_starts_at_every_event_and_nowhere_else(tmp_path: Path) -> None:
     store = BinlogStore(tmp_path)
     try:
         for scn in range(1, 4):
-            body = Transaction([(ev.TABLE_MAP, 0, os.urandom(40)),
-                                (ev.WRITE_ROWS, 0, os.urandom(60))])
+            body = Transaction([(EventType.TABLE_MAP, 0, os.urandom(40)),
+                                (EventType.WRITE_ROWS, 0, os.urandom(60))])
             store.append([Window(scn, 1_700_000_000_000_000 + scn, [body])])
         name, size = store.files()[0]
         data = store.path(name).read_bytes()

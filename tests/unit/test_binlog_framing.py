@@ -1,4 +1,4 @@
-"""The binlog dump's framing (``databus.binlog.dump.frame_events``): binlog events as MySQL
+"""The binlog dump's framing (``databus.binlog.framing.frame_events``): binlog events as MySQL
 packets, the compiled half (client/_wiredecode.c) equal to the Python half, both equal to
 a frame built by hand from the protocol's rule, on every case: small events, events at
 and around the 16 MiB packet limit, a torn last event, a damaged length, sequence numbers
@@ -11,8 +11,9 @@ import struct
 
 import pytest
 
-from databus.binlog import dump
-from databus.binlog.dump import MAX_PACKET, frame_events, frame_events_into, framed_capacity
+from databus.binlog import framing
+from databus.binlog.framing import frame_events, frame_events_into, framed_capacity
+from databus.core.mysqlwire import MAX_PACKET
 
 HEADER = 19
 
@@ -41,11 +42,11 @@ def by_rule(events: list[bytes], seq: int) -> tuple[bytes, int]:
     return bytes(out), seq
 
 
-def both(data: bytes | memoryview, seq: int) -> dump.Framed:
+def both(data: bytes | memoryview, seq: int) -> framing.Framed:
     """Both halves, each also into a reused buffer (``frame_events_into``, sized by
     ``framed_capacity``, left-over bytes from an earlier use at its end)."""
     py = frame_events(data, seq, native=False)
-    natives = [True] if dump._native is not None else []
+    natives = [True] if framing._native is not None else []
     if natives:
         assert frame_events(data, seq) == py
     for native in [False, *natives]:
@@ -57,7 +58,7 @@ def both(data: bytes | memoryview, seq: int) -> dump.Framed:
 
 def test_the_compiled_half_is_built_here() -> None:
     # setup.py builds it wherever a compiler is; the suite runs where one is
-    assert dump._native is not None
+    assert framing._native is not None
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -109,7 +110,7 @@ def test_a_length_below_the_header_stops_at_that_event_after_framing_those_befor
 @pytest.mark.parametrize("native", [False, True])
 def test_a_buffer_too_small_for_the_packets_is_an_error_not_a_short_frame(
         native: bool) -> None:
-    if native and dump._native is None:
+    if native and framing._native is None:
         pytest.skip("the compiled half is not built")
     rng = random.Random(3)
     data = b"".join(event(HEADER, rng) for _ in range(50))  # the densest: 5 bytes each more

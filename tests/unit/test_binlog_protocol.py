@@ -33,7 +33,7 @@ def test_a_gtid_dump_without_the_through_gtid_flag_still_carries_its_set() -> No
     import struct
     import uuid
 
-    from databus.binlog.dump import parse_binlog_dump_gtid
+    from databus.binlog.request import parse_binlog_dump_gtid
 
     sid = uuid.UUID("f60a579f-13b9-42d0-9b1e-367bf61ef047")
     blocks = struct.pack("<Q", 1) + sid.bytes + struct.pack("<QQQ", 1, 1, 15)

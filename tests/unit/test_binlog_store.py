@@ -10,17 +10,17 @@ from pathlib import Path
 import pytest
 
 from databus.binlog import events as ev
+from databus.binlog.binfile import Transaction, Window
+from databus.binlog.gtids import GtidSet
 from databus.binlog.store import (
     BinlogGtidAheadError,
     BinlogPos,
     BinlogPurgedError,
     BinlogStore,
-    GtidSet,
-    Transaction,
-    Window,
 )
+from databus.core.mysqlwire import FLAGS_OFFSET, LOG_EVENT_BINLOG_IN_USE_F, EventType
 
-ROW = Transaction([(ev.TABLE_MAP, 0, b"\x01" * 20)])
+ROW = Transaction([(EventType.TABLE_MAP, 0, b"\x01" * 20)])
 
 
 def _append(store: BinlogStore, scns: range) -> None:
@@ -82,7 +82,7 @@ def test_a_rotation_the_map_did_not_record_is_undone(tmp_path: Path) -> None:
     assert s.files() == [(end.file, end.pos)] and s.last_scn() == 2
     assert sorted(p.name for p in tmp_path.glob("databus-bin.0*")) == [end.file]
     data = (tmp_path / end.file).read_bytes()
-    assert data[4 + ev.FLAGS_OFFSET] & ev.LOG_EVENT_BINLOG_IN_USE_F  # current again
+    assert data[4 + FLAGS_OFFSET] & LOG_EVENT_BINLOG_IN_USE_F  # current again
     s.close()
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from databus.buffer import EventBuffer, ring, select
+from databus.buffer import EventBuffer, ReadResult, ring, select
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
 from databus.core.filters import ServerFilter
@@ -39,7 +39,7 @@ def filters(rng: random.Random) -> ServerFilter | None:
     ])
 
 
-def reads(buf: EventBuffer, cp: Checkpoint, size: int, **kw: object) -> list[ring.ReadResult]:
+def reads(buf: EventBuffer, cp: Checkpoint, size: int, **kw: object) -> list[ReadResult]:
     """Every read of a drain from ``cp`` (data and counters)."""
     out = []
     for _ in range(10_000):

@@ -37,7 +37,7 @@ Per relay window, in commit order:
 * for each table whose schema version is new to the binlog: a DDL transaction (GTID +
   Query) with ``CREATE TABLE IF NOT EXISTS`` the first time the table appears, else the
   ``ALTER TABLE`` that turns the previous version's columns into this one's
-  (:func:`databus.binlog.types.alter_table_sql`); a truncate: ``TRUNCATE TABLE``;
+  (:func:`databus.binlog.ddl.alter_table_sql`); a truncate: ``TRUNCATE TABLE``;
 * one row transaction: GTID, ``Query BEGIN``, for each statement (a run of one kind of
   change of one table) a Table_map and Write/Update/Delete rows v2 events (several when
   a run passes ~8 KiB, as MySQL splits them; the last has STMT_END_F, after which the
@@ -70,8 +70,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from databus.binlog import events as ev
-from databus.binlog import types as bt
-from databus.binlog.store import BinlogStore, Transaction, Window
+from databus.binlog.binfile import Transaction, Window
+from databus.binlog.ddl import alter_table_sql, create_table_sql, quote
+from databus.binlog.rowevents import row_image, rows_body_head, table_map_body
+from databus.binlog.store import BinlogStore
+from databus.binlog.types import MysqlColumn, mysql_columns
 from databus.client.checkpoints import CheckpointStore
 from databus.client.client import DatabusClient
 from databus.client.config import ClientConfig
@@ -80,6 +83,7 @@ from databus.client.relay import RelayConnection
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import SchemaError, ScnNotFoundError
 from databus.core.event import Op
+from databus.core.mysqlwire import EventType
 from databus.core.schema import INTERNAL_PREFIX, TableSchema
 
 log = logging.getLogger("databus.binlog")
@@ -92,7 +96,7 @@ ROWS_EVENT_BYTES = 8192
 class _Mapped:
     db: str
     table: str
-    cols: list[bt.MysqlColumn]
+    cols: list[MysqlColumn]
     schema: TableSchema
     table_id: int
 
@@ -178,7 +182,7 @@ class BinlogConverter(Consumer, CheckpointStore):
                     continue
                 try:
                     self._append_pending()
-                except Exception:  # the client's next save retries and reports it
+                except Exception:  # broad: the client's next save retries and reports it
                     log.exception("writing binlog windows failed; retried at the next save")
                     self._write.wait(1.0)
 
@@ -275,8 +279,8 @@ class BinlogConverter(Consumer, CheckpointStore):
         m = self._map(schema)
         where = f"{schema.name} (window {batch.scn})"
         names = [c.name for c in m.cols]
-        table_map = (ev.TABLE_MAP, 0, bt.table_map_body(m.table_id, m.db, m.table, m.cols,
-                                                        schema.key_columns))
+        table_map = (EventType.TABLE_MAP, 0,
+                     table_map_body(m.table_id, m.db, m.table, m.cols, schema.key_columns))
         kind = 0
         images: list[bytes] = []
         size = 0
@@ -288,7 +292,8 @@ class BinlogConverter(Consumer, CheckpointStore):
                 if not mapped:
                     self._rows.append(table_map)
                     mapped = True
-                head = bt.rows_body_head(m.table_id, len(m.cols), kind == ev.UPDATE_ROWS, last)
+                head = rows_body_head(m.table_id, len(m.cols), kind == EventType.UPDATE_ROWS,
+                                      last)
                 self._rows.append((kind, 0, head + b"".join(images)))
                 images, size = [], 0
                 # a statement's end (STMT_END_F) ends its table maps, as in MySQL, whose
@@ -299,18 +304,19 @@ class BinlogConverter(Consumer, CheckpointStore):
             op = de.op
             if op == Op.TRUNCATE:
                 flush(True)
-                self._ddl_txn(f"TRUNCATE TABLE {bt.quote(m.db)}.{bt.quote(m.table)}", m.db)
+                self._ddl_txn(f"TRUNCATE TABLE {quote(m.db)}.{quote(m.table)}", m.db)
                 mapped, kind = False, 0
                 continue
             if op in (Op.INSERT, Op.READ):
-                k, img = ev.WRITE_ROWS, bt.row_image(m.cols, _values(de.after, names), where)
+                k = EventType.WRITE_ROWS
+                img = row_image(m.cols, _values(de.after, names), where)
             elif op == Op.DELETE:
-                k, img = ev.DELETE_ROWS, bt.row_image(
-                    m.cols, _values(de.before or de.after, names), where)
+                k = EventType.DELETE_ROWS
+                img = row_image(m.cols, _values(de.before or de.after, names), where)
             elif op == Op.UPDATE:
-                k = ev.UPDATE_ROWS
-                img = (bt.row_image(m.cols, _values(de.before or de.after, names), where)
-                       + bt.row_image(m.cols, _values(de.after, names), where))
+                k = EventType.UPDATE_ROWS
+                img = (row_image(m.cols, _values(de.before or de.after, names), where)
+                       + row_image(m.cols, _values(de.after, names), where))
             else:
                 continue
             if images and (k != kind or size + len(img) > ROWS_EVENT_BYTES):
@@ -343,7 +349,7 @@ class BinlogConverter(Consumer, CheckpointStore):
         if m is None:
             db, _, table = schema.name.rpartition(".")
             try:
-                cols = bt.mysql_columns(schema)
+                cols = mysql_columns(schema)
             except (ValueError, KeyError) as exc:
                 raise SchemaError(f"{schema.name} v{schema.version}: {exc}") from exc
             tid = self._table_ids.setdefault(schema.id, 100 + len(self._table_ids))
@@ -353,32 +359,33 @@ class BinlogConverter(Consumer, CheckpointStore):
         if announced != schema.id.hex():
             sql: str | None
             if announced is None:
-                sql = bt.create_table_sql(m.db, m.table, m.cols, schema.key_columns)
+                sql = create_table_sql(m.db, m.table, m.cols, schema.key_columns)
             else:
                 old = self._old_columns(schema, announced)
-                sql = (bt.alter_table_sql(m.db, m.table, old, m.cols) if old is not None
-                       else bt.create_table_sql(m.db, m.table, m.cols, schema.key_columns))
+                sql = (alter_table_sql(m.db, m.table, old, m.cols) if old is not None
+                       else create_table_sql(m.db, m.table, m.cols, schema.key_columns))
             if sql is not None:
                 self._ddl_txn(sql, m.db)
             self._announced = {**self._announced, schema.name: schema.id.hex()}
-            self._defs = {**self._defs, f"{m.db}.{m.table}": bt.table_map_body(
+            self._defs = {**self._defs, f"{m.db}.{m.table}": table_map_body(
                 m.table_id, m.db, m.table, m.cols, schema.key_columns).hex()}
         return m
 
-    def _old_columns(self, schema: TableSchema, schema_hex: str) -> list[bt.MysqlColumn] | None:
+    def _old_columns(self, schema: TableSchema, schema_hex: str) -> list[MysqlColumn] | None:
         if self.client is None:
             return None
         try:
             old = self.client.registry.get(bytes.fromhex(schema_hex))
         except SchemaError:
             return None
-        return bt.mysql_columns(old)
+        return mysql_columns(old)
 
     def _ddl_txn(self, sql: str, db: str) -> None:
         if self._rows:  # DDL between row changes of one window: commit the rows first
             self._ddl.append(Transaction(self._rows))
             self._rows = []
-        self._ddl.append(Transaction([(ev.QUERY, 0, ev.query(sql, db=db))], ddl=True))
+        self._ddl.append(Transaction([(EventType.QUERY, 0, ev.query(sql, db=db))],
+                                     ddl=True))
 
 
 def _values(row: dict[str, Any] | None, names: list[str]) -> list[Any]:

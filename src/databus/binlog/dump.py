@@ -26,62 +26,46 @@ purged GTID range and an unusable file end the dump with :class:`DumpError` (MyS
 
 Threading: a dumper runs on the server's event loop; file reads are ``preadv`` calls on
 the loop into one buffer per dump (the files are in the page cache just after the
-converter wrote them), and the wait for new data is one :class:`StoreNotifier` thread per
-server, not a thread per client.
+converter wrote them), and the wait for new data is one
+:class:`~databus.binlog.notifier.StoreNotifier` thread per server, not a thread per client.
+
+Its parts: the request (:mod:`databus.binlog.request`), the artificial events
+(:mod:`databus.binlog.events`), the packets (:mod:`databus.binlog.framing`), the chunks
+shared between dumps (:mod:`databus.binlog.chunks`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import os
 import struct
-import threading
 import uuid
 import zlib
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
 
-from databus.binlog.store import BinlogPos, BinlogPurgedError, BinlogStore, GtidSet
-from databus.core.errors import TerminalError
-
-# COM_BINLOG_DUMP(_GTID) flags
-BINLOG_DUMP_NON_BLOCK = 0x01
-BINLOG_THROUGH_POSITION = 0x02
-BINLOG_THROUGH_GTID = 0x04
-
-# event header (binlog v4)
-HEADER_LEN = 19
-TYPE_OFFSET = 4
-SERVER_ID_OFFSET = 5
-LEN_OFFSET = 9
-LOG_POS_OFFSET = 13
-FLAGS_OFFSET = 17
-LOG_EVENT_BINLOG_IN_USE_F = 0x1
-LOG_EVENT_ARTIFICIAL_F = 0x20
-BINLOG_MAGIC = b"\xfebin"
-BIN_LOG_HEADER_SIZE = 4
-CHECKSUM_LEN = 4
-# Format_description: binlog version (2) + server version (50), then the created timestamp
-FDE_CREATED_OFFSET = HEADER_LEN + 2 + 50
-
-QUERY_EVENT = 2
-STOP_EVENT = 3
-ROTATE_EVENT = 4
-FORMAT_DESCRIPTION_EVENT = 15
-XID_EVENT = 16
-TABLE_MAP_EVENT = 19
-HEARTBEAT_LOG_EVENT = 27
-WRITE_ROWS_EVENT = 30
-UPDATE_ROWS_EVENT = 31
-DELETE_ROWS_EVENT = 32
-GTID_LOG_EVENT = 33
-ANONYMOUS_GTID_LOG_EVENT = 34
-PREVIOUS_GTIDS_LOG_EVENT = 35
-
-ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
+from databus.binlog.chunks import FramedChunks
+from databus.binlog.events import client_fde, fake_rotate, heartbeat
+from databus.binlog.framing import (
+    PacketSeq,
+    frame_events,
+    frame_events_into,
+    frame_packet,
+    framed_capacity,
+)
+from databus.binlog.gtids import GtidSet
+from databus.binlog.notifier import StoreNotifier
+from databus.binlog.request import DumpError, DumpRequest
+from databus.binlog.store import BinlogPos, BinlogPurgedError, BinlogStore
+from databus.core.mysqlwire import (
+    BIN_LOG_HEADER_SIZE,
+    BINLOG_MAGIC,
+    CHECKSUM_LEN,
+    HEADER_LEN,
+    LEN_OFFSET,
+    TYPE_OFFSET,
+    EventType,
+)
 
 _U32 = struct.Struct("<I")
 # bytes read per preadv. Measured (a 10 MB binlog read, framed and sent to a loopback
@@ -92,262 +76,9 @@ CHUNK = 256 << 10
 # of after a whole chunk's read and framing (~1.5 ms, measured with strace on
 # mariadb-binlog); each later read doubles up to CHUNK
 _FIRST_CHUNK = 16 << 10
-MAX_PACKET = 0xFFFFFF  # a MySQL packet's largest payload
-
-try:  # the compiled half of frame_events (client/_wiredecode.c: the measured reason)
-    _native: Any = importlib.import_module("databus.client._wiredecode").frame_binlog
-except (ImportError, AttributeError):  # not built here: the Python half, same output
-    _native = None
-
-Framed = tuple[bytes, int, int, int, int]
-
-
-def frame_events(events: bytes | memoryview, seq: int, *,
-                 native: bool = True) -> Framed:
-    """The MySQL packets of a binlog dump for the whole events at the start of
-    ``events`` (consecutive binlog v4 events, the first at offset 0), numbered from
-    sequence number ``seq``: ``(framed, consumed, count, next_seq, bad)``.
-
-    Each event is one packet payload, the OK byte (0x00) then the event, split into
-    ``MAX_PACKET``-byte packets when that long (then an empty packet after a piece of
-    exactly that size), each packet with its 3-byte length and a sequence number (mod
-    256, counting on from ``seq``; ``next_seq`` is the one after the last). Framing stops
-    before an event that does not end inside ``events`` (``consumed`` is where it
-    starts: the caller reads on from there) and at an event whose length field is below
-    the 19-byte header: ``bad`` is that event's offset (else -1), and the events before
-    it are framed. ``count`` is the number of events framed.
-
-    The compiled half (``databus.client._wiredecode.frame_binlog``) is used where it was
-    built, unless ``native`` is false; both give the same output
-    (``tests/unit/test_binlog_framing.py``)."""
-    if native and _native is not None:
-        out: Framed = _native(events, seq)
-        return out
-    buf = memoryview(events)
-    parts = bytearray()
-    s = seq & 0xFF
-    i, n, count, bad = 0, len(buf), 0, -1
-    unpack = _U32.unpack_from
-    pack = _U32.pack
-    while i + HEADER_LEN <= n:
-        (length,) = unpack(buf, i + LEN_OFFSET)
-        if length < HEADER_LEN:
-            bad = i
-            break
-        if i + length > n:
-            break
-        if length + 1 < MAX_PACKET:
-            parts += pack((length + 1) | (s << 24))
-            parts.append(0)
-            parts += buf[i:i + length]
-            s = (s + 1) & 0xFF
-        else:
-            payload = b"\x00" + bytes(buf[i:i + length])
-            for k in range(0, len(payload) + 1, MAX_PACKET):
-                piece = payload[k:k + MAX_PACKET]
-                parts += pack(len(piece) | (s << 24)) + piece
-                s = (s + 1) & 0xFF
-                if len(piece) < MAX_PACKET:
-                    break
-        i += length
-        count += 1
-    return bytes(parts), i, count, s, bad
-
-
-def framed_capacity(n: int) -> int:
-    """Bytes that the packets of any ``n`` bytes of events fit in (each event of at least
-    the 19-byte header adds 5, each 0xFFFFFF-byte piece 4 more)."""
-    return n + 5 * (n // HEADER_LEN + 1) + 4 * (n // MAX_PACKET + 2)
-
-
-def frame_events_into(events: bytes | memoryview, seq: int, out: bytearray, *,
-                      native: bool = True) -> tuple[int, int, int, int, int]:
-    """:func:`frame_events` written at the start of ``out`` instead of a new bytes:
-    ``(length, consumed, count, next_seq, bad)``; ValueError when the packets do not fit
-    (:func:`framed_capacity` of ``len(events)`` always does). A dump frames every chunk
-    into one buffer: a fresh one per chunk, its allocation and page faults, cost ~8% of
-    the dumper's CPU (perf, four clients)."""
-    if native and _native is not None:
-        done: tuple[int, int, int, int, int] = _native(events, seq, out)
-        return done
-    framed, consumed, count, nxt, bad = frame_events(events, seq, native=False)
-    if len(framed) > len(out):
-        raise ValueError(f"frame_events_into: out holds {len(out)} bytes, the packets take"
-                         f" {len(framed)}")
-    out[:len(framed)] = framed
-    return len(framed), consumed, count, nxt, bad
-
-
-class DumpError(TerminalError):
-    """A dump that cannot go on exactly; ``errno`` and the text are MySQL's (1236)."""
-
-    code = "BinlogDumpError"
-
-    def __init__(self, message: str, errno: int = ER_MASTER_FATAL_ERROR_READING_BINLOG) -> None:
-        super().__init__(message)
-        self.errno = errno
-
-
-# -- GTID sets ---------------------------------------------------------------------------
-
-
-def decode_gtid_set(data: bytes) -> str:
-    """The binary SID-block format of ``COM_BINLOG_DUMP_GTID`` (n_sids u64, then per sid:
-    uuid 16 bytes, n_intervals u64, intervals as u64 start, u64 exclusive end) as MySQL's
-    text form (``uuid:1-5:7``)."""
-    try:
-        (n_sids,) = struct.unpack_from("<Q", data, 0)
-        off = 8
-        parts = []
-        for _ in range(n_sids):
-            sid = uuid.UUID(bytes=bytes(data[off:off + 16]))
-            (n,) = struct.unpack_from("<Q", data, off + 16)
-            off += 24
-            ivs = []
-            for _ in range(n):
-                start, end = struct.unpack_from("<QQ", data, off)
-                off += 16
-                if not 0 < start < end:
-                    raise ValueError(f"interval {start}-{end}")
-                ivs.append(f"{start}" if end == start + 1 else f"{start}-{end - 1}")
-            if ivs:
-                parts.append(f"{sid}:" + ":".join(ivs))
-    except (struct.error, ValueError) as exc:
-        raise DumpError(f"Malformed GTID set in COM_BINLOG_DUMP_GTID: {exc}",
-                        errno=1835) from exc
-    return ",".join(parts)
-
-
-# -- dump requests -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DumpRequest:
-    """One parsed ``COM_BINLOG_DUMP`` / ``COM_BINLOG_DUMP_GTID`` (command byte removed)."""
-
-    file: str
-    pos: int
-    flags: int
-    replica_server_id: int
-    gtids: str | None = None  # GTID dumps: the client's executed set (text form)
-
-    @property
-    def non_blocking(self) -> bool:
-        # MySQL's two ways: the flag, or server_id 0 (mysqlbinlog -R since forever)
-        return bool(self.flags & BINLOG_DUMP_NON_BLOCK) or self.replica_server_id == 0
-
-
-def parse_binlog_dump(data: bytes) -> DumpRequest:
-    """``COM_BINLOG_DUMP``: pos u32, flags u16, server_id u32, file name (rest)."""
-    if len(data) < 10:
-        raise DumpError("Malformed COM_BINLOG_DUMP packet", errno=1835)
-    pos, flags, sid = struct.unpack_from("<IHI", data, 0)
-    return DumpRequest(data[10:].rstrip(b"\x00").decode("utf-8", "replace"), pos, flags, sid)
-
-
-def parse_binlog_dump_gtid(data: bytes) -> DumpRequest:
-    """``COM_BINLOG_DUMP_GTID``: flags u16, server_id u32, name size u32, name, pos u64,
-    then the data size u32 and the GTID set's SID blocks. The set is read whenever it is
-    there, as MySQL's server does (``com_binlog_dump_gtid`` reads it unconditionally):
-    Debezium's client (mysql-binlog-connector-java) sends it with flags 0, without
-    ``BINLOG_THROUGH_GTID``; ignoring it restarted that client from the first file."""
-    try:
-        flags, sid, name_len = struct.unpack_from("<HII", data, 0)
-        off = 10
-        name = data[off:off + name_len].rstrip(b"\x00").decode("utf-8", "replace")
-        off += name_len
-        (pos,) = struct.unpack_from("<Q", data, off)
-        off += 8
-        gtids = ""
-        if flags & BINLOG_THROUGH_GTID or len(data) >= off + 4:
-            (size,) = struct.unpack_from("<I", data, off)
-            off += 4
-            gtids = decode_gtid_set(data[off:off + size])
-    except struct.error as exc:
-        raise DumpError("Malformed COM_BINLOG_DUMP_GTID packet", errno=1835) from exc
-    return DumpRequest(name, pos, flags, sid, gtids)
-
-
-# -- artificial events -------------------------------------------------------------------
-
-
-def _finish(event: bytearray, checksum: bool) -> bytes:
-    if checksum:
-        event += _U32.pack(zlib.crc32(event) & 0xFFFFFFFF)
-    _U32.pack_into(event, LEN_OFFSET, len(event))
-    return bytes(event)
-
-
-def fake_rotate(server_id: int, file: str, pos: int, checksum: bool) -> bytes:
-    """MySQL's artificial Rotate: timestamp 0, log_pos 0, ``LOG_EVENT_ARTIFICIAL_F``."""
-    ev = bytearray(struct.pack("<IBIIIH", 0, ROTATE_EVENT, server_id, 0, 0,
-                               LOG_EVENT_ARTIFICIAL_F))
-    ev += struct.pack("<Q", pos) + file.encode()
-    return _finish(ev, checksum)
-
-
-def heartbeat(server_id: int, file: str, pos: int, checksum: bool) -> bytes:
-    """``HEARTBEAT_LOG_EVENT``: log_pos = where the stream is, body = the file's name."""
-    ev = bytearray(struct.pack("<IBIIIH", 0, HEARTBEAT_LOG_EVENT, server_id, 0,
-                               pos & 0xFFFFFFFF, 0))
-    ev += file.encode()
-    return _finish(ev, checksum)
-
-
-def client_fde(raw: bytes, clear_log_pos: bool) -> tuple[bytes, bool]:
-    """The Format_description as sent (see the module docstring) and whether the file's
-    events carry a CRC32."""
-    ev = bytearray(raw)
-    with_crc = len(ev) > HEADER_LEN + 57 + 5 and ev[-5] == 1
-    ev[FLAGS_OFFSET] &= ~LOG_EVENT_BINLOG_IN_USE_F & 0xFF
-    if clear_log_pos:
-        _U32.pack_into(ev, LOG_POS_OFFSET, 0)
-        _U32.pack_into(ev, FDE_CREATED_OFFSET, 0)
-    if with_crc:
-        _U32.pack_into(ev, len(ev) - 4, zlib.crc32(ev[:-4]) & 0xFFFFFFFF)
-    return bytes(ev), with_crc
-
-
-# -- waiting for new data ----------------------------------------------------------------
-
-
-class StoreNotifier:
-    """One thread that waits on the store and wakes every dumper of an event loop.
-
-    A dumper takes :attr:`changed` *before* it looks at the store's sizes, then awaits it:
-    data committed between the look and the wait is never missed.
-    """
-
-    def __init__(self, store: BinlogStore, loop: asyncio.AbstractEventLoop) -> None:
-        self._store = store
-        self._loop = loop
-        self.changed = asyncio.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="binlog-notifier", daemon=True)
-        self._thread.start()
-
-    def _pulse(self) -> None:
-        old, self.changed = self.changed, asyncio.Event()
-        old.set()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                end = self._store.end()
-                moved = self._store.wait_beyond(end, 0.5)
-            except Exception:  # a closed store at shutdown: nothing left to wait for
-                if self._stop.wait(0.5):
-                    return
-                continue
-            if moved and not self._loop.is_closed():
-                self._loop.call_soon_threadsafe(self._pulse)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-
-# -- the dumper --------------------------------------------------------------------------
+# the type codes the GTID skipping looks at (bound once: it reads every event's type)
+_GTID = int(EventType.MYSQL_GTID)
+_ROTATE = int(EventType.ROTATE)
 
 
 @dataclass
@@ -359,113 +90,8 @@ class DumpOptions:
     heartbeat_period: float = 0.0  # seconds; @master_heartbeat_period is in nanoseconds
 
 
-class PacketSeq(Protocol):
-    """A connection's packet sequence number (mysql-mimic's ``seq``): the next one to use."""
-
-    value: int
-
-
-ChunkKey = tuple[str, int, int, int]  # file, offset, bytes read, first sequence number
-
-
-class FramedChunks:
-    """The packets of recently framed file chunks, shared by the dumps of one server.
-
-    Dumps that start at the same place (file, position, packet sequence number: replicas
-    started together, several tools reading one history) read the same chunks and frame
-    them into the same packets: the first dump at a chunk reads and frames it, the
-    others send its packets without a read or a framing of their own. The packets are a
-    function of the key alone (file, offset, bytes read, first sequence number): a
-    file's bytes after its Format_description and below its committed size never change
-    while the server runs (the store truncates only when it opens; a rotation rewrites
-    the Format_description's in-use flag, which no shared chunk holds: chunks from
-    inside the Format_description, which only a position that is no event boundary
-    gives, are never shared; a purge removes whole files, whose names are never
-    reused). Only dumps that share their start with another live dump use it: a dump
-    alone frames into its own reused buffer, which stays in the CPU's cache (packets
-    kept for others are written to fresh memory: ~30 % more of a lone dump's CPU,
-    measured).
-
-    Measured reason (bench/RESULTS.md): with four ``mariadb-binlog`` clients reading one
-    binlog, the file reads' copy was ~23 % of the server's CPU and the framing ~14 %;
-    sharing took the server's CPU per four-client read from 49-51 ms to 40-41 ms.
-
-    Holds at most ``max_bytes`` of packets (plus Python's per-entry overhead, which
-    matters only for the small chunks of dumps tailing the binlog together), the least
-    recently used going first, and none once no two live dumps share a start; an
-    entry's bytes stay valid for a dump that still sends them after it went (bytes
-    objects). Event-loop only (not thread-safe).
-    """
-
-    def __init__(self, max_bytes: int = 16 << 20) -> None:
-        self.max_bytes = max_bytes
-        self._entries: OrderedDict[ChunkKey, tuple[bytes, int, int, int]] = OrderedDict()
-        self._size = 0
-        self._starts: dict[tuple[str, int, int], int] = {}
-        self.hits = 0
-        self.misses = 0
-
-    def join(self, start: tuple[str, int, int]) -> None:
-        """A dump starting at ``start`` (file, position, sequence number) begins."""
-        self._starts[start] = self._starts.get(start, 0) + 1
-
-    def leave(self, start: tuple[str, int, int]) -> None:
-        """That dump ended; once no two live dumps share a start, the packets go too (no
-        memory held for dumps that are gone)."""
-        left = self._starts.pop(start, 1) - 1
-        if left:
-            self._starts[start] = left
-        if self._entries and all(n < 2 for n in self._starts.values()):
-            self._entries.clear()
-            self._size = 0
-
-    def shared(self, start: tuple[str, int, int]) -> bool:
-        """Whether another live dump started at ``start``."""
-        return self._starts.get(start, 0) > 1
-
-    def get(self, key: ChunkKey) -> tuple[bytes, int, int, int] | None:
-        """``(packets, consumed, count, next_seq)`` framed before for ``key``, or None."""
-        got = self._entries.get(key)
-        if got is None:
-            self.misses += 1
-            return None
-        self.hits += 1
-        self._entries.move_to_end(key)
-        return got
-
-    def put(self, key: ChunkKey, framed: tuple[bytes, int, int, int]) -> None:
-        if len(framed[0]) > self.max_bytes:
-            return
-        old = self._entries.pop(key, None)
-        if old is not None:
-            self._size -= len(old[0])
-        self._entries[key] = framed
-        self._size += len(framed[0])
-        while self._size > self.max_bytes:
-            _, (packets, *_) = self._entries.popitem(last=False)
-            self._size -= len(packets)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
 def _unset_write(data: bytes | memoryview) -> None:
     raise RuntimeError("Dumper.run sets where packets go")
-
-
-def frame_packet(payload: bytes, seq: PacketSeq) -> bytes:
-    """``payload`` as MySQL packets: 0xFFFFFF-byte pieces (and an empty one after a piece of
-    exactly that size), each with its length and the next sequence number."""
-    out = bytearray()
-    s = seq.value
-    for i in range(0, len(payload) + 1, MAX_PACKET):
-        piece = payload[i:i + MAX_PACKET]
-        out += _U32.pack(len(piece) | (s << 24)) + piece
-        s = (s + 1) & 0xFF
-        if len(piece) < MAX_PACKET:
-            break
-    seq.value = s
-    return bytes(out)
 
 
 class Dumper:
@@ -628,9 +254,9 @@ class Dumper:
         if len(head) < BIN_LOG_HEADER_SIZE + HEADER_LEN or head[:4] != BINLOG_MAGIC:
             raise DumpError(f"Binlog has bad magic number; It's not a binary log file"
                             f" that can be used by this version of MySQL ('{file}')")
-        if head[4 + TYPE_OFFSET] != FORMAT_DESCRIPTION_EVENT:
+        if head[BIN_LOG_HEADER_SIZE + TYPE_OFFSET] != EventType.FORMAT_DESCRIPTION:
             raise DumpError("Could not find format_description_event in binlog file")
-        (length,) = _U32.unpack_from(head, 4 + LEN_OFFSET)
+        (length,) = _U32.unpack_from(head, BIN_LOG_HEADER_SIZE + LEN_OFFSET)
         return os.pread(fd, length, BIN_LOG_HEADER_SIZE)
 
     def _send_excluding(self, buf: memoryview, file: str, offset: int, art_crc: bool,
@@ -654,7 +280,7 @@ class Dumper:
                 break
             if exclude is not None:
                 etype = buf[i + TYPE_OFFSET]
-                if etype == GTID_LOG_EVENT:
+                if etype == _GTID:
                     sid = str(uuid.UUID(bytes=bytes(buf[i + HEADER_LEN + 1:
                                                          i + HEADER_LEN + 17])))
                     (gno,) = struct.unpack_from("<q", buf, i + HEADER_LEN + 17)
@@ -662,7 +288,7 @@ class Dumper:
                     if not in_excluded and sid == self._own_uuid and all(
                             gno > b for _, b in exclude.intervals(sid)):
                         self._exclude = exclude = None
-                elif etype == ROTATE_EVENT:
+                elif etype == _ROTATE:
                     in_excluded = False
                 if in_excluded:
                     skipped_to = offset + i + length

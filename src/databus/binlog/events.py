@@ -1,15 +1,10 @@
-"""Binlog v4 event encoders (MySQL 8.0 layout), and a header parser for tests and readers.
+"""Binlog v4 event encoders (MySQL 8.0 layout), a header parser for tests and readers,
+the events a dump makes up, and what ``SHOW BINLOG EVENTS`` prints of each.
 
 Every event is ``header (19 bytes) + body + CRC32 (4 bytes)``; all integers little-endian.
-Header::
-
-    off size field
-    0   4    timestamp (seconds since the epoch)
-    4   1    type code
-    5   4    server id
-    9   4    event size (header + body + checksum)
-    13  4    log_pos: the position of the *end* of this event in its file
-    17  2    flags
+The header's layout, the type codes and the flags are MySQL's, shared with the MySQL
+source: :mod:`databus.core.mysqlwire`. ``log_pos`` is the position of the *end* of the
+event in its file.
 
 The checksum is ``zlib.crc32`` of header + body (binlog_checksum=CRC32). A
 Format_description event that carries ``LOG_EVENT_BINLOG_IN_USE_F`` has its checksum
@@ -20,7 +15,9 @@ the checksum.
 No maintained Python library *writes* binlog events (python-mysql-replication and
 mysql-mimic only read or relay them), so the encoders are written here, after MySQL
 8.0's ``libbinlogevents`` layouts: each function returns the body of one event; the
-store frames bodies with :func:`frame` because only it knows ``log_pos``.
+store frames bodies with :func:`frame` because only it knows ``log_pos``. The events a
+dump thread makes up (its artificial Rotate, heartbeats, a file's Format_description as
+sent) are whole events: :func:`fake_rotate`, :func:`heartbeat`, :func:`client_fde`.
 """
 
 from __future__ import annotations
@@ -31,46 +28,36 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-# -- type codes (MySQL's Log_event_type) -------------------------------------
-QUERY = 2
-STOP = 3
-ROTATE = 4
-FORMAT_DESCRIPTION = 15
-XID = 16
-TABLE_MAP = 19
-ROWS_QUERY = 29
-WRITE_ROWS = 30  # v2
-UPDATE_ROWS = 31
-DELETE_ROWS = 32
-GTID = 33
-ANONYMOUS_GTID = 34
-PREVIOUS_GTIDS = 35
-HEARTBEAT = 27
+from databus.core.mysqlwire import (
+    BINLOG_CHECKSUM_ALG_CRC32,
+    CHECKSUM_LEN,
+    EVENT_HEADER,
+    FLAGS_OFFSET,
+    HEADER_LEN,
+    LEN_OFFSET,
+    LOG_EVENT_ARTIFICIAL_F,
+    LOG_EVENT_BINLOG_IN_USE_F,
+    LOG_POS_OFFSET,
+    TYPE_OFFSET,
+    EventType,
+)
 
-TYPE_NAMES = {
-    QUERY: "Query", STOP: "Stop", ROTATE: "Rotate", FORMAT_DESCRIPTION: "Format_desc",
-    XID: "Xid", TABLE_MAP: "Table_map", ROWS_QUERY: "Rows_query",
-    WRITE_ROWS: "Write_rows", UPDATE_ROWS: "Update_rows", DELETE_ROWS: "Delete_rows",
-    GTID: "Gtid", ANONYMOUS_GTID: "Anonymous_Gtid", PREVIOUS_GTIDS: "Previous_gtids",
-    HEARTBEAT: "Heartbeat",
+TYPE_NAMES: dict[int, str] = {
+    EventType.QUERY: "Query", EventType.STOP: "Stop", EventType.ROTATE: "Rotate",
+    EventType.FORMAT_DESCRIPTION: "Format_desc", EventType.XID: "Xid",
+    EventType.TABLE_MAP: "Table_map", EventType.ROWS_QUERY: "Rows_query",
+    EventType.WRITE_ROWS: "Write_rows", EventType.UPDATE_ROWS: "Update_rows",
+    EventType.DELETE_ROWS: "Delete_rows", EventType.MYSQL_GTID: "Gtid",
+    EventType.ANONYMOUS_GTID: "Anonymous_Gtid", EventType.PREVIOUS_GTIDS: "Previous_gtids",
+    EventType.HEARTBEAT: "Heartbeat",
 }
 """The names MySQL's ``SHOW BINLOG EVENTS`` prints in its ``Event_type`` column."""
 
-# -- header flags ------------------------------------------------------------
-LOG_EVENT_BINLOG_IN_USE_F = 0x0001
-LOG_EVENT_SUPPRESS_USE_F = 0x0008
-LOG_EVENT_IGNORABLE_F = 0x0080
-
-HEADER_LEN = 19
-CHECKSUM_LEN = 4
-MAGIC = b"\xfebin"
-FLAGS_OFFSET = 17  # of the flags field within a header
-
-BINLOG_CHECKSUM_ALG_CRC32 = 1
 STMT_END_F = 0x0001  # rows event flag: the last rows event of a statement
 TM_BIT_LEN_EXACT_F = 0x0001  # Table_map flag MySQL always sets
+# Format_description: binlog version (2) + server version (50), then the created timestamp
+FDE_CREATED_OFFSET = HEADER_LEN + 2 + 50
 
-_HEADER = struct.Struct("<IBIIIH")
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
@@ -88,9 +75,9 @@ def frame(type_code: int, body: bytes, *, timestamp: int, server_id: int, start:
           flags: int = 0) -> bytes:
     """The whole event (header + body + CRC32) for one starting at file offset ``start``."""
     size = HEADER_LEN + len(body) + CHECKSUM_LEN
-    head = _HEADER.pack(timestamp & 0xFFFFFFFF, type_code, server_id, size,
+    head = EVENT_HEADER.pack(timestamp & 0xFFFFFFFF, type_code, server_id, size,
                         (start + size) & 0xFFFFFFFF, flags)
-    if type_code == FORMAT_DESCRIPTION and flags & LOG_EVENT_BINLOG_IN_USE_F:
+    if type_code == EventType.FORMAT_DESCRIPTION and flags & LOG_EVENT_BINLOG_IN_USE_F:
         crc_head = head[:FLAGS_OFFSET] + _U16.pack(flags & ~LOG_EVENT_BINLOG_IN_USE_F)
         crc = zlib.crc32(body, zlib.crc32(crc_head))
     else:
@@ -205,7 +192,7 @@ class EventHeader:
 
 def parse_header(data: bytes | bytearray | memoryview, offset: int, pos: int) -> EventHeader:
     """The header at ``data[offset:]``, an event starting at file position ``pos``."""
-    ts, tc, sid, size, log_pos, flags = _HEADER.unpack_from(data, offset)
+    ts, tc, sid, size, log_pos, flags = EVENT_HEADER.unpack_from(data, offset)
     return EventHeader(pos, ts, tc, sid, size, log_pos, flags)
 
 
@@ -213,7 +200,7 @@ def check_crc(event: bytes | bytearray | memoryview) -> bool:
     """Whether a whole event's CRC32 matches (clearing the in-use flag of a
     Format_description first, as readers do)."""
     raw = bytearray(event)
-    if raw[4] == FORMAT_DESCRIPTION:
+    if raw[TYPE_OFFSET] == EventType.FORMAT_DESCRIPTION:
         raw[FLAGS_OFFSET] &= ~LOG_EVENT_BINLOG_IN_USE_F & 0xFF
     stored: int = _U32.unpack_from(raw, len(raw) - CHECKSUM_LEN)[0]
     return zlib.crc32(raw[:-CHECKSUM_LEN]) == stored
@@ -230,3 +217,91 @@ def iter_headers(data: bytes | bytearray | memoryview, start: int = 4) -> Iterat
             return
         yield h
         pos += h.size
+
+
+# -- events a dump makes up (MySQL's dump thread sends them; no file holds them) -----------
+
+
+def _finish(event: bytearray, checksum: bool) -> bytes:
+    """``event`` with its size in its header and, with ``checksum``, its CRC32 over the
+    whole event, size included (the size first: a reader checks the CRC of the bytes it
+    received)."""
+    _U32.pack_into(event, LEN_OFFSET, len(event) + (CHECKSUM_LEN if checksum else 0))
+    if checksum:
+        event += _U32.pack(zlib.crc32(event) & 0xFFFFFFFF)
+    return bytes(event)
+
+
+def fake_rotate(server_id: int, file: str, pos: int, checksum: bool) -> bytes:
+    """MySQL's artificial Rotate: timestamp 0, log_pos 0, ``LOG_EVENT_ARTIFICIAL_F``."""
+    ev = bytearray(EVENT_HEADER.pack(0, EventType.ROTATE, server_id, 0, 0,
+                                     LOG_EVENT_ARTIFICIAL_F))
+    ev += _U64.pack(pos) + file.encode()
+    return _finish(ev, checksum)
+
+
+def heartbeat(server_id: int, file: str, pos: int, checksum: bool) -> bytes:
+    """``HEARTBEAT_LOG_EVENT``: log_pos = where the stream is, body = the file's name."""
+    ev = bytearray(EVENT_HEADER.pack(0, EventType.HEARTBEAT, server_id, 0,
+                                     pos & 0xFFFFFFFF, 0))
+    ev += file.encode()
+    return _finish(ev, checksum)
+
+
+def client_fde(raw: bytes, clear_log_pos: bool) -> tuple[bytes, bool]:
+    """A file's Format_description as a dump sends it (its in-use flag cleared; with
+    ``clear_log_pos``, for a dump that starts past the file's start, its ``log_pos`` and
+    created timestamp zeroed; its CRC32 recomputed), and whether the file's events carry
+    a CRC32."""
+    ev = bytearray(raw)
+    with_crc = len(ev) > HEADER_LEN + 57 + 5 and ev[-5] == BINLOG_CHECKSUM_ALG_CRC32
+    ev[FLAGS_OFFSET] &= ~LOG_EVENT_BINLOG_IN_USE_F & 0xFF
+    if clear_log_pos:
+        _U32.pack_into(ev, LOG_POS_OFFSET, 0)
+        _U32.pack_into(ev, FDE_CREATED_OFFSET, 0)
+    if with_crc:
+        _U32.pack_into(ev, len(ev) - 4, zlib.crc32(ev[:-4]) & 0xFFFFFFFF)
+    return bytes(ev), with_crc
+
+
+# -- what SHOW BINLOG EVENTS prints ---------------------------------------------------------
+
+
+def event_info(type_code: int, event: bytes) -> str:
+    """The Info column of ``SHOW BINLOG EVENTS`` for one whole event, MySQL's wording for
+    the common events ("" for the others and for a body that does not parse)."""
+    body = event[HEADER_LEN:]
+    try:
+        if type_code == EventType.FORMAT_DESCRIPTION:
+            version = body[2:52].rstrip(b"\x00").decode()
+            return f"Server ver: {version}, Binlog ver: {_U16.unpack_from(body)[0]}"
+        if type_code == EventType.ROTATE:
+            (pos,) = _U64.unpack_from(body)
+            return f"{body[8:-4].decode()};pos={pos}"
+        if type_code == EventType.MYSQL_GTID:
+            sid = uuid.UUID(bytes=bytes(body[1:17]))
+            (gno,) = struct.unpack_from("<q", body, 17)
+            return f"SET @@SESSION.GTID_NEXT= '{sid}:{gno}'"
+        if type_code == EventType.XID:
+            return f"COMMIT /* xid={_U64.unpack_from(body)[0]} */"
+        if type_code == EventType.QUERY:
+            db_len, n_status = body[8], _U16.unpack_from(body, 11)[0]
+            start = 13 + n_status
+            db = body[start:start + db_len].decode("utf-8", "replace")
+            sql = body[start + db_len + 1:-4].decode("utf-8", "replace")
+            return f"use `{db}`; {sql}" if db and sql.upper() != "BEGIN" else sql
+        if type_code == EventType.TABLE_MAP:
+            table_id = int.from_bytes(body[:6], "little")
+            db_len = body[8]
+            db = body[9:9 + db_len].decode("utf-8", "replace")
+            t_len = body[10 + db_len]
+            table = body[11 + db_len:11 + db_len + t_len].decode("utf-8", "replace")
+            return f"table_id: {table_id} ({db}.{table})"
+        if type_code in (EventType.WRITE_ROWS, EventType.UPDATE_ROWS, EventType.DELETE_ROWS):
+            table_id = int.from_bytes(body[:6], "little")
+            flags = _U16.unpack_from(body, 6)[0]
+            return f"table_id: {table_id}" + (" flags: STMT_END_F" if flags & STMT_END_F
+                                              else "")
+    except (struct.error, IndexError, UnicodeDecodeError, ValueError):
+        return ""
+    return ""

@@ -10,10 +10,10 @@ error 3159), the SQL of :mod:`databus.binlog.sql`, then ``COM_REGISTER_SLAVE`` a
 Built on ``mysql-mimic`` (handshake, authentication, TLS upgrade, COM_QUERY and its result
 sets, through sqlglot). mysql-mimic has no replication commands and dispatches commands in
 one closed loop (``Connection.command_phase``), so the extension is at the narrowest point
-there is: the connection's packet stream (:class:`_ReplicationStream`) hands the three
-replication commands (and ``COM_CHANGE_USER``, refused: see below) to
-:class:`BinlogConnection` before mysql-mimic's loop sees them; every other command is
-mysql-mimic's. Three corrections of mysql-mimic 3.0.5 are made here too, two of them
+there is: the connection's packet stream
+(:class:`~databus.binlog.transport.ReplicationStream`) hands the three replication
+commands (and ``COM_CHANGE_USER``, refused: see below) to :class:`BinlogConnection`
+before mysql-mimic's loop sees them; every other command is mysql-mimic's. Three corrections of mysql-mimic 3.0.5 are made here too, two of them
 security:
 
 * a failed authentication writes the error packet but then goes on to the command phase
@@ -23,8 +23,8 @@ security:
   (replication clients never send it);
 * its TLS upgrade loses the TLS bytes a client sent right behind its SSL request when
   they were read together with it (the client's handshake then hangs until asyncio's
-  60 s TLS handshake timeout): the stream's own :meth:`_ReplicationStream.start_tls`
-  hands them to TLS.
+  60 s TLS handshake timeout): the stream's own
+  :meth:`~databus.binlog.transport.ReplicationStream.start_tls` hands them to TLS.
 
 Unknown user names get the same "Access denied" as a wrong password (no user probing).
 A dump ends the connection afterwards, as in MySQL (COM_BINLOG_DUMP is a connection's
@@ -41,13 +41,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import secrets
 import ssl
 import struct
 import threading
-from asyncio import sslproto
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,31 +58,27 @@ from mysql_mimic.control import LocalControl, TooManyConnections
 from mysql_mimic.errors import ErrorCode, MysqlError
 from mysql_mimic.stream import ConnectionClosed, MysqlStream
 
+from databus.binlog.catalog import AnnouncedCatalog, Catalog
+from databus.binlog.chunks import FramedChunks
 from databus.binlog.config import BinlogServiceConfig
-from databus.binlog.dump import (
-    Dumper,
+from databus.binlog.dump import Dumper, DumpOptions
+from databus.binlog.framing import frame_packet
+from databus.binlog.notifier import StoreNotifier
+from databus.binlog.request import (
     DumpError,
-    DumpOptions,
     DumpRequest,
-    FramedChunks,
-    StoreNotifier,
-    frame_packet,
     parse_binlog_dump,
     parse_binlog_dump_gtid,
 )
-from databus.binlog.sql import AnnouncedCatalog, BinlogSession, Catalog, ServiceFacts
+from databus.binlog.sql import BinlogSession, ServiceFacts
 from databus.binlog.store import BinlogStore
+from databus.binlog.transport import DumpWriter, ReplicationStream
 from databus.core.errors import TerminalError
+from databus.core.mysqlwire import COM_BINLOG_DUMP, COM_CHANGE_USER, COM_REGISTER_SLAVE
 from databus.serving.config import TlsServerConfig
 
 log = logging.getLogger("databus.binlog.server")
 
-COM_CHANGE_USER = 0x11
-COM_BINLOG_DUMP = 0x12
-COM_REGISTER_SLAVE = 0x15
-COM_BINLOG_DUMP_GTID = 0x1E
-_REPLICATION = frozenset({COM_CHANGE_USER, COM_BINLOG_DUMP, COM_REGISTER_SLAVE,
-                          COM_BINLOG_DUMP_GTID})
 ER_SECURE_TRANSPORT_REQUIRED = 3159
 ER_ACCESS_DENIED = 1045
 
@@ -126,81 +119,6 @@ class _OneUser(IdentityProvider):  # type: ignore[misc]
                         auth_plugin=NativePasswordAuthPlugin.name)
         return User(name=username, auth_string=self._nobody,
                     auth_plugin=NativePasswordAuthPlugin.name)
-
-
-class _ReplicationStream:
-    """mysql-mimic's packet stream, with a hook that takes the replication commands
-    before mysql-mimic's command loop reads them (see the module docstring). A wrapper,
-    not a subclass: mysql-mimic's stream is compiled (mypyc) and cannot be subclassed."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.intercept: Callable[[bytes], Awaitable[None]] | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    async def start_tls(self, context: ssl.SSLContext) -> None:
-        """Upgrade the connection to TLS (server side) after the client's SSL request;
-        replaces mysql-mimic's ``MysqlStream.start_tls``, which its connection phase calls.
-
-        Every byte the client sent after its SSL request reaches the TLS handshake,
-        including bytes already read from the socket into the stream's reader. A client
-        sends its TLS ClientHello right behind the SSL request without waiting for an
-        answer (the protocol has none), so one socket read often returns both (always when
-        the event loop is late, e.g. while the converter is busy); mysql-mimic's upgrade
-        (``loop.start_tls`` on the transport) hands TLS only what the socket delivers
-        afterwards, so that ClientHello was lost and both sides waited for each other until
-        asyncio's 60 s handshake timeout. Returns once the handshake is done; raises the
-        handshake's error (the connection is then closed)."""
-        reader, writer = self._inner.reader, self._inner.writer
-        transport = writer.transport
-        assert isinstance(transport, asyncio.Transport)
-        # StreamReader has no public way to take back what it buffered; its bytearray is
-        # the one place those bytes are
-        buffered = reader._buffer
-        early = bytes(buffered)
-        buffered.clear()
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[None] = loop.create_future()
-        # what loop.start_tls does (call_connection_made=False: the stream's protocol
-        # keeps serving the reader), plus feeding the early bytes between the TLS
-        # protocol's start and the socket's next read, so they come first, in order
-        tls = sslproto.SSLProtocol(loop, transport.get_protocol(), context, waiter,
-                                   server_side=True, call_connection_made=False)
-        try:
-            transport.set_protocol(tls)
-            tls.connection_made(transport)
-            view = memoryview(early)
-            while view:
-                chunk = tls.get_buffer(len(view))
-                n = min(len(chunk), len(view))
-                chunk[:n] = view[:n]
-                tls.buffer_updated(n)
-                view = view[n:]
-            # the reader may have paused the socket (a full buffer); TLS reads it now
-            transport.resume_reading()
-            await waiter
-        except BaseException:
-            transport.close()
-            raise
-        upgraded = tls._app_transport  # what loop.start_tls returns
-        if upgraded is None or upgraded.is_closing():
-            # a client that leaves mid-handshake without an error still wakes the waiter
-            transport.close()
-            raise ConnectionResetError("the client left during the TLS handshake")
-        # mysql-mimic's own way of moving its reader and writer onto the TLS transport
-        writer._transport = upgraded
-        reader._transport = upgraded
-
-    async def read(self) -> bytes:
-        while True:
-            data: bytes = await self._inner.read()
-            hook = self.intercept
-            if hook is None or not data or data[0] not in _REPLICATION:
-                return data
-            await hook(data)
-            self._inner.reset_seq()
 
 
 MARIADB_VERSION_PREFIX = "5.5.5-"
@@ -324,7 +242,7 @@ class BinlogConnection(Connection):  # type: ignore[misc]
         stream = self.stream
         seq = stream.seq
         stream.intercept = None
-        out = _DumpWriter(stream.writer)
+        out = DumpWriter(stream.writer)
         srv.dumps += 1
         log.info("binlog dump for %s from %s", self._peer(),
                  f"GTIDs {request.gtids}" if request.gtids is not None
@@ -367,85 +285,6 @@ class BinlogConnection(Connection):  # type: ignore[misc]
             out.close()
 
 
-class _DumpWriter:
-    """Writes a dump's packets in order: :meth:`write` queues, :meth:`flush` sends.
-
-    Plain TCP: straight to the socket (a duplicate of its descriptor, so that asyncio's
-    transport, which keeps reading it to see the client leave, is not bypassed for
-    reading), each queued buffer sent from where the kernel stopped taking it, waiting
-    for the socket to be writable in between. Measured reason (perf on the dumper with
-    four ``mariadb-binlog`` clients, bench/RESULTS.md): asyncio 3.11's transport copies
-    every byte the kernel does not take at once into a bytearray, whose growth and
-    shrinking copy what it holds again (19 % of the dumper's CPU in memmove, ~8 % more
-    in the page faults of the fresh buffers). TLS: through the transport (its own
-    buffering), which wakes the dump every 1 MiB instead of asyncio's 64 KiB.
-    Packets written to the transport before (the handshake's, mysql-mimic's) are sent
-    before any queued here: :meth:`flush` waits for the transport's buffer to empty.
-    """
-
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self._writer = writer
-        self._loop = asyncio.get_running_loop()
-        self._queue: list[bytes | memoryview] = []
-        self._fd = -1
-        sock = writer.get_extra_info("socket")
-        if writer.get_extra_info("ssl_object") is None and sock is not None:
-            self._fd = os.dup(sock.fileno())
-            # drain() then returns only once the transport's buffer is empty
-            writer.transport.set_write_buffer_limits(high=0, low=0)
-        else:
-            writer.transport.set_write_buffer_limits(high=4 << 20, low=1 << 20)
-
-    def write(self, data: bytes | memoryview) -> None:
-        """Queue ``data``; a memoryview's buffer must stay unchanged until :meth:`flush`
-        returned (the dump reuses its framing buffer after that)."""
-        if self._fd < 0:
-            # the TLS transport may keep what it is given beyond drain(): a copy
-            self._writer.write(bytes(data) if isinstance(data, memoryview) else data)
-        elif data:
-            self._queue.append(data)
-
-    async def flush(self) -> None:
-        """Send everything written (raises ConnectionError when the client is gone)."""
-        await self._writer.drain()
-        queue = self._queue
-        while queue:
-            # one writev for what is queued (a dump's first write: the artificial Rotate,
-            # the Format_description and the first chunk); a partial one goes on from
-            # where the kernel stopped once the socket is writable again
-            try:
-                sent = os.writev(self._fd, queue[:_IOV_MAX])
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            while queue and sent >= len(queue[0]):
-                sent -= len(queue.pop(0))
-            if sent:
-                queue[0] = memoryview(queue[0])[sent:]
-            if queue:
-                await self._writable()
-
-    async def _writable(self) -> None:
-        ready = self._loop.create_future()
-        self._loop.add_writer(self._fd, _wake, ready)
-        try:
-            await ready
-        finally:
-            self._loop.remove_writer(self._fd)
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-
-_IOV_MAX = 1024  # buffers per writev (Linux's IOV_MAX)
-
-
-def _wake(ready: asyncio.Future[None]) -> None:
-    if not ready.done():
-        ready.set_result(None)
-
-
 class BinlogServer:
     """The dumper over one store: accepts clients until :meth:`stop`.
 
@@ -482,7 +321,7 @@ class BinlogServer:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
-        stream = _ReplicationStream(MysqlStream(reader, writer))
+        stream = ReplicationStream(MysqlStream(reader, writer))
         conn: BinlogConnection | None = None
         session: BinlogSession | None = None
         conn_id = 0
@@ -505,7 +344,7 @@ class BinlogServer:
             pass  # shutdown
         except MysqlError as exc:  # a malformed handshake: mimic wrote the error already
             log.debug("client %s: %s", writer.get_extra_info("peername"), exc)
-        except Exception:  # one client's surprise must not stop the server
+        except Exception:  # broad: one client's surprise must not stop the server
             log.exception("binlog server: connection failed")
         finally:
             if session is not None:
@@ -595,7 +434,7 @@ def run_service(cfg: BinlogServiceConfig, password: str, stop: threading.Event) 
         def convert() -> None:
             try:
                 converter.run(conv_stop)
-            except BaseException as exc:  # reported by the main thread
+            except BaseException as exc:  # broad: a thread's top; reported by the main thread
                 failed.append(exc)
                 stop.set()
 

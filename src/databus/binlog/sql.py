@@ -17,8 +17,9 @@ session's middlewares intercept them). Answered:
   HOSTS``, ``SHOW GRANTS``;
 * ``SELECT ... FROM information_schema.COLUMNS`` (and ``TABLES``, ``SCHEMATA``, ``SHOW
   DATABASES``, ``SHOW TABLES``, ``SHOW COLUMNS``) over the captured tables' columns, and
-  ``SHOW CREATE TABLE`` for them, from the :data:`Catalog` (:class:`AnnouncedCatalog`:
-  every table the binlog has defined up to its end);
+  ``SHOW CREATE TABLE`` for them, from the :data:`~databus.binlog.catalog.Catalog`
+  (:class:`~databus.binlog.catalog.AnnouncedCatalog`: every table the binlog has defined
+  up to its end);
 * ``FLUSH TABLES WITH READ LOCK`` holds the binlog where it is (the converter's appends
   wait) until ``UNLOCK TABLES`` or the connection's end, as MySQL's global read lock
   holds commits: Debezium's schema snapshot reads the position and the catalog under it.
@@ -52,7 +53,11 @@ from sqlglot.errors import ExecuteError, ParseError
 from sqlglot.executor import execute
 from sqlglot.executor.table import Table
 
-from databus.binlog.dump import (
+from databus.binlog.binfile import SERVER_VERSION
+from databus.binlog.catalog import Catalog
+from databus.binlog.events import TYPE_NAMES, event_info
+from databus.binlog.store import BinlogStore
+from databus.core.mysqlwire import (
     BIN_LOG_HEADER_SIZE,
     HEADER_LEN,
     LEN_OFFSET,
@@ -60,16 +65,9 @@ from databus.binlog.dump import (
     SERVER_ID_OFFSET,
     TYPE_OFFSET,
 )
-from databus.binlog.store import SERVER_VERSION, BinlogStore
 
 ER_NO_SUCH_TABLE = 1146
 ER_ERROR_WHEN_EXECUTING_COMMAND = 1220
-
-EVENT_TYPE_NAMES = {
-    2: "Query", 3: "Stop", 4: "Rotate", 15: "Format_desc", 16: "Xid", 19: "Table_map",
-    27: "Heartbeat", 29: "Rows_query", 30: "Write_rows", 31: "Update_rows",
-    32: "Delete_rows", 33: "Gtid", 34: "Anonymous_Gtid", 35: "Previous_gtids",
-}
 
 
 @dataclass(frozen=True)
@@ -86,66 +84,36 @@ class ServiceFacts:
     expire_logs_seconds: int = 0
 
 
-@dataclass(frozen=True)
-class ColumnInfo:
-    """One captured column as information_schema.COLUMNS shows it."""
-
-    name: str
-    data_type: str  # "bigint", "varchar", ...
-    column_type: str  # "bigint", "varchar(255)", "decimal(10,2)", ...
-    nullable: bool = True
-    key: str = ""  # "PRI" for a primary-key column
-    charset: str | None = None
-    collation: str | None = None
-    char_max_length: int | None = None
-    numeric_precision: int | None = None
-    numeric_scale: int | None = None
-
-
-# (db, table) -> columns in order; a callable so that schema changes show at once
-Catalog = Callable[[], dict[tuple[str, str], list[ColumnInfo]]]
+# a MySQL 8 source's replication settings, read-only (the type is the value's)
+_SOURCE_SETTINGS: dict[str, str | int] = {
+    "version_comment": "Databus binlog service", "log_bin": "ON", "binlog_format": "ROW",
+    "binlog_row_image": "FULL", "binlog_row_metadata": "FULL", "binlog_row_value_options": "",
+    "binlog_checksum": "CRC32", "binlog_transaction_compression": "OFF", "gtid_mode": "ON",
+    "enforce_gtid_consistency": "ON", "gtid_executed": "", "gtid_purged": "",
+    "log_replica_updates": "ON", "log_slave_updates": "ON", "read_only": "ON",
+    "character_set_system": "utf8mb3", "rpl_semi_sync_master_enabled": "OFF",
+}
+# what a session may change (clients set them; nothing here depends on them)
+_SESSION_SETTINGS: dict[str, str | int] = {
+    "sql_mode": "ONLY_FULL_GROUP_BY,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,"
+                "ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION",
+    "default_storage_engine": "InnoDB", "transaction_isolation": "REPEATABLE-READ",
+    "tx_isolation": "REPEATABLE-READ", "collation_server": "utf8mb4_0900_ai_ci",
+    "net_read_timeout": 30, "lock_wait_timeout": 31536000, "innodb_lock_wait_timeout": 50,
+}
 
 
 def system_variables(facts: ServiceFacts) -> dict[str, tuple[Any, Any, bool]]:
     """mysql-mimic's system variables plus a MySQL 8 source's replication settings
     (name -> (type, default, dynamic))."""
+    fixed = {**_SOURCE_SETTINGS, "version": facts.version, "server_id": facts.server_id,
+             "server_uuid": facts.server_uuid, "hostname": facts.hostname,
+             "port": facts.port, "log_bin_basename": facts.log_bin_basename,
+             "binlog_expire_logs_seconds": facts.expire_logs_seconds,
+             "max_binlog_size": facts.max_binlog_size}
     out = dict(SYSTEM_VARIABLES)
-    out.update({
-        "version": (str, facts.version, False),
-        "version_comment": (str, "Databus binlog service", False),
-        "server_id": (int, facts.server_id, False),
-        "server_uuid": (str, facts.server_uuid, False),
-        "hostname": (str, facts.hostname, False),
-        "port": (int, facts.port, False),
-        "log_bin": (str, "ON", False),
-        "log_bin_basename": (str, facts.log_bin_basename, False),
-        "binlog_format": (str, "ROW", False),
-        "binlog_row_image": (str, "FULL", False),
-        "binlog_row_metadata": (str, "FULL", False),
-        "binlog_row_value_options": (str, "", False),
-        "binlog_checksum": (str, "CRC32", False),
-        "binlog_transaction_compression": (str, "OFF", False),
-        "binlog_expire_logs_seconds": (int, facts.expire_logs_seconds, False),
-        "max_binlog_size": (int, facts.max_binlog_size, False),
-        "gtid_mode": (str, "ON", False),
-        "enforce_gtid_consistency": (str, "ON", False),
-        "gtid_executed": (str, "", False),
-        "gtid_purged": (str, "", False),
-        "log_replica_updates": (str, "ON", False),
-        "log_slave_updates": (str, "ON", False),
-        "read_only": (str, "ON", False),
-        "sql_mode": (str, "ONLY_FULL_GROUP_BY,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,"
-                     "NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION", True),
-        "default_storage_engine": (str, "InnoDB", True),
-        "transaction_isolation": (str, "REPEATABLE-READ", True),
-        "tx_isolation": (str, "REPEATABLE-READ", True),
-        "character_set_system": (str, "utf8mb3", False),
-        "collation_server": (str, "utf8mb4_0900_ai_ci", True),
-        "net_read_timeout": (int, 30, True),
-        "lock_wait_timeout": (int, 31536000, True),
-        "innodb_lock_wait_timeout": (int, 50, True),
-        "rpl_semi_sync_master_enabled": (str, "OFF", False),
-    })
+    out.update({name: (type(value), value, False) for name, value in fixed.items()})
+    out.update({name: (type(value), value, True) for name, value in _SESSION_SETTINGS.items()})
     return out
 
 
@@ -350,8 +318,8 @@ class BinlogSession(Session):  # type: ignore[misc]
                 etype = data[pos + TYPE_OFFSET]
                 (sid,) = struct.unpack_from("<I", data, pos + SERVER_ID_OFFSET)
                 (end_pos,) = struct.unpack_from("<I", data, pos + LOG_POS_OFFSET)
-                rows.append((name, pos, EVENT_TYPE_NAMES.get(etype, f"Unknown({etype})"), sid,
-                             end_pos, _event_info(etype, data[pos:pos + length])))
+                rows.append((name, pos, TYPE_NAMES.get(etype, f"Unknown({etype})"), sid,
+                             end_pos, event_info(etype, data[pos:pos + length])))
             index += 1
             pos += length
         return rows, ["Log_name", "Pos", "Event_type", "Server_id", "End_log_pos", "Info"]
@@ -454,230 +422,3 @@ def _int_arg(e: exp.Show, arg: str, default: int) -> int:
     except ValueError as exc:
         raise MysqlError(f"Invalid {arg} in SHOW BINLOG EVENTS: {node.sql()}",
                          code=ErrorCode.PARSE_ERROR) from exc
-
-
-def _event_info(etype: int, ev: bytes) -> str:
-    """The Info column of SHOW BINLOG EVENTS, MySQL's wording for the common events."""
-    body = ev[HEADER_LEN:]
-    try:
-        if etype == 15:
-            version = body[2:52].rstrip(b"\x00").decode()
-            return f"Server ver: {version}, Binlog ver: {struct.unpack_from('<H', body)[0]}"
-        if etype == 4:
-            (pos,) = struct.unpack_from("<Q", body)
-            return f"{body[8:-4].decode()};pos={pos}"
-        if etype == 33:
-            import uuid
-
-            sid = uuid.UUID(bytes=bytes(body[1:17]))
-            (gno,) = struct.unpack_from("<q", body, 17)
-            return f"SET @@SESSION.GTID_NEXT= '{sid}:{gno}'"
-        if etype == 16:
-            return f"COMMIT /* xid={struct.unpack_from('<Q', body)[0]} */"
-        if etype == 2:
-            db_len, n_status = body[8], struct.unpack_from("<H", body, 11)[0]
-            start = 13 + n_status
-            db = body[start:start + db_len].decode("utf-8", "replace")
-            sql = body[start + db_len + 1:-4].decode("utf-8", "replace")
-            return f"use `{db}`; {sql}" if db and sql.upper() != "BEGIN" else sql
-        if etype == 19:
-            table_id = int.from_bytes(body[:6], "little")
-            db_len = body[8]
-            db = body[9:9 + db_len].decode("utf-8", "replace")
-            t_len = body[10 + db_len]
-            table = body[11 + db_len:11 + db_len + t_len].decode("utf-8", "replace")
-            return f"table_id: {table_id} ({db}.{table})"
-        if etype in (30, 31, 32):
-            table_id = int.from_bytes(body[:6], "little")
-            flags = struct.unpack_from("<H", body, 6)[0]
-            return f"table_id: {table_id}" + (" flags: STMT_END_F" if flags & 1 else "")
-    except (struct.error, IndexError, UnicodeDecodeError, ValueError):
-        return ""
-    return ""
-
-
-# -- the catalog, read back from the binlog's own Table_map events -------------------------
-
-_CHARSETS = {8: ("latin1", "latin1_swedish_ci", 1), 33: ("utf8mb3", "utf8mb3_general_ci", 3),
-             45: ("utf8mb4", "utf8mb4_general_ci", 4), 46: ("utf8mb4", "utf8mb4_bin", 4),
-             63: ("binary", "binary", 1), 255: ("utf8mb4", "utf8mb4_0900_ai_ci", 4)}
-_INT_NAMES = {1: "tinyint", 2: "smallint", 9: "mediumint", 3: "int", 8: "bigint"}
-_META_LEN = {4: 1, 5: 1, 252: 1, 255: 1, 245: 1, 15: 2, 253: 2, 246: 2, 16: 2, 254: 2,
-             247: 2, 248: 2, 17: 1, 18: 1, 19: 1}
-
-
-def _packed(data: bytes, off: int) -> tuple[int, int]:
-    first = data[off]
-    if first < 251:
-        return first, off + 1
-    size = {252: 2, 253: 3, 254: 8}[first]
-    return int.from_bytes(data[off + 1:off + 1 + size], "little"), off + 1 + size
-
-
-def _column_type(code: int, meta: bytes, unsigned: bool, charset: int | None) -> str:
-    mbmax = _CHARSETS.get(charset or 63, ("", "", 1))[2]
-    binary = charset in (None, 63)
-    if code in _INT_NAMES:
-        return _INT_NAMES[code] + (" unsigned" if unsigned else "")
-    if code in (4, 5):
-        return "float" if code == 4 else "double"
-    if code == 246:
-        return f"decimal({meta[0]},{meta[1]})"
-    if code in (17, 18, 19):
-        name = {17: "timestamp", 18: "datetime", 19: "time"}[code]
-        return f"{name}({meta[0]})" if meta[0] else name
-    if code in (15, 253):
-        n = int.from_bytes(meta[:2], "little")
-        return f"varbinary({n})" if binary else f"varchar({n // mbmax})"
-    if code == 252:
-        size = {1: "tiny", 2: "", 3: "medium", 4: "long"}.get(meta[0], "long")
-        return size + ("blob" if binary else "text")
-    if code == 254:
-        real, n = meta[0], meta[1]
-        if real == 247:
-            return "enum"
-        if real == 248:
-            return "set"
-        return f"binary({n})" if binary else f"char({n // mbmax})"
-    if code == 16:
-        return f"bit({meta[0] + meta[1] * 8})"
-    return {10: "date", 13: "year", 245: "json", 7: "timestamp", 12: "datetime",
-            11: "time"}.get(code, "blob")
-
-
-def parse_table_map(body: bytes) -> tuple[str, str, list[ColumnInfo]]:
-    """(db, table, columns) of a Table_map event body (header and checksum removed),
-    from its optional metadata (binlog_row_metadata=FULL: names, signedness, charsets,
-    primary key)."""
-    from databus.binlog.types import CHARACTER_TYPES, NUMERIC_TYPES
-
-    off = 8
-    db = body[off + 1:off + 1 + body[off]].decode("utf-8", "replace")
-    off += 2 + body[off]
-    table = body[off + 1:off + 1 + body[off]].decode("utf-8", "replace")
-    off += 2 + body[off]
-    n, off = _packed(body, off)
-    types = list(body[off:off + n])
-    off += n
-    meta_len, off = _packed(body, off)
-    meta_end = off + meta_len
-    metas = []
-    for t in types:
-        k = _META_LEN.get(t, 0)
-        metas.append(bytes(body[off:off + k]))
-        off += k
-    off = meta_end
-    nulls = body[off:off + (n + 7) // 8]
-    off += (n + 7) // 8
-    names = [f"col{i + 1}" for i in range(n)]
-    unsigned = [False] * n
-    charsets: list[int | None] = [None] * n
-    pk: set[int] = set()
-    char_cols = [i for i, t in enumerate(types) if t in CHARACTER_TYPES]
-    num_cols = [i for i, t in enumerate(types) if t in NUMERIC_TYPES]
-    while off < len(body):
-        kind = body[off]
-        length, off = _packed(body, off + 1)
-        value, off = body[off:off + length], off + length
-        if kind == 1:  # SIGNEDNESS
-            for j, i in enumerate(num_cols):
-                unsigned[i] = bool(value[j // 8] & (0x80 >> (j % 8)))
-        elif kind == 2:  # DEFAULT_CHARSET: default, then (column, charset) pairs
-            default, p = _packed(value, 0)
-            exceptions = {}
-            while p < len(value):
-                col, p = _packed(value, p)
-                exceptions[col], p = _packed(value, p)
-            for j, i in enumerate(char_cols):
-                charsets[i] = exceptions.get(j, default)
-        elif kind == 3:  # COLUMN_CHARSET
-            p = 0
-            for i in char_cols:
-                charsets[i], p = _packed(value, p)
-        elif kind == 4:  # COLUMN_NAME
-            p = 0
-            for i in range(n):
-                size, p = _packed(value, p)
-                names[i] = value[p:p + size].decode("utf-8", "replace")
-                p += size
-        elif kind in (8, 9):  # SIMPLE_PRIMARY_KEY, PRIMARY_KEY_WITH_PREFIX
-            p = 0
-            while p < len(value):
-                col, p = _packed(value, p)
-                pk.add(col)
-                if kind == 9:
-                    _, p = _packed(value, p)
-    cols = []
-    for i, t in enumerate(types):
-        ctype = _column_type(t, metas[i], unsigned[i], charsets[i])
-        cs_id = charsets[i]
-        cs = _CHARSETS.get(cs_id) if cs_id is not None and cs_id != 63 else None
-        cols.append(ColumnInfo(
-            name=names[i], data_type=ctype.split("(")[0].split()[0], column_type=ctype,
-            nullable=bool(nulls[i // 8] & (1 << (i % 8))), key="PRI" if i in pk else "",
-            charset=cs[0] if cs else None, collation=cs[1] if cs else None))
-    return db, table, cols
-
-
-class AnnouncedCatalog:
-    """The tables the binlog has defined up to its end (:data:`Catalog`): the definition
-    the converter records with every batch in the position map (the Table_map of each
-    table's current version, as its last CREATE/ALTER TABLE says), so the answer matches
-    :meth:`BinlogStore.end` and a table whose events were all purged is still known, as
-    in MySQL. Data directories written before definitions were recorded fall back to the
-    Table_map events in the live files (:class:`TableMapCatalog`)."""
-
-    def __init__(self, store: BinlogStore) -> None:
-        self._store = store
-        self._fallback = TableMapCatalog(store)
-
-    def __call__(self) -> dict[tuple[str, str], list[ColumnInfo]]:
-        defs = self._store.writer_meta().get("tables")
-        if not isinstance(defs, dict):
-            return self._fallback()
-        out: dict[tuple[str, str], list[ColumnInfo]] = {}
-        for body in defs.values():
-            db, table, cols = parse_table_map(bytes.fromhex(body))
-            out[(db, table)] = cols
-        return out
-
-
-class TableMapCatalog:
-    """The captured tables' columns as the binlog's latest Table_map of each says
-    (:data:`Catalog`). Reads only what was appended since the last call; a table shows
-    once a row of it was written."""
-
-    def __init__(self, store: BinlogStore) -> None:
-        self._store = store
-        self._tables: dict[tuple[str, str], list[ColumnInfo]] = {}
-        self._file = ""
-        self._pos = 0
-
-    def __call__(self) -> dict[tuple[str, str], list[ColumnInfo]]:
-        for name, size in self._store.files():
-            if name < self._file:
-                continue
-            start = self._pos if name == self._file else BIN_LOG_HEADER_SIZE
-            if size <= start:
-                self._file, self._pos = name, max(start, size)
-                continue
-            try:
-                with self._store.path(name).open("rb") as f:
-                    f.seek(start)
-                    data = f.read(size - start)
-            except OSError:
-                continue  # purged meanwhile
-            off = 0
-            while off + HEADER_LEN <= len(data):
-                (length,) = struct.unpack_from("<I", data, off + LEN_OFFSET)
-                if length < HEADER_LEN or off + length > len(data):
-                    break
-                if data[off + TYPE_OFFSET] == 19:
-                    try:
-                        db, table, cols = parse_table_map(data[off + HEADER_LEN:off + length - 4])
-                        self._tables[(db, table)] = cols
-                    except (IndexError, KeyError, UnicodeDecodeError):
-                        pass  # not ours to judge: the dump sends it as it is
-                off += length
-            self._file, self._pos = name, start + off
-        return dict(self._tables)

@@ -1,40 +1,35 @@
-"""Binlog files on disk: the files, the index, the position map, purge, and waiting.
+"""Binlog files on disk: the data directory's files, index, position map, purge, waiting.
 
 Layout of a data directory (``base`` = ``databus-bin`` by default)::
 
     <base>.000001, <base>.000002, ...   binlog files (MySQL binlog v4, CRC32 on every event)
     <base>.index                        one ``./<file name>`` per line, oldest first (MySQL's)
     <base>.state                        the position map (JSON, written atomically)
+    <base>.lock                         held while a service has the directory open
 
-Every file starts with the magic ``\\xfebin``, a Format_description (server version
-``8.0.36-databus``, LOG_EVENT_BINLOG_IN_USE_F set while the file is the current one and
-cleared when it is rotated away, as MySQL does) and a Previous_gtids event holding the
-GTID set executed before the file. Then whole transactions: a GTID event (this data
-directory's server UUID, GNO = the transaction's order from 1), then either ``Query
-BEGIN``, Table_map and rows events, ``Xid`` (xid = the relay SCN of the window), or one
-DDL ``Query``. A file that reached ``rotate_bytes`` ends with a Rotate event naming the
-next file.
+What a file holds is :mod:`databus.binlog.binfile`'s: header events, then whole
+transactions, and a Rotate event naming the next file once it reached ``rotate_bytes``.
 
-**The position map** (``<base>.state``): the server UUID (generated once, with the
-directory), every live file with the GNO of its first transaction and its closing time,
-the purged GTID set, and ``end``: file, position, last GNO, last relay SCN and the file's
-logical-clock counter after the last *whole relay window* written. A window's bytes are
-written and fsynced before the map is replaced, so after any crash (kill -9 included)
-the map is never ahead of the file. :meth:`BinlogStore.open` trusts a file only up to
-the map: a longer current file is truncated back to ``end`` (a torn or unrecorded tail,
-a Rotate written before its rotation was recorded), files after it that the map does not
-list are deleted (only when they carry our Format_description), and the index is
-rewritten from the map. The converter then asks the relay for the windows after
-``end.scn``, so no transaction is written twice or skipped. The SCN of every
-transaction is its Xid, so SCN <-> (file, position) <-> GTID is read back from the files
-(:meth:`BinlogStore.transactions`); the map itself keeps only the end.
+**The position map** (:mod:`databus.binlog.posmap`) records every live file and ``end``:
+where the last *whole relay window* written ends (file, position, last GNO, last relay
+SCN, the file's logical clock). A window's bytes are written and fsynced before the map
+is replaced, so after any crash (kill -9 included) the map is never ahead of the file.
+:class:`BinlogStore` trusts a file only up to the map when it opens: a longer current
+file is truncated back to ``end`` (a torn or unrecorded tail, a Rotate written before
+its rotation was recorded), files after it that the map does not list are deleted (only
+when they carry our Format_description), and the index is rewritten from the map. The
+converter then asks the relay for the windows after ``end.scn``, so no transaction is
+written twice or skipped. The SCN of every transaction is its Xid, so SCN <-> (file,
+position) <-> GTID is read back from the files (:meth:`BinlogStore.transactions`); the
+map itself keeps only the end.
 
 **Readers** (the dumper, ``SHOW BINARY LOGS``): :meth:`files`, :meth:`end`,
 :meth:`committed_size`, :meth:`next_file`, :meth:`locate_gtids`, :meth:`check`,
 :meth:`wait_beyond`. A reader may send a file's bytes up to :meth:`committed_size` only
 (whole transactions; a closed file's full size, its Rotate included). Bytes beyond it may
 be a transaction being written. All methods are thread-safe; :meth:`wait_beyond` blocks
-on a ``threading.Condition`` (an asyncio server calls it through ``asyncio.to_thread``).
+on a ``threading.Condition`` (an asyncio server waits through
+:class:`~databus.binlog.notifier.StoreNotifier`).
 
 **The writer** (only :class:`databus.binlog.convert.BinlogConverter`): :meth:`append`
 takes a batch of whole windows, :meth:`purge` removes old files. One writer thread.
@@ -51,7 +46,6 @@ files (a file may exceed ``rotate_bytes`` by one window).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import socket
@@ -59,19 +53,24 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from databus.binlog import binfile
 from databus.binlog import events as ev
+from databus.binlog.binfile import TransactionInfo, Window
+from databus.binlog.gtids import GtidSet, range_text
+from databus.binlog.posmap import End, FileEntry, read_map, write_map
 from databus.core.atomic import write_atomic
 from databus.core.errors import BufferCorruptError, ConfigError, TerminalError
 from databus.core.lockfile import LockFile
-
-SERVER_VERSION = "8.0.36-databus"
-"""What the Format_description and ``SELECT @@version`` say."""
-SERVER_VERSION_ID = 80036
-STATE_FORMAT = "databus-binlog-state"
+from databus.core.mysqlwire import (
+    BIN_LOG_HEADER_SIZE,
+    FLAGS_OFFSET,
+    LOG_EVENT_BINLOG_IN_USE_F,
+    EventType,
+)
 
 
 class BinlogPurgedError(TerminalError):
@@ -98,134 +97,6 @@ class BinlogPos:
 
     file: str
     pos: int
-
-
-# -- GTID sets ---------------------------------------------------------------
-
-_UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
-                      r"[0-9a-fA-F]{12}$")
-
-
-@dataclass(frozen=True)
-class GtidSet:
-    """A MySQL GTID set: per server UUID (lower case, dashed) sorted, disjoint, inclusive
-    GNO intervals. ``str()`` is MySQL's text form (``uuid:1-5:7,uuid2:1-3``)."""
-
-    sets: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
-
-    @classmethod
-    def parse(cls, text: str) -> GtidSet:
-        """Parse MySQL's text form (whitespace and newlines allowed, empty = empty set);
-        raises :class:`BinlogPurgedError`-free :class:`ConfigError` on malformed text."""
-        out: dict[str, list[tuple[int, int]]] = {}
-        text = "".join(text.split())
-        if not text:
-            return cls({})
-        for part in text.split(","):
-            pieces = part.split(":")
-            sid = pieces[0]
-            if not _UUID_RE.match(sid) or len(pieces) < 2:
-                raise ConfigError(f"malformed GTID set element {part!r}")
-            sid = str(uuid.UUID(sid))
-            for iv in pieces[1:]:
-                try:
-                    a, _, b = iv.partition("-")
-                    first, last = int(a), int(b) if b else int(a)
-                except ValueError:
-                    raise ConfigError(f"malformed GTID interval {iv!r}") from None
-                if first < 1 or last < first:
-                    raise ConfigError(f"malformed GTID interval {iv!r}")
-                out.setdefault(sid, []).append((first, last))
-        return cls({sid: _merge(ivs) for sid, ivs in out.items()})
-
-    @classmethod
-    def single(cls, sid: str, first: int, last: int) -> GtidSet:
-        return cls({sid: ((first, last),)} if last >= first else {})
-
-    def intervals(self, sid: str) -> tuple[tuple[int, int], ...]:
-        return self.sets.get(sid, ())
-
-    def contains(self, sid: str, gno: int) -> bool:
-        """Whether ``sid:gno`` is in the set (a dumper skips such transactions)."""
-        return any(a <= gno <= b for a, b in self.sets.get(sid, ()))
-
-    def __str__(self) -> str:
-        return ",\n".join(
-            sid + ":" + ":".join(str(a) if a == b else f"{a}-{b}" for a, b in ivs)
-            for sid, ivs in sorted(self.sets.items()) if ivs)
-
-
-def _merge(ivs: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
-    out: list[tuple[int, int]] = []
-    for a, b in sorted(ivs):
-        if out and a <= out[-1][1] + 1:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return tuple(out)
-
-
-def _range_text(sid: str, first: int, last: int) -> str:
-    if last < first:
-        return ""
-    return f"{sid}:{first}" if first == last else f"{sid}:{first}-{last}"
-
-
-# -- what the writer hands over ----------------------------------------------
-
-
-@dataclass(frozen=True)
-class Transaction:
-    """One binlog transaction without its GTID event: ``events`` are ``(type code,
-    header flags, body)``. ``ddl=False``: the store wraps them in ``Query BEGIN`` ...
-    ``Xid(xid)``; ``ddl=True``: ``events`` is the single DDL Query event."""
-
-    events: Sequence[tuple[int, int, bytes]]
-    ddl: bool = False
-
-
-@dataclass(frozen=True)
-class Window:
-    """One relay window as binlog transactions (none: an empty or filtered-out window,
-    which still moves the map's SCN). ``timestamp_us``: the commit time."""
-
-    scn: int
-    timestamp_us: int
-    transactions: Sequence[Transaction]
-
-
-@dataclass(frozen=True)
-class TransactionInfo:
-    """Where one transaction is: its GTID event's position, the end of its last event,
-    its GNO and (for a row transaction) its Xid = relay SCN (``-1`` for DDL)."""
-
-    file: str
-    pos: int
-    end: int
-    gno: int
-    scn: int
-
-
-@dataclass
-class _FileEntry:
-    name: str
-    first_gno: int  # GNO of the file's first transaction (= executed count before + 1)
-    created: float
-    closed: float | None = None  # when its Rotate was recorded
-    size: int = 0  # closed files: whole size
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "first_gno": self.first_gno, "created": self.created,
-                "closed": self.closed, "size": self.size}
-
-
-@dataclass
-class _End:
-    file: str
-    pos: int
-    gno: int  # last GNO written (0: none)
-    scn: int  # relay SCN of the last window written (-1: none)
-    seq: int  # logical clock: transactions in the current file
 
 
 class BinlogStore:
@@ -260,7 +131,7 @@ class BinlogStore:
              "host": socket.gethostname(), "data_dir": str(self.data_dir.resolve())},
             f"refusing to open the binlog files {self.data_dir / base}.*: another binlog"
             " service writes them; give each service its own data_dir (--data-dir)")
-        self._files: list[_FileEntry] = []
+        self._files: list[FileEntry] = []
         self._purged_gno = 0
         self._meta: dict[str, Any] = {}
         self._next_meta: dict[str, Any] = {}
@@ -272,7 +143,7 @@ class BinlogStore:
             else:
                 self.server_uuid = str(uuid.uuid4())
                 self._files = []
-                self._end = _End("", 0, 0, -1, 0)
+                self._end = End("", 0, 0, -1, 0)
                 self._create_file(1, first_gno=1)
             self._recover()
         except BaseException:
@@ -303,12 +174,12 @@ class BinlogStore:
     def gtid_executed(self) -> str:
         """``uuid:1-N`` for the N transactions written, ``""`` when none."""
         with self._cond:
-            return _range_text(self.server_uuid, 1, self._end.gno)
+            return range_text(self.server_uuid, 1, self._end.gno)
 
     def gtid_purged(self) -> str:
         """``uuid:1-P`` for the transactions in purged files, ``""`` when none."""
         with self._cond:
-            return _range_text(self.server_uuid, 1, self._purged_gno)
+            return range_text(self.server_uuid, 1, self._purged_gno)
 
     def path(self, name: str) -> Path:
         """The file's path (the name is checked to be one of ours)."""
@@ -398,20 +269,7 @@ class BinlogStore:
         size = self.committed_size(name)
         with open(self.path(name), "rb") as fh:
             data = fh.read(size)
-        cur: list[int] = []  # [pos, gno]
-        for h in ev.iter_headers(data, max(start, 4)):
-            if h.type_code == ev.GTID:
-                gno = int.from_bytes(data[h.pos + ev.HEADER_LEN + 17:h.pos + ev.HEADER_LEN + 25],
-                                     "little")
-                cur = [h.pos, gno]
-            elif cur and h.type_code == ev.XID:
-                scn = int.from_bytes(data[h.pos + ev.HEADER_LEN:h.pos + ev.HEADER_LEN + 8],
-                                     "little")
-                yield TransactionInfo(name, cur[0], h.pos + h.size, cur[1], scn)
-                cur = []
-            elif cur and h.type_code == ev.QUERY and self._is_ddl(data, h):
-                yield TransactionInfo(name, cur[0], h.pos + h.size, cur[1], -1)
-                cur = []
+        yield from binfile.read_transactions(data, name, start)
 
     def close(self) -> None:
         """Wake every waiter and close the writer's file (idempotent)."""
@@ -468,7 +326,7 @@ class BinlogStore:
         if meta is not None:
             self._next_meta = meta
         buf = bytearray()
-        end = _End(**vars(self._end))
+        end = End(**vars(self._end))
         fd = self._writer_fd()
         for w in windows:
             if w.scn <= end.scn:
@@ -479,12 +337,14 @@ class BinlogStore:
                 buf.clear()
                 self._publish(end)
                 self._rotate(int(w.timestamp_us // 1_000_000))
-                end = _End(**vars(self._end))
+                end = End(**vars(self._end))
                 fd = self._writer_fd()
             for txn in w.transactions:
                 end.gno += 1
                 end.seq += 1
-                buf += self._encode_txn(txn, end, end.pos + len(buf), w)
+                buf += binfile.encode_transaction(
+                    txn, w, server_id=self.server_id, server_uuid=self.server_uuid,
+                    gno=end.gno, seq=end.seq, start=end.pos + len(buf))
             end.scn = w.scn
         end.pos += len(buf)
         self._flush(fd, buf)
@@ -494,7 +354,7 @@ class BinlogStore:
         """Remove closed files closed before ``older_than`` (epoch seconds), oldest
         first, never the current one; returns their names."""
         with self._cond:
-            gone: list[_FileEntry] = []
+            gone: list[FileEntry] = []
             for f in self._files[:-1]:
                 if f.closed is None or f.closed >= older_than:
                     break
@@ -515,13 +375,13 @@ class BinlogStore:
 
     # -- internals -----------------------------------------------------------
 
-    def _entry(self, name: str) -> _FileEntry:
+    def _entry(self, name: str) -> FileEntry:
         for f in self._files:
             if f.name == name:
                 return f
         raise BinlogPurgedError("Could not find first log file name in binary log index file")
 
-    def _committed(self, f: _FileEntry) -> int:
+    def _committed(self, f: FileEntry) -> int:
         return self._end.pos if f.name == self._end.file else f.size
 
     def _name(self, number: int) -> str:
@@ -529,22 +389,12 @@ class BinlogStore:
             raise TerminalError("binlog file numbers are exhausted (999999)")
         return f"{self.base}.{number:06d}"
 
-    def _header_events(self, name: str, first_gno: int, ts: int) -> bytes:
-        out = bytearray(ev.MAGIC)
-        out += ev.frame(ev.FORMAT_DESCRIPTION, ev.format_description(SERVER_VERSION),
-                        timestamp=ts, server_id=self.server_id, start=len(out),
-                        flags=ev.LOG_EVENT_BINLOG_IN_USE_F)
-        prev = [(self.server_uuid, [(1, first_gno - 1)])] if first_gno > 1 else []
-        out += ev.frame(ev.PREVIOUS_GTIDS, ev.previous_gtids(prev), timestamp=ts,
-                        server_id=self.server_id, start=len(out),
-                        flags=ev.LOG_EVENT_IGNORABLE_F)
-        return bytes(out)
-
     def _create_file(self, number: int, *, first_gno: int) -> None:
         """Write a new current file's header events, then record it (map, index)."""
         name = self._name(number)
         now = time.time()
-        head = self._header_events(name, first_gno, int(now))
+        head = binfile.header_events(server_id=self.server_id, server_uuid=self.server_uuid,
+                                     first_gno=first_gno, timestamp=int(now))
         path = self.data_dir / name
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
@@ -553,8 +403,8 @@ class BinlogStore:
         finally:
             os.close(fd)
         self._fsync_dir()
-        files = [*self._files, _FileEntry(name, first_gno, now)]
-        end = _End(name, len(head), self._end.gno, self._end.scn, 0)
+        files = [*self._files, FileEntry(name, first_gno, now)]
+        end = End(name, len(head), self._end.gno, self._end.scn, 0)
         self._write_state(files, end, self._purged_gno)
         with self._cond:
             self._files = files
@@ -569,15 +419,15 @@ class BinlogStore:
         nxt = self._name(number)
         fd = self._writer_fd()
         pos = self._end.pos
-        rot = ev.frame(ev.ROTATE, ev.rotate(nxt), timestamp=ts, server_id=self.server_id,
-                       start=pos)
+        rot = ev.frame(EventType.ROTATE, ev.rotate(nxt), timestamp=ts,
+                       server_id=self.server_id, start=pos)
         os.pwrite(fd, rot, pos)
         # the in-use flag is outside the FDE's checksum (see events.py)
-        os.pwrite(fd, (0).to_bytes(2, "little"), 4 + ev.FLAGS_OFFSET)
+        os.pwrite(fd, (0).to_bytes(2, "little"), BIN_LOG_HEADER_SIZE + FLAGS_OFFSET)
         os.fsync(fd)
         os.close(fd)
         self._fd = None
-        closed = _FileEntry(cur.name, cur.first_gno, cur.created, time.time(), pos + len(rot))
+        closed = FileEntry(cur.name, cur.first_gno, cur.created, time.time(), pos + len(rot))
         with self._cond:
             self._files = [*self._files[:-1], closed]
         self._create_file(number, first_gno=self._end.gno + 1)
@@ -593,7 +443,7 @@ class BinlogStore:
         os.pwrite(fd, buf, self._end.pos)
         os.fsync(fd)
 
-    def _publish(self, end: _End) -> None:
+    def _publish(self, end: End) -> None:
         if (end.pos, end.gno, end.scn) == (self._end.pos, self._end.gno, self._end.scn) \
                 and self._next_meta == self._meta:
             return
@@ -603,35 +453,6 @@ class BinlogStore:
             self._end = end
             self._meta = meta
             self._cond.notify_all()
-
-    def _encode_txn(self, txn: Transaction, end: _End, start: int, w: Window) -> bytes:
-        ts = int(w.timestamp_us // 1_000_000)
-        sid = self.server_id
-        if txn.ddl:
-            parts = list(txn.events)
-        else:
-            parts = [(ev.QUERY, ev.LOG_EVENT_SUPPRESS_USE_F, ev.query("BEGIN")), *txn.events,
-                     (ev.XID, 0, ev.xid(w.scn))]
-        rest = sum(ev.HEADER_LEN + len(b) + ev.CHECKSUM_LEN for _t, _f, b in parts)
-        gsize = ev.gtid_event_size(rest)
-        body = ev.gtid(self.server_uuid, end.gno, last_committed=end.seq - 1,
-                       sequence_number=end.seq, commit_us=w.timestamp_us,
-                       transaction_length=gsize + rest, server_version=SERVER_VERSION_ID)
-        out = bytearray(ev.frame(ev.GTID, body, timestamp=ts, server_id=sid, start=start))
-        assert len(out) == gsize
-        for tc, flags, b in parts:
-            out += ev.frame(tc, b, timestamp=ts, server_id=sid, start=start + len(out),
-                            flags=flags)
-        return bytes(out)
-
-    @staticmethod
-    def _is_ddl(data: bytes, h: ev.EventHeader) -> bool:
-        body = h.pos + ev.HEADER_LEN
-        db_len = data[body + 8]
-        status_len = int.from_bytes(data[body + 11:body + 13], "little")
-        q = body + 13 + status_len + db_len + 1
-        text = data[q:h.pos + h.size - ev.CHECKSUM_LEN]
-        return text not in (b"BEGIN", b"COMMIT")
 
     def _gno_pos(self, gno: int) -> BinlogPos:
         with self._cond:
@@ -652,13 +473,11 @@ class BinlogStore:
         finally:
             os.close(dfd)
 
-    def _write_state(self, files: list[_FileEntry], end: _End, purged: int,
+    def _write_state(self, files: list[FileEntry], end: End, purged: int,
                      meta: dict[str, Any] | None = None) -> None:
-        state = {"format": STATE_FORMAT, "version": 1, "server_uuid": self.server_uuid,
-                 "base": self.base, "files": [f.to_json() for f in files],
-                 "end": vars(end), "purged_gno": purged,
-                 "writer": self._meta if meta is None else meta}
-        write_atomic(self._state_path, json.dumps(state, indent=1).encode())
+        write_map(self._state_path, base=self.base, server_uuid=self.server_uuid,
+                  files=files, end=end, purged_gno=purged,
+                  writer=self._meta if meta is None else meta)
 
     def _write_index(self) -> None:
         with self._cond:
@@ -666,34 +485,10 @@ class BinlogStore:
         write_atomic(self._index_path, "".join(f"./{n}\n" for n in names).encode())
 
     def _load(self) -> None:
-        try:
-            raw = json.loads(self._state_path.read_bytes())
-            if raw.get("format") != STATE_FORMAT or raw.get("base") != self.base:
-                raise ValueError("not a databus binlog state of this base")
-            self.server_uuid = str(uuid.UUID(raw["server_uuid"]))
-            self._files = [_FileEntry(f["name"], int(f["first_gno"]), float(f["created"]),
-                                      None if f["closed"] is None else float(f["closed"]),
-                                      int(f["size"])) for f in raw["files"]]
-            e = raw["end"]
-            self._end = _End(str(e["file"]), int(e["pos"]), int(e["gno"]), int(e["scn"]),
-                             int(e["seq"]))
-            self._purged_gno = int(raw["purged_gno"])
-            self._meta = dict(raw.get("writer") or {})
-            self._next_meta = self._meta
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"{self._state_path} is not a databus binlog state: {exc}") from exc
-        if not self._files or self._files[-1].name != self._end.file:
-            raise ConfigError(f"{self._state_path}: the end is not in the last file")
-
-    def _ours(self, path: Path) -> bool:
-        try:
-            with open(path, "rb") as fh:
-                head = fh.read(4 + ev.HEADER_LEN + 2 + 50)
-        except OSError:
-            return False
-        return (head[:4] == ev.MAGIC and len(head) == 4 + ev.HEADER_LEN + 52
-                and head[4 + 4] == ev.FORMAT_DESCRIPTION
-                and head[4 + ev.HEADER_LEN + 2:].rstrip(b"\0") == SERVER_VERSION.encode())
+        pmap = read_map(self._state_path, self.base)
+        self.server_uuid, self._files, self._end = pmap.server_uuid, pmap.files, pmap.end
+        self._purged_gno, self._meta = pmap.purged_gno, pmap.writer
+        self._next_meta = self._meta
 
     def _recover(self) -> None:
         """Bring the files back to the map (see the module docstring)."""
@@ -707,19 +502,16 @@ class BinlogStore:
                 f"binlog file {cur} has {size} bytes, its map says {self._end.pos} were written")
         with open(cur, "rb") as fh:
             data = fh.read(self._end.pos)
-        last = None
-        for h in ev.iter_headers(data, 4):
-            last = h
-        if data[:4] != ev.MAGIC or last is None or last.pos + last.size != self._end.pos \
-                or not ev.check_crc(data[last.pos:last.pos + last.size]):
+        if not binfile.ends_whole(data, self._end.pos):
             raise BufferCorruptError(f"binlog file {cur} does not end a whole event at "
                                      f"{self._end.pos} as its map says")
-        if size > self._end.pos or not data[4 + ev.FLAGS_OFFSET] & ev.LOG_EVENT_BINLOG_IN_USE_F:
+        if size > self._end.pos or \
+                not data[BIN_LOG_HEADER_SIZE + FLAGS_OFFSET] & LOG_EVENT_BINLOG_IN_USE_F:
             fd = os.open(cur, os.O_WRONLY)
             try:
                 os.truncate(cur, self._end.pos)
-                os.pwrite(fd, ev.LOG_EVENT_BINLOG_IN_USE_F.to_bytes(2, "little"),
-                          4 + ev.FLAGS_OFFSET)
+                os.pwrite(fd, LOG_EVENT_BINLOG_IN_USE_F.to_bytes(2, "little"),
+                          BIN_LOG_HEADER_SIZE + FLAGS_OFFSET)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -729,6 +521,6 @@ class BinlogStore:
             n = int(p.name.rsplit(".", 1)[1])
             # after the current file: a rotation not recorded; before the oldest: a purge
             # not finished. Removed only when the bytes are ours.
-            if p.name not in live and n != number and self._ours(p):
+            if p.name not in live and n != number and binfile.is_ours(p):
                 p.unlink()
         self._write_index()

@@ -1,4 +1,4 @@
-"""Relay column types -> MySQL column types, and the exact binary encoding of values.
+"""Relay column types -> MySQL column types, each with the exact encoder of its values.
 
 A relay schema field (:class:`databus.core.schema.TableSchema`) has an Avro type and,
 from most sources, the declared SQL type (``sql_type``). :func:`mysql_columns` maps each
@@ -61,6 +61,10 @@ no more fractional digits than the scale. Anything else (text in a BIGINT column
 real with more digits than a DECIMAL's scale, a date text that does not parse, a value
 longer than a VARCHAR(n)) raises :class:`~databus.core.errors.SchemaError` naming the
 table, column and value; the converter stops there rather than write a wrong value.
+
+The binary forms of DECIMAL and temporal values are :mod:`databus.binlog.values`'; the
+Table_map and rows events built from the columns :mod:`databus.binlog.rowevents`'; the
+CREATE/ALTER TABLE statements :mod:`databus.binlog.ddl`'.
 """
 
 from __future__ import annotations
@@ -73,24 +77,28 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from databus.binlog.events import packed_int
-from databus.core.errors import SchemaError
+from databus.binlog.values import date3, datetime2, decimal_bin, time2, timestamp2
+from databus.core.mysqlwire import (
+    BINARY_CHARSET,
+    T_BLOB,
+    T_DATE,
+    T_DATETIME2,
+    T_DOUBLE,
+    T_FLOAT,
+    T_INT24,
+    T_LONG,
+    T_LONGLONG,
+    T_NEWDECIMAL,
+    T_SHORT,
+    T_TIME2,
+    T_TIMESTAMP2,
+    T_TINY,
+    T_VARCHAR,
+    T_YEAR,
+)
 from databus.core.schema import TableSchema
 
-# MySQL column type codes (enum_field_types)
-T_DECIMAL, T_TINY, T_SHORT, T_LONG, T_FLOAT, T_DOUBLE, T_NULL, T_TIMESTAMP = 0, 1, 2, 3, 4, 5, 6, 7
-T_LONGLONG, T_INT24, T_DATE, T_TIME, T_DATETIME, T_YEAR = 8, 9, 10, 11, 12, 13
-T_VARCHAR, T_BIT, T_TIMESTAMP2, T_DATETIME2, T_TIME2 = 15, 16, 17, 18, 19
-T_JSON, T_NEWDECIMAL, T_ENUM, T_SET, T_BLOB, T_VAR_STRING, T_STRING = 245, 246, 247, 248, 252, 253, 254
-
-NUMERIC_TYPES = frozenset({T_DECIMAL, T_TINY, T_SHORT, T_LONG, T_FLOAT, T_DOUBLE, T_LONGLONG,
-                           T_INT24, T_NEWDECIMAL})
-"""Types that get a bit in the Table_map's SIGNEDNESS metadata."""
-CHARACTER_TYPES = frozenset({T_STRING, T_VAR_STRING, T_VARCHAR, T_BLOB})
-"""Types that get a character set in the Table_map's COLUMN_CHARSET metadata."""
-
-UTF8MB4 = 45  # utf8mb4_general_ci
-BINARY = 63
+UTF8MB4 = 45  # utf8mb4_general_ci: what character columns are (see the module docstring)
 
 Encoder = Callable[[Any], bytes]
 
@@ -107,113 +115,6 @@ class MysqlColumn:
     charset: int | None  # character columns only
     definition: str  # for DDL: "BIGINT", "VARCHAR(20) CHARACTER SET utf8mb4"...
     encode: Encoder  # a non-NULL value -> its rows-event bytes
-
-
-# -- value encoders -----------------------------------------------------------
-
-_DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
-
-
-def decimal_bin(value: decimal.Decimal, precision: int, scale: int) -> bytes:
-    """MySQL's binary DECIMAL (decimal2bin) of ``value``, which must fit (p, s) exactly."""
-    if not value.is_finite():
-        raise ValueError(f"{value} is not a finite decimal")
-    q = value.quantize(decimal.Decimal(1).scaleb(-scale), context=decimal.Context(prec=200))
-    if q != value:
-        raise ValueError(f"{value} has more than {scale} fractional digits")
-    sign, digits, exp = q.as_tuple()
-    text = "".join(map(str, digits))
-    assert isinstance(exp, int)
-    intg = precision - scale
-    int_digits = text[: len(text) + exp] if exp < 0 else text + "0" * exp
-    frac_digits = text[len(text) + exp:] if exp < 0 else ""
-    int_digits = int_digits.lstrip("0")
-    if len(int_digits) > intg:
-        raise ValueError(f"{value} does not fit DECIMAL({precision},{scale})")
-    int_digits = int_digits.rjust(intg, "0")
-    frac_digits = frac_digits.ljust(scale, "0")
-    out = bytearray()
-    lead = intg % 9
-    if lead:
-        out += int(int_digits[:lead]).to_bytes(_DIG2BYTES[lead], "big")
-    for i in range(lead, intg, 9):
-        out += int(int_digits[i:i + 9]).to_bytes(4, "big")
-    full = scale - scale % 9
-    for i in range(0, full, 9):
-        out += int(frac_digits[i:i + 9]).to_bytes(4, "big")
-    if scale % 9:
-        out += int(frac_digits[full:]).to_bytes(_DIG2BYTES[scale % 9], "big")
-    if sign and any(digits):
-        out = bytearray(b ^ 0xFF for b in out)
-    out[0] ^= 0x80
-    return bytes(out)
-
-
-def _frac(us: int, fsp: int) -> bytes:
-    if fsp == 0:
-        if us:
-            raise ValueError("fractional seconds in a column without them")
-        return b""
-    div = 10 ** (6 - fsp)
-    if us % div:
-        raise ValueError(f"more than {fsp} fractional digits")
-    n = (fsp + 1) // 2
-    scale: int = 10 ** (6 - 2 * n)
-    return (us // scale).to_bytes(n, "big")
-
-
-def datetime2(v: dt.datetime, fsp: int) -> bytes:
-    ym = v.year * 13 + v.month
-    intpart = (((ym << 5) | v.day) << 17) | (v.hour << 12) | (v.minute << 6) | v.second
-    return (intpart + 0x8000000000).to_bytes(5, "big") + _frac(v.microsecond, fsp)
-
-
-def timestamp2(v: dt.datetime, fsp: int) -> bytes:
-    if v.tzinfo is None:
-        v = v.replace(tzinfo=dt.UTC)
-    ts = v.timestamp()
-    seconds = int(ts // 1)
-    return seconds.to_bytes(4, "big") + _frac(v.microsecond, fsp)
-
-
-def time2(us_total: int, fsp: int) -> bytes:
-    """TIME2 of a signed duration in microseconds."""
-    neg = us_total < 0
-    a = -us_total if neg else us_total
-    secs, us = divmod(a, 1_000_000)
-    h, rest = divmod(secs, 3600)
-    m, s = divmod(rest, 60)
-    if h > 838:
-        raise ValueError("TIME beyond 838:59:59")
-    div = 10 ** (6 - fsp)
-    if us % div:
-        raise ValueError(f"more than {fsp} fractional digits")
-    packed = (((h << 12) | (m << 6) | s) << 24) | us
-    if neg:
-        packed = -packed
-    intpart = packed >> 24
-    frac = packed - (intpart << 24)  # floor remainder
-    if fsp == 0:
-        return (intpart + 0x800000).to_bytes(3, "big")
-    if fsp <= 2:
-        # MySQL stores INT_PART and the C remainder of the packed value: for a negative
-        # value with a fraction, the int part is one higher and the fraction negative
-        if neg and frac:
-            intpart += 1
-            frac -= 1 << 24
-        return (intpart + 0x800000).to_bytes(3, "big") + (
-            int(frac / 10000) & 0xFF).to_bytes(1, "big")
-    if fsp <= 4:
-        if neg and frac:
-            intpart += 1
-            frac -= 1 << 24
-        return (intpart + 0x800000).to_bytes(3, "big") + (
-            int(frac / 100) & 0xFFFF).to_bytes(2, "big")
-    return (packed + 0x800000000000).to_bytes(6, "big")
-
-
-def date3(v: dt.date) -> bytes:
-    return (v.day | (v.month << 5) | (v.year << 9)).to_bytes(3, "little")
 
 
 _DBL = struct.Struct("<d")
@@ -365,7 +266,7 @@ def _long_col(name: str, null: bool, text: bool) -> MysqlColumn:
     def enc(v: Any) -> bytes:
         b = _to_text(v).encode("utf-8") if text else _to_bytes(v)
         return len(b).to_bytes(4, "little") + b
-    return MysqlColumn(name, T_BLOB, bytes([4]), null, False, UTF8MB4 if text else BINARY,
+    return MysqlColumn(name, T_BLOB, bytes([4]), null, False, UTF8MB4 if text else BINARY_CHARSET,
                        "LONGTEXT CHARACTER SET utf8mb4" if text else "LONGBLOB", enc)
 
 
@@ -511,120 +412,3 @@ def mysql_columns(schema: TableSchema) -> list[MysqlColumn]:
     sqlite = is_sqlite(schema)
     return [map_column(f.get("column", f["name"]), f["type"], f.get("sql_type", ""),
                        sqlite=sqlite) for f in schema.avro["fields"]]
-
-
-# -- Table_map and rows images -------------------------------------------------
-
-
-def _bitmap_lsb(bits: list[bool]) -> bytes:
-    out = bytearray((len(bits) + 7) // 8)
-    for i, b in enumerate(bits):
-        if b:
-            out[i >> 3] |= 1 << (i & 7)
-    return bytes(out)
-
-
-def _bitmap_msb(bits: list[bool]) -> bytes:
-    out = bytearray((len(bits) + 7) // 8)
-    for i, b in enumerate(bits):
-        if b:
-            out[i >> 3] |= 0x80 >> (i & 7)
-    return bytes(out)
-
-
-def _tlv(kind: int, value: bytes) -> bytes:
-    return bytes([kind]) + packed_int(len(value)) + value
-
-
-def table_map_body(table_id: int, db: str, table: str, cols: list[MysqlColumn],
-                   key_columns: tuple[str, ...]) -> bytes:
-    """Table_map body with MySQL 8's full optional metadata (binlog_row_metadata=FULL):
-    SIGNEDNESS, COLUMN_CHARSET, COLUMN_NAME, SIMPLE_PRIMARY_KEY."""
-    dbb, tb = db.encode("utf-8"), table.encode("utf-8")
-    if len(dbb) > 255 or len(tb) > 255:
-        raise SchemaError(f"{db}.{table}: names longer than 255 bytes")
-    meta = b"".join(c.meta for c in cols)
-    out = bytearray(table_id.to_bytes(6, "little") + (1).to_bytes(2, "little"))
-    out += bytes([len(dbb)]) + dbb + b"\0" + bytes([len(tb)]) + tb + b"\0"
-    out += packed_int(len(cols)) + bytes(c.type_code for c in cols)
-    out += packed_int(len(meta)) + meta
-    out += _bitmap_lsb([c.nullable for c in cols])
-    numeric = [c.unsigned for c in cols if c.type_code in NUMERIC_TYPES]
-    if numeric:
-        out += _tlv(1, _bitmap_msb(numeric))
-    charsets = [c.charset for c in cols if c.type_code in CHARACTER_TYPES]
-    if charsets:
-        out += _tlv(3, b"".join(packed_int(cs or UTF8MB4) for cs in charsets))
-    names = b"".join(packed_int(len(c.name.encode())) + c.name.encode() for c in cols)
-    out += _tlv(4, names)
-    index = {c.name: i for i, c in enumerate(cols)}
-    pk = [index[k] for k in key_columns if k in index]
-    if pk and len(pk) == len(key_columns):
-        out += _tlv(8, b"".join(packed_int(i) for i in pk))
-    return bytes(out)
-
-
-def row_image(cols: list[MysqlColumn], values: list[Any], where: str) -> bytes:
-    """One row image (every column present): the NULL bitmap, then each non-NULL value."""
-    out = bytearray(_bitmap_lsb([v is None for v in values]))
-    for c, v in zip(cols, values, strict=True):
-        if v is None:
-            continue
-        try:
-            out += c.encode(v)
-        except (ValueError, OverflowError, TypeError, decimal.InvalidOperation) as exc:
-            raise SchemaError(f"{where}: column {c.name!r} ({c.definition}): value {v!r}"
-                              f" cannot be written exactly: {exc}") from exc
-    return bytes(out)
-
-
-def rows_body_head(table_id: int, ncols: int, update: bool, last: bool) -> bytes:
-    """The rows v2 post-header (table id, flags, no extra data) and the columns-present
-    bitmap(s): every column present (binlog_row_image=FULL)."""
-    present = _bitmap_lsb([True] * ncols)
-    return (table_id.to_bytes(6, "little") + (1 if last else 0).to_bytes(2, "little")
-            + (2).to_bytes(2, "little") + packed_int(ncols) + present
-            + (present if update else b""))
-
-
-def create_table_sql(db: str, table: str, cols: list[MysqlColumn],
-                     key_columns: tuple[str, ...]) -> str:
-    """The CREATE TABLE of a mapped table version."""
-    parts = [f"{quote(c.name)} {c.definition}{'' if c.nullable else ' NOT NULL'}" for c in cols]
-    names = {c.name for c in cols}
-    if key_columns and all(k in names for k in key_columns):
-        parts.append("PRIMARY KEY (" + ", ".join(quote(k) for k in key_columns) + ")")
-    return f"CREATE TABLE IF NOT EXISTS {quote(db)}.{quote(table)} (" + ", ".join(parts) + ")"
-
-
-def alter_table_sql(db: str, table: str, old: list[MysqlColumn],
-                    new: list[MysqlColumn]) -> str | None:
-    """An ALTER TABLE that turns the ``old`` columns into the ``new`` ones (dropped
-    columns, modified definitions, added columns in place); None when equal."""
-    old_by = {c.name: c for c in old}
-    new_names = {c.name for c in new}
-    clauses = [f"DROP COLUMN {quote(c.name)}" for c in old if c.name not in new_names]
-    prev: str | None = None
-    for c in new:
-        d = f"{quote(c.name)} {c.definition}{'' if c.nullable else ' NOT NULL'}"
-        where = f" AFTER {quote(prev)}" if prev else " FIRST"
-        o = old_by.get(c.name)
-        if o is None:
-            clauses.append(f"ADD COLUMN {d}{where}")
-        elif (o.definition, o.nullable) != (c.definition, c.nullable):
-            clauses.append(f"MODIFY COLUMN {d}")
-        prev = c.name
-    if not clauses and [c.name for c in old] == [c.name for c in new]:
-        return None
-    if not clauses:  # only the order changed
-        prev = None
-        for c in new:
-            d = f"{quote(c.name)} {c.definition}{'' if c.nullable else ' NOT NULL'}"
-            clauses.append(f"MODIFY COLUMN {d}" + (f" AFTER {quote(prev)}" if prev else " FIRST"))
-            prev = c.name
-    return f"ALTER TABLE {quote(db)}.{quote(table)} " + ", ".join(clauses)
-
-
-def quote(name: str) -> str:
-    """A MySQL identifier in backquotes."""
-    return "`" + name.replace("`", "``") + "`"

@@ -33,7 +33,7 @@ from typing import Any
 
 from databus.bootstrap.store import BootstrapStore, key_bytes
 from databus.core import event as ev
-from databus.core.errors import DatabusError, TransientError
+from databus.core.errors import DatabusError, SchemaError, TransientError
 from databus.core.schema import MetadataCodec, SchemaRegistry, TableSchema
 
 log = logging.getLogger("databus.bootstrap.applier")
@@ -79,7 +79,7 @@ class KeyChanges:
         fields = {f.get("column", f["name"]): f["name"] for f in schema.avro["fields"]}
         try:
             before, after = schema.decode(before_raw), schema.decode(e.payload)
-        except Exception as exc:  # a row that does not decode: folded by its own key
+        except SchemaError as exc:  # a row that does not decode: folded by its own key
             log.warning("update at scn %d of %s: images do not decode (%s)", e.scn,
                         schema.name, exc)
             return None

@@ -38,7 +38,7 @@ transaction; :meth:`fold` writes snapshot changes and ``applied_scn`` in one
 transaction. So a crash at any point leaves the store consistent and each
 component resumes where its last transaction ended.
 
-Errors (classified once, in ``databus.client._sql``): a database that cannot be
+Errors (classified once, in ``databus.client.sql``): a database that cannot be
 reached, a lock or deadlock raises :class:`~databus.core.errors.StoreUnavailableError`
 (transient); a statement the database refuses raises
 :class:`~databus.core.errors.SqlStatementError` (terminal, with its context).
@@ -61,7 +61,7 @@ from sqlalchemy import event as sa_event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
-from databus.client._sql import translate_db_errors
+from databus.client.sql import translate_db_errors
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import ConfigError, StoreUnavailableError
 from databus.core.redact import redact_url

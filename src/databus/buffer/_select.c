@@ -5,7 +5,7 @@
  * events of the window starting at an offset of the buffer up to its EOP and
  * keeps those a read selects (source ids, then the server-side filter: MOD
  * buckets or key ranges, keys of bytes hashed by CRC-32), exactly as
- * EventBuffer._collect does in Python. It returns the kept events as spans
+ * databus.buffer.reads.collect does in Python. It returns the kept events as spans
  * of adjacent events, so a window kept whole is one span; the first `skip`
  * selected events (already delivered: an in-window checkpoint) are left out.
  *

@@ -7,8 +7,7 @@ headers in Python (same result, slower).
 :func:`compile_selection` turns a read's source ids and server-side filter
 into a :class:`Selection` backed by the optional C extension ``_select``
 (built by setup.py where a C compiler and zlib's headers exist). It keeps
-exactly the events the Python path of :meth:`EventBuffer._collect
-<databus.buffer.ring.EventBuffer._collect>` keeps (source id in ``sources``,
+exactly the events the Python path of :func:`databus.buffer.reads.collect` keeps (source id in ``sources``,
 then :meth:`ServerFilter.matches <databus.core.filters.ServerFilter.matches>`),
 without a Python object per event: :meth:`Selection.windows` copies the kept
 events of a read's windows out in one call (without a Python object per span

@@ -217,16 +217,15 @@ def cluster_status(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Print a relay cluster's leader, epoch and members (their roles and positions)."""
-    from databus.coord.zk import ClusterView, ZkAddress, zk_client
+    from databus.coord import ClusterView, ZkAddress, connect
 
     try:
         addr = ZkAddress.parse(address)
-        zk = zk_client(addr, connect_timeout=10.0)
+        session = connect(addr, connect_timeout=10.0)
         try:
-            status = ClusterView(zk, addr).status()
+            status = ClusterView(session, addr).status()
         finally:
-            zk.stop()
-            zk.close()
+            session.close()
     except DatabusError as exc:
         fail(exc)
     if as_json:

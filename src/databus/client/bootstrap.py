@@ -454,7 +454,7 @@ class BootstrapRunner:
                     result = on_event(DataEvent(e, view, i, i))
                 except (ConsumerFatalError, ConsumerCallbackError):
                     raise
-                except Exception as exc:
+                except Exception as exc:  # broad: user code (see dispatcher.call)
                     raise ConsumerCallbackError(
                         f"on_bootstrap_event raised {type(exc).__name__}: {exc} "
                         f"(source {e.src_id}, key {e.key!r})") from exc
@@ -479,7 +479,7 @@ class BootstrapRunner:
                 result = on_events(run)
             except (ConsumerFatalError, ConsumerCallbackError):
                 raise
-            except Exception as exc:
+            except Exception as exc:  # broad: user code (see dispatcher.call)
                 raise ConsumerCallbackError(
                     f"on_bootstrap_events raised {type(exc).__name__}: {exc} "
                     f"(scn {scn}, {view.schema.name}, {len(run)} events)") from exc
@@ -491,7 +491,7 @@ class BootstrapRunner:
             self.store.save(cp)
         except DatabusError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # broad: a checkpoint store may be the user's own code
             raise CheckpointStoreError(
                 f"saving the bootstrap checkpoint failed: {type(exc).__name__}: {exc}") from exc
         self.persisted = cp

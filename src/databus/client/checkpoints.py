@@ -27,7 +27,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from databus.client._sql import make_engine, redacted, translate_db_errors
+from databus.client.sql import make_engine, redacted, translate_db_errors
 from databus.core.atomic import write_atomic
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import CheckpointStoreError, InvalidCheckpointError

@@ -282,7 +282,7 @@ class DatabusClient:
     def _notify_error(self, exc: DatabusError) -> None:
         try:
             self.consumer.on_error(exc)
-        except Exception:
+        except Exception:  # broad: user code, told of an error that is handled anyway
             log.exception("on_error raised")
 
 
@@ -529,7 +529,7 @@ class _Loop:
                 self.client.store.save(cp)
             except DatabusError:
                 raise
-            except Exception as exc:
+            except Exception as exc:  # broad: a checkpoint store may be the user's own code
                 raise CheckpointStoreError(
                     f"saving the checkpoint failed: {type(exc).__name__}: {exc}") from exc
             self.client.persisted = cp

@@ -23,7 +23,12 @@ from databus.client.consumer import (
     SchemaView,
 )
 from databus.client.window import DecodedWindow
-from databus.core.errors import ConsumerCallbackError, ConsumerFatalError, SchemaError
+from databus.core.errors import (
+    ConsumerCallbackError,
+    ConsumerFatalError,
+    SchemaError,
+    UnknownSourceError,
+)
 from databus.core.event import Event
 from databus.core.schema import SchemaRegistry
 
@@ -53,7 +58,7 @@ def call(what: str, fn: Callable[..., Any], *args: Any) -> ConsumerResult:
         raise
     except ConsumerCallbackError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # broad: user code; whatever it raises rolls the window back
         raise ConsumerCallbackError(f"{what} raised {type(exc).__name__}: {exc}") from exc
     return check_result(result, what)
 
@@ -71,7 +76,7 @@ class SchemaViews:
             return self.registry.find(event.schema_id) is not None
         try:
             self.registry.latest(event.src_id)
-        except Exception:
+        except (UnknownSourceError, IndexError):
             return False
         return True
 
@@ -87,7 +92,7 @@ class SchemaViews:
         if v is None:
             try:
                 schema = self.registry.latest(event.src_id)
-            except Exception as exc:
+            except (UnknownSourceError, IndexError) as exc:
                 raise SchemaError(f"no schema for source {event.src_id}") from exc
             v = self._latest[event.src_id] = SchemaView(schema, self.registry)
         return v
@@ -191,7 +196,7 @@ class Dispatcher:
                     result = c.on_data_events(batch)
                 except (ConsumerFatalError, ConsumerCallbackError):
                     raise
-                except Exception as exc:
+                except Exception as exc:  # broad: user code (see call)
                     raise ConsumerCallbackError(
                         f"on_data_events raised {type(exc).__name__}: {exc} "
                         f"(scn {scn}, {name}, {len(run)} events)") from exc
@@ -220,7 +225,7 @@ class Dispatcher:
                 result = on_data(DataEvent(event, view, total, n))
             except (ConsumerFatalError, ConsumerCallbackError):
                 raise
-            except Exception as exc:
+            except Exception as exc:  # broad: user code (see call)
                 raise ConsumerCallbackError(
                     f"on_data_event raised {type(exc).__name__}: {exc} "
                     f"(scn {scn}, {view.schema.name}, key {event.key!r})") from exc

@@ -17,9 +17,7 @@ from databus.core.access import check_relay_spec
 from databus.core.errors import RelayUnavailableError
 
 if TYPE_CHECKING:
-    from kazoo.client import KazooClient
-
-    from databus.coord.zk import ZkAddress
+    from databus.coord import Session, ZkAddress
 
 log = logging.getLogger("databus.client")
 
@@ -29,10 +27,10 @@ class Endpoints:
 
     def __init__(self, spec: str) -> None:
         self.spec = check_relay_spec(spec) if "://" in spec else spec
-        self._zk: KazooClient | None = None
+        self._session: Session | None = None
         self._address: ZkAddress | None = None
         if self.spec.startswith("zk://"):
-            from databus.coord.zk import ZkAddress
+            from databus.coord import ZkAddress
 
             self._address = ZkAddress.parse(self.spec)
             self.urls: list[str] = []
@@ -47,14 +45,14 @@ class Endpoints:
         return self._address is not None or len(self.urls) > 1
 
     def _resolve(self) -> list[str]:
-        from databus.coord.zk import ClusterView, zk_client
+        from databus.coord import ClusterView, connect
         from databus.core.errors import CoordinatorUnavailableError
 
         assert self._address is not None
         try:
-            if self._zk is None:
-                self._zk = zk_client(self._address, connect_timeout=10.0)
-            urls = ClusterView(self._zk, self._address).urls()
+            if self._session is None:
+                self._session = connect(self._address, connect_timeout=10.0)
+            urls = ClusterView(self._session, self._address).urls()
         except CoordinatorUnavailableError as exc:
             raise RelayUnavailableError(f"cluster {self._address}: {exc}") from exc
         if not urls:
@@ -78,10 +76,6 @@ class Endpoints:
         return self.current
 
     def close(self) -> None:
-        if self._zk is not None:
-            try:
-                self._zk.stop()
-                self._zk.close()
-            except Exception:  # closing: nothing to save
-                log.debug("closing the ZooKeeper client failed", exc_info=True)
-            self._zk = None
+        if self._session is not None:
+            self._session.close()
+            self._session = None

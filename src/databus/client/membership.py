@@ -46,17 +46,19 @@ import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from databus.client.checkpoints import CheckpointStore
 from databus.client.client import DatabusClient
 from databus.client.config import ClientConfig
 from databus.client.consumer import Consumer, Result
-from databus.coord.zk import ZkAddress, translated, zk_client
-from databus.core.errors import ConfigError, ConsumerFatalError, DatabusError
-
-if TYPE_CHECKING:
-    from kazoo.client import KazooClient
+from databus.coord import Session, ZkAddress, connect
+from databus.core.errors import (
+    ConfigError,
+    ConsumerFatalError,
+    CoordinatorUnavailableError,
+    DatabusError,
+)
 
 log = logging.getLogger("databus.client.group")
 
@@ -137,7 +139,8 @@ class _Partition:
             self.client.run(stop=self.stop)
         except ConsumerFatalError as exc:
             log.warning("partition %d stopped: %s", self.p, exc)
-        except BaseException as exc:  # reported by DynamicGroup.run
+        # broad: the top of the partition's thread; DynamicGroup.run reports it
+        except BaseException as exc:
             self.error = exc
             log.error("partition %d failed: %s", self.p, exc)
             self.group.wake.set()
@@ -171,47 +174,41 @@ class DynamicGroup:
         self.running: dict[int, _Partition] = {}
         self.wake = threading.Event()
         self._members: list[str] = []
-        self._zk: KazooClient | None = None
+        self._session: Session | None = None
 
     # -- ownership ------------------------------------------------------------------
 
     def check_owner(self, p: int, epoch: int) -> None:
         """Raise :class:`ConsumerFatalError` unless this member still runs ``p`` in
         ``epoch`` (its owner node, read in a connected session)."""
-        zk = self._zk
-        if zk is None or zk.state != "CONNECTED":
+        session = self._session
+        if session is None or not session.connected:
             raise ConsumerFatalError(f"partition {p}: no ZooKeeper session to confirm"
                                      " ownership")
         try:
-            data, _ = zk.get(f"{self.path}/partitions/{p}/owner")
-        except Exception as exc:  # no node, connection lost: not ours to commit
+            found = session.get(f"{self.path}/partitions/{p}/owner")
+        except DatabusError as exc:  # connection lost: not ours to commit
             raise ConsumerFatalError(f"partition {p}: ownership not confirmed ({exc})") from exc
-        if data.decode() != f"{self.member_id} {epoch}":
-            raise ConsumerFatalError(f"partition {p} now belongs to {data.decode()!r}")
+        if found is None:
+            raise ConsumerFatalError(f"partition {p}: ownership not confirmed (no owner node)")
+        if found[0] != self._owner(epoch):
+            raise ConsumerFatalError(f"partition {p} now belongs to"
+                                     f" {found[0].decode(errors='replace')!r}")
+
+    def _owner(self, epoch: int) -> bytes:
+        """What this member writes in an owner node it holds in ``epoch``."""
+        return f"{self.member_id} {epoch}".encode()
 
     def _take(self, p: int) -> int | None:
         """Become ``p``'s owner: a new epoch, the owner node; None while another holds it."""
-        zk = self._zk
-        assert zk is not None
-        from kazoo.exceptions import BadVersionError, NodeExistsError
-
+        session = self._session
+        assert session is not None
         base = f"{self.path}/partitions/{p}"
-        with translated(f"taking partition {p}"):
-            if zk.exists(f"{base}/owner"):
-                return None
-            zk.ensure_path(f"{base}/epoch")
-            while True:
-                data, stat = zk.get(f"{base}/epoch")
-                epoch = int(data or b"0") + 1
-                try:
-                    zk.set(f"{base}/epoch", str(epoch).encode(), version=stat.version)
-                    break
-                except BadVersionError:
-                    continue
-            try:
-                zk.create(f"{base}/owner", f"{self.member_id} {epoch}".encode(), ephemeral=True)
-            except NodeExistsError:
-                return None
+        if session.exists(f"{base}/owner"):
+            return None
+        epoch = session.increment(f"{base}/epoch")
+        if not session.create(f"{base}/owner", self._owner(epoch), ephemeral=True):
+            return None
         return epoch
 
     def _release(self, p: int, epoch: int) -> None:
@@ -219,16 +216,16 @@ class DynamicGroup:
         connected session it does nothing (the node is ephemeral and goes with the
         session), and each call waits at most a session timeout, so a member asked to
         stop while ZooKeeper is unreachable still exits."""
-        zk = self._zk
-        assert zk is not None
-        if zk.state != "CONNECTED":
+        session = self._session
+        assert session is not None
+        if not session.connected:
             return
         node = f"{self.path}/partitions/{p}/owner"
         try:
-            data, stat = zk.get_async(node).get(timeout=self.session_timeout)
-            if data.decode() == f"{self.member_id} {epoch}":
-                zk.delete_async(node, version=stat.version).get(timeout=self.session_timeout)
-        except Exception as exc:  # gone with the session, or already taken: nothing to free
+            found = session.get(node, timeout=self.session_timeout)
+            if found is not None and found[0] == self._owner(epoch):
+                session.delete(node, version=found[1], timeout=self.session_timeout)
+        except DatabusError as exc:  # the session is going: its owner node goes with it
             log.debug("releasing partition %d: %s", p, exc)
 
     # -- assignment -----------------------------------------------------------------
@@ -276,15 +273,18 @@ class DynamicGroup:
 
     def run(self, stop: threading.Event) -> None:
         """Join the group and run the assigned partitions until ``stop``."""
-        zk = zk_client(self.address, session_timeout=self.session_timeout)
-        self._zk = zk
+        session = connect(self.address, session_timeout=self.session_timeout)
+        self._session = session
         try:
-            with translated("joining the group"):
-                zk.ensure_path(f"{self.path}/members")
-                for p in range(self.partitions):
-                    zk.ensure_path(f"{self.path}/partitions/{p}")
-                zk.create(f"{self.path}/members/{self.member_id}", ephemeral=True)
-            zk.ChildrenWatch(f"{self.path}/members", self._on_members)
+            session.ensure(f"{self.path}/members")
+            for p in range(self.partitions):
+                session.ensure(f"{self.path}/partitions/{p}")
+            if not session.create(f"{self.path}/members/{self.member_id}", ephemeral=True):
+                # a member of that name, or this one's last session not expired yet
+                raise CoordinatorUnavailableError(
+                    f"ZooKeeper: joining the group {self.address} failed: a member named"
+                    f" {self.member_id!r} is there already")
+            session.watch_children(f"{self.path}/members", self._on_members)
             log.info("member %s joined group %s (%d partitions)", self.member_id,
                      self.address, self.partitions)
             while not stop.is_set():
@@ -297,7 +297,7 @@ class DynamicGroup:
                         if part.error is not None and not isinstance(part.error,
                                                                      DatabusError):
                             raise part.error
-                if zk.state == "CONNECTED":
+                if session.connected:
                     try:
                         self._rebalance()
                     except DatabusError as exc:
@@ -309,5 +309,4 @@ class DynamicGroup:
                 part.thread.join(60)
                 self._release(p, part.epoch)
             self.running.clear()
-            zk.stop()
-            zk.close()
+            session.close()

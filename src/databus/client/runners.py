@@ -85,8 +85,8 @@ def replicate_group(config: ClientConfig, target_url: str, group: str, *,
     the group's members share ``partitions`` MOD buckets of ``config.sources`` and apply
     them to ``target_url``, each partition's position in its own checkpoint row
     ``replicate-GROUP-p<p>``, committed with each window."""
-    from databus.client._sql import make_engine
     from databus.client.membership import DynamicGroup, Ownership
+    from databus.client.sql import make_engine
 
     name = group.rstrip("/").rsplit("/", 1)[-1]
     cfg = _replicate_config(config)

@@ -36,7 +36,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from databus.core.config import FrozenModel
 
 ZK_ADDRESS = re.compile(r"^zk://(?P<hosts>[^/\s]+)/(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)/?$")
-"""A relay cluster's address (:class:`databus.coord.zk.ZkAddress` parses it)."""
+"""A relay cluster's address (:class:`databus.coord.address.ZkAddress` parses it)."""
 
 
 def check_relay_spec(spec: str) -> str:

@@ -121,7 +121,9 @@ class TableSchema:
     def __post_init__(self) -> None:
         try:
             parsed = fastavro.parse_schema(self.avro)
-        except Exception as exc:  # fastavro raises several unrelated types
+        # broad: fastavro's boundary; it raises several unrelated types (its own,
+        # ValueError, TypeError, KeyError, ...), every one a schema it refuses
+        except Exception as exc:
             raise SchemaError(f"invalid Avro schema for {self.name}: {exc}") from exc
         object.__setattr__(self, "_parsed", parsed)
         object.__setattr__(self, "id", schema_digest(self.avro))
@@ -142,6 +144,8 @@ class TableSchema:
     def decode(self, data: bytes) -> dict[str, Any]:
         try:
             out = fastavro.schemaless_reader(io.BytesIO(data), self._parsed, None)
+        # broad: fastavro's boundary; bad bytes raise EOFError, ValueError, IndexError,
+        # OverflowError, ...: every one is data that does not decode
         except Exception as exc:
             raise SchemaError(f"cannot decode {self.name} v{self.version}: {exc}") from exc
         if not isinstance(out, dict):
@@ -192,7 +196,7 @@ class MetadataCodec:
     def decode(self, data: bytes) -> dict[str, Any]:
         try:
             out = fastavro.schemaless_reader(io.BytesIO(data), self._parsed, None)
-        except Exception as exc:  # fastavro raises several unrelated types on bad bytes
+        except Exception as exc:  # broad: fastavro's boundary, as in TableSchema.decode
             raise SchemaError(f"cannot decode the metadata part: {exc}") from exc
         if not isinstance(out, dict):
             raise SchemaError("metadata part is not a record")

@@ -22,12 +22,12 @@ import time
 import uuid
 from typing import Any
 
-from confluent_kafka import Consumer, IsolationLevel, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # type: ignore[attr-defined]
 
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import InvalidCheckpointError, KafkaUnavailableError
-from databus.kafka.errors import kafka_errors
+from databus.kafka.errors import error_of, kafka_errors
 
 FORMAT = "databus-publish-offset/1"
 
@@ -70,9 +70,9 @@ def ensure_topic(admin: AdminClient, topic: str, *, partitions: int, replication
     with kafka_errors(f"creating topic {topic}"):
         try:
             futures[topic].result()
-        except Exception as exc:  # already created by someone else is fine
-            err = exc.args[0] if exc.args else None
-            if getattr(err, "name", lambda: "")() == "TOPIC_ALREADY_EXISTS":
+        except KafkaException as exc:  # already created by someone else is fine
+            err = error_of(exc)
+            if err is not None and err.name() == "TOPIC_ALREADY_EXISTS":
                 return False
             raise
     return True

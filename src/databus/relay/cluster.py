@@ -3,7 +3,9 @@ other members chain from the leader; when the leader goes, a follower takes over
 
 ``databus relay --cluster zk://HOST:PORT/NAME --source ...`` (or ``cluster:`` in the
 config file). Coordination is ZooKeeper's, through kazoo's election recipe; the
-node layout is in :mod:`databus.coord.zk`.
+node layout is in :mod:`databus.coord.cluster`, which does every ZooKeeper read and
+write. What consumers may read (the high-water mark) is :mod:`databus.relay.highwater`;
+what a member needs of its relay, and its source between roles, :mod:`databus.relay.member`.
 
 **Roles.** Every member registers an ephemeral node and joins the election. The
 elected member bumps the cluster's ``epoch`` (compare-and-set), records where its
@@ -62,91 +64,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
-from kazoo.exceptions import (
-    BadVersionError,
-    ConnectionLoss,
-    NodeExistsError,
-    NoNodeError,
-    OperationTimeoutError,
-    SessionExpiredError,
-)
-from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import KazooState
-
-from databus.coord.zk import ClusterView, translated, zk_client
+from databus.coord import ClusterView, Election, Lease, MemberNodes, Session, connect
 from databus.core.errors import CoordinatorUnavailableError, DatabusError, RelayUnavailableError
 from databus.core.schema import SchemaRegistry
-from databus.core.window import Window
-from databus.relay.config import ClusterConfig, RelayConfig
+from databus.relay.config import ClusterConfig
+from databus.relay.highwater import HighWater
 from databus.relay.identity import default_member_id
-from databus.sources.base import Capturer, Source, SourceInfo
+from databus.relay.member import Member, idle_source, is_idle
+from databus.sources.base import Source
 from databus.sources.chain import ChainSource
-from databus.sources.config import AnySourceConfig, ChainSourceConfig
-
-if TYPE_CHECKING:
-    from pathlib import Path
-
-    from kazoo.client import KazooClient
-
-    from databus.buffer import EventBuffer
-    from databus.relay.fetcher import Fetcher
-
-
-class Member(Protocol):
-    """What a cluster member needs of its relay (:class:`databus.relay.relay.Relay`)."""
-
-    config: RelayConfig
-    source: Source
-    buffer: EventBuffer
-    fetcher: Fetcher
-    state_dir: Path | None
-    capturer: Capturer
-
-    @property
-    def url(self) -> str: ...
-
-    def open_source(self, config: AnySourceConfig) -> Source: ...
-
-    def capture_status(self) -> dict[str, Any]: ...
-
-    def switch_source(self, source: Source, *, guard: Callable[[], bool] | None = None,
-                      ack_limit: Callable[[], int] | None = None) -> None: ...
-
-    def reset_buffer(self) -> None: ...
-
-    def wake(self) -> None: ...
+from databus.sources.config import ChainSourceConfig
 
 log = logging.getLogger("databus.relay.cluster")
-
-
-class _Idle(Source):
-    """The source of a member between roles: nothing to read, and the schema versions
-    of the source it replaced, so that ``/register`` keeps listing every version of
-    the windows the buffer still serves."""
-
-    def __init__(self, registry: SchemaRegistry | None = None) -> None:
-        self._registry = registry if registry is not None else SchemaRegistry()
-
-    def sources(self) -> list[SourceInfo]:
-        return []
-
-    def registry(self) -> SchemaRegistry:
-        return self._registry
-
-    def read(self, after_scn: int, stop: threading.Event, timeout: float) -> list[Window]:
-        stop.wait(timeout)
-        return []
-
-
-def idle_source(registry: SchemaRegistry | None = None) -> Source:
-    return _Idle(registry)
-
-
-def is_idle(source: Source) -> bool:
-    """Whether ``source`` is a member's between roles (it reads nothing)."""
-    return isinstance(source, _Idle)
 
 
 class ClusterMember:
@@ -162,20 +93,17 @@ class ClusterMember:
         self.epoch = 0  # the epoch this member leads in (0: not leading)
         self._synced_epoch = 0  # the epoch whose leader this member's windows come from
         self.leader_url: str | None = None
-        self._zk: KazooClient | None = None
+        self._session: Session | None = None
+        self._nodes: MemberNodes | None = None
         self._stop = threading.Event()
         self._lost = threading.Event()  # the session was lost while leading
         self._leader_changed = threading.Event()
-        self._last_hw = -1  # the last high-water mark a leader sent (followers)
-        self._positions: dict[str, int] = {}  # what each follower holds (its last read)
-        # the members that may lead next (in the election: only caught-up followers
-        # join it), but this one: consumers read only what all of them hold
-        self._contenders: set[str] = set()
-        self._contenders_stale = threading.Event()
+        self._hw = HighWater(relay)
+        self._contenders_stale = threading.Event()  # the election changed: read it again
         self._view: dict[str, Any] = {}
         self._view_at = 0.0
         self._roles = threading.RLock()  # one role change at a time (election vs watch)
-        self._lease_path = ""  # a co-leader's lease node
+        self._lease: Lease | None = None  # a co-leader's
         self._failed_at = float("-inf")  # when capture as leader last failed (monotonic)
         self._thread = threading.Thread(target=self._run, name="databus-cluster", daemon=True)
 
@@ -186,15 +114,18 @@ class ClusterMember:
         return self.config.advertise_url or self.relay.url
 
     def start(self) -> None:
-        zk = zk_client(self.address, session_timeout=self.config.session_timeout)
-        self._zk = zk
-        zk.add_listener(self._on_state)
-        with translated("creating the cluster's nodes"):
-            for sub in ("members", "election", "epochs", "coleaders"):
-                zk.ensure_path(f"{self.path}/{sub}")
-        self._register()
-        zk.DataWatch(f"{self.path}/leader", self._on_leader)
-        zk.ChildrenWatch(f"{self.path}/election", self._on_election)
+        session = connect(self.address, session_timeout=self.config.session_timeout)
+        self._session = session
+        self._nodes = nodes = MemberNodes(session, self.address, self.member_id)
+        try:
+            session.listen(on_lost=self._on_lost, on_connected=self._on_connected)
+            nodes.ensure()
+            self._register()
+            session.watch_data(f"{self.path}/leader", self._on_leader)
+            session.watch_children(f"{self.path}/election", self._on_election)
+        except BaseException:
+            session.close()
+            raise
         self._thread.start()
         log.info("cluster %s: member %s joined at %s", self.address, self.member_id, self.url)
 
@@ -203,23 +134,19 @@ class ClusterMember:
         self._leader_changed.set()
         if self._thread.is_alive():
             self._thread.join(15)
-        if self._zk is not None:
-            try:
-                self._zk.stop()
-                self._zk.close()
-            except Exception:  # closing: nothing to save
-                log.debug("closing the ZooKeeper client failed", exc_info=True)
+        if self._session is not None:
+            self._session.close()
 
     def status(self) -> dict[str, Any]:
         """For ``/admin``: this member, and the cluster as ZooKeeper shows it."""
         out: dict[str, Any] = {"address": str(self.address), "member": self.member_id,
                                "role": self.role, "epoch": self.epoch,
                                "leader_url": self.leader_url}
-        if self._zk is not None:
+        if self._nodes is not None:
             now = time.monotonic()
             if now - self._view_at > 1.0:  # /containerStats is polled: ask ZooKeeper once a second
                 try:
-                    self._view = {"view": ClusterView(self._zk, self.address).status()}
+                    self._view = {"view": self._nodes.status()}
                 except CoordinatorUnavailableError as exc:
                     self._view = {"view_error": str(exc)}
                 self._view_at = now
@@ -228,15 +155,15 @@ class ClusterMember:
 
     # -- ZooKeeper callbacks (kazoo's threads) -----------------------------------------
 
-    def _on_state(self, state: str) -> None:
-        if state == KazooState.LOST:
-            self._lost.set()
-            self._leader_changed.set()
-        elif state == KazooState.CONNECTED and self._zk is not None:
-            # a new session after a lost one: the ephemeral member node is gone
-            threading.Thread(target=self._register_quietly, daemon=True).start()
+    def _on_lost(self) -> None:
+        self._lost.set()
+        self._leader_changed.set()
 
-    def _on_leader(self, data: bytes | None, _stat: Any) -> None:
+    def _on_connected(self) -> None:
+        # a new session after a lost one: the ephemeral member node is gone
+        threading.Thread(target=self._register_quietly, daemon=True).start()
+
+    def _on_leader(self, data: bytes | None) -> None:
         try:
             leader = json.loads(data) if data else None
         except ValueError:
@@ -250,48 +177,30 @@ class ClusterMember:
         self._contenders_stale.set()  # read by the member thread: no blocking call here
 
     def _refresh_contenders(self) -> None:
-        zk = self._zk
-        if zk is None or not self._contenders_stale.is_set():
+        nodes = self._nodes
+        if nodes is None or not self._contenders_stale.is_set():
             return
         self._contenders_stale.clear()
         try:
-            with translated("listing the election"):
-                ids = set(zk.Election(f"{self.path}/election").contenders())
+            ids = set(nodes.contenders())
         except DatabusError as exc:
             log.warning("cluster %s: %s", self.address, exc)
             self._contenders_stale.set()
             return
         ids.discard(self.member_id)
-        if ids != self._contenders:
-            self._contenders = ids
+        if self._hw.contenders(ids):
             self.relay.wake()  # one gone can raise what consumers may read
 
     # -- what consumers may read (the high-water mark) -----------------------------------
 
     def follower_at(self, member: str, held: int) -> bool:
         """A member's read says it holds every window up to ``held``; True when that
-        raised the high-water mark."""
-        before = self.serve_limit()
-        if held > self._positions.get(member, -2):
-            self._positions[member] = held
-        return self.serve_limit() > before
+        raised the high-water mark (:mod:`databus.relay.highwater`)."""
+        return self._hw.follower_at(self.role, member, held)
 
     def serve_limit(self) -> int:
-        """The newest window every live member holds: consumers read no further, so a
-        window a consumer saw survives any one member's loss. A follower serves up to
-        what its leader last said."""
-        own = self.relay.buffer.max_scn
-        if self.role == "coleader":
-            # its windows are the ones every capturer cuts (module docstring): any
-            # member that captures next makes the same ones
-            return own
-        if self.role == "leader":
-            held = [self._positions.get(m, -1) for m in self._contenders]
-            return min([own, *held])
-        source = self.relay.source
-        if isinstance(source, ChainSource) and source.cluster_hw is not None:
-            self._last_hw = source.cluster_hw
-        return min(own, self._last_hw)
+        """The newest window consumers may read (:mod:`databus.relay.highwater`)."""
+        return self._hw.limit(self.role)
 
     def check_serving(self) -> None:
         """Refuse a consumer's read while this member's capture stopped on a terminal
@@ -306,24 +215,17 @@ class ClusterMember:
 
     # -- the member node ------------------------------------------------------------
 
-    def _member_data(self) -> bytes:
+    def _member_record(self) -> dict[str, Any]:
         # read before max_scn: "no snapshot running" then covers every window up to it
         snapshot = bool(self.relay.source.stats().get("snapshot_running", 0.0))
-        return json.dumps({"id": self.member_id, "url": self.url, "role": self.role,
-                           "epoch": self.epoch, "max_scn": self.relay.buffer.max_scn,
-                           "snapshot_running": snapshot, "name": self.relay.capturer.name,
-                           "capture": self.relay.capture_status(),
-                           "updated": time.time()}).encode()
+        return {"id": self.member_id, "url": self.url, "role": self.role,
+                "epoch": self.epoch, "max_scn": self.relay.buffer.max_scn,
+                "snapshot_running": snapshot, "name": self.relay.capturer.name,
+                "capture": self.relay.capture_status(), "updated": time.time()}
 
     def _register(self) -> None:
-        zk = self._zk
-        assert zk is not None
-        node = f"{self.path}/members/{self.member_id}"
-        with translated("registering the member"):
-            try:
-                zk.create(node, self._member_data(), ephemeral=True)
-            except NodeExistsError:
-                zk.set(node, self._member_data())
+        assert self._nodes is not None
+        self._nodes.register(self._member_record())
 
     def _register_quietly(self) -> None:
         try:
@@ -332,21 +234,23 @@ class ClusterMember:
             log.warning("cluster %s: re-registering failed: %s", self.address, exc)
 
     def _publish_member(self) -> None:
-        zk = self._zk
-        if zk is None or zk.state != KazooState.CONNECTED:
+        nodes = self._nodes
+        if nodes is None or not nodes.session.connected:
             return
         try:
-            zk.set(f"{self.path}/members/{self.member_id}", self._member_data())
-        except NoNodeError:
-            self._register_quietly()
-        except Exception as exc:  # a heartbeat: the next one retries
+            if not nodes.publish(self._member_record()):
+                self._register_quietly()  # a new session: the node went with the old one
+        # broad: a heartbeat from the member's thread; besides ZooKeeper's errors the
+        # record asks the source for its stats, and nothing here may end the thread (the
+        # next beat retries)
+        except Exception as exc:
             log.debug("member heartbeat failed: %s", exc)
 
     # -- roles -------------------------------------------------------------------------
 
     def _run(self) -> None:
-        zk = self._zk
-        assert zk is not None
+        nodes = self._nodes
+        assert nodes is not None
         while not self._stop.is_set():
             self._follow()
             if self._stop.is_set():
@@ -359,7 +263,7 @@ class ClusterMember:
             if lease is not None:
                 self._colead(lease)
                 continue
-            election = zk.Election(f"{self.path}/election", self.member_id)
+            election = nodes.election()
             worker = threading.Thread(target=self._contend, args=(election,), daemon=True)
             worker.start()
             # follow the leader until elected (then _contend runs _lead) or stopped, or
@@ -395,7 +299,7 @@ class ClusterMember:
             if self.leader_url is None or told is None:
                 now = time.monotonic()
                 leaderless_since = leaderless_since or now
-                if (self.leader_url is None and self.relay.buffer.max_scn >= self._last_hw) \
+                if (self.leader_url is None and self.relay.buffer.max_scn >= self._hw.told) \
                         or now - leaderless_since > 2 * self.config.session_timeout:
                     return
             else:
@@ -414,10 +318,13 @@ class ClusterMember:
                 self._follow()
             self._publish_member()
 
-    def _contend(self, election: Any) -> None:
+    def _contend(self, election: Election) -> None:
         try:
             election.run(self._lead)
-        except Exception as exc:  # a lost session ends the contention
+        # broad: the top of the contending thread; whatever ends the contention (a
+        # lost session, a leader node never freed, a failure while leading) is logged
+        # and the member's thread makes it join again
+        except Exception as exc:
             log.info("cluster %s: left the election (%s); joining again", self.address, exc)
             self._stop.wait(1.0)
 
@@ -435,7 +342,7 @@ class ClusterMember:
             source = self.relay.source
             current = source.url if isinstance(source, ChainSource) else None
             if url is None:
-                if current is None and not isinstance(source, _Idle):
+                if current is None and not is_idle(source):
                     self.relay.switch_source(idle_source(self.relay.source.registry()))
                 return  # else: keep retrying the old leader until a new one shows
             upstream = url.rstrip("/")
@@ -451,31 +358,26 @@ class ClusterMember:
     def _reset_if_diverged(self) -> None:
         """Drop the buffer when it holds windows past where the newest epoch began and
         they came from an earlier epoch's leader."""
-        zk = self._zk
-        assert zk is not None
+        assert self._nodes is not None
         try:
-            with translated("reading the epochs"):
-                epochs = zk.get_children(f"{self.path}/epochs")
-                if not epochs:
-                    return
-                newest = max(epochs, key=int)
-                data, _ = zk.get(f"{self.path}/epochs/{newest}")
+            newest = self._nodes.newest_epoch()
         except DatabusError as exc:
             log.warning("cluster %s: %s", self.address, exc)
             return
-        n = int(newest)
-        if n == self._synced_epoch:
+        if newest is None or newest[0] == self._synced_epoch:
             return
-        after = int(json.loads(data)["after_scn"])
+        n, after = newest
         self._synced_epoch = n
         if self.relay.buffer.max_scn > after:
             log.warning("cluster %s: this relay holds windows after scn %d, where epoch %s"
                         " began: they may differ from the new leader's; dropping the buffer"
-                        " and copying the leader's", self.address, after, newest)
+                        " and copying the leader's", self.address, after, n)
             self.relay.reset_buffer()
 
     def _lead(self) -> None:
         """Called by the election when this member leads; returns when it no longer does."""
+        nodes = self._nodes
+        assert nodes is not None
         self._lost.clear()
         with self._roles:
             self.role = "leader"
@@ -483,7 +385,7 @@ class ClusterMember:
             # copying from the old leader stops first: the epoch starts after what we hold
             self.relay.switch_source(idle_source(self.relay.source.registry()))
             try:
-                epoch = self._new_epoch()
+                epoch = nodes.new_epoch(self.relay.buffer.max_scn)
                 self.epoch = self._synced_epoch = epoch
                 source = self._capture_source(published)
                 self.relay.switch_source(source, guard=self._may_publish,
@@ -496,23 +398,20 @@ class ClusterMember:
                 return
         log.info("cluster %s: member %s leads (epoch %d) after scn %d", self.address,
                  self.member_id, epoch, self.relay.buffer.max_scn)
-        self._write_leader(epoch)
+        nodes.write_leader(self.url, epoch, wait=self.config.session_timeout * 2)
         self._publish_member()
         self._contenders_stale.set()
-        beat = 0.0
         failed: str | None = None
-        while not self._stop.is_set() and not self._lost.is_set():
+
+        def ended() -> bool:
+            nonlocal failed
+            self._refresh_contenders()
             fetcher = self.relay.fetcher.status
-            if fetcher["state"] == "fenced":
-                break
             if fetcher["state"] == "failed":  # terminal: another member may capture
                 failed = str(fetcher["last_error"])
-                break
-            self._lost.wait(0.1)
-            self._refresh_contenders()
-            if time.monotonic() - beat >= 1.0:
-                self._publish_member()
-                beat = time.monotonic()
+            return fetcher["state"] in ("fenced", "failed")
+
+        self._capture_while(ended, beat=0.0)  # the next beat says "running" soon
         if failed is not None:
             log.error("cluster %s: member %s gives up leading (epoch %d): its capture"
                       " stopped (%s); another member takes over", self.address,
@@ -522,30 +421,26 @@ class ClusterMember:
             log.warning("cluster %s: member %s no longer leads (epoch %d)", self.address,
                         self.member_id, epoch)
         with self._roles:
-            self._last_hw = self.serve_limit()  # what consumers have been served stays
+            self._hw.told = self.serve_limit()  # what consumers have been served stays
             self.role = "follower"
             self.epoch = 0
             self.relay.switch_source(idle_source(self.relay.source.registry()))  # capture stops: someone else leads
         if failed is not None:
-            self._drop_leader_node(epoch)
+            try:  # the next leader need not wait for this member's session to end
+                nodes.drop_leader(epoch)
+            except (DatabusError, ValueError) as exc:
+                log.info("cluster %s: leader node not deleted: %s", self.address, exc)
             self._publish_member()
 
-    def _drop_leader_node(self, epoch: int) -> None:
-        """Delete the ``leader`` node when it is still this member's for ``epoch`` (a
-        leader giving up while its session lives: the next leader need not wait for
-        the session to end)."""
-        zk = self._zk
-        if zk is None:
-            return
-        node = f"{self.path}/leader"
-        try:
-            with translated("deleting the leader node"):
-                data, stat = zk.get(node)
-                mine = json.loads(data or b"{}")
-                if mine.get("id") == self.member_id and mine.get("epoch") == epoch:
-                    zk.delete(node, version=stat.version)
-        except (DatabusError, NoNodeError, ValueError) as exc:
-            log.info("cluster %s: leader node not deleted: %s", self.address, exc)
+    def _capture_while(self, ended: Callable[[], bool], *, beat: float) -> None:
+        """While this member captures (as leader or co-leader): its record rewritten
+        once a second (the last time at ``beat``), until the session is lost, the member
+        stops or ``ended()``."""
+        while not self._stop.is_set() and not self._lost.is_set() and not ended():
+            self._lost.wait(0.1)
+            if time.monotonic() - beat >= 1.0:
+                self._publish_member()
+                beat = time.monotonic()
 
     def _capture_source(self, published: SchemaRegistry, *, coleader: bool = False) -> Source:
         """The database source this member captures with as (co-)leader, opened, with
@@ -566,7 +461,7 @@ class ClusterMember:
                 source.capture_only()
             source.open()  # idempotent: switch_source opens it again
             source.adopt_schemas(published)
-        except BaseException:
+        except BaseException:  # not handed on: closed here, and the error goes on
             source.close()
             raise
         return source
@@ -577,17 +472,16 @@ class ClusterMember:
         """Whether this follower may capture beside the leader: leaders > 1, a free
         co-leader lease, and it holds every window the leader held when the leader last
         said no snapshot of its was running (so no snapshot window is missing here)."""
-        zk = self._zk
-        if self.config.leaders < 2 or zk is None or self.leader_url in (None, self.url):
+        nodes = self._nodes
+        if self.config.leaders < 2 or nodes is None or self.leader_url in (None, self.url):
             return False
         try:
-            view = ClusterView(zk, self.address, timeout=2.0)
+            view = ClusterView(nodes.session, self.address, timeout=2.0)
             leader = view.leader()
             if leader is None:
                 return False
             record = next((m for m in view.members() if m.get("id") == leader.get("id")), None)
-            with translated("counting co-leaders"):
-                held = len(zk.get_children(f"{self.path}/coleaders"))
+            held = nodes.coleaders()
         except DatabusError as exc:
             log.debug("cluster %s: %s", self.address, exc)
             return False
@@ -596,24 +490,20 @@ class ClusterMember:
         leader_scn = int(record.get("max_scn", -1))
         return leader_scn >= 0 and self.relay.buffer.max_scn >= leader_scn
 
-    def _colead_lease(self) -> Any:
-        """A co-leader's lease (kazoo Semaphore), or None when none may be had now."""
-        zk = self._zk
-        if zk is None or not self._colead_ready():
+    def _colead_lease(self) -> Lease | None:
+        """A co-leader's lease, or None when none may be had now."""
+        nodes = self._nodes
+        if nodes is None or not self._colead_ready():
             return None
-        lease = zk.Semaphore(f"{self.path}/coleaders", self.member_id,
-                             max_leases=self.config.leaders - 1)
         try:
-            with translated("taking a co-leader's lease"):
-                if lease.acquire(blocking=False):
-                    return lease
+            return nodes.coleader_lease(self.config.leaders - 1)
         except DatabusError as exc:
             log.info("cluster %s: %s", self.address, exc)
         return None
 
-    def _colead(self, lease: Any) -> None:
+    def _colead(self, lease: Lease) -> None:
         """Capture beside the leader while the lease is held, then follow again."""
-        self._lease_path = lease.create_path
+        self._lease = lease
         source: Source | None = None
         with self._roles:
             self.role = "coleader"
@@ -626,127 +516,73 @@ class ClusterMember:
             except DatabusError as exc:
                 log.error("cluster %s: cannot capture as co-leader: %s", self.address, exc)
                 source = None
-        leaderless_since: float | None = None
         if source is not None:
             log.info("cluster %s: member %s co-leads after scn %d", self.address,
                      self.member_id, self.relay.buffer.max_scn)
             self._publish_member()
-            beat = time.monotonic()
-            while not self._stop.is_set() and not self._lost.is_set():
-                if self.relay.fetcher.status["state"] in ("fenced", "failed"):
-                    break
-                if source.stats().get("snapshot_elsewhere"):
-                    log.info("cluster %s: the leader runs a snapshot; member %s follows"
-                             " it again", self.address, self.member_id)
-                    break
-                now = time.monotonic()
-                leaderless_since = (leaderless_since or now) if self.leader_url is None else None
-                if leaderless_since is not None \
-                        and now - leaderless_since > 2 * self.config.session_timeout:
-                    # nobody else is left to be elected: step down and stand for leader
-                    log.info("cluster %s: no leader; co-leader %s stands for election",
-                             self.address, self.member_id)
-                    break
-                self._lost.wait(0.1)
-                if now - beat >= 1.0:
-                    self._publish_member()
-                    beat = now
+            self._capture_while(self._colead_ended(source), beat=time.monotonic())
         with self._roles:
-            self._last_hw = self.relay.buffer.max_scn
+            self._hw.told = self.relay.buffer.max_scn
             self.role = "follower"
             self.relay.switch_source(idle_source(self.relay.source.registry()))
         self._lost.clear()
         try:
-            with translated("releasing a co-leader's lease"):
-                if self._zk is not None and self._zk.state == KazooState.CONNECTED:
-                    lease.release()
+            lease.release()
         except DatabusError as exc:  # ephemeral: it goes with the session anyway
             log.info("cluster %s: %s", self.address, exc)
         if source is None:
             self._stop.wait(2.0)
 
-    def _may_colead(self) -> bool:
-        """A co-leader's fencing: its session is connected and its lease node, read in
-        that session, still exists (it went with an expired session)."""
-        zk = self._zk
-        while zk is not None and self.role == "coleader" and not self._stop.is_set():
-            if zk.state == KazooState.SUSPENDED:
-                time.sleep(0.05)
-                continue
-            if zk.state != KazooState.CONNECTED or self._lost.is_set():
-                return False
-            try:
-                return zk.exists(self._lease_path) is not None
-            except SessionExpiredError:
-                return False
-            except (ConnectionLoss, OperationTimeoutError, KazooTimeoutError):
-                time.sleep(0.05)
-        return False
+    def _colead_ended(self, source: Source) -> Callable[[], bool]:
+        """When a co-leader stops capturing: its capture stopped, the leader runs a
+        snapshot, or no leader was left for two session timeouts."""
+        leaderless_since: float | None = None
 
-    def _new_epoch(self) -> int:
-        zk = self._zk
-        assert zk is not None
-        node = f"{self.path}/epoch"
-        with translated("taking a new epoch"):
-            zk.ensure_path(node)
-            while True:
-                data, stat = zk.get(node)
-                epoch = int(data or b"0") + 1
-                try:
-                    zk.set(node, str(epoch).encode(), version=stat.version)
-                    break
-                except BadVersionError:  # another member moved it first: read again
-                    continue
-            zk.create(f"{self.path}/epochs/{epoch:010d}", json.dumps(
-                {"leader": self.member_id, "after_scn": self.relay.buffer.max_scn,
-                 "at": time.time()}).encode())
-        return epoch
+        def ended() -> bool:
+            nonlocal leaderless_since
+            if self.relay.fetcher.status["state"] in ("fenced", "failed"):
+                return True
+            if source.stats().get("snapshot_elsewhere"):
+                log.info("cluster %s: the leader runs a snapshot; member %s follows"
+                         " it again", self.address, self.member_id)
+                return True
+            now = time.monotonic()
+            leaderless_since = (leaderless_since or now) if self.leader_url is None else None
+            if leaderless_since is not None \
+                    and now - leaderless_since > 2 * self.config.session_timeout:
+                # nobody else is left to be elected: step down and stand for leader
+                log.info("cluster %s: no leader; co-leader %s stands for election",
+                         self.address, self.member_id)
+                return True
+            return False
 
-    def _write_leader(self, epoch: int) -> None:
-        zk = self._zk
-        assert zk is not None
-        node = f"{self.path}/leader"
-        data = json.dumps({"id": self.member_id, "url": self.url, "epoch": epoch}).encode()
-        with translated("writing the leader node"):
-            deadline = time.monotonic() + self.config.session_timeout * 2
-            while True:
-                try:
-                    zk.create(node, data, ephemeral=True)
-                    return
-                except NodeExistsError:
-                    # the old leader's node lives until its session ends
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.2)
+        return ended
 
     # -- fencing and trimming (the fetcher's thread) ------------------------------------
 
     def _may_publish(self) -> bool:
         """Whether this member still leads: its session is connected and the ``epoch``
         node, read in that session, holds its epoch. While the connection is down but
-        the session may live (SUSPENDED), it waits: nothing is published that
-        ZooKeeper has not confirmed."""
-        zk = self._zk
-        while zk is not None and self.epoch != 0 and not self._stop.is_set():
-            if zk.state == KazooState.SUSPENDED:
-                time.sleep(0.05)
-                continue
-            if zk.state != KazooState.CONNECTED or self._lost.is_set():
-                return False
-            try:
-                data, _ = zk.get(f"{self.path}/epoch")
-            except SessionExpiredError:
-                return False
-            except (ConnectionLoss, OperationTimeoutError, KazooTimeoutError):
-                time.sleep(0.05)  # the connection dropped under the read: ask again
-                continue
-            return int(data or b"0") == self.epoch
-        return False
+        the session may live, it waits: nothing is published that ZooKeeper has not
+        confirmed."""
+        nodes, epoch = self._nodes, self.epoch
+        return nodes is not None and epoch != 0 and nodes.holds_epoch(
+            epoch, still=lambda: self.epoch == epoch and self._capturing())
+
+    def _may_colead(self) -> bool:
+        """A co-leader's fencing: its session is connected and its lease node, read in
+        that session, still exists (it went with an expired session)."""
+        nodes, lease = self._nodes, self._lease
+        return nodes is not None and lease is not None and nodes.holds_lease(
+            lease, still=lambda: self.role == "coleader" and self._capturing())
+
+    def _capturing(self) -> bool:
+        return not self._stop.is_set() and not self._lost.is_set()
 
     def _ack_limit(self) -> int:
-        zk = self._zk
-        if zk is None:
+        nodes = self._nodes
+        if nodes is None:
             raise CoordinatorUnavailableError("no ZooKeeper session")
-        members = ClusterView(zk, self.address).members()
+        members = nodes.members()
         scns = [int(m.get("max_scn", -1)) for m in members if m.get("id") != self.member_id]
         return min(scns, default=self.relay.buffer.max_scn)

@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from databus.coord.zk import ZkAddress
+from databus.coord import ZkAddress
 from databus.core.access import RelayCredentials
 from databus.core.config import FrozenModel, load_file, validate
 from databus.core.errors import ConfigError

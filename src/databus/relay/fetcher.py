@@ -177,7 +177,8 @@ class Fetcher:
                 log.error("capture stopped: %s", exc)
                 self._set(state="failed", last_error=f"{exc.code}: {exc}")
                 break
-            except Exception as exc:  # a bug must not kill the relay silently
+            # broad: the capture thread's top; a bug must not kill the relay silently
+            except Exception as exc:
                 self._metrics.source_errors.labels(kind="bug").inc()
                 log.exception("capture stopped by an unexpected error")
                 self._set(state="failed", last_error=f"{type(exc).__name__}: {exc}")

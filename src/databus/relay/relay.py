@@ -42,10 +42,11 @@ from databus.buffer import EventBuffer
 from databus.buffer.persist import HEADER_SIZE
 from databus.core.errors import BufferCorruptError, DatabusError
 from databus.relay.app import build_app as relay_app
-from databus.relay.cluster import ClusterMember, idle_source, is_idle
+from databus.relay.cluster import ClusterMember
 from databus.relay.config import RelayConfig
 from databus.relay.fetcher import Fetcher, RelayState
 from databus.relay.identity import Claim, check_legacy_state, resolve
+from databus.relay.member import idle_source, is_idle
 from databus.relay.metrics import RelayMetrics
 from databus.serving.service import HttpService
 from databus.sources import open_source

@@ -38,8 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from databus.buffer import EventBuffer
-from databus.buffer.ring import PinnedRead, ReadResult
+from databus.buffer import EventBuffer, PinnedRead, ReadResult
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint, ConsumptionMode
 from databus.core.envelope import dumps, envelope
@@ -377,7 +376,7 @@ class StreamEndpoint:
             response = await self._serve(query)
         except DatabusError as exc:
             self._send_error(reply, exc)
-        except Exception as exc:
+        except Exception as exc:  # broad: a spawned task's top; any error answers 500
             self.count(500)
             reply.fail(exc)
         else:
@@ -440,7 +439,7 @@ class StreamEndpoint:
             self._drop(poll)
             self._send_error(reply, exc)
             return
-        except Exception as exc:
+        except Exception as exc:  # broad: one poll's answer; any error answers it 500
             self._drop(poll)
             self.count(500)
             reply.fail(exc)

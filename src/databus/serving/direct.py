@@ -342,6 +342,8 @@ class DirectH11(H11Protocol):
         gate = self.gate_()
         try:
             who = gate.admit_now(scope)
+        # broad: a request's top on the event loop; every error is answered (a refusal,
+        # else 500), none reaches the loop
         except Exception as exc:
             self._answer_refusal(reply, gate, exc)
             return
@@ -353,7 +355,7 @@ class DirectH11(H11Protocol):
     def _answer_refusal(self, reply: DirectReply, gate: Gate, exc: Exception) -> None:
         try:
             response = gate.refusal(exc)
-        except Exception as unexpected:  # not a refusal: the server's error
+        except Exception as unexpected:  # broad: not a refusal, so the server's error: 500
             reply.fail(unexpected)
             return
         reply.send_response(response)
@@ -363,7 +365,7 @@ class DirectH11(H11Protocol):
         gate = self.gate_()
         try:
             who = await gate.admit(scope)
-        except Exception as exc:
+        except Exception as exc:  # broad: a request's top, as in _start
             self._answer_refusal(reply, gate, exc)
             return
         self._run(handler, scope, reply, who)
@@ -377,7 +379,7 @@ class DirectH11(H11Protocol):
         request._query_params = query_params(scope["query_string"])
         try:
             handler(request, reply)
-        except Exception as exc:
+        except Exception as exc:  # broad: a request's top: a handler's error answers 500
             reply.fail(exc)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -441,7 +443,7 @@ class DirectH11(H11Protocol):
         for done in held:
             try:
                 done()
-            except Exception:
+            except Exception:  # broad: one callback's failure must not skip the others
                 log.exception("%s: a callback after an answer was sent failed",
                               self.server_name)
 

@@ -232,7 +232,7 @@ class HttpService(ABC):
     def _run_in_thread(self) -> None:
         try:
             self.run()
-        except Exception:
+        except Exception:  # broad: the server thread's top; a failed start is start()'s to raise
             if self._listening:
                 raise  # failed while serving: reported like any thread's error
             # failed to start: start() raises it in the caller's thread

@@ -3,7 +3,7 @@
 Needs the ``spark`` extra (pyspark, pyarrow, pandas) and Java 17. See
 docs/spark.md.
 
-The names below are imported on first use (PEP 562): Spark starts fresh
+Its names are handed on lazily (:mod:`databus.core.lazy`): Spark starts fresh
 Python processes for a streaming query (the driver-side source runner, the
 executors' readers), and each one only needs :mod:`databus.spark.source`; the
 package import therefore must not pull in the snapshot reader's SQLAlchemy
@@ -12,8 +12,9 @@ stores or apply_changes (about half a second per process).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from databus.core.lazy import lazy_names
 
 if TYPE_CHECKING:
     from databus.spark.apply import apply_changes, read_table
@@ -28,23 +29,16 @@ if TYPE_CHECKING:
     from databus.spark.snapshot import SnapshotDataSource, register_snapshot, snapshot_scn
     from databus.spark.source import DatabusDataSource, changes, register
 
-_WHERE = {
-    "apply_changes": "apply", "read_table": "apply", "errors": "jvm",
-    "EvolvingQuery": "lakehouse", "initial_load": "lakehouse", "read_lakehouse": "lakehouse", "table_versions": "lakehouse",
-    "session": "session",
-    "SnapshotDataSource": "snapshot", "register_snapshot": "snapshot", "snapshot_scn": "snapshot",
-    "DatabusDataSource": "source", "changes": "source", "register": "source",
-}
-
 __all__ = ["DatabusDataSource", "EvolvingQuery", "SnapshotDataSource", "apply_changes", "changes",
            "errors", "initial_load", "read_lakehouse", "read_table", "register", "register_snapshot", "session",
            "snapshot_scn", "table_versions"]
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'databus.spark' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"databus.spark.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, {
+    "databus.spark.apply": ["apply_changes", "read_table"],
+    "databus.spark.jvm": ["errors"],
+    "databus.spark.lakehouse": ["EvolvingQuery", "initial_load", "read_lakehouse",
+                                "table_versions"],
+    "databus.spark.session": ["session"],
+    "databus.spark.snapshot": ["SnapshotDataSource", "register_snapshot", "snapshot_scn"],
+    "databus.spark.source": ["DatabusDataSource", "changes", "register"],
+})

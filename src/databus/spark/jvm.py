@@ -125,10 +125,12 @@ def active(spark: SparkSession) -> bool:
     """Whether ``format("databus")`` is the JVM reader in ``spark`` (its jar is loaded)."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
+    from py4j.protocol import Py4JError  # type: ignore[import-untyped]
+
     try:
         loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
         jvm.java.lang.Class.forName(PROVIDER, False, loader)
-    except Exception:  # py4j raises its own error type for a ClassNotFoundException
+    except Py4JError:  # a ClassNotFoundException comes as py4j's Py4JJavaError
         return False
     return True
 
@@ -174,7 +176,9 @@ def translate(exc: BaseException) -> DatabusError | None:
                 return error_from_code(str(origin.code()), str(origin.getMessage()))
             texts.append(str(origin.getMessage()))
             origin = origin.getCause()
-        except Exception:  # not a py4j object after all
+        # broad: translating an error must never raise one over it; a cause that cannot
+        # be read (not a py4j object after all, the JVM gone) ends the walk
+        except Exception:
             break
         seen += 1
     for text in texts:
@@ -229,7 +233,7 @@ def errors() -> Iterator[None]:
         yield
     except DatabusError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # broad: Spark's boundary; what is not ours is raised unchanged
         err = translate(exc)
         if err is None:
             raise

@@ -453,6 +453,8 @@ class EvolvingQuery:
             try:
                 self.query.awaitTermination()
                 return  # ended (availableNow done, or stopped)
+            # broad: the watcher thread's top; whatever ended the query is kept for
+            # the caller, who gets it raised
             except Exception as exc:
                 if "restart the query" not in str(exc) or self.restarts >= self.max_restarts:
                     self._error = exc

@@ -313,7 +313,7 @@ def prefetched(make: Callable[[threading.Event], Iterator[T]], depth: int) -> It
                 if not offer(0, item):
                     return
             offer(1, None)
-        except BaseException as exc:  # handed to the consumer, raised there
+        except BaseException as exc:  # broad: the prefetch thread's top; raised by the consumer
             offer(2, exc)
         finally:
             close = getattr(gen, "close", None)

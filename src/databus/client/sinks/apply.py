@@ -26,7 +26,7 @@ commit order, each with the :class:`TableWriter` of its table version):
   (:mod:`databus.client.sinks.sqltypes`) and bound with SQLAlchemy's bind processing for
   the dialect: the stored values are those a SQLAlchemy ``insert`` would store.
 * **Errors** are SQLAlchemy's (a driver error from ``COPY`` is wrapped as SQLAlchemy
-  wraps the others); the caller translates them (:mod:`databus.client._sql`). An event
+  wraps the others); the caller translates them (:mod:`databus.client.sql`). An event
   without the row its operation needs is a :class:`~databus.core.errors.SchemaError`.
 
 A :class:`TableWriter` is immutable once built and may be used by any thread; statement

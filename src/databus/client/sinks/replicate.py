@@ -69,13 +69,13 @@ from itertools import repeat
 
 import sqlalchemy as sa
 
-from databus.client._sql import make_engine, redacted, translate_db_errors
 from databus.client.checkpoints import CheckpointStore, SqlCheckpointStore
 from databus.client.config import BatchConfig
 from databus.client.consumer import Consumer, ConsumerResult, DataBatch, Result
 from databus.client.sinks.apply import Change, TableWriter, apply_changes
 from databus.client.sinks.batches import Batch, BatchPipeline
 from databus.client.sinks.sqltypes import Converter, column_type
+from databus.client.sql import make_engine, redacted, translate_db_errors
 from databus.core.checkpoint import Checkpoint
 from databus.core.errors import ConsumerCallbackError, DatabusError, SchemaError, TransientError
 from databus.core.event import ATTR_OPCODE_MASK, Event, Op

@@ -16,35 +16,12 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import NamedTuple
 
 from databus.core.errors import CorruptEventError
-
-HEADER = struct.Struct("<IBIIIH")
-assert HEADER.size == 19
-
-
-class EventType(IntEnum):
-    QUERY = 2
-    STOP = 3
-    ROTATE = 4
-    FORMAT_DESCRIPTION = 15
-    XID = 16
-    TABLE_MAP = 19
-    WRITE_ROWS_V1 = 23
-    UPDATE_ROWS_V1 = 24
-    DELETE_ROWS_V1 = 25
-    HEARTBEAT = 27
-    WRITE_ROWS = 30
-    UPDATE_ROWS = 31
-    DELETE_ROWS = 32
-    MYSQL_GTID = 33
-    MARIADB_ANNOTATE_ROWS = 160
-    MARIADB_BINLOG_CHECKPOINT = 161
-    MARIADB_GTID = 162
-    MARIADB_GTID_LIST = 163
-
+from databus.core.mysqlwire import EVENT_HEADER as HEADER
+from databus.core.mysqlwire import LOG_EVENT_IGNORABLE_F as LOG_EVENT_IGNORABLE_F
+from databus.core.mysqlwire import EventType as EventType
 
 # events that carry nothing this source needs: read and passed over by name; any other
 # type stops capture (UnsupportedEventError) unless its header flags say it is ignorable
@@ -62,7 +39,6 @@ PASSED_OVER = frozenset({
     161,  # BINLOG_CHECKPOINT (MariaDB)
     163,  # GTID_LIST (MariaDB): the GTID state at the file's start
 })
-LOG_EVENT_IGNORABLE_F = 0x80  # header flag: a reader that does not know it may skip it
 _NAMES = {26: "INCIDENT", 39: "PARTIAL_UPDATE_ROWS (binlog_row_value_options=PARTIAL_JSON)",
           40: "TRANSACTION_PAYLOAD (binlog_transaction_compression=ON)",
           164: "START_ENCRYPTION (encrypt_binlog=ON)"}
