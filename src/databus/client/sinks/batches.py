@@ -199,7 +199,7 @@ class BatchPipeline:
                 self._commit(batch)
             except DatabusError as exc:
                 error = exc
-            except Exception as exc:  # a bug must not end the thread unseen
+            except Exception as exc:  # broad: a bug must not end the writer unseen
                 log.exception("committing %s failed", batch.describe())
                 error = exc
             self.writer_cpu += time.thread_time() - cpu
