@@ -44,6 +44,7 @@ The last line is machine-readable (``RESULT {...}``).
 from __future__ import annotations
 
 import argparse
+import cProfile
 import hashlib
 import json
 import os
@@ -381,9 +382,15 @@ class Bench:
             assert self.postgres.proc is not None
             pg = family(self.postgres.proc.pid)
             pg0, relay0, me0 = cpu_seconds(pg), cpu_seconds([relay.proc.pid]), time.process_time()
+            profiler = cProfile.Profile() if self.args.profile else None
             t0 = time.monotonic()
+            if profiler is not None:
+                profiler.enable()
             replicate(cfg, url, max_windows=windows)
             elapsed = time.monotonic() - t0
+            if profiler is not None:
+                profiler.disable()
+                profiler.dump_stats(str(Path(self.args.profile) / "replicate-full.prof"))
             out.update({"seconds": round(elapsed, 2),
                         "rate": round(events / elapsed),
                         "cpu_s": {"replicate": round(time.process_time() - me0, 1),
@@ -495,7 +502,8 @@ def main() -> None:
     p.add_argument("--batch-rows", type=int, default=0)
     p.add_argument("--batch-linger", type=float, default=None)
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    p.add_argument("--profile", help="directory: replicate processes run under cProfile")
+    p.add_argument("--profile", help="directory: replicate processes (and the full-buffer apply) run under"
+                   " cProfile")
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="databus-sysbench-"))
     started = time.strftime("%Y-%m-%d %H:%M")

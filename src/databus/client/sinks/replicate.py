@@ -34,9 +34,10 @@ Contract:
 * The sink is also the client's :class:`CheckpointStore`: it loads its
   position from the target when the client starts, and its ``save`` commits
   the open batch and waits for it (the position was committed with the
-  windows). The sink asks for a save (``CHECKPOINT``) about once a second
-  while batches are committed, so the client's own position, from which it
-  replays after a failure, stays close behind the target's. A client should
+  windows). The sink asks for a save (``CHECKPOINT``) every ``SAVE_EVERY``
+  (5) seconds while batches are committed, so the client's own position, from
+  which it replays after a failure, stays close behind the target's (a save
+  drains the pipeline: more often costs throughput). A client should
   save only then (``ReplicateConfig.client_config()``): saving every window
   commits every window on its own.
 * A target that cannot be reached raises
@@ -53,9 +54,10 @@ of a bootstrap batch are applied in ONE target transaction together with the
 bootstrap checkpoint, when the client saves it (:meth:`save`), so a crash
 during a bootstrap resumes exactly after the last batch applied.
 
-Table creation and ALTERs run in their own transaction, after every window
-before them is committed (MariaDB commits DDL implicitly, so it never shares
-one), and only for a window not yet applied (checked against the target's
+Table creation and ALTERs run in their own transaction (MariaDB commits DDL
+implicitly, so it never shares one); an ALTER, and on SQLite any of them, after
+every window before is committed (a table no batch in flight writes is created
+at once); and only for a window not yet applied (checked against the target's
 checkpoint), so a replayed old window never takes the table back to an old
 shape.
 """
@@ -83,8 +85,10 @@ from databus.core.schema import INTERNAL_PREFIX, TableSchema
 
 log = logging.getLogger("databus.client.replicate")
 
-SAVE_EVERY = 1.0
-"""Seconds between the client saves the sink asks for while batches are committed."""
+SAVE_EVERY = 5.0
+"""Seconds between the client saves the sink asks for while batches are committed: a
+save waits until every batch is committed (the pipeline drains), and bounds what the
+client fetches again after a failure (windows the target holds, skipped)."""
 _READ = int(Op.READ)
 
 
@@ -212,10 +216,15 @@ class ReplicateSink(Consumer, CheckpointStore):
     def on_end_data_event_sequence(self, scn: int) -> Result:
         window, self._window = self._window, []
         if self._unready:
-            # tables to create or alter: after every window before is committed, and
-            # only for a window the target does not hold yet
+            # tables to create or alter, only for a window the target does not hold yet;
+            # a table that batches in flight write is altered after they are committed
+            # (one table new to this run is not: its creation need not wait; on SQLite
+            # every change waits, the database has one writer at a time)
             self._unready = False
-            self._pipe.flush()
+            if self.dialect == "sqlite" or any(
+                    self.table_name(schema.name) in self._shape
+                    for writer, schema, _ in window if writer is None):
+                self._pipe.flush()
             if self._applied(scn):
                 self.windows_skipped += 1
                 log.info("window %d already applied; skipped", scn)
