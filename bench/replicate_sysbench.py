@@ -281,7 +281,7 @@ class Bench:
         with KafkaBroker() as broker:
             kafka = {"bootstrap.servers": broker.bootstrap_servers,
                      "log_level": "0"}  # the broker stops at the end: no log lines
-            admin = AdminClient(dict(kafka))
+            admins = [AdminClient(dict(kafka))]  # dropped before the broker stops
             proc = spawn([*DATABUS, "publish", "--relay", relay.url, "--bootstrap-servers",
                           broker.bootstrap_servers, "--topic-prefix", "sb", "--name", "sb"],
                          self.tmp / "publish.log")
@@ -289,7 +289,7 @@ class Bench:
 
             def position() -> int:
                 if time.monotonic() - last[1] > 0.5:  # a consumer per read: twice a second
-                    cp = read_position(kafka, admin, "databus-publish-offsets", "sb")
+                    cp = read_position(kafka, admins[0], "databus-publish-offsets", "sb")
                     last[:] = [cp.window_scn if cp is not None else -1, time.monotonic()]
                 return int(last[0])
             broker_pid = broker.proc.pid if broker.proc is not None else None
@@ -299,6 +299,7 @@ class Bench:
                                         "kafka": [broker_pid] if broker_pid else []})
             finally:
                 stop(proc)
+                admins.clear()  # no "connection refused" lines once the broker stops
 
     @contextmanager
     def bootstrap(self, relay: Relay) -> Iterator[Consumer]:
