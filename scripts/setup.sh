@@ -37,6 +37,10 @@ if [ "${DATABUS_SETUP_SERVERS:-0}" = "1" ] && command -v dpkg >/dev/null; then
   # real database servers for the integration tests (started privately by fixtures)
   apt_install sqlite3 mariadb-server postgresql
 fi
+if [ "${DATABUS_SETUP_BENCH:-0}" = "1" ] && command -v dpkg >/dev/null; then
+  # what only the benchmarks run: sysbench's oltp_write_only (bench/replicate_sysbench.py)
+  apt_install sysbench
+fi
 
 if ! command -v java >/dev/null && command -v dpkg >/dev/null; then
   # the Spark tests (tests/spark, the `spark` extra) run PySpark, which needs Java 17

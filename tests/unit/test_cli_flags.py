@@ -24,7 +24,7 @@ from databus.cli.consume import PUBLISH_FLAGS, REPLICATE_FLAGS, TAIL_FLAGS
 from databus.cli.flags import Flags, settings
 from databus.cli.relay import RELAY_FLAGS, SIGNAL_FLAGS, relay_config
 from databus.cli.services import BINLOG_FLAGS, binlog_config
-from databus.client.config import ClientConfig
+from databus.client.config import ClientConfig, ReplicateConfig
 from databus.client.runners import REPLICATE_DEFAULTS, TAIL_DEFAULTS
 from databus.core.access import RelayAccess
 from databus.core.config import merged
@@ -110,7 +110,7 @@ def _field(model: type[BaseModel], path: str) -> bool:
 
 @pytest.mark.parametrize(("table", "model"), [
     (RELAY_FLAGS, RelayConfig), (BINLOG_FLAGS, BinlogServiceConfig),
-    (TAIL_FLAGS, ClientConfig), (REPLICATE_FLAGS, ClientConfig),
+    (TAIL_FLAGS, ClientConfig), (REPLICATE_FLAGS, ReplicateConfig),
     (PUBLISH_FLAGS, PublishConfig), (SIGNAL_FLAGS, RelayAccess),
 ])
 def test_every_table_entry_names_a_field_of_its_model(table: Flags,
@@ -158,6 +158,7 @@ VALUES: dict[str, tuple[Any, Any]] = {
     "bigint_unsigned_handling_mode": ("precise", "precise"), "batch_windows": (7, 7),
     "batch_linger": (0.5, 0.5), "topic_partitions": (3, 3), "replication_factor": (2, 2),
     "create_topics": (False, False), "kafka_config": ({"linger.ms": "5"}, {"linger.ms": "5"}),
+    "batch_rows": (500, 500), "batch_bytes": (1 << 20, 1 << 20),
 }
 # --source: a URL of the same kind as the file's source (another kind is its own case)
 SOURCE_OF = {"sqlite": "sqlite:///other.db", "mysql": "mysql://u@other:3306",
@@ -246,7 +247,7 @@ RELAY = {"relay": {"url": "http://r:1"}}
 
 @pytest.mark.parametrize(("table", "build"), [
     (TAIL_FLAGS, lambda s: ClientConfig(**merged({**TAIL_DEFAULTS, **RELAY}, s))),
-    (REPLICATE_FLAGS, lambda s: ClientConfig(**merged({**REPLICATE_DEFAULTS, **RELAY}, s))),
+    (REPLICATE_FLAGS, lambda s: ReplicateConfig(**merged({**REPLICATE_DEFAULTS, **RELAY}, s))),
     (PUBLISH_FLAGS, lambda s: PublishConfig(**merged(
         {**RELAY, "bootstrap_servers": "k:1", "topic_prefix": "p"}, s))),
     (SIGNAL_FLAGS, lambda s: RelayAccess.model_validate({"url": "http://r:1", **s})),

@@ -36,6 +36,7 @@ Contract:
 from __future__ import annotations
 
 import logging
+import mmap
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -95,7 +96,9 @@ class EventBuffer:
         # where continuity is known to begin when prev_scn is -1 (declare_origin)
         self._origin: int | None = start_scn if start_scn >= 0 else None
         if path is None:
-            self._r = Region(bytearray(capacity), index_block, prev_scn=start_scn)
+            # anonymous memory: pages are taken as the buffer fills, not all at start
+            self._r = Region(memoryview(mmap.mmap(-1, capacity)), index_block,
+                             prev_scn=start_scn)
         else:
             self._file = BufferFile.open(path, capacity, start_scn)
             st = self._file.state

@@ -39,7 +39,10 @@ CLIENT_FLAGS = {**RELAY_ACCESS_FLAGS, "sources": "sources", "partitions": "parti
 """Options every consumer command takes -> :class:`databus.client.ClientConfig` fields."""
 
 TAIL_FLAGS = {**CLIENT_FLAGS, "from_start": "from_start", "checkpoint": "checkpoint_path"}
-REPLICATE_FLAGS = {**CLIENT_FLAGS, "bootstrap_batch": "bootstrap_batch_size"}
+REPLICATE_FLAGS = {**CLIENT_FLAGS, "bootstrap_batch": "bootstrap_batch_size",
+                   "batch_rows": "batch.rows", "batch_bytes": "batch.bytes",
+                   "batch_linger": "batch.linger"}
+"""``databus replicate``'s options -> :class:`databus.client.config.ReplicateConfig` fields."""
 
 
 @app.command()
@@ -91,6 +94,14 @@ def replicate(
         "the relay no longer holds catches up from it")] = None,
     bootstrap_batch: Annotated[int | None, typer.Option(
         help="snapshot rows / catch-up events per bootstrap request")] = None,
+    batch_rows: Annotated[int | None, typer.Option(
+        help="row changes per target transaction at most (whole windows; 1: a transaction"
+        " per window; default 10000)")] = None,
+    batch_bytes: Annotated[int | None, typer.Option(
+        help="bytes of row images per target transaction at most (default 16 MiB)")] = None,
+    batch_linger: Annotated[float | None, typer.Option(
+        help="seconds a batch waits for more windows before it is committed (default"
+        " 0.1)")] = None,
     target_password_file: Annotated[Path | None, typer.Option(
         help="file whose first line is the target's password (keeps it out of the URL"
         " and the process list); DATABUS_TARGET_PASSWORD works too")] = None,
@@ -112,14 +123,14 @@ def replicate(
 ) -> None:
     """Apply the change stream to same-named tables of a target database.
 
-    Each window is applied in one target transaction together with the
-    checkpoint (table databus_checkpoint), so a crash never applies a window
-    twice or half.
+    Whole windows are applied in batches, each in one target transaction together
+    with the checkpoint of its last window (table databus_checkpoint), so a crash
+    never applies a window twice or half.
     """
     values = {**locals(), "sources": csv(sources)}
     redactor = setup_logging(verbose, Redactor([url_password(target)]))
     try:
-        from databus.client.config import ClientConfig  # imported when run
+        from databus.client.config import ReplicateConfig  # imported when run
         from databus.client.runners import REPLICATE_DEFAULTS
         from databus.client.runners import replicate as run_replicate
 
@@ -127,7 +138,7 @@ def replicate(
         redactor.add(url_password(target))
         if group is None and (group_partitions is not None or member_id is not None):
             raise typer.BadParameter("--group-partitions and --member-id go with --group")
-        cfg = ClientConfig(**{**REPLICATE_DEFAULTS, **settings(values, REPLICATE_FLAGS)})
+        cfg = ReplicateConfig(**{**REPLICATE_DEFAULTS, **settings(values, REPLICATE_FLAGS)})
         if group is not None:
             from databus.client.runners import replicate_group
 

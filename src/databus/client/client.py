@@ -35,7 +35,10 @@ Delivery guarantees:
 * Checkpoint older than the relay's buffer -> with a ``bootstrap_url``: a
   bootstrap (:mod:`databus.client.bootstrap`), then the relay again after its
   target SCN; without one, ``on_error`` and
-  :class:`~databus.core.errors.ScnNotFoundError`.
+  :class:`~databus.core.errors.ScnNotFoundError` whose message names what would have
+  kept the consumer on the relay. Before that, a consumer whose position comes within
+  ``fall_off_warning`` seconds of source time of the relay's oldest window is warned
+  about in the log (:mod:`databus.client.falloff`).
 
 Starting position: the stored checkpoint (a bootstrap checkpoint resumes that
 bootstrap); with none stored, a bootstrap when ``bootstrap_url`` is set and
@@ -59,6 +62,7 @@ from databus.client.checkpoints import (
 from databus.client.config import ClientConfig
 from databus.client.consumer import Consumer
 from databus.client.dispatcher import Dispatcher, SchemaViews, call, distinct_schemas
+from databus.client.falloff import FallOffWatch, remedy
 from databus.client.relay import RelayConnection
 from databus.client.retry import Backoff, Stopped, retry_transient
 from databus.client.stats import ClientStats
@@ -270,9 +274,9 @@ class DatabusClient:
         raise ScnNotFoundError(
             f"checkpoint windowScn={position.window_scn} (windowOffset={position.window_offset}) "
             f"is older than the oldest window relay {self.config.relay.url} still holds "
-            f"({exc}); this consumer must be bootstrapped from a snapshot, or restarted from "
-            "a newer checkpoint (e.g. delete the stored checkpoint to start from the relay's "
-            "oldest window, accepting the gap)"
+            f"({exc}): this consumer fell off the relay's buffer. To go on without a gap, "
+            f"{remedy(False)}; or delete the stored checkpoint to start again from the "
+            "relay's oldest window, accepting the gap"
         ) from exc
 
     def _notify_error(self, exc: DatabusError) -> None:
@@ -314,6 +318,8 @@ class _Loop:
         self.consumer_backoff = client._backoff()
         self.failing_scn = -2
         self.failures = 0
+        self.watch = FallOffWatch(self.cfg.relay.url, self.cfg.fall_off_warning,
+                                  bootstrap=self.cfg.bootstrap_url is not None)
 
     # -- the position -------------------------------------------------------------
 
@@ -376,6 +382,7 @@ class _Loop:
             return None
         self.relay_failures = 0
         self.relay_backoff.reset()
+        self.watch.answer(resp.min_scn)
         if self.from_latest and position.is_flexible:
             self._pin_latest(resp.data, resp.max_scn)
         if not resp.data:
@@ -471,6 +478,10 @@ class _Loop:
             stats.events += out.events
             stats.last_scn = w.scn
             self.done += 1
+        if windows:  # the first (kept when a second after the last kept) and the last
+            first, last = windows[0], windows[-1]
+            self.watch.consumed(first.scn, first.timestamp_ns)
+            self.watch.consumed(last.scn, last.timestamp_ns)
         self._due_checkpoint()
 
     def _due_checkpoint(self) -> bool:

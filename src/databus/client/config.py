@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from databus.client.credentials import Credentials
 from databus.core.access import CLIENT_LEGACY_NAMES, RelayAccess, fold_relay_fields
-from databus.core.config import ConfigModel
+from databus.core.config import ConfigModel, FrozenModel
 from databus.core.filters import ServerFilter
 
 
@@ -78,6 +78,10 @@ class ClientConfig(ConfigModel):
         "(flexible checkpoint), False = only windows committed from now on",
     )
     verify_crc: bool = Field(True, description="check both CRCs of every received event")
+    fall_off_warning: float = Field(
+        60.0, ge=0, le=86_400, description="warn (a log line a minute) while this consumer"
+        " is fewer than this many seconds of source time ahead of the relay's oldest window:"
+        " a pause that long makes it fall off the buffer (databus.client.falloff). 0 = never")
     bootstrap_url: str | None = Field(
         None, description="bootstrap server used when the relay no longer holds the checkpoint "
         "(ScnNotFound); None = that is a terminal error")
@@ -141,3 +145,53 @@ class ClientConfig(ConfigModel):
             return self.filter
         n = int(self.partitions.split(":")[1])
         return ServerFilter.mod(src_ids, n, self.member, self.member + 1).to_json()
+
+
+class BatchConfig(FrozenModel):
+    """How the replicate sink gathers whole windows into one target transaction
+    (:mod:`databus.client.sinks.replicate`): a batch is committed when it holds ``rows``
+    row changes or ``bytes`` bytes of rows, or when it is ``linger`` seconds old, and
+    while one batch is written the next one is gathered."""
+
+    rows: int = Field(
+        10_000, ge=1, le=1_000_000, description="row changes per target transaction at"
+        " most (a window is never split: one larger than this is a transaction of its"
+        " own); 1 = a transaction per window")
+    bytes: int = Field(
+        16 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024,
+        description="bytes of row images per target transaction at most (what the"
+        " batches in memory cost: up to three of them at once)")
+    linger: float = Field(
+        0.1, ge=0, le=60, description="seconds a batch waits for more windows before it"
+        " is committed: the latency batching adds while the source is slow; under load"
+        " batches are committed as fast as the target takes them")
+
+
+NEVER = 1 << 62
+"""``checkpoint_every_windows`` of a client whose consumer says when to checkpoint."""
+
+
+class ReplicateConfig(ClientConfig):
+    """``databus replicate``'s settings: the client's, and how the sink batches windows
+    (``batch``). :meth:`client_config` is what its :class:`DatabusClient` gets."""
+
+    batch: BatchConfig = Field(default_factory=BatchConfig,
+                               description="windows per target transaction")
+
+    @model_validator(mode="after")
+    def _sink_keeps_the_position(self) -> ReplicateConfig:
+        given = {"checkpoint_every_windows", "checkpoint_path"} & self.model_fields_set
+        if given:
+            raise ValueError(
+                f"{', '.join(sorted(given))}: replicate keeps its position in the target,"
+                " committed with each batch of windows; size batches with batch.rows,"
+                " batch.bytes and batch.linger")
+        return self
+
+    def client_config(self) -> ClientConfig:
+        """The client's settings: the sink decides when a checkpoint is saved (each save
+        commits its open batch), so the client saves only when asked, when idle and
+        when it stops, not every ``checkpoint_every_windows`` windows."""
+        raw = self.model_dump(exclude={"batch"})
+        raw["checkpoint_every_windows"] = NEVER
+        return ClientConfig.model_validate(raw)

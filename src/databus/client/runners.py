@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 from databus.client.checkpoints import FileCheckpointStore, MemoryCheckpointStore
 from databus.client.client import DatabusClient
-from databus.client.config import ClientConfig
+from databus.client.config import ClientConfig, ReplicateConfig
 from databus.client.sinks import JsonLinesSink, ReplicateSink
 
 TAIL_DEFAULTS: dict[str, Any] = {"from_start": False, "poll_timeout": 5.0,
@@ -23,10 +23,13 @@ at the newest window, and, being interactive, gives up on an unreachable relay a
 few tries."""
 
 REPLICATE_DEFAULTS: dict[str, Any] = {"from_start": True, "poll_timeout": 2.0,
-                                      "max_retries": 100, "backoff_max": 30.0}
+                                      "max_retries": 100, "backoff_max": 30.0,
+                                      "linger": 0.02}
 """``databus replicate``'s: from the relay's oldest window; a target that stays
 unreachable is retried 100 times per window with backoff up to 30 s (about 35 minutes);
-short long polls let a stop request end the run within seconds."""
+short long polls let a stop request end the run within seconds; while windows stream in,
+a request waits 20 ms after an answer of several windows (fewer, larger answers: the
+batches it fills wait up to ``batch.linger`` anyway)."""
 
 
 def tail(config: ClientConfig, out: TextIO, *, max_windows: int | None = None,
@@ -53,18 +56,26 @@ def replicate(config: ClientConfig, target_url: str, *, name: str = "replicate",
     :mod:`databus.client.sinks.replicate`).
 
     The position is kept in the target's ``databus_checkpoint`` table (row
-    ``name``), committed with each window. With ``config.bootstrap_url`` a new replica
-    starts from the snapshot, and one the relay no longer holds catches up from
+    ``name``), committed with each batch of windows (``config.batch`` when ``config``
+    is a :class:`ReplicateConfig`, else its defaults). With ``config.bootstrap_url`` a new
+    replica starts from the snapshot, and one the relay no longer holds catches up from
     it. ``config.partitions``/``member``: one member of a static client cluster (its
     checkpoint row is ``replicate-modN-I``).
     """
-    if config.partitions is not None and name == "replicate":
+    cfg = _replicate_config(config)
+    if cfg.partitions is not None and name == "replicate":
         # each member of a static cluster keeps its own position in the target
-        name = f"replicate-{config.partitions.replace(':', '').lower()}-{config.member}"
-    with ReplicateSink(target_url, name=name) as sink:
-        client = DatabusClient(config, sink, sink.checkpoint_store)
+        name = f"replicate-{cfg.partitions.replace(':', '').lower()}-{cfg.member}"
+    with ReplicateSink(target_url, name=name, batch=cfg.batch) as sink:
+        client = DatabusClient(cfg.client_config(), sink, sink.checkpoint_store)
         client.run(stop=stop, max_windows=max_windows)
     return client
+
+
+def _replicate_config(config: ClientConfig) -> ReplicateConfig:
+    if isinstance(config, ReplicateConfig):
+        return config
+    return ReplicateConfig.model_validate(config.model_dump(exclude_unset=True))
 
 
 def replicate_group(config: ClientConfig, target_url: str, group: str, *,
@@ -78,16 +89,21 @@ def replicate_group(config: ClientConfig, target_url: str, group: str, *,
     from databus.client.sql import make_engine
 
     name = group.rstrip("/").rsplit("/", 1)[-1]
+    cfg = _replicate_config(config)
     engine = make_engine(target_url)
     sinks: dict[int, ReplicateSink] = {}
 
     def sink_for(owner: Ownership) -> ReplicateSink:
-        sinks[owner.partition] = ReplicateSink(engine, name=f"replicate-{name}-p{owner.partition}")
+        sinks[owner.partition] = ReplicateSink(
+            engine, name=f"replicate-{name}-p{owner.partition}", batch=cfg.batch)
         return sinks[owner.partition]
 
     try:
-        DynamicGroup(group, config, partitions=partitions, consumer_factory=sink_for,
+        DynamicGroup(group, cfg.client_config(), partitions=partitions,
+                     consumer_factory=sink_for,
                      store_factory=lambda p: sinks[p], member_id=member_id).run(
                          stop if stop is not None else threading.Event())
     finally:
+        for sink in sinks.values():
+            sink.close()
         engine.dispose()

@@ -91,7 +91,6 @@ class WindowAssembler:
                 if e.scn <= last_done:
                     raise RelayProtocolError(f"window {e.scn} arrived after window {last_done}")
                 out.append(DecodedWindow(e.scn, pending, e.timestamp_ns, offset))
-                position = position.window_done(e.scn)
                 last_done = e.scn
                 pending, pending_scn, offset = [], -1, 0
             elif e.is_control:
@@ -108,6 +107,10 @@ class WindowAssembler:
                     raise RelayProtocolError(
                         f"window {e.scn} started before window {pending_scn} ended")
                 pending.append(e)
+        if out:  # as window_done of each window in turn, with two copies per body
+            if len(out) > 1:
+                position = position.window_done(out[-2].scn)
+            position = position.window_done(out[-1].scn)
         if pending_scn != -1 and pending:
             position = position.within(pending_scn, offset + len(pending))
         self.position = position

@@ -8,7 +8,7 @@ default except the source. Example (``docs/relay.md`` has the full reference)::
       url: sqlite:///shop.db
       tables: [orders, customers]
     buffer:
-      capacity_bytes: 67108864
+      capacity_bytes: 1073741824
       path: /var/lib/databus/relay.buf
     http:
       port: 11115
@@ -37,7 +37,11 @@ _Model = FrozenModel
 class BufferConfig(_Model):
     """The event buffer."""
 
-    capacity_bytes: int = Field(64 * 1024 * 1024, ge=64 * 1024, description="bytes of events held")
+    capacity_bytes: int = Field(
+        1024 * 1024 * 1024, ge=64 * 1024, description="bytes of events held: minutes of a"
+        " busy source (about 400 bytes per row change of a small row; see docs/client.md,"
+        " Sizing the relay's buffer). Memory is taken as the buffer fills, a buffer file is"
+        " sparse; an existing buffer file keeps its own capacity unless this is given")
     path: Path | None = Field(
         None, description="file for a persistent (mmap) buffer recovered on restart; None = memory"
     )

@@ -39,6 +39,7 @@ from typing import Any
 from starlette.types import ASGIApp
 
 from databus.buffer import EventBuffer
+from databus.buffer.persist import HEADER_SIZE
 from databus.core.errors import BufferCorruptError, DatabusError
 from databus.relay.app import build_app as relay_app
 from databus.relay.cluster import ClusterMember
@@ -97,7 +98,7 @@ class Relay(HttpService):
                  self.state_path or "kept nowhere (memory buffer, no state_dir)",
                  f"; shared name {identity.shared}" if identity.shared != identity.name else "")
         self.continuity = self._continuity(start_scn)
-        self.metrics.capacity.set(config.buffer.capacity_bytes)
+        self.metrics.capacity.set(self.buffer.capacity)
         self.fetcher = self._fetcher(self.source)
         self.stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -169,8 +170,14 @@ class Relay(HttpService):
 
     def _open_buffer(self, start_scn: int) -> EventBuffer:
         cfg = self.config.buffer
+        capacity = cfg.capacity_bytes
+        if (cfg.path is not None and "capacity_bytes" not in cfg.model_fields_set
+                and cfg.path.is_file() and cfg.path.stat().st_size > HEADER_SIZE):
+            # a buffer file keeps the capacity it was made with unless one is given (one
+            # made before the default grew is adopted, not refused)
+            capacity = cfg.path.stat().st_size - HEADER_SIZE
         try:
-            buf = EventBuffer(cfg.capacity_bytes, path=cfg.path, index_block=cfg.index_block,
+            buf = EventBuffer(capacity, path=cfg.path, index_block=cfg.index_block,
                               start_scn=start_scn, recover=cfg.recover)
         except BufferCorruptError as exc:
             if not cfg.recover or cfg.path is None:
@@ -179,7 +186,7 @@ class Relay(HttpService):
             os.replace(cfg.path, aside)
             log.error("buffer file unusable (%s); buffer.recover is set: moved it to %s,"
                       " starting empty", exc, aside)
-            buf = EventBuffer(cfg.capacity_bytes, path=cfg.path, index_block=cfg.index_block,
+            buf = EventBuffer(capacity, path=cfg.path, index_block=cfg.index_block,
                               start_scn=start_scn)
         if buf.recovered_from_corruption:
             log.error("buffer recovery dropped corrupt data (buffer.recover is set): %s",

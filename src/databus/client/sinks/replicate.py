@@ -1,5 +1,5 @@
 """Replicate a stream into same-named tables of a SQL database (SQLite, PostgreSQL,
-MariaDB/MySQL), with an exactly-once effect.
+MariaDB/MySQL), with an exactly-once effect, many windows per target transaction.
 
 Contract:
 
@@ -16,21 +16,35 @@ Contract:
   from then on leave them NULL or unchanged). Key columns are never dropped.
   A column added at the source with a DEFAULT gets NULL in the rows written
   before (the binlog carries no row images for them).
-* insert / update / snapshot read -> upsert by primary key (the dialect's
-  ``INSERT .. ON CONFLICT`` / ``ON DUPLICATE KEY UPDATE``; delete + insert
-  elsewhere); an update whose before image has another key first deletes the
-  old row; delete -> delete by key; truncate -> delete every row.
-* Each whole window is applied in ONE target transaction that also writes the
-  checkpoint row (table ``databus_checkpoint``, row ``name``). A window whose
-  SCN is not after the checkpoint stored in the target is skipped. So a crash
-  at any point applies a window fully or not at all, and a replayed window
-  has no effect: exactly-once effect on the target.
+* insert / update / snapshot read -> upsert by primary key; an update whose
+  before image has another key first deletes the old row; delete -> delete by
+  key; truncate -> delete every row. How, per dialect, and the net effect of
+  a batch (a key's last image wins; a truncate cuts the batch):
+  :mod:`databus.client.sinks.apply`.
+* **Batches** (``batch``, :class:`~databus.client.config.BatchConfig`): whole
+  windows are gathered into one target transaction, committed with the
+  checkpoint of its last window (table ``databus_checkpoint``, row ``name``)
+  when it holds ``batch.rows`` row changes or ``batch.bytes`` bytes, or is
+  ``batch.linger`` seconds old; a writer thread commits one batch while the
+  next is gathered (:mod:`databus.client.sinks.batches`). Windows whose SCN
+  is not after the checkpoint stored in the target (read, locked, in the
+  batch's transaction) are left out. So a crash at any point applies a batch
+  fully or not at all, and a replayed window has no effect: exactly-once
+  effect on the target.
 * The sink is also the client's :class:`CheckpointStore`: it loads its
-  position from the target when the client starts, and its ``save`` has
-  nothing left to do (the position was committed with the window).
+  position from the target when the client starts, and its ``save`` commits
+  the open batch and waits for it (the position was committed with the
+  windows). The sink asks for a save (``CHECKPOINT``) every ``SAVE_EVERY``
+  (5) seconds while batches are committed, so the client's own position, from
+  which it replays after a failure, stays close behind the target's (a save
+  drains the pipeline: more often costs throughput). A client should
+  save only then (``ReplicateConfig.client_config()``): saving every window
+  commits every window on its own.
 * A target that cannot be reached raises
   :class:`~databus.core.errors.SinkUnavailableError` (transient): the client
-  rolls back and replays the window after a backoff.
+  rolls back and replays after a backoff. A batch that fails is applied
+  again window by window, so a window that keeps failing is named and
+  retried on its own.
 
 Bootstrap (:mod:`databus.client.bootstrap`): a snapshot bootstrap first
 empties the replicated tables (in the transaction of its first checkpoint:
@@ -40,45 +54,42 @@ of a bootstrap batch are applied in ONE target transaction together with the
 bootstrap checkpoint, when the client saves it (:meth:`save`), so a crash
 during a bootstrap resumes exactly after the last batch applied.
 
-Table creation and ALTERs run in their own transaction just before a window's
-data transaction (MariaDB commits DDL implicitly, so it never shares one), and
-only for a window not yet applied (checked against the target's checkpoint),
-so a replayed old window never takes the table back to an old shape.
+Table creation and ALTERs run in their own transaction (MariaDB commits DDL
+implicitly, so it never shares one); an ALTER, and on SQLite any of them, after
+every window before is committed (a table no batch in flight writes is created
+at once); and only for a window not yet applied (checked against the target's
+checkpoint), so a replayed old window never takes the table back to an old
+shape.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from itertools import repeat
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from databus.client.checkpoints import CheckpointStore, SqlCheckpointStore
-from databus.client.consumer import Consumer, DataEvent, Result
+from databus.client.config import BatchConfig
+from databus.client.consumer import Consumer, ConsumerResult, DataBatch, Result
+from databus.client.sinks.apply import Change, TableWriter, apply_changes
+from databus.client.sinks.batches import Batch, BatchPipeline
 from databus.client.sinks.sqltypes import Converter, column_type
 from databus.client.sql import make_engine, redacted, translate_db_errors
 from databus.core.checkpoint import Checkpoint
-from databus.core.errors import SchemaError
-from databus.core.event import Op
+from databus.core.errors import ConsumerCallbackError, DatabusError, SchemaError, TransientError
+from databus.core.event import ATTR_OPCODE_MASK, Event, Op
 from databus.core.schema import INTERNAL_PREFIX, TableSchema
 
 log = logging.getLogger("databus.client.replicate")
 
-_UPSERT, _DELETE, _TRUNCATE = "upsert", "delete", "truncate"
-
-
-@dataclass(frozen=True)
-class _Target:
-    """How rows of one schema version land in one target table."""
-
-    table: sa.Table
-    key: tuple[str, ...]
-    columns: tuple[tuple[str, Converter | None], ...]
-    upsert: Any  # an executable INSERT .. ON CONFLICT, or None (delete + insert)
-    delete: Any
+SAVE_EVERY = 5.0
+"""Seconds between the client saves the sink asks for while batches are committed: a
+save waits until every batch is committed (the pipeline drains), and bounds what the
+client fetches again after a failure (windows the target holds, skipped)."""
+_READ = int(Op.READ)
 
 
 class ReplicateSink(Consumer, CheckpointStore):
@@ -87,12 +98,15 @@ class ReplicateSink(Consumer, CheckpointStore):
     ``target``: a SQLAlchemy URL (an engine is made and disposed by
     :meth:`close`) or an Engine. ``sources``: the sources to replicate, by
     ``db.table`` or table name; None = every source received. ``name``: the
-    checkpoint row, so several sinks can share a target.
+    checkpoint row, so several sinks can share a target. ``batch``: windows per
+    target transaction (default :class:`~databus.client.config.BatchConfig`).
+    Building one does no I/O.
     """
 
     def __init__(self, target: str | sa.Engine, sources: Iterable[str] | None = None, *,
                  name: str = "replicate", checkpoint_table: str = "databus_checkpoint",
-                 table_map: dict[str, str] | None = None, drop_columns: bool = True) -> None:
+                 table_map: dict[str, str] | None = None, drop_columns: bool = True,
+                 batch: BatchConfig | None = None) -> None:
         self._owned = isinstance(target, str)
         self.engine = make_engine(target) if isinstance(target, str) else target
         self.dialect = self.engine.dialect.name
@@ -100,14 +114,26 @@ class ReplicateSink(Consumer, CheckpointStore):
         self.table_map = dict(table_map or {})
         self.store = SqlCheckpointStore(self.engine, name, checkpoint_table)
         self.drop_columns = drop_columns
-        self._targets: dict[bytes, _Target] = {}
+        self.batch = batch if batch is not None else BatchConfig()
+        self._pipe = BatchPipeline(self._commit, self.batch, name)
+        self._writers: dict[bytes, TableWriter] = {}
         self._shape: dict[str, bytes] = {}  # target table -> schema id it was last altered to
-        self._events: list[DataEvent] = []
-        self._ops: list[tuple[DataEvent, _Target]] = []
+        # the window's runs: (writer when its table has that shape, schema, events)
+        self._window: list[tuple[TableWriter | None, TableSchema, list[Event]]] = []
+        self._ready: dict[bytes, TableWriter] = {}  # schema id -> writer, table in shape
+        self._unwanted: set[bytes] = set()  # schema ids of sources not replicated
+        self._unready = False  # a run of the window has no ready writer
+        self._saved_at = (time.monotonic(), 0)  # last save: when, batches committed then
         self.windows_applied = 0
         self.windows_skipped = 0
         self._bootstrapping = False
-        self._reset: list[_Target] = []  # tables emptied with the next bootstrap save
+        self._boot: list[Change] = []  # the bootstrap batch being gathered
+        self._reset: list[TableWriter] = []  # tables emptied with the next bootstrap save
+
+    @property
+    def batches_committed(self) -> int:
+        """Target transactions of online windows committed so far."""
+        return self._pipe.committed
 
     # -- CheckpointStore ---------------------------------------------------------
 
@@ -121,26 +147,42 @@ class ReplicateSink(Consumer, CheckpointStore):
         return self.store.load()
 
     def save(self, checkpoint: Checkpoint) -> None:
-        """Online: nothing to do, the checkpoint was committed with its window.
-        During a bootstrap: apply the batch's events and the checkpoint in one
-        transaction."""
-        if not self._bootstrapping:
+        """Online: commit the open batch (every window up to ``checkpoint``) and wait
+        for it. During a bootstrap: apply the bootstrap batch's events and the
+        checkpoint in one transaction. A failure makes the client replay."""
+        if self._bootstrapping:
+            self._save_bootstrap(checkpoint)
             return
-        try:  # the batch's operations were gathered by on_bootstrap_event
+        self._flush()
+
+    def _flush(self) -> None:
+        try:
+            self._pipe.flush()
+        except (TransientError, ConsumerCallbackError):
+            raise
+        except DatabusError as exc:  # replayed like a failing window, not the end
+            raise ConsumerCallbackError(str(exc)) from exc
+        self._saved_at = (time.monotonic(), self._pipe.committed)
+
+    def _save_bootstrap(self, checkpoint: Checkpoint) -> None:
+        try:  # the batch's operations were gathered by on_bootstrap_events
             with (translate_db_errors("applying a bootstrap batch", self.engine),
                   self.engine.connect() as conn, conn.begin()):
                 self.store.load_in(conn, for_update=True)
-                for target in self._reset:
-                    conn.execute(sa.delete(target.table))
-                self._apply(conn)
+                for writer in self._reset:
+                    writer.truncate(conn)
+                apply_changes(conn, self._boot)
                 self.store.save_in(conn, checkpoint)
         finally:
-            self._clear()
+            self._boot = []
         self._reset = []
 
     def close(self) -> None:
-        """Dispose the engine if the sink created it. Idempotent."""
-        self._clear()
+        """Stop the writer (windows not committed are dropped: they come again) and
+        dispose the engine if the sink created it. Idempotent."""
+        self._pipe.close()
+        self._window.clear()
+        self._boot = []
         if self._owned:
             self.engine.dispose()
 
@@ -158,24 +200,54 @@ class ReplicateSink(Consumer, CheckpointStore):
         return (self.sources is None or source in self.sources
                 or source.partition(".")[2] in self.sources)
 
-    def _clear(self) -> None:
-        self._events.clear()
-        self._ops.clear()
-
-    def on_start_data_event_sequence(self, scn: int) -> Result:
-        self._clear()
-        return None
-
-    def on_data_event(self, event: DataEvent) -> Result:
-        if self._wanted(event.source):
-            self._events.append(event)
+    def on_data_events(self, batch: DataBatch) -> Result:
+        schema = batch.schema
+        writer = self._ready.get(schema.id)
+        if writer is None:
+            if schema.id in self._unwanted:
+                return None
+            if not self._wanted(schema.name):
+                self._unwanted.add(schema.id)
+                return None
+            self._unready = True
+        self._window.append((writer, schema, batch.events))
         return None
 
     def on_end_data_event_sequence(self, scn: int) -> Result:
-        try:
-            self._end(scn)
-        finally:
-            self._clear()
+        window, self._window = self._window, []
+        if self._unready:
+            # tables to create or alter, only for a window the target does not hold yet;
+            # a table that batches in flight write is altered after they are committed
+            # (one table new to this run is not: its creation need not wait; on SQLite
+            # every change waits, the database has one writer at a time)
+            self._unready = False
+            if self.dialect == "sqlite" or any(
+                    self.table_name(schema.name) in self._shape
+                    for writer, schema, _ in window if writer is None):
+                self._pipe.flush()
+            if self._applied(scn):
+                self.windows_skipped += 1
+                log.info("window %d already applied; skipped", scn)
+                return None
+            window = [(self._writer(schema), schema, events) for _, schema, events in window]
+        changes: list[Change] = []
+        nbytes = 0
+        for writer, _, events in window:
+            assert writer is not None
+            changes += zip(repeat(writer), events)
+            nbytes += sum([len(e.payload) for e in events])
+        self._pipe.add(scn, changes, nbytes)
+        when, committed = self._saved_at
+        if self._pipe.committed != committed and time.monotonic() - when >= SAVE_EVERY:
+            return ConsumerResult.CHECKPOINT  # the client saves: see the module docstring
+        return None
+
+    def on_checkpoint(self, scn: int) -> Result:
+        """Commit every window up to ``scn`` before the client persists its checkpoint,
+        whichever store keeps it (with another store than the sink, the client's
+        position is then never ahead of the target)."""
+        if not self._bootstrapping:
+            self._flush()
         return None
 
     def _applied(self, scn: int) -> bool:
@@ -185,71 +257,84 @@ class ReplicateSink(Consumer, CheckpointStore):
             stored = self.store.load_in(conn)
         return stored is not None and not stored.in_window and scn <= stored.window_scn
 
-    def _end(self, scn: int) -> None:
-        needs_ddl = any(self._shape.get(self.table_name(e.source)) != e.schema.id
-                        for e in self._events)
-        if needs_ddl and self._applied(scn):
-            self.windows_skipped += 1
-            log.info("window %d already applied; skipped", scn)
-            return
-        self._ops = [(e, self._target(e.schema)) for e in self._events]
-        with (translate_db_errors(f"applying window {scn}", self.engine),
+    def _commit(self, batch: Batch) -> None:
+        """One batch and the checkpoint of its last window, in one transaction; the
+        windows the target already holds are left out (the writer thread)."""
+        scns = batch.scns
+        with (translate_db_errors(f"applying {batch.describe()}", self.engine),
               self.engine.connect() as conn, conn.begin()):
             stored = self.store.load_in(conn, for_update=True)
-            if stored is not None and not stored.in_window and scn <= stored.window_scn:
-                self.windows_skipped += 1
-                log.info("window %d already applied (target checkpoint %d); skipped",
-                         scn, stored.window_scn)
-            else:
-                self._apply(conn)
-                base = stored if stored is not None else Checkpoint.flexible()
-                self.store.save_in(conn, base.window_done(scn))
-                self.windows_applied += 1
+            done = stored.window_scn if stored is not None and not stored.in_window else -1
+            new = scns if scns[0] > done else [s for s in scns if s > done]
+            if not new:
+                self.windows_skipped += len(scns)
+                log.info("%s already applied (target checkpoint %d); skipped",
+                         batch.describe(), done)
+                return
+            changes = batch.changes if len(new) == len(scns) else [
+                c for c in batch.changes if c[1].scn > done]
+            apply_changes(conn, changes)
+            cp = stored if stored is not None else Checkpoint.flexible()
+            if len(new) > 1:
+                cp = cp.window_done(new[-2])
+            self.store.save_in(conn, cp.window_done(new[-1]))
+        self.windows_applied += len(new)
+        if len(new) < len(scns):
+            self.windows_skipped += len(scns) - len(new)
+            log.info("%d windows of %s already applied (target checkpoint %d); skipped",
+                     len(scns) - len(new), batch.describe(), done)
 
     def on_rollback(self, scn: int) -> Result:
-        self._clear()
-        self._targets.clear()  # re-inspect the target: it may have been changed
+        self._pipe.discard()
+        self._window.clear()
+        self._writers.clear()  # re-inspect the target: it may have been changed
         self._shape.clear()
+        self._ready.clear()
+        self._unready = False
         return None
 
     # -- bootstrap -------------------------------------------------------------------
 
     def on_start_bootstrap(self) -> Result:
+        self._pipe.flush()
         self._bootstrapping = True
-        self._clear()
+        self._boot = []
         return None
 
     def on_bootstrap_snapshot_start(self, sources: list[TableSchema]) -> Result:
         """Empty the replicated tables of ``sources``, in the transaction that saves
         the bootstrap's first checkpoint: the snapshot replaces them."""
-        self._reset = [self._target(s) for s in sources if self._wanted(s.name)]
+        self._reset = [self._writer(s) for s in sources if self._wanted(s.name)]
         return None
 
-    def on_bootstrap_event(self, event: DataEvent) -> Result:
-        """Queue the event for the batch's transaction (:meth:`save`). Snapshot rows
+    def on_bootstrap_events(self, batch: DataBatch) -> Result:
+        """Queue the events for the batch's transaction (:meth:`save`). Snapshot rows
         (op READ) carry the schema version they were last written with, so one
         batch mixes versions: their tables only gain columns (rows of an older
         version leave the newer columns NULL, as at the source); catch-up events
         shape tables like online windows."""
-        if not self._wanted(event.source):
+        if not self._wanted(batch.source):
             return None
-        if event.op == Op.READ:
-            target = self._targets.get(event.schema.id)
-            if target is None:
+        events = batch.events
+        schema = batch.schema
+        if all(e.attributes & ATTR_OPCODE_MASK == _READ for e in events):
+            writer = self._writers.get(schema.id)
+            if writer is None:
                 drop, self.drop_columns = self.drop_columns, False
                 try:
-                    with translate_db_errors(f"preparing the table of {event.source}",
+                    with translate_db_errors(f"preparing the table of {schema.name}",
                                              self.engine):
-                        target = self._targets[event.schema.id] = self._prepare(event.schema)
+                        writer = self._writers[schema.id] = self._prepare(schema)
                 finally:
                     self.drop_columns = drop
         else:
-            target = self._target(event.schema)
-        self._ops.append((event, target))
+            writer = self._writer(schema)
+        self._boot += [(writer, e) for e in events]
         return None
 
     def on_bootstrap_rollback(self, scn: int) -> Result:
         self._reset = []
+        self._boot = []
         return self.on_rollback(scn)
 
     def on_end_bootstrap(self) -> Result:
@@ -257,120 +342,55 @@ class ReplicateSink(Consumer, CheckpointStore):
         return None
 
     def on_stop_consumption(self) -> Result:
-        self._clear()
+        """The writer thread ends (a next run starts another); windows not saved by
+        then come again."""
+        self._window.clear()
+        pipe = self._pipe
+        if pipe.committed:
+            log.info("%d windows committed in %d transactions (writer thread: %.1f s of CPU)",
+                     pipe.windows, pipe.committed, pipe.writer_cpu)
+        pipe.close()
         return None
-
-    # -- applying ----------------------------------------------------------------
-
-    def _apply(self, conn: sa.Connection) -> None:
-        """Run the window's operations in order, batching runs of one kind."""
-        batch: list[Any] = []
-        batch_key: tuple[str, int] | None = None
-        batch_target: _Target | None = None
-        for event, target in self._ops:
-            for kind, row in self._operations(event, target):
-                key = (kind, id(target))
-                if key != batch_key:
-                    if batch_target is not None and batch_key is not None:
-                        self._flush(conn, batch_key[0], batch_target, batch)
-                    batch, batch_key, batch_target = [], key, target
-                batch.append(row)
-        if batch_target is not None and batch_key is not None:
-            self._flush(conn, batch_key[0], batch_target, batch)
-
-    def _operations(self, event: DataEvent, target: _Target) -> list[tuple[str, Any]]:
-        op = event.op
-        if op == Op.TRUNCATE:
-            return [(_TRUNCATE, None)]
-        if op == Op.DELETE:
-            before = event.before
-            if before is None:
-                raise SchemaError(f"delete on {event.source} at scn {event.scn} has no row")
-            return [(_DELETE, self._key_of(before, target))]
-        after = event.after
-        if after is None:
-            raise SchemaError(f"{op.name.lower()} on {event.source} at scn {event.scn} has no row")
-        row = {col: (conv(after.get(col)) if conv else after.get(col))
-               for col, conv in target.columns}
-        out: list[tuple[str, Any]] = []
-        if op == Op.UPDATE:
-            before = event.before
-            if before is not None:
-                old = self._key_of(before, target)
-                if old != self._key_of(row, target):
-                    out.append((_DELETE, old))
-        out.append((_UPSERT, row))
-        return out
-
-    @staticmethod
-    def _key_of(row: dict[str, Any], target: _Target) -> dict[str, Any]:
-        conv = dict(target.columns)
-        out = {}
-        for i, col in enumerate(target.key):
-            c = conv.get(col)
-            out[f"k{i}"] = c(row.get(col)) if c else row.get(col)
-        return out
-
-    def _flush(self, conn: sa.Connection, kind: str, target: _Target, rows: list[Any]) -> None:
-        if kind == _TRUNCATE:
-            conn.execute(sa.delete(target.table))
-            return
-        if kind == _DELETE:
-            unique = {tuple(r.values()): r for r in rows}
-            conn.execute(target.delete, list(unique.values()))
-            return
-        # upserts: the last image of a key wins, as applying them in order would
-        last: dict[tuple[Any, ...], dict[str, Any]] = {}
-        for r in rows:
-            last[tuple(r[k] for k in target.key)] = r
-        values = list(last.values())
-        if target.upsert is not None:
-            conn.execute(target.upsert, values)
-        else:
-            keys = [{f"k{i}": r[k] for i, k in enumerate(target.key)} for r in values]
-            conn.execute(target.delete, keys)
-            conn.execute(sa.insert(target.table), values)
 
     # -- tables ------------------------------------------------------------------
 
-    def _target(self, schema: TableSchema) -> _Target:
-        """The target of ``schema``'s rows, its table altered to that schema's shape."""
-        t = self._targets.get(schema.id)
+    def _writer(self, schema: TableSchema) -> TableWriter:
+        """The writer of ``schema``'s rows, its table altered to that schema's shape."""
+        w = self._writers.get(schema.id)
         name = self.table_name(schema.name)
-        if t is None or self._shape.get(name) != schema.id:
+        if w is None or self._shape.get(name) != schema.id:
             with translate_db_errors(f"preparing the table of {schema.name}", self.engine):
-                if t is None:
-                    t = self._targets[schema.id] = self._prepare(schema)
+                if w is None:
+                    w = self._writers[schema.id] = self._prepare(schema)
                 else:
-                    self._create_or_alter(t.table, t.key)
+                    self._create_or_alter(w.table, w.key)
             self._shape[name] = schema.id
-        return t
+            self._ready = {k: r for k, r in self._ready.items() if r.name != name}
+            self._ready[schema.id] = w
+        return w
 
     def table_name(self, source: str) -> str:
         return self.table_map.get(source) or source.partition(".")[2] or source
 
-    def _prepare(self, schema: TableSchema) -> _Target:
+    def _prepare(self, schema: TableSchema) -> TableWriter:
         key = tuple(schema.key_columns)
         if not key:
             raise SchemaError(f"{schema.name} has no key columns; replicate needs a primary key")
-        fields = schema.avro["fields"]
-        names = [f.get("column", f["name"]) for f in fields]
+        names = schema.column_names
         missing = [k for k in key if k not in names]
         if missing:
             raise SchemaError(f"{schema.name}: key columns {missing} are not in its schema")
-        columns: list[sa.Column[Any]] = []
-        converters: list[tuple[str, Converter | None]] = []
-        for f, name in zip(fields, names, strict=True):
+        columns: list[sa.Column[object]] = []
+        converters: list[Converter | None] = []
+        for f, name in zip(schema.avro["fields"], names, strict=True):
             ct = column_type(f["type"], key=name in key, dialect=self.dialect,
                              sql_type=str(f.get("sql_type", "")))
             columns.append(sa.Column(name, ct.type, primary_key=name in key,
                                      nullable=ct.nullable, autoincrement=False))
-            converters.append((name, ct.convert))
+            converters.append(ct.convert)
         table = sa.Table(self.table_name(schema.name), sa.MetaData(), *columns)
         self._create_or_alter(table, key)
-        cond = sa.and_(*(table.c[k] == sa.bindparam(f"k{i}") for i, k in enumerate(key)))
-        return _Target(table, key, tuple(converters), self._upsert(table, key),
-                       sa.delete(table).where(cond))
+        return TableWriter(table, schema, key, converters, self.engine.dialect)
 
     def _create_or_alter(self, table: sa.Table, key: tuple[str, ...]) -> None:
         """Create ``table``, or add (and, with ``drop_columns``, drop) columns so
@@ -397,18 +417,3 @@ class ReplicateSink(Consumer, CheckpointStore):
                                      f"{prep.quote(name)}"))
                 log.info("dropped column %s.%s (no longer in the source's schema)",
                          table.name, name)
-
-    def _upsert(self, table: sa.Table, key: tuple[str, ...]) -> Any:
-        others = [c.name for c in table.columns if c.name not in key]
-        if self.dialect in ("sqlite", "postgresql"):
-            ins = (sqlite.insert(table) if self.dialect == "sqlite"
-                   else postgresql.insert(table))
-            if not others:
-                return ins.on_conflict_do_nothing(index_elements=list(key))
-            return ins.on_conflict_do_update(
-                index_elements=list(key), set_={c: ins.excluded[c] for c in others})
-        if self.dialect in ("mysql", "mariadb"):
-            mins = mysql.insert(table)
-            cols = others or list(key)
-            return mins.on_duplicate_key_update({c: mins.inserted[c] for c in cols})
-        return None

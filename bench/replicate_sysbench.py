@@ -1,0 +1,524 @@
+"""Sinks under sysbench's ``oltp_write_only`` (issue 32): does ``databus replicate`` (and
+``publish``, the bootstrap producer) keep up with a busy MariaDB on this machine?
+
+A private MariaDB (binlog ROW/FULL/FULL; ``innodb_flush_log_at_trx_commit`` MariaDB's
+default 1, ``--flush-log``) holding
+sysbench's tables (``--tables`` x ``--table-size`` rows); ``sysbench oltp_write_only``
+with ``--threads`` threads, as fast as it goes, for ``--seconds`` (each transaction:
+two UPDATEs, a DELETE and the re-INSERT of one id: four row changes). In order:
+
+1. **alone**: sysbench without anything capturing, ``--alone`` times; the best rate is
+   the baseline of the rounds below.
+2. A ``databus relay`` process captures ``sbtest.*`` (initial snapshot, persistent
+   buffer of ``--buffer-mb``).
+3. A **round** per consumer (``--rounds``): the consumer process starts and catches up
+   with the relay (the time it takes is reported: the first replicate round starts from
+   the snapshot and everything before it); then sysbench runs again, while the
+   relay's newest window and the consumer's committed position are sampled every 50 ms.
+   Reported: the writers' transactions/s and row changes/s against ``alone`` (goal: >=
+   0.8), the consumer's lag when the load ended (from sysbench's end to the first
+   sample at which the consumer held the relay's final window; goal: <= 5 s), its rate
+   as the row changes of the load over the time from the load's start to that moment,
+   over the writers' rate (1.0: kept up), the CPU seconds of each process during the
+   load, and for replicate rounds whether every table equals MariaDB's.
+
+   * ``postgresql``, ``mariadb``, ``sqlite``: ``databus replicate`` into a private
+     PostgreSQL (``fsync`` on, ``synchronous_commit`` off), a second private MariaDB
+     (``innodb_flush_log_at_trx_commit=2``, no binlog) or a SQLite file;
+   * ``publish``: ``databus publish`` into a private Kafka broker (pinned bundle);
+   * ``bootstrap``: a ``databus bootstrap`` service (producer and applier, SQLite store).
+
+4. **Apply from a full buffer** (``--full``): ``replicate()`` in this process into a new
+   PostgreSQL database, from the relay's oldest window to its newest (the snapshot and
+   every round's changes); its rate in row changes/s against ``COPY`` of the same final
+   rows into tables of the same definition in the same PostgreSQL (best of 3). Goal:
+   >= 0.3.
+
+    flock /tmp/databus-bench.lock .venv/bin/python -m bench.replicate_sysbench
+        [--seconds 60] [--alone 2] [--rounds postgresql,mariadb,sqlite,publish,bootstrap]
+        [--full] [--batch-rows N] [--batch-linger S]
+
+The last line is machine-readable (``RESULT {...}``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import hashlib
+import json
+import os
+import resource
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+import yaml
+from tests.support import sysbench
+from tests.support.mariadb import BINLOG_SETTINGS, MariaDB
+from tests.support.postgres import PostgreSQL
+from tests.support.procs import DATABUS, free_port, spawn, stop, wait_http
+
+from databus.client.config import BatchConfig, ReplicateConfig
+from databus.client.runners import REPLICATE_DEFAULTS, replicate
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """user + system CPU seconds of ``pids`` so far (0 for one that is gone)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / TICK
+    return total
+
+
+def family(pid: int) -> list[int]:
+    """``pid`` and its children (a PostgreSQL server's backends)."""
+    out = [pid]
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(stat[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+@dataclass
+class Relay:
+    url: str
+    proc: subprocess.Popen[bytes]
+
+    def buffer(self) -> dict[str, Any]:
+        return dict(httpx.get(f"{self.url}/containerStats/buffer", timeout=10).json())
+
+    def max_scn(self) -> int:
+        return int(httpx.get(f"{self.url}/containerStats/buffer/max_scn", timeout=10).json())
+
+    def settled(self, quiet: float = 1.0, timeout: float = 600) -> int:
+        """The newest window once it stayed the newest for ``quiet`` seconds."""
+        deadline = time.monotonic() + timeout
+        top, since = self.max_scn(), time.monotonic()
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            now = self.max_scn()
+            if now != top:
+                top, since = now, time.monotonic()
+            elif time.monotonic() - since >= quiet:
+                return top
+        raise RuntimeError("the relay never settled")
+
+
+@dataclass
+class Consumer:
+    """A consumer process and how to read its committed position."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    position: Callable[[], int]
+    pids: Callable[[], dict[str, list[int]]]  # the consumer's and its target's processes
+    check: Callable[[], bool] | None = None  # the replica equals MariaDB
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def wait(self, scn: int, timeout: float = 900) -> float:
+        """Seconds until the committed position reaches ``scn``."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}")
+            if self.position() >= scn:
+                return time.monotonic() - t0
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.name} did not reach {scn} in {timeout} s")
+
+
+def sql_position(url: str) -> Callable[[], int]:
+    engine = sa.create_engine(url, pool_size=1)
+
+    def position() -> int:
+        try:
+            with engine.connect() as conn:
+                text = conn.execute(sa.text("SELECT checkpoint FROM databus_checkpoint"
+                                            " WHERE name = 'replicate'")).scalar()
+        except sa.exc.DBAPIError:
+            return -1
+        return -1 if text is None else int(json.loads(text)["windowScn"])
+    return position
+
+
+def table_digest(url: str, tables: list[str]) -> dict[str, str]:
+    """Rows and an order-independent digest of each sysbench table at ``url``."""
+    out = {}
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            for t in tables:
+                h = hashlib.sha256()
+                n = 0
+                for r in conn.execute(sa.text(f"SELECT id, k, c, pad FROM {t} ORDER BY id")):
+                    h.update(f"{r[0]}|{r[1]}|{str(r[2]).rstrip()}|{str(r[3]).rstrip()}\n"
+                             .encode())
+                    n += 1
+                out[t] = f"{n}:{h.hexdigest()[:16]}"
+    finally:
+        engine.dispose()
+    return out
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, tmp: Path) -> None:
+        self.args = args
+        self.tmp = tmp
+        self.workload = sysbench.Workload(tables=args.tables, table_size=args.table_size,
+                                          threads=args.threads)
+        self.tables = [f"sbtest{i}" for i in range(1, args.tables + 1)]
+        self.results: dict[str, Any] = {}
+        self.batch: dict[str, Any] = {}
+        if args.batch_rows:
+            self.batch["rows"] = args.batch_rows
+        if args.batch_linger is not None:
+            self.batch["linger"] = args.batch_linger
+
+    def batch_flags(self) -> list[str]:
+        out = []
+        if "rows" in self.batch:
+            out += ["--batch-rows", str(self.batch["rows"])]
+        if "linger" in self.batch:
+            out += ["--batch-linger", str(self.batch["linger"])]
+        return out
+
+    # -- the source and its load -------------------------------------------------------
+
+    def load(self, name: str, source: MariaDB) -> tuple[sysbench.Result, float, float]:
+        """One sysbench run; (its result, wall time it started, wall time it ended).
+        ``self.sysbench_cpu``: its CPU seconds (it is the one child waited for)."""
+        log = self.tmp / f"sysbench-{name}.log"
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.monotonic()
+        proc = sysbench.start(source, self.workload, self.args.seconds, log)
+        result = sysbench.finish(proc, log)
+        t_end = time.monotonic()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.sysbench_cpu = round(after.ru_utime + after.ru_stime
+                                  - before.ru_utime - before.ru_stime, 1)
+        return result, t0, t_end
+
+    def source_url(self, source: MariaDB) -> str:
+        return source.url_of(sysbench.DATABASE)
+
+    # -- rounds ------------------------------------------------------------------------
+
+    @contextmanager
+    def consumer(self, kind: str, relay: Relay, source: MariaDB) -> Iterator[Consumer]:
+        if kind in ("postgresql", "mariadb", "sqlite"):
+            with self.target(kind) as (url, target_pids):
+                run = DATABUS
+                if self.args.profile:  # the client's thread, written when it stops
+                    run = [DATABUS[0], "-m", "cProfile", "-o",
+                           str(Path(self.args.profile) / f"replicate-{kind}.prof"), "-m",
+                           "databus"]
+                proc = spawn([*run, "replicate", "--relay", relay.url, "--target", url,
+                              *self.batch_flags()], self.tmp / f"replicate-{kind}.log")
+                src = self.source_url(source)
+                try:
+                    yield Consumer(
+                        f"replicate into {kind}", proc, sql_position(url),
+                        lambda: {"replicate": [proc.pid], kind: target_pids()},
+                        lambda: table_digest(url, self.tables) == table_digest(
+                            src, self.tables), {"target_pids": target_pids})
+                finally:
+                    stop(proc)
+        elif kind == "publish":
+            with self.publisher(relay) as c:
+                yield c
+        elif kind == "bootstrap":
+            with self.bootstrap(relay) as c:
+                yield c
+        else:
+            raise SystemExit(f"unknown round {kind}")
+
+    @contextmanager
+    def target(self, kind: str) -> Iterator[tuple[str, Callable[[], list[int]]]]:
+        if kind == "postgresql":
+            with self.postgres.fresh_database("sysbench_replica") as url:
+                assert self.postgres.proc is not None
+                pid = self.postgres.proc.pid
+                yield url, lambda: family(pid)
+        elif kind == "mariadb":
+            m = MariaDB(self.tmp / "target-mariadb", settings={
+                "innodb-flush-log-at-trx-commit": "2", "skip-log-bin": None})
+            with m:
+                m.execute("CREATE DATABASE replica")
+                assert m.proc is not None
+                pid = m.proc.pid
+                yield m.url_of("replica"), lambda: [pid]
+        else:
+            yield f"sqlite:///{self.tmp / 'replica.db'}", lambda: []
+
+    @contextmanager
+    def publisher(self, relay: Relay) -> Iterator[Consumer]:
+        from confluent_kafka.admin import AdminClient
+        from tests.support.kafka import KafkaBroker
+
+        from databus.kafka.offsets import read_position
+
+        with KafkaBroker() as broker:
+            kafka = {"bootstrap.servers": broker.bootstrap_servers,
+                     "log_level": "0"}  # the broker stops at the end: no log lines
+            admins = [AdminClient(dict(kafka))]  # dropped before the broker stops
+            proc = spawn([*DATABUS, "publish", "--relay", relay.url, "--bootstrap-servers",
+                          broker.bootstrap_servers, "--topic-prefix", "sb", "--name", "sb"],
+                         self.tmp / "publish.log")
+            last = [-1, 0.0]
+
+            def position() -> int:
+                if time.monotonic() - last[1] > 0.5:  # a consumer per read: twice a second
+                    cp = read_position(kafka, admins[0], "databus-publish-offsets", "sb")
+                    last[:] = [cp.window_scn if cp is not None else -1, time.monotonic()]
+                return int(last[0])
+            broker_pid = broker.proc.pid if broker.proc is not None else None
+            try:
+                yield Consumer("publish into Kafka", proc, position,
+                               lambda: {"publish": [proc.pid],
+                                        "kafka": [broker_pid] if broker_pid else []})
+            finally:
+                stop(proc)
+                admins.clear()  # no "connection refused" lines once the broker stops
+
+    @contextmanager
+    def bootstrap(self, relay: Relay) -> Iterator[Consumer]:
+        port = free_port()
+        conf = self.tmp / "bootstrap.yaml"
+        conf.write_text(yaml.safe_dump({
+            "relay": relay.url, "store": {"url": f"sqlite:///{self.tmp / 'bs.db'}"},
+            "http": {"port": port}, "poll_timeout": 0.5}))
+        proc = spawn([*DATABUS, "bootstrap", "--config", str(conf)], self.tmp / "bootstrap.log")
+        url = f"http://127.0.0.1:{port}"
+        wait_http(f"{url}/admin", proc)
+        seen: dict[str, Any] = {}
+
+        def position() -> int:
+            admin = httpx.get(f"{url}/admin", timeout=10).json()
+            seen.update(admin)
+            return min(int(admin["producer"]["last_scn"]), int(admin["applier"]["applied_scn"]))
+        try:
+            yield Consumer("bootstrap producer and applier", proc, position,
+                           lambda: {"bootstrap": [proc.pid]}, extra={"admin": seen})
+        finally:
+            stop(proc)
+
+    def round(self, kind: str, relay: Relay, source: MariaDB) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        with self.consumer(kind, relay, source) as c:
+            top = relay.settled()
+            out["catch_up_s"] = round(c.wait(top), 2)
+            events_before = int(relay.buffer()["events"])
+            samples: list[tuple[float, int, int]] = []
+            done = threading.Event()
+
+            def sample() -> None:
+                while not done.is_set():
+                    with suppress(Exception):
+                        samples.append((time.monotonic(), relay.max_scn(), c.position()))
+                    time.sleep(0.05)
+            sampler = threading.Thread(target=sample, daemon=True)
+            assert relay.proc.pid is not None
+            pids = {"mariadbd": [self.source_pid], "relay": [relay.proc.pid], **c.pids()}
+            cpu0 = {k: cpu_seconds(v) for k, v in pids.items()}
+            sampler.start()
+            result, t0, t_end = self.load(kind, source)
+            cpu1 = {k: cpu_seconds(v) for k, v in pids.items()}
+            final = relay.settled(quiet=1.0)
+            c.wait(final, timeout=1800)
+            done.set()
+            sampler.join()
+            caught = next(t for t, _, pos in samples if pos >= final) if any(
+                pos >= final for _, _, pos in samples) else time.monotonic()
+            events = int(relay.buffer()["events"]) - events_before
+            lag = max(caught - t_end, 0.0)
+            alone = self.results["alone"]
+            out.update({
+                "tps": round(result.tps, 1), "writer_rows_per_s": round(result.rows_per_s, 1),
+                "tps_vs_alone": round(result.tps / alone["tps"], 3),
+                "captured_row_changes": events, "lag_s": round(lag, 2),
+                "consumer_rate_over_writers": round((t_end - t0) / (caught - t0), 3),
+                "cpu_s": {**{k: round(cpu1[k] - cpu0[k], 1) for k in pids},
+                          "sysbench": self.sysbench_cpu},
+            })
+            if c.check is not None:
+                ok = False
+                for _ in range(20):  # the relay may still deliver the last windows
+                    if c.check():
+                        ok = True
+                        break
+                    time.sleep(0.5)
+                out["equal"] = ok
+        return out
+
+    # -- apply from a full buffer -----------------------------------------------------
+
+    def full(self, relay: Relay, source: MariaDB) -> dict[str, Any]:
+        buf = relay.buffer()
+        windows, events = int(buf["windows"]), int(buf["events"])
+        out: dict[str, Any] = {"windows": windows, "row_changes": events}
+        with self.postgres.fresh_database("sysbench_full") as url:
+            cfg = ReplicateConfig(relay=relay.url, **REPLICATE_DEFAULTS,
+                                  batch=BatchConfig(**self.batch))
+            assert self.postgres.proc is not None
+            pg = family(self.postgres.proc.pid)
+            pg0, relay0, me0 = cpu_seconds(pg), cpu_seconds([relay.proc.pid]), time.process_time()
+            profiler = cProfile.Profile() if self.args.profile else None
+            t0 = time.monotonic()
+            if profiler is not None:
+                profiler.enable()
+            replicate(cfg, url, max_windows=windows)
+            elapsed = time.monotonic() - t0
+            if profiler is not None:
+                profiler.disable()
+                profiler.dump_stats(str(Path(self.args.profile) / "replicate-full.prof"))
+            out.update({"seconds": round(elapsed, 2),
+                        "rate": round(events / elapsed),
+                        "cpu_s": {"replicate": round(time.process_time() - me0, 1),
+                                  "postgres": round(cpu_seconds(family(
+                                      self.postgres.proc.pid)) - pg0, 1),
+                                  "relay": round(cpu_seconds([relay.proc.pid]) - relay0, 1)}})
+            out["equal"] = table_digest(url, self.tables) == table_digest(
+                self.source_url(source), self.tables)
+            out["copy"] = self.copy_baseline(url, source)
+            out["ratio"] = round(out["rate"] / out["copy"]["rate"], 3)
+        return out
+
+    def copy_baseline(self, url: str, source: MariaDB) -> dict[str, Any]:
+        """COPY of the final rows into tables defined as the replica's, best of 3."""
+        rows: dict[str, list[tuple[Any, ...]]] = {}
+        src = sa.create_engine(self.source_url(source))
+        with src.connect() as conn:
+            for t in self.tables:
+                rows[t] = [tuple(r) for r in conn.execute(sa.text(f"SELECT * FROM {t}"))]
+        src.dispose()
+        total = sum(len(r) for r in rows.values())
+        best = None
+        engine = sa.create_engine(url)
+        try:
+            for i in range(3):
+                with engine.begin() as conn:
+                    for t in self.tables:
+                        conn.exec_driver_sql(f"DROP TABLE IF EXISTS copy_{t}")
+                        conn.exec_driver_sql(f"CREATE TABLE copy_{t} (LIKE {t} INCLUDING ALL)")
+                t0 = time.monotonic()
+                with engine.begin() as conn:
+                    raw = conn.connection.driver_connection
+                    for t in self.tables:
+                        with raw.cursor() as cur, cur.copy(  # type: ignore[union-attr]
+                                f"COPY copy_{t} (id, k, c, pad) FROM STDIN") as copy:
+                            for r in rows[t]:
+                                copy.write_row(r)
+                took = time.monotonic() - t0
+                best = took if best is None else min(best, took)
+                del i
+        finally:
+            engine.dispose()
+        assert best is not None
+        return {"rows": total, "seconds": round(best, 3), "rate": round(total / best)}
+
+    # -- the whole run -----------------------------------------------------------------
+
+    def run(self) -> None:
+        args = self.args
+        source = MariaDB(self.tmp / "source", settings={
+            **BINLOG_SETTINGS, "innodb-flush-log-at-trx-commit": str(args.flush_log)})
+        with source:
+            assert source.proc is not None
+            self.source_pid = source.proc.pid
+            sysbench.prepare(source, self.workload, self.tmp / "prepare.log")
+            alone = []
+            for i in range(args.alone):
+                cpu0 = cpu_seconds([self.source_pid])
+                result, _, _ = self.load(f"alone{i}", source)
+                alone.append({"tps": round(result.tps, 1),
+                              "rows_per_s": round(result.rows_per_s, 1),
+                              "cpu_s": {"mariadbd": round(cpu_seconds([self.source_pid])
+                                                          - cpu0, 1),
+                                        "sysbench": self.sysbench_cpu}})
+                print(f"alone {i + 1}: {result.tps:,.1f} tx/s, {result.rows_per_s:,.0f}"
+                      f" row changes/s, load {os.getloadavg()[0]:.1f}", flush=True)
+            self.results["alone"] = max(alone, key=lambda a: a["tps"])
+            self.results["alone_runs"] = alone
+            port = free_port()
+            proc = spawn([*DATABUS, "relay", "--source", source.url, "--tables",
+                          r"sbtest\..*", "--snapshot-mode", "initial", "--port", str(port),
+                          "--buffer-path", str(self.tmp / "relay.buf"), "--buffer-size",
+                          str(args.buffer_mb << 20)], self.tmp / "relay.log")
+            relay = Relay(f"http://127.0.0.1:{port}", proc)
+            self.postgres = PostgreSQL(settings={
+                "fsync": "on", "synchronous_commit": "off", "shared_buffers": "128MB",
+                "max_connections": "50"})
+            try:
+                wait_http(f"{relay.url}/admin", proc, timeout=60)
+                with self.postgres:
+                    for kind in [k for k in args.rounds.split(",") if k]:
+                        print(f"round {kind} ...", flush=True)
+                        out = self.round(kind, relay, source)
+                        out["load_average"] = round(os.getloadavg()[0], 1)
+                        self.results[kind] = out
+                        print(f"  {kind}: {json.dumps(out)}", flush=True)
+                    if args.full:
+                        out = self.full(relay, source)
+                        out["load_average"] = round(os.getloadavg()[0], 1)
+                        self.results["full"] = out
+                        print(f"  full buffer: {json.dumps(out)}", flush=True)
+            finally:
+                stop(proc)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seconds", type=int, default=60)
+    p.add_argument("--alone", type=int, default=2, help="runs of sysbench alone (best)")
+    p.add_argument("--tables", type=int, default=4)
+    p.add_argument("--table-size", type=int, default=20_000)
+    p.add_argument("--threads", type=int, default=4)
+    p.add_argument("--rounds", default="postgresql,mariadb,sqlite,publish,bootstrap")
+    p.add_argument("--full", action="store_true", help="apply from a full buffer vs COPY")
+    p.add_argument("--buffer-mb", type=int, default=2048)
+    p.add_argument("--flush-log", type=int, default=1, choices=(0, 1, 2),
+                   help="the source's innodb_flush_log_at_trx_commit (1: MariaDB's default,"
+                   " a log flush per commit)")
+    p.add_argument("--batch-rows", type=int, default=0)
+    p.add_argument("--batch-linger", type=float, default=None)
+    p.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    p.add_argument("--profile", help="directory: replicate processes (and the full-buffer apply) run under"
+                   " cProfile")
+    args = p.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="databus-sysbench-"))
+    started = time.strftime("%Y-%m-%d %H:%M")
+    bench = Bench(args, tmp)
+    try:
+        bench.run()
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"kept {tmp}")
+    print("RESULT " + json.dumps({"started": started, "seconds": args.seconds,
+                                  "batch": bench.batch, **bench.results}))
+
+
+if __name__ == "__main__":
+    main()
