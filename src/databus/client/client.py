@@ -46,7 +46,9 @@ relay holds) unless ``from_start=False`` (only windows committed from now on).
 from __future__ import annotations
 
 import logging
+import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -59,7 +61,9 @@ from databus.client.checkpoints import (
 from databus.client.config import ClientConfig
 from databus.client.consumer import Consumer
 from databus.client.dispatcher import Dispatcher, SchemaViews, call, distinct_schemas
-from databus.client.relay import RelayConnection
+from databus.client.lag import LagClock
+from databus.client.metrics import ConsumerMetrics
+from databus.client.relay import RelayConnection, default_consumer
 from databus.client.retry import Backoff, Stopped, retry_transient
 from databus.client.stats import ClientStats
 from databus.client.window import DecodedWindow, WindowAssembler
@@ -109,7 +113,11 @@ class DatabusClient:
                 checkpoint_store = MemoryCheckpointStore()
                 self._own_store = True
         self.store = checkpoint_store
+        self.name = config.consumer_name or consumer_name(checkpoint_store)
+        """This consumer's name: sent with every request, the label of its metrics."""
         self.stats = ClientStats()
+        self._lag = LagClock(lambda: self.stats.last_scn)
+        self._relay_failing = False  # the last request to the relay failed
         self.source_ids: list[int] = []
         self.registry = SchemaRegistry()
         self.persisted = Checkpoint.flexible()
@@ -142,8 +150,9 @@ class DatabusClient:
         if self._stop_requested.is_set():
             stop.set()
         conn = RelayConnection(self.config.relay.url, http_timeout=self.config.http_timeout,
-                               credentials=self.config.credentials())
+                               credentials=self.config.credentials(), consumer=self.name)
         started = False
+        self.stats.state = "starting"
         try:
             try:
                 fresh = self._prepare(conn, stop)
@@ -156,8 +165,10 @@ class DatabusClient:
             except Stopped:
                 pass
             except DatabusError as exc:
+                self.stats.state, self.stats.last_error = "failed", f"{exc.code}: {exc}"
                 self._notify_error(exc)
                 raise
+            self.stats.state = "stopped"
         finally:
             if started:
                 try:
@@ -249,10 +260,32 @@ class DatabusClient:
         afterwards ``persisted`` is the online checkpoint to continue on the relay."""
         runner = BootstrapRunner(self.config, self.consumer, self.store, self.stats,
                                  self._request_ids, stop, on_saved=self._saved)
-        self.persisted = runner.run(self.persisted)
+        self.stats.state, self._lag.bootstrap_since = "bootstrapping", time.time()
+        try:
+            self.persisted = runner.run(self.persisted)
+        finally:
+            self._lag.bootstrap_since = None
+        self.stats.state = "online"
 
     def _saved(self, checkpoint: Checkpoint) -> None:
         self.persisted = checkpoint
+        self.stats.checkpoint_at = time.time()
+
+    # -- what it measures ------------------------------------------------------------
+
+    def metrics(self) -> ConsumerMetrics:
+        """This consumer's numbers now (docs/operations.md, "Consumers"): lag in seconds
+        and windows, checkpoint age, counters, state. Safe from any thread."""
+        st = self.stats
+        seconds, windows = self._lag.lag(relay_reachable=not self._relay_failing)
+        since = st.checkpoint_at if st.checkpoint_at is not None else st.started_at
+        return ConsumerMetrics(
+            consumer=self.name, state=st.state, lag_seconds=seconds, lag_windows=windows,
+            checkpoint_age_seconds=max(time.time() - since, 0.0), position_scn=st.last_scn,
+            windows=st.windows, events=st.events,
+            events_per_second=self._lag.events_per_second(st.events),
+            checkpoints=st.checkpoints, relay_errors=st.relay_errors,
+            consumer_errors=st.rollbacks, retries=st.replays, last_error=st.last_error)
 
     # -- errors ------------------------------------------------------------------
 
@@ -339,6 +372,7 @@ class _Loop:
     def run(self) -> None:
         """Pull and dispatch until stopped or done; then persist the position reached."""
         linger, linger_after = self.cfg.linger, self.cfg.linger_after_windows
+        self.client.stats.state = "online"
         try:
             while not self.stop.is_set() and not self._enough():
                 windows = self._fetch()
@@ -376,6 +410,9 @@ class _Loop:
             return None
         self.relay_failures = 0
         self.relay_backoff.reset()
+        stats = client.stats
+        stats.state, client._relay_failing = "online", False
+        client._lag.answer(windows, resp.source_time_ns, resp.windows_behind, stats.events)
         if self.from_latest and position.is_flexible:
             self._pin_latest(resp.data, resp.max_scn)
         if not resp.data:
@@ -421,7 +458,10 @@ class _Loop:
 
     def _relay_failed(self, exc: DatabusError) -> None:
         self.relay_failures += 1
-        self.client.stats.relay_errors += 1
+        stats = self.client.stats
+        stats.relay_errors += 1
+        stats.state, stats.last_error = "retrying", f"{exc.code}: {exc}"
+        self.client._relay_failing = True
         limit = self.cfg.relay_max_retries
         if limit is not None and self.relay_failures > limit:
             raise RetriesExhaustedError(
@@ -523,6 +563,7 @@ class _Loop:
                     f"saving the checkpoint failed: {type(exc).__name__}: {exc}") from exc
             self.client.persisted = cp
             self.client.stats.checkpoints += 1
+            self.client.stats.checkpoint_at = time.time()
         self.unsaved = 0
         self.force = False
 
@@ -533,6 +574,7 @@ class _Loop:
             self.consumer_backoff.reset()
         self.failures += 1
         client.stats.rollbacks += 1
+        client.stats.state, client.stats.last_error = "retrying", f"{exc.code}: {exc}"
         persisted = client.persisted
         good = persisted.prev_scn if persisted.in_window else persisted.window_scn
         log.warning("window %d failed (%s); rolling back to %d (failure %d of %d allowed)",
@@ -550,6 +592,7 @@ class _Loop:
             raise RetriesExhaustedError(
                 f"window {scn} failed {self.failures} times (max_retries="
                 f"{self.cfg.max_retries}); last error: {exc}") from exc
+        client.stats.replays += 1
         if self.consumer_backoff.wait(self.stop):
             raise Stopped
 
@@ -566,3 +609,16 @@ class _Loop:
                 self.dispatcher.rollback(self.client.persisted.window_scn)
             except DatabusError as rb_exc:
                 log.warning("on_rollback failed: %s", rb_exc)
+
+
+def consumer_name(store: CheckpointStore) -> str:
+    """The name a consumer given none sends (``ClientConfig.consumer_name``): its
+    checkpoint store's (a file's name, a SQL store's row) at this host, else
+    ``<host>-<pid>``."""
+    host = socket.gethostname()
+    if isinstance(store, FileCheckpointStore):
+        return f"{store.path.name}@{host}"
+    named = getattr(store, "name", None)
+    if isinstance(named, str) and named:
+        return f"{named}@{host}"
+    return default_consumer()

@@ -78,6 +78,11 @@ class ClientConfig(ConfigModel):
         "(flexible checkpoint), False = only windows committed from now on",
     )
     verify_crc: bool = Field(True, description="check both CRCs of every received event")
+    consumer_name: str | None = Field(
+        None, min_length=1, max_length=200, pattern=r"^[\x20-\x7e]+$",
+        description="this consumer's name, sent with every request (X-Databus-Consumer) and"
+        " the label of its metrics: the relay lists it at GET /consumers; default: the"
+        " checkpoint store's (a file's name, a sink's row) @ host, else host-pid")
     bootstrap_url: str | None = Field(
         None, description="bootstrap server used when the relay no longer holds the checkpoint "
         "(ScnNotFound); None = that is a terminal error")
