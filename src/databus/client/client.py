@@ -46,7 +46,6 @@ relay holds) unless ``from_start=False`` (only windows committed from now on).
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -57,13 +56,14 @@ from databus.client.checkpoints import (
     CheckpointStore,
     FileCheckpointStore,
     MemoryCheckpointStore,
+    consumer_name,
 )
 from databus.client.config import ClientConfig
 from databus.client.consumer import Consumer
 from databus.client.dispatcher import Dispatcher, SchemaViews, call, distinct_schemas
 from databus.client.lag import LagClock
-from databus.client.metrics import ConsumerMetrics
-from databus.client.relay import RelayConnection, default_consumer
+from databus.client.metrics import ConsumerMetrics, measure
+from databus.client.relay import RelayConnection
 from databus.client.retry import Backoff, Stopped, retry_transient
 from databus.client.stats import ClientStats
 from databus.client.window import DecodedWindow, WindowAssembler
@@ -265,7 +265,6 @@ class DatabusClient:
             self.persisted = runner.run(self.persisted)
         finally:
             self._lag.bootstrap_since = None
-        self.stats.state = "online"
 
     def _saved(self, checkpoint: Checkpoint) -> None:
         self.persisted = checkpoint
@@ -276,16 +275,7 @@ class DatabusClient:
     def metrics(self) -> ConsumerMetrics:
         """This consumer's numbers now (docs/operations.md, "Consumers"): lag in seconds
         and windows, checkpoint age, counters, state. Safe from any thread."""
-        st = self.stats
-        seconds, windows = self._lag.lag(relay_reachable=not self._relay_failing)
-        since = st.checkpoint_at if st.checkpoint_at is not None else st.started_at
-        return ConsumerMetrics(
-            consumer=self.name, state=st.state, lag_seconds=seconds, lag_windows=windows,
-            checkpoint_age_seconds=max(time.time() - since, 0.0), position_scn=st.last_scn,
-            windows=st.windows, events=st.events,
-            events_per_second=self._lag.events_per_second(st.events),
-            checkpoints=st.checkpoints, relay_errors=st.relay_errors,
-            consumer_errors=st.rollbacks, retries=st.replays, last_error=st.last_error)
+        return measure(self.name, self.stats, self._lag, relay_failing=self._relay_failing)
 
     # -- errors ------------------------------------------------------------------
 
@@ -410,9 +400,8 @@ class _Loop:
             return None
         self.relay_failures = 0
         self.relay_backoff.reset()
-        stats = client.stats
-        stats.state, client._relay_failing = "online", False
-        client._lag.answer(windows, resp.source_time_ns, resp.windows_behind, stats.events)
+        client.stats.state, client._relay_failing = "online", False
+        client._lag.answer(windows, resp.source_time_ns, resp.windows_behind, client.stats.events)
         if self.from_latest and position.is_flexible:
             self._pin_latest(resp.data, resp.max_scn)
         if not resp.data:
@@ -458,10 +447,9 @@ class _Loop:
 
     def _relay_failed(self, exc: DatabusError) -> None:
         self.relay_failures += 1
-        stats = self.client.stats
+        stats, self.client._relay_failing = self.client.stats, True
         stats.relay_errors += 1
         stats.state, stats.last_error = "retrying", f"{exc.code}: {exc}"
-        self.client._relay_failing = True
         limit = self.cfg.relay_max_retries
         if limit is not None and self.relay_failures > limit:
             raise RetriesExhaustedError(
@@ -610,15 +598,3 @@ class _Loop:
             except DatabusError as rb_exc:
                 log.warning("on_rollback failed: %s", rb_exc)
 
-
-def consumer_name(store: CheckpointStore) -> str:
-    """The name a consumer given none sends (``ClientConfig.consumer_name``): its
-    checkpoint store's (a file's name, a SQL store's row) at this host, else
-    ``<host>-<pid>``."""
-    host = socket.gethostname()
-    if isinstance(store, FileCheckpointStore):
-        return f"{store.path.name}@{host}"
-    named = getattr(store, "name", None)
-    if isinstance(named, str) and named:
-        return f"{named}@{host}"
-    return default_consumer()

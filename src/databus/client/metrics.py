@@ -9,12 +9,16 @@ renders one set per client.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from databus.client.lag import LagClock
+from databus.client.stats import ClientStats
 
 STATES = ("starting", "online", "bootstrapping", "retrying", "failed", "stopped")
 """A consumer's states (docs/operations.md)."""
@@ -45,6 +49,19 @@ class ConsumerMetrics:
     consumer_errors: int
     retries: int
     last_error: str | None
+
+
+def measure(name: str, st: ClientStats, lag: LagClock, *,
+            relay_failing: bool) -> ConsumerMetrics:
+    """A consumer's numbers now, from its counters and its :class:`LagClock`."""
+    seconds, windows = lag.lag(relay_reachable=not relay_failing)
+    since = st.checkpoint_at if st.checkpoint_at is not None else st.started_at
+    return ConsumerMetrics(
+        consumer=name, state=st.state, lag_seconds=seconds, lag_windows=windows,
+        checkpoint_age_seconds=max(time.time() - since, 0.0), position_scn=st.last_scn,
+        windows=st.windows, events=st.events, events_per_second=lag.events_per_second(st.events),
+        checkpoints=st.checkpoints, relay_errors=st.relay_errors, consumer_errors=st.rollbacks,
+        retries=st.replays, last_error=st.last_error)
 
 
 def render(metrics: Iterable[ConsumerMetrics]) -> bytes:
