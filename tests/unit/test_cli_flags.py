@@ -24,6 +24,7 @@ from databus.cli.consume import PUBLISH_FLAGS, REPLICATE_FLAGS, TAIL_FLAGS
 from databus.cli.flags import Flags, settings
 from databus.cli.relay import RELAY_FLAGS, SIGNAL_FLAGS, relay_config
 from databus.cli.services import BINLOG_FLAGS, binlog_config
+from databus.cli.status import STATUS_FLAGS
 from databus.client.config import ClientConfig
 from databus.client.runners import REPLICATE_DEFAULTS, TAIL_DEFAULTS
 from databus.core.access import RelayAccess
@@ -41,6 +42,7 @@ from databus.sources.config import (
 TABLES: dict[str, Flags] = {
     "relay": RELAY_FLAGS, "binlog-server": BINLOG_FLAGS, "tail": TAIL_FLAGS,
     "replicate": REPLICATE_FLAGS, "publish": PUBLISH_FLAGS, "signal": SIGNAL_FLAGS,
+    "status": STATUS_FLAGS,
 }
 
 # Options that configure the command's own run, not a component's model: why each is not
@@ -53,6 +55,7 @@ OWN: dict[str, set[str]] = {
                   "group", "group_partitions", "member_id", "verbose"},  # the group runner's
     "publish": {"verbose"},
     "signal": {"kind", "tables", "data"},                # the signal itself
+    "status": {"as_json"},                               # how to print
     "bootstrap": {"config", "verbose"},                  # everything else is in the file
     "demo": {"transactions", "workdir", "quiet"},
     "cluster status": {"address", "as_json"},
@@ -111,7 +114,7 @@ def _field(model: type[BaseModel], path: str) -> bool:
 @pytest.mark.parametrize(("table", "model"), [
     (RELAY_FLAGS, RelayConfig), (BINLOG_FLAGS, BinlogServiceConfig),
     (TAIL_FLAGS, ClientConfig), (REPLICATE_FLAGS, ClientConfig),
-    (PUBLISH_FLAGS, PublishConfig), (SIGNAL_FLAGS, RelayAccess),
+    (PUBLISH_FLAGS, PublishConfig), (SIGNAL_FLAGS, RelayAccess), (STATUS_FLAGS, RelayAccess),
 ])
 def test_every_table_entry_names_a_field_of_its_model(table: Flags,
                                                       model: type[BaseModel]) -> None:

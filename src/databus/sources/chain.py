@@ -115,6 +115,7 @@ class ChainSource(Source):
         self._done_scn = -2  # the last window handed to the relay (-2: none yet)
         self._part = bytearray()
         self._part_count = 0
+        self._until_ns = 0  # the upstream's captured-until when this relay held all it had
         self._stats = {"upstream_max_scn": -1.0, "upstream_bytes": 0.0, "windows": 0.0,
                        "events_left_out": 0.0}
 
@@ -124,7 +125,8 @@ class ChainSource(Source):
         if self._conn is not None:
             return
         headers = {"X-Databus-Member": self.member_id} if self.member_id else None
-        self._conn = RelayConnection(self.url, credentials=self._credentials, headers=headers)
+        self._conn = RelayConnection(self.url, credentials=self._credentials, headers=headers,
+                                     consumer=f"relay {self.name}")
         try:
             self._refresh()
         except TransientError as exc:  # serve what the buffer holds; capture retries
@@ -151,6 +153,11 @@ class ChainSource(Source):
     def origin(self) -> str:
         """The upstream relay's origin (its last ``/sources`` answer)."""
         return self._origin
+
+    def captured_until_ns(self) -> int | None:
+        """The upstream's ``captured until`` (``X-Databus-Source-Time-Ns``) of the last
+        answer that left nothing behind: a chain relay is as far behind as its upstream."""
+        return self._until_ns or None
 
     def _conn_or_fail(self) -> RelayConnection:
         if self._conn is None:
@@ -201,6 +208,8 @@ class ChainSource(Source):
             windows = self._windows(resp.data)
             if resp.cluster_hw is not None:
                 self.cluster_hw = resp.cluster_hw
+            if resp.windows_behind == 0 and not self._part:  # all the upstream holds
+                self._until_ns = max(self._until_ns, resp.source_time_ns)
             with self._lock:
                 self._stats["upstream_max_scn"] = float(resp.max_scn)
                 self._stats["upstream_bytes"] += len(resp.data)

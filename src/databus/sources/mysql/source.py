@@ -163,6 +163,7 @@ class MysqlSource(Source):
         self._last_scn = -1
         self._capture_only = False  # capture_only(): a cluster co-leader's source
         self._halted = False  # another capturer's snapshot showed: nothing more is ours
+        self._until_ns = 0  # captured_until_ns: the last commit read, or a heartbeat's now
         self._stream: BinlogStream | None = None
         self._stream_scn = -2
         self._file = ""
@@ -404,6 +405,12 @@ class MysqlSource(Source):
                 break
         return out
 
+    def captured_until_ns(self) -> int | None:
+        """Every transaction committed before this was read: the newest commit read (the
+        binlog's whole seconds), or when a heartbeat at the log's end arrived (the
+        server had nothing more to send). None before either (the relay's rule)."""
+        return self._until_ns or None
+
     def _done_snapshotting(self) -> bool:
         return (self.snapshot_mode == "initial_only" and self._snapshotted
                 and not self._snaps.active and not self._snaps.notices)
@@ -460,6 +467,8 @@ class MysqlSource(Source):
         elif t == be.EventType.HEARTBEAT and self._gtid is None:
             # the server is idle at h.next_pos of the file the body names
             if bytes(body).rstrip(b"\0").decode("utf-8", "replace") == self._file:
+                if not self._pending:  # the server has sent everything up to now
+                    self._until_ns = max(self._until_ns, time.time_ns())
                 return self._progress(h)
         elif t not in be.PASSED_OVER and not h.flags & be.LOG_EVENT_IGNORABLE_F:
             # an event this source does not know may carry changes: stop at it, loudly
@@ -484,6 +493,7 @@ class MysqlSource(Source):
     def _commit(self, h: be.EventHeader) -> Window | None:
         pending, signals = self._pending, self._signals
         self._reset_txn()
+        self._until_ns = max(self._until_ns, h.timestamp * 1_000_000_000)
         if signals and self._capture_only:
             # another capturer's snapshot (its signal or watermark): its chunk windows
             # cannot be reproduced here, so nothing from this transaction on is ours
@@ -526,7 +536,10 @@ class MysqlSource(Source):
         scn = self._scn(h.next_pos)
         if scn <= self._last_scn or h.next_pos < 4:
             return None
-        return Window(scn, b"", 0, h.timestamp * 1_000_000_000)
+        # a transaction of other tables: its time; a heartbeat (timestamp 0): the server
+        # is idle at the log's end now, so the window stands for now (docs/operations.md)
+        ts_ns = h.timestamp * 1_000_000_000 if h.timestamp else time.time_ns()
+        return Window(scn, b"", 0, ts_ns)
 
     def _ddl_seen(self, db: str, sql: str) -> None:
         """A DDL statement in the binlog: forget the snapshot's kept table
