@@ -50,10 +50,12 @@ TABLES: dict[str, Flags] = {
 OWN: dict[str, set[str]] = {
     "relay": {"config", "verbose"},
     "binlog-server": {"config", "verbose"},
-    "tail": {"max_windows", "verbose"},                  # when to stop; log level
+    # --metrics-port/--metrics-host: the process's own listener, not a client setting
+    "tail": {"max_windows", "verbose", "metrics_port", "metrics_host"},  # when to stop
     "replicate": {"target", "target_password_file",      # the sink's target, not the client's
-                  "group", "group_partitions", "member_id", "verbose"},  # the group runner's
-    "publish": {"verbose"},
+                  "group", "group_partitions", "member_id", "verbose",  # the group runner's
+                  "metrics_port", "metrics_host"},
+    "publish": {"verbose", "metrics_port", "metrics_host"},
     "signal": {"kind", "tables", "data"},                # the signal itself
     "status": {"as_json"},                               # how to print
     "bootstrap": {"config", "verbose"},                  # everything else is in the file
@@ -161,6 +163,7 @@ VALUES: dict[str, tuple[Any, Any]] = {
     "bigint_unsigned_handling_mode": ("precise", "precise"), "batch_windows": (7, 7),
     "batch_linger": (0.5, 0.5), "topic_partitions": (3, 3), "replication_factor": (2, 2),
     "create_topics": (False, False), "kafka_config": ({"linger.ms": "5"}, {"linger.ms": "5"}),
+    "metrics_port": (9464, 9464), "metrics_host": ("0.0.0.0", "0.0.0.0"),
 }
 # --source: a URL of the same kind as the file's source (another kind is its own case)
 SOURCE_OF = {"sqlite": "sqlite:///other.db", "mysql": "mysql://u@other:3306",

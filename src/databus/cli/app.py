@@ -17,7 +17,8 @@ import signal
 import sys
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, Protocol
 
@@ -112,6 +113,34 @@ def stop_on_signals(*signals: int) -> threading.Event:
     return stop
 
 
+@contextmanager
+def consumer_metrics(service: str, port: int | None, host: str | None
+                     ) -> Iterator[Callable[[Any], None] | None]:
+    """With ``port`` given: a listener serving ``/metrics`` and health for the clients
+    the command's runner makes (it yields the runner's ``watch``); else None."""
+    if port is None:
+        if host is not None:
+            raise typer.BadParameter("--metrics-host goes with --metrics-port")
+        yield None
+        return
+    from databus.client.metrics import readiness, render
+    from databus.serving.health import Check
+    from databus.serving.metrics_port import MetricsServer
+
+    clients: list[Any] = []
+
+    def checks() -> list[Check]:
+        rows = [c.metrics() for c in clients]
+        if not rows:
+            return [Check("consumer", False, "not started")]
+        return [Check(*c) for c in readiness(rows)]
+
+    server = MetricsServer(service, lambda: render([c.metrics() for c in clients]), checks,
+                           port=port, host=host or "127.0.0.1")
+    with server:
+        yield clients.append
+
+
 def main() -> None:
     """Entry point of the ``databus`` script."""
     try:
@@ -159,3 +188,11 @@ RELAY_ACCESS_FLAGS = {"relay": "relay.url", "token_file": "relay.token_file",
 """The relay options above -> fields of a model's ``relay`` section (RelayAccess)."""
 
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="debug log lines")]
+
+# Consumer commands: their own /metrics and health listener (docs/operations.md).
+MetricsPortOpt = Annotated[int | None, typer.Option(
+    min=0, max=65535, help="serve /metrics and /health/ready on this port (0: a free one,"
+    " logged)")]
+MetricsHostOpt = Annotated[str | None, typer.Option(
+    help="address the metrics port binds (default 127.0.0.1; 0.0.0.0 for a scraper on"
+    " another host)")]

@@ -14,10 +14,13 @@ from databus.cli.app import (
     CaFileOpt,
     CertFileOpt,
     KeyFileOpt,
+    MetricsHostOpt,
+    MetricsPortOpt,
     RelayOpt,
     RelayTokenFileOpt,
     VerboseOpt,
     app,
+    consumer_metrics,
     fail,
     setup_logging,
     stop_on_signals,
@@ -60,6 +63,8 @@ def tail(
     ca_file: CaFileOpt = None,
     cert_file: CertFileOpt = None,
     key_file: KeyFileOpt = None,
+    metrics_port: MetricsPortOpt = None,
+    metrics_host: MetricsHostOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Print every change as a JSON envelope, one per line.
@@ -76,7 +81,9 @@ def tail(
         from databus.client.runners import tail as run_tail
 
         cfg = ClientConfig(**{**TAIL_DEFAULTS, **settings(values, TAIL_FLAGS)})
-        run_tail(cfg, sys.stdout, max_windows=max_windows, stop=stop_on_signals())
+        with consumer_metrics("tail", metrics_port, metrics_host) as watch:
+            run_tail(cfg, sys.stdout, max_windows=max_windows, stop=stop_on_signals(),
+                     watch=watch)
     except DatabusError as exc:
         fail(exc, redactor)
 
@@ -108,6 +115,8 @@ def replicate(
     ca_file: CaFileOpt = None,
     cert_file: CertFileOpt = None,
     key_file: KeyFileOpt = None,
+    metrics_port: MetricsPortOpt = None,
+    metrics_host: MetricsHostOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Apply the change stream to same-named tables of a target database.
@@ -135,10 +144,14 @@ def replicate(
                 raise typer.BadParameter("--group takes neither --partitions nor --bootstrap")
             if not cfg.sources:
                 raise typer.BadParameter("--group needs --sources")
+            if metrics_port is not None:
+                raise typer.BadParameter("--metrics-port: not yet with --group (each"
+                                         " partition's client would need its own)")
             replicate_group(cfg, target, group, partitions=group_partitions or 8,
                             member_id=member_id, stop=stop_on_signals())
             return
-        run_replicate(cfg, target, stop=stop_on_signals())
+        with consumer_metrics("replicate", metrics_port, metrics_host) as watch:
+            run_replicate(cfg, target, stop=stop_on_signals(), watch=watch)
     except DatabusError as exc:
         fail(exc, redactor)
 
@@ -210,6 +223,8 @@ def publish(
     ca_file: CaFileOpt = None,
     cert_file: CertFileOpt = None,
     key_file: KeyFileOpt = None,
+    metrics_port: MetricsPortOpt = None,
+    metrics_host: MetricsHostOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Publish the change stream into Kafka, whole windows per transaction.
@@ -237,6 +252,7 @@ def publish(
 
             raise ConfigError("databus publish needs confluent-kafka: pip install"
                               " 'databus[kafka]'") from exc
-        run_publish(cfg, stop=stop_on_signals())
+        with consumer_metrics("publish", metrics_port, metrics_host) as watch:
+            run_publish(cfg, stop=stop_on_signals(), watch=watch)
     except DatabusError as exc:
         fail(exc, redactor)

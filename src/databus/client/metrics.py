@@ -64,6 +64,22 @@ def measure(name: str, st: ClientStats, lag: LagClock, *,
         retries=st.replays, last_error=st.last_error)
 
 
+READY_STATES = ("online", "bootstrapping")
+"""The states in which a consumer is ready (``/health/ready`` of its metrics port)."""
+
+
+def readiness(rows: Iterable[ConsumerMetrics]) -> list[tuple[str, bool, str]]:
+    """One check ``(name, ok, detail)`` per consumer: ok while it is online or
+    bootstrapping (docs/operations.md, "Health"); the detail names its state and its
+    last error's code, never the message."""
+    out = []
+    for m in rows:
+        why = f" (last error {m.last_error.split(':', 1)[0]})" if m.last_error else ""
+        out.append((f"consumer {m.consumer}", m.state in READY_STATES,
+                    f"{m.state}{why if m.state not in READY_STATES else ''}"))
+    return out
+
+
 def render(metrics: Iterable[ConsumerMetrics]) -> bytes:
     """``metrics`` in Prometheus's text format."""
     registry = CollectorRegistry(auto_describe=False)

@@ -9,6 +9,7 @@ raised, and return the client (its ``stats`` and ``persisted`` position).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from databus.client.checkpoints import FileCheckpointStore, MemoryCheckpointStore
@@ -29,8 +30,13 @@ unreachable is retried 100 times per window with backoff up to 30 s (about 35 mi
 short long polls let a stop request end the run within seconds."""
 
 
+Watch = Callable[[DatabusClient], None]
+"""Told each client a runner makes, before it runs (the commands' ``--metrics-port``
+reads its :meth:`~DatabusClient.metrics`)."""
+
+
 def tail(config: ClientConfig, out: TextIO, *, max_windows: int | None = None,
-         stop: threading.Event | None = None) -> DatabusClient:
+         stop: threading.Event | None = None, watch: Watch | None = None) -> DatabusClient:
     """Print every data event as a JSON envelope line to ``out``.
 
     The position is kept in ``config.checkpoint_path``; without one it lives in
@@ -42,13 +48,15 @@ def tail(config: ClientConfig, out: TextIO, *, max_windows: int | None = None,
     path = config.checkpoint_path
     store = FileCheckpointStore(path) if path is not None else MemoryCheckpointStore()
     client = DatabusClient(config, JsonLinesSink(out), store)
+    if watch is not None:
+        watch(client)
     client.run(stop=stop, max_windows=max_windows)
     return client
 
 
 def replicate(config: ClientConfig, target_url: str, *, name: str = "replicate",
-              max_windows: int | None = None, stop: threading.Event | None = None
-              ) -> DatabusClient:
+              max_windows: int | None = None, stop: threading.Event | None = None,
+              watch: Watch | None = None) -> DatabusClient:
     """Apply the relay's stream to same-named tables of ``target_url`` (see
     :mod:`databus.client.sinks.replicate`).
 
@@ -63,6 +71,8 @@ def replicate(config: ClientConfig, target_url: str, *, name: str = "replicate",
         name = f"replicate-{config.partitions.replace(':', '').lower()}-{config.member}"
     with ReplicateSink(target_url, name=name) as sink:
         client = DatabusClient(config, sink, sink.checkpoint_store)
+        if watch is not None:
+            watch(client)
         client.run(stop=stop, max_windows=max_windows)
     return client
 

@@ -24,7 +24,8 @@ One concept per module, each stating its contract:
 * :mod:`~databus.serving.metrics_port`: a process's own listener for ``/metrics`` and
   health (:class:`MetricsServer`: the consumer commands' ``--metrics-port``).
 
-What every server will share next (its page) gets a module of its own beside these. This file only hands names on: importing
+What every server will share next (its page) gets a module of its own beside these.
+This file only hands names on: importing
 ``X`` from :mod:`databus.serving` is importing it from its module.
 
 The package imports only :mod:`databus.core` and :mod:`databus.auth`: the relay and
@@ -38,6 +39,7 @@ from databus.serving.errors import EXCEPTION_HANDLERS, error_response, internal_
 from databus.serving.guard import principal, readable_ids
 from databus.serving.health import Check, health_routes
 from databus.serving.loopback import host_name, is_loopback
+from databus.serving.metrics_port import MetricsServer
 from databus.serving.openapi import ERROR_SCHEMA, openapi_document, operation, query
 from databus.serving.params import (
     MAX_SOURCE_IDS,
@@ -56,6 +58,7 @@ __all__ = [
     "Check",
     "HttpServerConfig",
     "HttpService",
+    "MetricsServer",
     "TlsServerConfig",
     "bool_param",
     "error_response",
