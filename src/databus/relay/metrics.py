@@ -13,9 +13,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+# a counter's ``_created`` series (when it was made) is no part of the contract and
+# doubles the names a scraper stores: off for the process (prometheus_client's switch)
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 CAPTURE_STATES = ("starting", "running", "retrying", "failed", "fenced", "stopped")
 """The fetcher's states (``databus_relay_capture_state``)."""

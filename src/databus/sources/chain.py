@@ -116,8 +116,9 @@ class ChainSource(Source):
         self._part = bytearray()
         self._part_count = 0
         self._until_ns = 0  # the upstream's captured-until when this relay held all it had
-        self._stats = {"upstream_max_scn": -1.0, "upstream_bytes": 0.0, "windows": 0.0,
-                       "events_left_out": 0.0}
+        self._stats = {"upstream_max_scn": -1.0, "upstream_bytes_total": 0.0,
+                       "windows_total": 0.0,
+                       "events_left_out_total": 0.0}
 
     # -- life cycle --------------------------------------------------------------
 
@@ -212,8 +213,8 @@ class ChainSource(Source):
                 self._until_ns = max(self._until_ns, resp.source_time_ns)
             with self._lock:
                 self._stats["upstream_max_scn"] = float(resp.max_scn)
-                self._stats["upstream_bytes"] += len(resp.data)
-                self._stats["windows"] += len(windows)
+                self._stats["upstream_bytes_total"] += len(resp.data)
+                self._stats["windows_total"] += len(windows)
             if (windows or not resp.data or stop.is_set() or time.monotonic() >= deadline
                     or resp.cluster_hw != hw_before):
                 return windows
@@ -297,7 +298,7 @@ class ChainSource(Source):
             self._done_scn = out[-1].scn
         if left_out:
             with self._lock:
-                self._stats["events_left_out"] += left_out
+                self._stats["events_left_out_total"] += left_out
         return out
 
     def _check_schema(self, data: bytes, off: int) -> None:

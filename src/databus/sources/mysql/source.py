@@ -88,6 +88,7 @@ from databus.sources.mysql.checks import check_server, describe, mysql_url
 from databus.sources.mysql.connection import (
     BinlogStream,
     SqlSession,
+    binlog_behind,
     check_replica_id,
     collations,
     connect,
@@ -101,6 +102,8 @@ from databus.sources.mysql.versions import Versions, signature
 __all__ = ["NOTIFICATIONS", "SCHEMA_CHANGES", "MysqlSource"]
 
 log = logging.getLogger("databus.sources.mysql")
+
+BEHIND_EVERY = 5.0  # seconds between two reads of the binlog's end (binlog_behind_bytes)
 
 
 @dataclass
@@ -164,6 +167,9 @@ class MysqlSource(Source):
         self._capture_only = False  # capture_only(): a cluster co-leader's source
         self._halted = False  # another capturer's snapshot showed: nothing more is ours
         self._until_ns = 0  # captured_until_ns: the last commit read, or a heartbeat's now
+        self._read_pos = 0  # end of the last event read in self._file
+        self._behind = 0.0  # binlog_behind_bytes, read every BEHIND_EVERY seconds
+        self._behind_at = 0.0
         self._stream: BinlogStream | None = None
         self._stream_scn = -2
         self._file = ""
@@ -289,7 +295,15 @@ class MysqlSource(Source):
         """Snapshot progress: counters of notifications by kind and of rows sent,
         and the running snapshot's state."""
         snaps = self._snaps.stats() if self._opened else idle_stats()
-        return {**snaps, "snapshot_elsewhere": float(self._halted)}
+        return {**snaps, "snapshot_elsewhere": float(self._halted),
+                "binlog_behind_bytes": self._behind}
+
+    def _probe_behind(self) -> None:
+        """``binlog_behind_bytes``, at most every :data:`BEHIND_EVERY` seconds."""
+        if time.monotonic() - self._behind_at >= BEHIND_EVERY and self._file:
+            self._behind_at = time.monotonic()
+            behind = binlog_behind(self.url, self._file, self._read_pos)
+            self._behind = self._behind if behind is None else float(behind)
 
     def sources(self) -> list[SourceInfo]:
         return self._tv.sources()
@@ -403,12 +417,12 @@ class MysqlSource(Source):
                 continue  # nothing to hand over yet: wait for a window until the deadline
             if not self._stream.pending():
                 break
+        self._probe_behind()
         return out
 
     def captured_until_ns(self) -> int | None:
-        """Every transaction committed before this was read: the newest commit read (the
-        binlog's whole seconds), or when a heartbeat at the log's end arrived (the
-        server had nothing more to send). None before either (the relay's rule)."""
+        """The newest commit read (whole seconds), or when a heartbeat arrived at the
+        log's end; None before either (the relay's rule applies)."""
         return self._until_ns or None
 
     def _done_snapshotting(self) -> bool:
@@ -418,6 +432,7 @@ class MysqlSource(Source):
     def _event(self, raw: bytes) -> Window | None:
         assert self._stream is not None
         h, body = be.parse_header(raw, self._stream.checksum)
+        self._read_pos = h.next_pos
         t = h.type
         if t in compressed.COMPRESSED:  # log_bin_compress=ON: the plain event it stands for
             t, body = compressed.expand(t, body)
