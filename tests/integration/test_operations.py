@@ -21,8 +21,11 @@ import pytest
 
 from databus.client import ClientConfig, Consumer, DatabusClient, DataEvent
 from databus.client.checkpoints import MemoryCheckpointStore
+from databus.client.metrics import readiness, render
 from databus.relay.config import parse_config
 from databus.relay.relay import Relay
+from databus.serving.health import Check
+from databus.serving.metrics_port import MetricsServer
 from tests.support.mariadb import MariaDB
 from tests.support.postgres import PostgreSQL
 from tests.support.procs import DATABUS
@@ -73,7 +76,8 @@ class Gate(Consumer):
 
 
 class Running:
-    """A :class:`DatabusClient` pulling on a thread of its own."""
+    """A :class:`DatabusClient` pulling on a thread of its own, its numbers served on a
+    metrics port of its own (:attr:`metrics_url`) as the consumer commands serve them."""
 
     def __init__(self, url: str, name: str) -> None:
         self.gate = Gate()
@@ -83,8 +87,21 @@ class Running:
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.client.run, kwargs={"stop": self.stop},
                                        daemon=True)
+        self.port = MetricsServer(
+            "test", lambda: render([self.client.metrics()]),
+            lambda: [Check(*c) for c in readiness([self.client.metrics()])])
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.port.port}"
+
+    def lag(self) -> float:
+        """``databus_consumer_lag_seconds`` from its own ``/metrics``."""
+        return metric(self.metrics_url, "databus_consumer_lag_seconds",
+                      f'consumer="{self.client.name}"')
 
     def __enter__(self) -> Running:
+        self.port.start()
         self.thread.start()
         return self
 
@@ -92,6 +109,7 @@ class Running:
         self.gate.open.set()
         self.stop.set()
         self.thread.join(30)
+        self.port.stop()
 
 
 def idle_lag_stays_near_zero(url: str, seconds: float = 3.0) -> None:
@@ -122,23 +140,25 @@ def stalled_consumer_lag_follows_the_clock(url: str, write: Callable[[int], None
         write(2)
         wait_until(run.gate.waiting.is_set, 60, "the consumer to stall in its callback")
         time.sleep(1.0)
-        t1, r1, m1 = time.time(), row(url, name), run.client.metrics()
+        t1, r1, m1, p1 = time.time(), row(url, name), run.client.metrics(), run.lag()
         time.sleep(2.0)
-        t2, r2, m2 = time.time(), row(url, name), run.client.metrics()
+        t2, r2, m2, p2 = time.time(), row(url, name), run.client.metrics(), run.lag()
         assert m1.lag_seconds is not None and m2.lag_seconds is not None
         for what, a, b in (("/consumers", r1["seconds_behind"], r2["seconds_behind"]),
-                           ("metrics()", m1.lag_seconds, m2.lag_seconds)):
+                           ("metrics()", m1.lag_seconds, m2.lag_seconds),
+                           ("its /metrics", p1, p2)):
             assert abs((b - a) - (t2 - t1)) < 1.0, f"{what}: {a} -> {b} in {t2 - t1:.2f} s"
             # the age of the oldest change not consumed (the binlog counts whole seconds)
             assert abs(b - (t2 - committed)) < 1.5, f"{what}: {b} at {t2 - committed:.2f} s"
         assert r2["windows_behind"] >= 1 and m2.lag_windows is not None
         assert m2.state == "online"
+        ready = httpx.get(f"{run.metrics_url}/health/ready", timeout=10).json()
+        assert ready["status"] == "ready" and ready["checks"][0]["name"] == f"consumer {name}"
         run.gate.open.set()
         wait_until(lambda: run.gate.events >= 3, 60, "the stalled changes consumed")
         wait_until(lambda: row(url, name)["seconds_behind"] < 2.5, 30,
                    "the relay's view of the lag back near 0")
-        wait_until(lambda: (run.client.metrics().lag_seconds or 99) < 2.5, 30,
-                   "the consumer's own lag back near 0")
+        wait_until(lambda: run.lag() < 2.5, 30, "the consumer's own lag back near 0")
 
 
 # -- MariaDB and PostgreSQL ---------------------------------------------------------------
