@@ -106,6 +106,17 @@ def test_a_sqlite_relay_a_chain_relay_a_bootstrap_server_and_a_consumer(
         check(chain.url, relay_want("chain"))
     with make_bootstrap(shop_db, tmp_path, sqlite_relay) as bs:
         check(bs.url, documented()["bootstrap"])
+
+        def lag() -> float:
+            for line in httpx.get(f"{bs.url}/metrics", timeout=10).text.splitlines():
+                if line.startswith("databus_bootstrap_producer_lag_seconds "):
+                    return float(line.split()[1])
+            raise AssertionError("no producer lag")
+
+        wait_until(lambda: lag() < 2, 30, "the producer caught up (lag near 0)")
+        ready = httpx.get(f"{bs.url}/health/ready", timeout=10)
+        assert ready.status_code == 200, ready.text
+        assert [c["name"] for c in ready.json()["checks"]] == ["producer", "applier", "store"]
     port = free_port()
     with (tmp_path / "tail.log").open("wb") as log:
         proc = subprocess.Popen([*DATABUS, "tail", "--relay", sqlite_relay.url, "--from-start",

@@ -320,3 +320,35 @@ def test_health_ready_fails_when_capture_stops(shop_relay: Relay, shop_db: Path,
         assert 1.0 < b - a < 2.5, (a, b)
         assert metric(url, "databus_relay_capture_state", 'state="retrying"') == 1
         assert metric(url, "databus_relay_fetcher_up") == 0
+
+
+def test_a_consumer_near_the_buffers_oldest_window_is_about_to_fall_off(
+        shop_db: Path, tmp_path: Path) -> None:
+    """The buffer evicts: a consumer whose position is less than ``fall_off_warning`` of
+    source time ahead of the oldest window held is marked falling off; one at the newest
+    window is not; in ``/consumers``, the relay's metrics and ``databus status``."""
+    relay = make_relay(shop_db, tmp_path, capacity_bytes=64 * 1024)
+    with relay, Writer(shop_db) as w:
+        url = relay.url
+        wait_until(lambda: (w.transaction() or True)
+                   and relay.buffer.stats()["evicted_windows"] > 20, 60, "evictions")
+        wait_until(lambda: relay.buffer.max_scn >= 0 and consumers(url)["buffer"]["evicting"],
+                   30, "the relay to say it evicts")
+        oldest, newest = relay.buffer.min_scn, relay.buffer.max_scn
+        for name, scn in (("old", oldest), ("new", newest)):
+            cp = json.dumps({"windowScn": scn, "windowOffset": -1})
+            r = httpx.get(f"{url}/stream", params={"checkPoint": cp, "timeout": "0",
+                                                    "size": "1024"},
+                          headers={"X-Databus-Consumer": name}, timeout=10)
+            assert r.status_code == 200, r.text
+        old, new = row(url, "old"), row(url, "new")
+        assert old["falling_off"] and old["fall_off_margin_seconds"] is not None, old
+        assert old["windows_behind"] > 0 and old["position"]["scn"] == oldest
+        assert not new["falling_off"] and new["windows_behind"] == 0, new
+        assert metric(url, "databus_relay_consumer_falling_off", 'consumer="old"') == 1
+        assert metric(url, "databus_relay_consumer_falling_off", 'consumer="new"') == 0
+        out = subprocess.run([*DATABUS, "status", "--relay", url], capture_output=True,
+                             text=True, timeout=60)
+        assert re.search(r"\n  old .*FALLING OFF", out.stdout), out.stdout
+        assert "FALLING OFF" not in next(x for x in out.stdout.splitlines()
+                                         if x.startswith("  new "))
