@@ -113,11 +113,31 @@ def stop_on_signals(*signals: int) -> threading.Event:
     return stop
 
 
+class Watched:
+    """What a consumer command's metrics port shows: the clients its runner made
+    (:meth:`client`) and the partitions' clients of a dynamic group (:meth:`group`)."""
+
+    def __init__(self) -> None:
+        self._sources: list[Callable[[], list[Any]]] = []
+        self.grouped = False
+
+    def client(self, client: Any) -> None:
+        self._sources.append(lambda: [client])
+
+    def group(self, group: Any) -> None:
+        self.grouped = True
+        self._sources.append(lambda: [p.client for p in list(group.running.values())])
+
+    def metrics(self) -> list[Any]:
+        return [c.metrics() for source in self._sources for c in source()]
+
+
 @contextmanager
 def consumer_metrics(service: str, port: int | None, host: str | None
-                     ) -> Iterator[Callable[[Any], None] | None]:
+                     ) -> Iterator[Watched | None]:
     """With ``port`` given: a listener serving ``/metrics`` and health for the clients
-    the command's runner makes (it yields the runner's ``watch``); else None."""
+    the command's runner makes (tell it them through the :class:`Watched` yielded);
+    else None."""
     if port is None:
         if host is not None:
             raise typer.BadParameter("--metrics-host goes with --metrics-port")
@@ -127,18 +147,19 @@ def consumer_metrics(service: str, port: int | None, host: str | None
     from databus.serving.health import Check
     from databus.serving.metrics_port import MetricsServer
 
-    clients: list[Any] = []
+    watched = Watched()
 
     def checks() -> list[Check]:
-        rows = [c.metrics() for c in clients]
-        if not rows:
-            return [Check("consumer", False, "not started")]
+        rows = watched.metrics()
+        if not rows:  # a group member may own no partition: it waits, rightly
+            return [Check("consumer", watched.grouped, "no partition owned"
+                          if watched.grouped else "not started")]
         return [Check(*c) for c in readiness(rows)]
 
-    server = MetricsServer(service, lambda: render([c.metrics() for c in clients]), checks,
-                           port=port, host=host or "127.0.0.1")
+    server = MetricsServer(service, lambda: render(watched.metrics()), checks, port=port,
+                           host=host or "127.0.0.1")
     with server:
-        yield clients.append
+        yield watched
 
 
 def main() -> None:

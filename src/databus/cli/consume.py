@@ -83,7 +83,7 @@ def tail(
         cfg = ClientConfig(**{**TAIL_DEFAULTS, **settings(values, TAIL_FLAGS)})
         with consumer_metrics("tail", metrics_port, metrics_host) as watch:
             run_tail(cfg, sys.stdout, max_windows=max_windows, stop=stop_on_signals(),
-                     watch=watch)
+                     watch=watch.client if watch else None)
     except DatabusError as exc:
         fail(exc, redactor)
 
@@ -144,14 +144,13 @@ def replicate(
                 raise typer.BadParameter("--group takes neither --partitions nor --bootstrap")
             if not cfg.sources:
                 raise typer.BadParameter("--group needs --sources")
-            if metrics_port is not None:
-                raise typer.BadParameter("--metrics-port: not yet with --group (each"
-                                         " partition's client would need its own)")
-            replicate_group(cfg, target, group, partitions=group_partitions or 8,
-                            member_id=member_id, stop=stop_on_signals())
+            with consumer_metrics("replicate", metrics_port, metrics_host) as watch:
+                replicate_group(cfg, target, group, partitions=group_partitions or 8,
+                                member_id=member_id, stop=stop_on_signals(),
+                                watch=watch.group if watch else None)
             return
         with consumer_metrics("replicate", metrics_port, metrics_host) as watch:
-            run_replicate(cfg, target, stop=stop_on_signals(), watch=watch)
+            run_replicate(cfg, target, stop=stop_on_signals(), watch=watch.client if watch else None)
     except DatabusError as exc:
         fail(exc, redactor)
 
@@ -253,6 +252,6 @@ def publish(
             raise ConfigError("databus publish needs confluent-kafka: pip install"
                               " 'databus[kafka]'") from exc
         with consumer_metrics("publish", metrics_port, metrics_host) as watch:
-            run_publish(cfg, stop=stop_on_signals(), watch=watch)
+            run_publish(cfg, stop=stop_on_signals(), watch=watch.client if watch else None)
     except DatabusError as exc:
         fail(exc, redactor)

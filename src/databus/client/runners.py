@@ -79,7 +79,8 @@ def replicate(config: ClientConfig, target_url: str, *, name: str = "replicate",
 
 def replicate_group(config: ClientConfig, target_url: str, group: str, *,
                     partitions: int = 8, member_id: str | None = None,
-                    stop: threading.Event | None = None) -> None:
+                    stop: threading.Event | None = None,
+                    watch: Callable[[Any], None] | None = None) -> None:
     """One member of a dynamic replicate group (:mod:`databus.client.membership`):
     the group's members share ``partitions`` MOD buckets of ``config.sources`` and apply
     them to ``target_url``, each partition's position in its own checkpoint row
@@ -96,8 +97,10 @@ def replicate_group(config: ClientConfig, target_url: str, group: str, *,
         return sinks[owner.partition]
 
     try:
-        DynamicGroup(group, config, partitions=partitions, consumer_factory=sink_for,
-                     store_factory=lambda p: sinks[p], member_id=member_id).run(
-                         stop if stop is not None else threading.Event())
+        member = DynamicGroup(group, config, partitions=partitions, consumer_factory=sink_for,
+                              store_factory=lambda p: sinks[p], member_id=member_id)
+        if watch is not None:  # told the group: its running partitions' clients
+            watch(member)
+        member.run(stop if stop is not None else threading.Event())
     finally:
         engine.dispose()
