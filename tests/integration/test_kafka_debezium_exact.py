@@ -171,9 +171,10 @@ def test_the_harness_still_writes_the_checked_in_values(tmp_path: Path) -> None:
     if not harness.cached():
         pytest.skip("the Debezium bundle is not cached (bash scripts/java/fetch.sh debezium)")
     out = tmp_path / "typematrix.json"
-    subprocess.run([sys.executable, "-m", "bench.peers.typematrix",
-                    "--out", str(out)], cwd=ROOT, check=True, timeout=600,
-                   capture_output=True)
+    done = subprocess.run([sys.executable, "-m", "bench.peers.typematrix",
+                           "--out", str(out)], cwd=ROOT, timeout=600,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, f"the harness failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
     fresh = json.loads(out.read_text())
     assert fresh["events"] == EXPECTED["events"]
     assert fresh["fields"] == EXPECTED["fields"]

@@ -160,44 +160,44 @@ def test_sigkill_of_the_spark_driver_mid_stream(spark: SparkSession, tmp_path: P
     db = tmp_path / "shop.db"
     create_shop(db)
     relay = _RelayProc(tmp_path, db)
-    w = Writer(db, seed=43)
-    done = threading.Event()
+    try:  # the relay is stopped whatever fails (a leaked process fails a later test)
+        w = Writer(db, seed=43)
+        done = threading.Event()
 
-    def write() -> None:
-        while not done.is_set() and len(w.committed) < 2000:
-            w.transaction()
-            done.wait(0.004)
+        def write() -> None:
+            while not done.is_set() and len(w.committed) < 2000:
+                w.transaction()
+                done.wait(0.004)
 
-    writer = threading.Thread(target=write)
-    writer.start()
-    target, ckpt = tmp_path / "customers", tmp_path / "apply.ckpt"
-    rng = random.Random(9)
-    applied_before_kill = []
-    try:
-        for _ in range(2):
-            log = (tmp_path / "consumer.log").open("ab")
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.spark.consumer_proc", relay.url, str(target),
-                 str(ckpt)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                cwd=Path(__file__).resolve().parents[2])
-            try:
-                # session start takes seconds; then let it run a random while
-                def committed(proc: subprocess.Popen[bytes] = proc) -> bool:
-                    assert proc.poll() is None, "consumer died; see consumer.log"
-                    return (ckpt / "commits").is_dir() and any((ckpt / "commits").iterdir())
+        writer = threading.Thread(target=write)
+        writer.start()
+        target, ckpt = tmp_path / "customers", tmp_path / "apply.ckpt"
+        rng = random.Random(9)
+        applied_before_kill = []
+        try:
+            for _ in range(2):
+                log = (tmp_path / "consumer.log").open("ab")
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "tests.spark.consumer_proc", relay.url, str(target),
+                     str(ckpt)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                    cwd=Path(__file__).resolve().parents[2])
+                try:
+                    # session start takes seconds; then let it run a random while
+                    def committed(proc: subprocess.Popen[bytes] = proc) -> bool:
+                        assert proc.poll() is None, "consumer died; see consumer.log"
+                        return (ckpt / "commits").is_dir() and any((ckpt / "commits").iterdir())
 
-                wait_until(committed, 60, "the consumer's first commit", interval=0.2)
-                done.wait(rng.uniform(0.5, 3.0))
-            finally:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(30)
-                log.close()
-            applied_before_kill.append(len(list((ckpt / "commits").iterdir())))
-    finally:
-        done.set()
-        writer.join()
-        w.close()
-    try:
+                    wait_until(committed, 120, "the consumer's first commit", interval=0.2)
+                    done.wait(rng.uniform(0.5, 3.0))
+                finally:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(30)
+                    log.close()
+                applied_before_kill.append(len(list((ckpt / "commits").iterdir())))
+        finally:
+            done.set()
+            writer.join()
+            w.close()
         wait_until(lambda: relay.buffer_max >= txlog_max(db), 60, "the relay to catch up",
                    interval=0.1)
 

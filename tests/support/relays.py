@@ -57,18 +57,27 @@ def make_relay(db: Path, tmp: Path, *, tables: list[str] | None = None,
     return Relay(cfg)
 
 
-def persisted_scn(state_dir: Path, name: str = "relay") -> int:
+def persisted_scn(state_dir: Path, name: str | None = None) -> int:
     """The newest SCN a relay's state file records, -1 before its first flush. The relay
     flushes its buffer file before it writes the state (every ``flush_interval``), so
-    what this says is held survives a ``kill -9``."""
+    what this says is held survives a ``kill -9``. ``name``: the relay's; None: the one
+    relay whose state is in ``state_dir`` (its name derived from its buffer file)."""
+    if name is None:
+        files = list(state_dir.glob("*.state.json"))
+        assert len(files) <= 1, f"several relays' states in {state_dir}: name one"
+        if not files:
+            return -1
+        path = files[0]
+    else:
+        path = state_dir / f"{name}.state.json"
     try:
-        return int(json.loads((state_dir / f"{name}.state.json").read_text())["max_scn"])
+        return int(json.loads(path.read_text())["max_scn"])
     except FileNotFoundError:
         return -1
 
 
 def wait_persisted(state_dir: Path, scn: int, timeout: float = 30.0,
-                   name: str = "relay") -> None:
+                   name: str | None = None) -> None:
     """Until the relay named ``name`` (state in ``state_dir``; beside its buffer file by
     default) has flushed everything up to ``scn``: instead of sleeping a flush interval."""
     wait_until(lambda: persisted_scn(state_dir, name) >= scn, timeout,
