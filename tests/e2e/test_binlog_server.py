@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import socket
 import sqlite3
 import subprocess
 import threading
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pymysql
 import pytest
 from pymysqlreplication import BinLogStreamReader
@@ -38,6 +40,7 @@ from tests.support.binlog_server import (
     write_changes,
 )
 from tests.support.pipeline import relay_max_scn
+from tests.support.procs import free_port
 from tests.support.shop import txlog_max
 from tests.support.wait import wait_until
 
@@ -88,7 +91,9 @@ def test_python_mysql_replication_rebuilds_every_table_from_start_position_and_g
 def test_changes_committed_before_the_service_starts_are_in_the_binlog(
         tmp_path: Path) -> None:
     db = make_source(tmp_path)
-    with BinlogService(db, tmp_path, ALL, serve=False) as svc:
+    metrics = free_port()
+    with BinlogService(db, tmp_path, ALL, serve=False,
+                       extra=["--metrics-port", str(metrics)]) as svc:
         write_changes(db, 30, seed=7)
         newest = txlog_max(db)  # the source's last commit
         wait_until(lambda: relay_max_scn(svc.relay_url) >= newest, 30,
@@ -97,6 +102,15 @@ def test_changes_committed_before_the_service_starts_are_in_the_binlog(
         got = wait_equal(svc, db)
         # the first transaction of the source is the binlog's first row transaction
         assert got.gtids[0].endswith(":1")
+        # the operator's view (docs/operations.md): the relay knows the converter by
+        # name, and the converter serves its own numbers
+        name = f"binlog-server 1@{socket.gethostname()}"
+        listed = httpx.get(f"{svc.relay_url}/consumers", timeout=10).json()["consumers"]
+        assert name in [c["name"] for c in listed], listed
+        text = httpx.get(f"http://127.0.0.1:{metrics}/metrics", timeout=10).text
+        assert f'databus_consumer_state{{consumer="{name}",state="online"}} 1.0' in text
+        assert httpx.get(f"http://127.0.0.1:{metrics}/health/ready",
+                         timeout=10).status_code == 200
 
 
 def test_a_commit_reaches_a_blocking_reader_within_a_fraction_of_a_second(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import signal
 import time
 from collections import defaultdict
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import sqlalchemy as sa
 
@@ -188,7 +190,8 @@ def test_replicate_group_into_postgresql(tmp_path: Path, zookeeper: ZooKeeper,
         g.procs["r1"] = spawn(member("r1"), g.log("r1"))
         g.wait("the first member to create the tables", lambda: all(
             sa.inspect(engine).has_table(t) for t in TABLES), 60)
-        g.procs["r2"] = spawn(member("r2"), g.log("r2"))
+        port = free_port()  # r2 serves its partitions' numbers (docs/operations.md)
+        g.procs["r2"] = spawn([*member("r2"), "--metrics-port", str(port)], g.log("r2"))
 
         def runs(name: str) -> bool:
             return "runs partitions" in g.log(name).read_text()
@@ -205,6 +208,11 @@ def test_replicate_group_into_postgresql(tmp_path: Path, zookeeper: ZooKeeper,
                        for t in TABLES)
 
         g.wait("the target to equal the source", equal, 120, interval=1.0)
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        online = re.findall(r'databus_consumer_state\{consumer="([^"]+)",state="online"\} 1', metrics)
+        assert 1 <= len(online) <= 3, metrics  # r2's share of the 4 partitions
+        ready = httpx.get(f"http://127.0.0.1:{port}/health/ready", timeout=10).json()
+        assert ready["status"] == "ready" and len(ready["checks"]) == len(online), ready
         with engine.connect() as con:
             names = sorted(r[0] for r in con.execute(sa.text(
                 "SELECT name FROM databus_checkpoint")))

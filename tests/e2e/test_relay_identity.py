@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import sqlite3
 import subprocess
@@ -688,6 +689,24 @@ def test_a_leader_whose_capture_stopped_gives_up_and_the_other_member_leads(
             assert "BufferFull" in record["m1"]["capture"]["error"]
             assert record["m2"]["capture"] == {**record["m2"]["capture"], "state": "running",
                                                "reads": "database", "capturing": True}
+            # the operator's view (docs/operations.md): m1 unhealthy, not ready
+            assert not record["m1"]["healthy"] and record["m2"]["healthy"]
+            text = subprocess.run([*DATABUS, "cluster", "status", m.address],
+                                  capture_output=True, text=True, timeout=60, cwd=ROOT,
+                                  env=ENV, check=True).stdout
+            assert re.search(r"m1 +follower +capture failed +UNHEALTHY", text), text
+            assert re.search(r"m2 +leader +capture running +healthy", text), text
+            ready = httpx.get(f"{record['m1']['url']}/health/ready", timeout=10)
+            assert ready.status_code == 503 and "failed" in ready.text, ready.text
+            assert httpx.get(f"{record['m2']['url']}/health/ready", timeout=10).status_code == 200
+            # databus status on the cluster address: each member's capture and consumers
+            out = subprocess.run([*DATABUS, "status", "--relay", m.address],
+                                 capture_output=True, text=True, timeout=60, cwd=ROOT, env=ENV)
+            assert out.returncode == 0, out.stderr
+            heads = [x for x in out.stdout.splitlines() if x.startswith("relay ")]
+            assert len(heads) == 2, out.stdout
+            assert any(record["m1"]["url"] in x and "capture failed" in x for x in heads)
+            assert any(record["m2"]["url"] in x and "capture running" in x for x in heads)
             want = {i for i in w.committed() if i >= first}
             wait_until(lambda: m.recorded == want, 60, "every committed order at the recorder")
             assert "gives up leading" in (tmp_path / "m1.log").read_text()

@@ -24,6 +24,7 @@ from databus.cli.consume import PUBLISH_FLAGS, REPLICATE_FLAGS, TAIL_FLAGS
 from databus.cli.flags import Flags, settings
 from databus.cli.relay import RELAY_FLAGS, SIGNAL_FLAGS, relay_config
 from databus.cli.services import BINLOG_FLAGS, binlog_config
+from databus.cli.status import STATUS_FLAGS
 from databus.client.config import ClientConfig, ReplicateConfig
 from databus.client.runners import REPLICATE_DEFAULTS, TAIL_DEFAULTS
 from databus.core.access import RelayAccess
@@ -41,6 +42,7 @@ from databus.sources.config import (
 TABLES: dict[str, Flags] = {
     "relay": RELAY_FLAGS, "binlog-server": BINLOG_FLAGS, "tail": TAIL_FLAGS,
     "replicate": REPLICATE_FLAGS, "publish": PUBLISH_FLAGS, "signal": SIGNAL_FLAGS,
+    "status": STATUS_FLAGS,
 }
 
 # Options that configure the command's own run, not a component's model: why each is not
@@ -48,11 +50,14 @@ TABLES: dict[str, Flags] = {
 OWN: dict[str, set[str]] = {
     "relay": {"config", "verbose"},
     "binlog-server": {"config", "verbose"},
-    "tail": {"max_windows", "verbose"},                  # when to stop; log level
+    # --metrics-port/--metrics-host: the process's own listener, not a client setting
+    "tail": {"max_windows", "verbose", "metrics_port", "metrics_host"},  # when to stop
     "replicate": {"target", "target_password_file",      # the sink's target, not the client's
-                  "group", "group_partitions", "member_id", "verbose"},  # the group runner's
-    "publish": {"verbose"},
+                  "group", "group_partitions", "member_id", "verbose",  # the group runner's
+                  "metrics_port", "metrics_host"},
+    "publish": {"verbose", "metrics_port", "metrics_host"},
     "signal": {"kind", "tables", "data"},                # the signal itself
+    "status": {"as_json"},                               # how to print
     "bootstrap": {"config", "verbose"},                  # everything else is in the file
     "demo": {"transactions", "workdir", "quiet"},
     "cluster status": {"address", "as_json"},
@@ -111,7 +116,7 @@ def _field(model: type[BaseModel], path: str) -> bool:
 @pytest.mark.parametrize(("table", "model"), [
     (RELAY_FLAGS, RelayConfig), (BINLOG_FLAGS, BinlogServiceConfig),
     (TAIL_FLAGS, ClientConfig), (REPLICATE_FLAGS, ReplicateConfig),
-    (PUBLISH_FLAGS, PublishConfig), (SIGNAL_FLAGS, RelayAccess),
+    (PUBLISH_FLAGS, PublishConfig), (SIGNAL_FLAGS, RelayAccess), (STATUS_FLAGS, RelayAccess),
 ])
 def test_every_table_entry_names_a_field_of_its_model(table: Flags,
                                                       model: type[BaseModel]) -> None:
@@ -159,6 +164,7 @@ VALUES: dict[str, tuple[Any, Any]] = {
     "batch_linger": (0.5, 0.5), "topic_partitions": (3, 3), "replication_factor": (2, 2),
     "create_topics": (False, False), "kafka_config": ({"linger.ms": "5"}, {"linger.ms": "5"}),
     "batch_rows": (500, 500), "batch_bytes": (1 << 20, 1 << 20),
+    "metrics_port": (9464, 9464), "metrics_host": ("0.0.0.0", "0.0.0.0"),
 }
 # --source: a URL of the same kind as the file's source (another kind is its own case)
 SOURCE_OF = {"sqlite": "sqlite:///other.db", "mysql": "mysql://u@other:3306",

@@ -41,6 +41,7 @@ Fields (all but ``relay`` have defaults)::
 from __future__ import annotations
 
 from pathlib import Path
+from socket import gethostname
 from typing import Any
 
 from pydantic import Field, model_validator
@@ -87,6 +88,11 @@ class BinlogServiceConfig(ConfigModel):
     tls: TlsServerConfig | None = Field(None, description="server certificate and key")
     heartbeat: float = Field(30.0, ge=0, le=4294967,
                              description="heartbeat seconds when the client sets none; 0 = none")
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="serve /metrics and /health/ready on this port"
+        " (0: a free one, logged; docs/operations.md); None: no such listener")
+    metrics_host: str = Field("127.0.0.1", description="address the metrics port binds")
+
     @model_validator(mode="before")
     @classmethod
     def _legacy(cls, raw: Any) -> Any:
@@ -96,4 +102,5 @@ class BinlogServiceConfig(ConfigModel):
         """The converter's relay client settings."""
         return ClientConfig(relay=self.relay, sources=list(self.tables),
                             poll_timeout=self.poll_timeout,
-                            checkpoint_every_windows=self.checkpoint_every)
+                            checkpoint_every_windows=self.checkpoint_every,
+                            consumer_name=f"binlog-server {self.server_id}@{gethostname()}")

@@ -46,7 +46,7 @@ import ssl
 import struct
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mysql_mimic.auth import (
     IdentityProvider,
@@ -76,6 +76,11 @@ from databus.binlog.transport import DumpWriter, ReplicationStream
 from databus.core.errors import TerminalError
 from databus.core.mysqlwire import COM_BINLOG_DUMP, COM_CHANGE_USER, COM_REGISTER_SLAVE
 from databus.serving.config import TlsServerConfig
+
+if TYPE_CHECKING:
+    from databus.binlog.convert import BinlogConverter
+    from databus.client.metrics import ConsumerMetrics
+    from databus.serving.metrics_port import MetricsServer
 
 log = logging.getLogger("databus.binlog.server")
 
@@ -442,6 +447,7 @@ def run_service(cfg: BinlogServiceConfig, password: str, stop: threading.Event) 
             stop.wait()
             server.stop()
 
+        metrics = _metrics_port(cfg, converter)
         conv_thread = threading.Thread(target=convert, name="binlog-converter")
         conv_thread.start()
         threading.Thread(target=watch, name="binlog-stop", daemon=True).start()
@@ -451,6 +457,8 @@ def run_service(cfg: BinlogServiceConfig, password: str, stop: threading.Event) 
             stop.set()
             conv_stop.set()
             conv_thread.join()
+            if metrics is not None:
+                metrics.stop()
     finally:
         store.close()
     if failed:
@@ -458,3 +466,28 @@ def run_service(cfg: BinlogServiceConfig, password: str, stop: threading.Event) 
 
 
 __all__ = ["BinlogConnection", "BinlogServer", "ServerOptions", "client_version", "run_service"]
+
+
+def _metrics_port(cfg: BinlogServiceConfig, converter: BinlogConverter) -> MetricsServer | None:
+    """``metrics_port``: the converter's relay client's numbers on ``/metrics`` and its
+    state on ``/health/ready`` (docs/operations.md), started; else None."""
+    if cfg.metrics_port is None:
+        return None
+    from databus.client.metrics import readiness, render
+    from databus.serving.health import Check
+    from databus.serving.metrics_port import MetricsServer
+
+    def rows() -> list[ConsumerMetrics]:
+        client = converter.client
+        return [client.metrics()] if client is not None else []
+
+    def checks() -> list[Check]:
+        now = rows()
+        if not now:
+            return [Check("consumer", False, "not started")]
+        return [Check(*c) for c in readiness(now)]
+
+    server = MetricsServer("binlog-server", lambda: render(rows()), checks,
+                           port=cfg.metrics_port, host=cfg.metrics_host)
+    server.start()
+    return server

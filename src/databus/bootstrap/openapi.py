@@ -34,6 +34,10 @@ def bootstrap_openapi(max_batch: int) -> dict[str, Any]:
                                   "maximum": 9223372036854775807},
                   "snapshot phase: only rows with id <= this (not with filters)")])},
         "/admin": {"get": operation("Store status", errors=(), admin=True)},
+        "/metrics": {"get": {**operation("Prometheus metrics (docs/operations.md); needs no"
+                                         " token", errors=(),
+                                         ok={"text/plain": {"schema": {"type": "string"}}}),
+                             "security": []}},
     }
     return openapi_document("Databus bootstrap server", "Snapshots and catch-up for new or"
                             " far-behind consumers (docs/bootstrap.md).", paths)

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
+import time
 
 from databus.bootstrap.store import BootstrapStore
 from databus.client.credentials import Credentials
@@ -52,6 +54,19 @@ class Producer:
         self.last_scn = -1
         self.windows = 0
         self.error: str | None = None
+        self.relay_time_ns = 0  # the relay's captured-until at the last answer that was all
+        self.window_ns = 0  # commit time of the newest window stored
+        self.at_head = False  # the last answer left nothing the relay held
+        self._eop_ns = 0
+
+    def lag_seconds(self) -> float | None:
+        """How far the log is behind the relay's source (docs/operations.md): at the
+        relay's head, the relay's own lag (growing while the relay cannot be read);
+        behind, the age of the newest window stored. None before the first answer."""
+        now = time.time_ns()
+        if self.at_head and self.relay_time_ns:
+            return max(now - self.relay_time_ns, 0) / 1e9 if self.error else 0.0
+        return max(now - self.window_ns, 0) / 1e9 if self.window_ns else None
 
     def _refresh_schemas(self, conn: RelayConnection) -> None:
         sources = conn.sources()
@@ -78,6 +93,7 @@ class Producer:
             size = ev.peek_length(pending, off)
             if e.src_id == ev.SRC_EOP:
                 windows.append((e.scn, bytes(pending[start:off + size])))
+                self._eop_ns = e.timestamp_ns  # the window's commit time
                 start, count, scn = off + size, 0, -1
             elif not e.is_control:
                 count += 1
@@ -96,6 +112,9 @@ class Producer:
         position = state["position"]
         assert isinstance(position, Checkpoint)
         resp = conn.stream(position, None, size=self.fetch_size, timeout=self.poll_timeout)
+        self.at_head = resp.windows_behind == 0
+        if resp.source_time_ns > 0:
+            self.relay_time_ns = resp.source_time_ns
         if not resp.data:
             return 0
         count0 = int(str(state["count"]))
@@ -108,6 +127,7 @@ class Producer:
             self.store.append(windows, cp)
             self.last_scn = windows[-1][0]
             self.windows += len(windows)
+            self.window_ns = self._eop_ns
         state["cp"] = cp
         state["count"] = count
         if pending and scn < 0:
@@ -119,7 +139,8 @@ class Producer:
         """Produce until ``stop`` is set. Transient errors are retried with backoff."""
         delay = 0.2
         with RelayConnection(self.relay_url, http_timeout=self.http_timeout,
-                             credentials=self.credentials) as conn:
+                             credentials=self.credentials,
+                             consumer=f"bootstrap@{socket.gethostname()}") as conn:
             state: dict[str, object] | None = None
             while not stop.is_set():
                 try:

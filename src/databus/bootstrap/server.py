@@ -80,6 +80,7 @@ from databus.core.filters import ServerFilter
 from databus.core.schema import SchemaRegistry
 from databus.serving.errors import EXCEPTION_HANDLERS
 from databus.serving.guard import principal, readable_ids
+from databus.serving.health import Check, health_routes
 from databus.serving.params import bool_param, int_param, source_ids_param
 
 MAX_BATCH = 1_000_000
@@ -301,8 +302,10 @@ def _with_checkpoint(parts: list[bytes], cp: Checkpoint, scn: int) -> bytes:
     return b"".join(parts)
 
 
-def build_app(server: BootstrapServer) -> Starlette:
-    """The ASGI app of a bootstrap server."""
+def build_app(server: BootstrapServer, metrics: Callable[[], bytes] | None = None,
+              ready: Callable[[], list[Check]] | None = None) -> Starlette:
+    """The ASGI app of a bootstrap server; ``metrics``: its ``/metrics`` text, ``ready``:
+    its readiness checks (docs/operations.md)."""
 
     def sources(request: Request) -> Response:
         who = principal(request)
@@ -333,7 +336,13 @@ def build_app(server: BootstrapServer) -> Starlette:
     def openapi(_: Request) -> Response:
         return JSONResponse(document)
 
+    def metrics_endpoint(_: Request) -> Response:
+        return Response(metrics() if metrics is not None else b"",
+                        media_type="text/plain; version=0.0.4")
+
     routes = [Route("/openapi.json", openapi), Route("/sources", sources), Route("/register", register),
               Route("/startSCN", start_scn), Route("/targetSCN", target_scn),
-              Route("/bootstrap", bootstrap), Route("/admin", admin)]
+              Route("/bootstrap", bootstrap), Route("/admin", admin),
+              Route("/metrics", metrics_endpoint),
+              *health_routes("bootstrap", ready if ready is not None else list)]
     return Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS)

@@ -32,12 +32,14 @@ from starlette.applications import Starlette
 
 from databus.bootstrap.applier import Applier
 from databus.bootstrap.config import BootstrapConfig
+from databus.bootstrap.metrics import BootstrapMetrics, readiness
 from databus.bootstrap.producer import Producer
 from databus.bootstrap.server import BootstrapServer, build_app
 from databus.bootstrap.store import BootstrapStore, key_bytes
 from databus.client.credentials import Credentials
 from databus.core.errors import DatabusError, ScnNotFoundError
 from databus.core.window import Window
+from databus.serving.health import Check
 from databus.serving.service import HttpService
 from databus.sources.columns import ColumnFilter
 from databus.sources.protect import Protector
@@ -120,6 +122,23 @@ class BootstrapService(HttpService):
         self._threads: list[threading.Thread] = []
         self.load_error: str | None = None
         self.rebuilds = 0  # store rebuilds after the producer fell off the relay
+        self.metrics = BootstrapMetrics(self.observe)
+
+    def observe(self) -> dict[str, Any]:
+        """The numbers ``/metrics`` shows (docs/operations.md)."""
+        st = self.store.state()
+        status = self.status()
+        return {"lag_seconds": self.producer.lag_seconds(),
+                "producer_scn": self.producer.last_scn, "applied_scn": st.applied_scn,
+                "log_min_scn": st.log_start_scn, "log_max_scn": st.log_max_scn,
+                "producer_windows": self.producer.windows,
+                "applier_windows": self.applier.windows, "rebuilds": self.rebuilds,
+                "producer_up": not status["producer"]["error"],
+                "applier_up": not status["applier"]["error"]}
+
+    def readiness(self) -> list[Check]:
+        """What ``/health/ready`` checks: producer, applier, store."""
+        return readiness(self.status(), self.store.state)
 
     def status(self) -> dict[str, Any]:
         return {"rebuilds": self.rebuilds,
@@ -170,7 +189,7 @@ class BootstrapService(HttpService):
     # -- serving (HttpService) ------------------------------------------------
 
     def build_app(self) -> Starlette:
-        return build_app(self.server)
+        return build_app(self.server, self.metrics.render, self.readiness)
 
     def on_listening(self) -> None:
         for name, fn in (("producer", self._produce), ("applier", self._apply)):

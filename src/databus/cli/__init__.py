@@ -1,10 +1,10 @@
 """The ``databus`` command line: :data:`app` and its entry point :func:`main`.
 
 One module per group of commands (:mod:`.relay`, :mod:`.consume`, :mod:`.services`,
-:mod:`.tokens`); importing them registers their commands on the app (:mod:`.app`).
+:mod:`.status`, :mod:`.tokens`); importing them registers their commands on the app (:mod:`.app`).
 """
 
-from databus.cli import consume, relay, services, tokens  # noqa: F401 - registers commands
+from databus.cli import consume, relay, services, status, tokens  # noqa: F401 - registers
 from databus.cli.app import app, main
 
 __all__ = ["app", "main"]

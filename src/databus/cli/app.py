@@ -17,7 +17,8 @@ import signal
 import sys
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, Protocol
 
@@ -112,6 +113,55 @@ def stop_on_signals(*signals: int) -> threading.Event:
     return stop
 
 
+class Watched:
+    """What a consumer command's metrics port shows: the clients its runner made
+    (:meth:`client`) and the partitions' clients of a dynamic group (:meth:`group`)."""
+
+    def __init__(self) -> None:
+        self._sources: list[Callable[[], list[Any]]] = []
+        self.grouped = False
+
+    def client(self, client: Any) -> None:
+        self._sources.append(lambda: [client])
+
+    def group(self, group: Any) -> None:
+        self.grouped = True
+        self._sources.append(lambda: [p.client for p in list(group.running.values())])
+
+    def metrics(self) -> list[Any]:
+        return [c.metrics() for source in self._sources for c in source()]
+
+
+@contextmanager
+def consumer_metrics(service: str, port: int | None, host: str | None
+                     ) -> Iterator[Watched | None]:
+    """With ``port`` given: a listener serving ``/metrics`` and health for the clients
+    the command's runner makes (tell it them through the :class:`Watched` yielded);
+    else None."""
+    if port is None:
+        if host is not None:
+            raise typer.BadParameter("--metrics-host goes with --metrics-port")
+        yield None
+        return
+    from databus.client.metrics import readiness, render
+    from databus.serving.health import Check
+    from databus.serving.metrics_port import MetricsServer
+
+    watched = Watched()
+
+    def checks() -> list[Check]:
+        rows = watched.metrics()
+        if not rows:  # a group member may own no partition: it waits, rightly
+            return [Check("consumer", watched.grouped, "no partition owned"
+                          if watched.grouped else "not started")]
+        return [Check(*c) for c in readiness(rows)]
+
+    server = MetricsServer(service, lambda: render(watched.metrics()), checks, port=port,
+                           host=host or "127.0.0.1")
+    with server:
+        yield watched
+
+
 def main() -> None:
     """Entry point of the ``databus`` script."""
     try:
@@ -159,3 +209,11 @@ RELAY_ACCESS_FLAGS = {"relay": "relay.url", "token_file": "relay.token_file",
 """The relay options above -> fields of a model's ``relay`` section (RelayAccess)."""
 
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="debug log lines")]
+
+# Consumer commands: their own /metrics and health listener (docs/operations.md).
+MetricsPortOpt = Annotated[int | None, typer.Option(
+    min=0, max=65535, help="serve /metrics and /health/ready on this port (0: a free one,"
+    " logged)")]
+MetricsHostOpt = Annotated[str | None, typer.Option(
+    help="address the metrics port binds (default 127.0.0.1; 0.0.0.0 for a scraper on"
+    " another host)")]

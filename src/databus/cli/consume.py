@@ -14,10 +14,13 @@ from databus.cli.app import (
     CaFileOpt,
     CertFileOpt,
     KeyFileOpt,
+    MetricsHostOpt,
+    MetricsPortOpt,
     RelayOpt,
     RelayTokenFileOpt,
     VerboseOpt,
     app,
+    consumer_metrics,
     fail,
     setup_logging,
     stop_on_signals,
@@ -63,6 +66,8 @@ def tail(
     ca_file: CaFileOpt = None,
     cert_file: CertFileOpt = None,
     key_file: KeyFileOpt = None,
+    metrics_port: MetricsPortOpt = None,
+    metrics_host: MetricsHostOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Print every change as a JSON envelope, one per line.
@@ -79,7 +84,9 @@ def tail(
         from databus.client.runners import tail as run_tail
 
         cfg = ClientConfig(**{**TAIL_DEFAULTS, **settings(values, TAIL_FLAGS)})
-        run_tail(cfg, sys.stdout, max_windows=max_windows, stop=stop_on_signals())
+        with consumer_metrics("tail", metrics_port, metrics_host) as watch:
+            run_tail(cfg, sys.stdout, max_windows=max_windows, stop=stop_on_signals(),
+                     watch=watch.client if watch else None)
     except DatabusError as exc:
         fail(exc, redactor)
 
@@ -119,6 +126,8 @@ def replicate(
     ca_file: CaFileOpt = None,
     cert_file: CertFileOpt = None,
     key_file: KeyFileOpt = None,
+    metrics_port: MetricsPortOpt = None,
+    metrics_host: MetricsHostOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Apply the change stream to same-named tables of a target database.
@@ -146,10 +155,13 @@ def replicate(
                 raise typer.BadParameter("--group takes neither --partitions nor --bootstrap")
             if not cfg.sources:
                 raise typer.BadParameter("--group needs --sources")
-            replicate_group(cfg, target, group, partitions=group_partitions or 8,
-                            member_id=member_id, stop=stop_on_signals())
+            with consumer_metrics("replicate", metrics_port, metrics_host) as watch:
+                replicate_group(cfg, target, group, partitions=group_partitions or 8,
+                                member_id=member_id, stop=stop_on_signals(),
+                                watch=watch.group if watch else None)
             return
-        run_replicate(cfg, target, stop=stop_on_signals())
+        with consumer_metrics("replicate", metrics_port, metrics_host) as watch:
+            run_replicate(cfg, target, stop=stop_on_signals(), watch=watch.client if watch else None)
     except DatabusError as exc:
         fail(exc, redactor)
 
@@ -221,6 +233,8 @@ def publish(
     ca_file: CaFileOpt = None,
     cert_file: CertFileOpt = None,
     key_file: KeyFileOpt = None,
+    metrics_port: MetricsPortOpt = None,
+    metrics_host: MetricsHostOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Publish the change stream into Kafka, whole windows per transaction.
@@ -248,6 +262,7 @@ def publish(
 
             raise ConfigError("databus publish needs confluent-kafka: pip install"
                               " 'databus[kafka]'") from exc
-        run_publish(cfg, stop=stop_on_signals())
+        with consumer_metrics("publish", metrics_port, metrics_host) as watch:
+            run_publish(cfg, stop=stop_on_signals(), watch=watch.client if watch else None)
     except DatabusError as exc:
         fail(exc, redactor)

@@ -228,6 +228,8 @@ def cluster_status(
             session.close()
     except DatabusError as exc:
         fail(exc)
+    for m in status["members"]:
+        m["healthy"] = member_healthy(m)
     if as_json:
         typer.echo(json.dumps(status, indent=2))
         return
@@ -239,5 +241,15 @@ def cluster_status(
                    f" {(leader.get('capture') or {}).get('error') or 'capture stopped'}")
     for m in status["members"]:
         capture = (m.get("capture") or {}).get("state", "?")
+        health = "healthy" if m["healthy"] else "UNHEALTHY"
         typer.echo(f"  {m.get('id', '?'):<20} {m.get('role', '?'):<9} capture"
-                   f" {capture:<9} max_scn {m.get('max_scn', -1):<12} {m.get('url', '')}")
+                   f" {capture:<9} {health:<9} max_scn {m.get('max_scn', -1):<12}"
+                   f" {m.get('url', '')}")
+
+
+def member_healthy(member: dict[str, Any]) -> bool:
+    """A cluster member is healthy while its capture runs: a leader (or co-leader) from
+    the database, a follower from its leader (docs/operations.md, "Health")."""
+    capture = member.get("capture") or {}
+    want = "upstream" if member.get("role") == "follower" else "database"
+    return capture.get("state") == "running" and capture.get("reads") == want

@@ -14,6 +14,8 @@ from databus.cli.app import (
     CertFileOpt,
     HostOpt,
     KeyFileOpt,
+    MetricsHostOpt,
+    MetricsPortOpt,
     RelayTokenFileOpt,
     TlsCertOpt,
     TlsClientCaOpt,
@@ -63,7 +65,8 @@ BINLOG_FLAGS = {
     **RELAY_ACCESS_FLAGS, "port": "port", "user": "user", "password_file": "password_file",
     "data_dir": "data_dir", "server_id": "server_id", "tables": "tables", "host": "host",
     "tls_cert": "tls.cert_file", "tls_key": "tls.key_file",
-    "tls_client_ca": "tls.client_ca_file",
+    "tls_client_ca": "tls.client_ca_file", "metrics_port": "metrics_port",
+    "metrics_host": "metrics_host",
 }
 """``databus binlog-server``'s options -> :class:`databus.binlog.config.BinlogServiceConfig`."""
 
@@ -115,6 +118,8 @@ def binlog_server(
     ca_file: CaFileOpt = None,
     cert_file: CertFileOpt = None,
     key_file: KeyFileOpt = None,
+    metrics_port: MetricsPortOpt = None,
+    metrics_host: MetricsHostOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Serve a relay's changes as MySQL binlog files over the MySQL replication protocol,

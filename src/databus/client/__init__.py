@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from databus.client.config import ClientConfig
     from databus.client.consumer import Consumer, ConsumerResult, DataBatch, DataEvent
     from databus.client.group import ConsumerGroup
+    from databus.client.metrics import ConsumerMetrics
     from databus.client.relay import RelayConnection
     from databus.client.sinks import JsonLinesSink, ReplicateSink
     from databus.client.stats import ClientStats
@@ -51,6 +52,7 @@ __all__ = [
     "ClientStats",
     "Consumer",
     "ConsumerGroup",
+    "ConsumerMetrics",
     "ConsumerResult",
     "DataBatch",
     "DataEvent",
@@ -72,6 +74,7 @@ __getattr__ = lazy_names(__name__, {
     "databus.client.config": ["ClientConfig"],
     "databus.client.consumer": ["Consumer", "ConsumerResult", "DataBatch", "DataEvent"],
     "databus.client.group": ["ConsumerGroup"],
+    "databus.client.metrics": ["ConsumerMetrics"],
     "databus.client.relay": ["RelayConnection"],
     "databus.client.sinks": ["JsonLinesSink", "ReplicateSink"],
     "databus.client.stats": ["ClientStats"],

@@ -21,6 +21,8 @@ Stores are used by one client thread; they are not safe for concurrent use.
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -186,3 +188,16 @@ class SqlCheckpointStore(CheckpointStore):
 
     def __repr__(self) -> str:
         return f"SqlCheckpointStore({redacted(self.engine)!r}, {self.name!r})"
+
+
+def consumer_name(store: CheckpointStore) -> str:
+    """The name a consumer given none sends (``ClientConfig.consumer_name``): its
+    checkpoint store's (a file's name, a SQL store's row) at this host, else
+    ``<host>-<pid>``."""
+    host = socket.gethostname()
+    if isinstance(store, FileCheckpointStore):
+        return f"{store.path.name}@{host}"
+    named = getattr(store, "name", None)
+    if isinstance(named, str) and named:
+        return f"{named}@{host}"
+    return f"{host}-{os.getpid()}"

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -58,11 +59,14 @@ from databus.client.checkpoints import (
     CheckpointStore,
     FileCheckpointStore,
     MemoryCheckpointStore,
+    consumer_name,
 )
 from databus.client.config import ClientConfig
 from databus.client.consumer import Consumer
 from databus.client.dispatcher import Dispatcher, SchemaViews, call, distinct_schemas
-from databus.client.falloff import FallOffWatch, remedy
+from databus.client.falloff import FallOffWatch, fell_off
+from databus.client.lag import LagClock
+from databus.client.metrics import ConsumerMetrics, measure
 from databus.client.relay import RelayConnection
 from databus.client.retry import Backoff, Stopped, retry_transient
 from databus.client.stats import ClientStats
@@ -113,7 +117,11 @@ class DatabusClient:
                 checkpoint_store = MemoryCheckpointStore()
                 self._own_store = True
         self.store = checkpoint_store
+        self.name = config.consumer_name or consumer_name(checkpoint_store)
+        """This consumer's name: sent with every request, the label of its metrics."""
         self.stats = ClientStats()
+        self._lag = LagClock(lambda: self.stats.last_scn)
+        self._relay_failing = False  # the last request to the relay failed
         self.source_ids: list[int] = []
         self.registry = SchemaRegistry()
         self.persisted = Checkpoint.flexible()
@@ -146,8 +154,9 @@ class DatabusClient:
         if self._stop_requested.is_set():
             stop.set()
         conn = RelayConnection(self.config.relay.url, http_timeout=self.config.http_timeout,
-                               credentials=self.config.credentials())
+                               credentials=self.config.credentials(), consumer=self.name)
         started = False
+        self.stats.state = "starting"
         try:
             try:
                 fresh = self._prepare(conn, stop)
@@ -160,8 +169,10 @@ class DatabusClient:
             except Stopped:
                 pass
             except DatabusError as exc:
+                self.stats.state, self.stats.last_error = "failed", f"{exc.code}: {exc}"
                 self._notify_error(exc)
                 raise
+            self.stats.state = "stopped"
         finally:
             if started:
                 try:
@@ -253,31 +264,29 @@ class DatabusClient:
         afterwards ``persisted`` is the online checkpoint to continue on the relay."""
         runner = BootstrapRunner(self.config, self.consumer, self.store, self.stats,
                                  self._request_ids, stop, on_saved=self._saved)
-        self.persisted = runner.run(self.persisted)
+        self.stats.state, self._lag.bootstrap_since = "bootstrapping", time.time()
+        try:
+            self.persisted = runner.run(self.persisted)
+        finally:
+            self._lag.bootstrap_since = None
 
     def _saved(self, checkpoint: Checkpoint) -> None:
         self.persisted = checkpoint
+        self.stats.checkpoint_at = time.time()
+
+    # -- what it measures ------------------------------------------------------------
+
+    def metrics(self) -> ConsumerMetrics:
+        """This consumer's numbers now (docs/operations.md, "Consumers"): lag in seconds
+        and windows, checkpoint age, counters, state. Safe from any thread."""
+        return measure(self.name, self.stats, self._lag, relay_failing=self._relay_failing)
 
     # -- errors ------------------------------------------------------------------
 
     def fall_off_relay(self, position: Checkpoint, exc: ScnNotFoundError) -> None:
-        """The relay no longer holds ``position``.
-
-        Returns when a bootstrap server is configured (the caller bootstraps);
-        otherwise raises a terminal :class:`ScnNotFoundError`.
-        """
-        if self.config.bootstrap_url is not None:
-            log.warning("relay %s no longer holds checkpoint %d (%s); switching to the "
-                        "bootstrap server %s", self.config.relay.url, position.window_scn, exc,
-                        self.config.bootstrap_url)
-            return
-        raise ScnNotFoundError(
-            f"checkpoint windowScn={position.window_scn} (windowOffset={position.window_offset}) "
-            f"is older than the oldest window relay {self.config.relay.url} still holds "
-            f"({exc}): this consumer fell off the relay's buffer. To go on without a gap, "
-            f"{remedy(False)}; or delete the stored checkpoint to start again from the "
-            "relay's oldest window, accepting the gap"
-        ) from exc
+        """The relay no longer holds ``position``: returns when a bootstrap server is
+        configured (the caller bootstraps), else raises (:func:`~.falloff.fell_off`)."""
+        fell_off(self.config.relay.url, self.config.bootstrap_url, position, exc)
 
     def _notify_error(self, exc: DatabusError) -> None:
         try:
@@ -345,6 +354,7 @@ class _Loop:
     def run(self) -> None:
         """Pull and dispatch until stopped or done; then persist the position reached."""
         linger, linger_after = self.cfg.linger, self.cfg.linger_after_windows
+        self.client.stats.state = "online"
         try:
             while not self.stop.is_set() and not self._enough():
                 windows = self._fetch()
@@ -383,6 +393,8 @@ class _Loop:
         self.relay_failures = 0
         self.relay_backoff.reset()
         self.watch.answer(resp.min_scn)
+        client.stats.state, client._relay_failing = "online", False
+        client._lag.answer(windows, resp.source_time_ns, resp.windows_behind, client.stats.events)
         if self.from_latest and position.is_flexible:
             self._pin_latest(resp.data, resp.max_scn)
         if not resp.data:
@@ -428,7 +440,9 @@ class _Loop:
 
     def _relay_failed(self, exc: DatabusError) -> None:
         self.relay_failures += 1
-        self.client.stats.relay_errors += 1
+        stats, self.client._relay_failing = self.client.stats, True
+        stats.relay_errors += 1
+        stats.state, stats.last_error = "retrying", f"{exc.code}: {exc}"
         limit = self.cfg.relay_max_retries
         if limit is not None and self.relay_failures > limit:
             raise RetriesExhaustedError(
@@ -534,6 +548,7 @@ class _Loop:
                     f"saving the checkpoint failed: {type(exc).__name__}: {exc}") from exc
             self.client.persisted = cp
             self.client.stats.checkpoints += 1
+            self.client.stats.checkpoint_at = time.time()
         self.unsaved = 0
         self.force = False
 
@@ -544,6 +559,7 @@ class _Loop:
             self.consumer_backoff.reset()
         self.failures += 1
         client.stats.rollbacks += 1
+        client.stats.state, client.stats.last_error = "retrying", f"{exc.code}: {exc}"
         persisted = client.persisted
         good = persisted.prev_scn if persisted.in_window else persisted.window_scn
         log.warning("window %d failed (%s); rolling back to %d (failure %d of %d allowed)",
@@ -561,6 +577,7 @@ class _Loop:
             raise RetriesExhaustedError(
                 f"window {scn} failed {self.failures} times (max_retries="
                 f"{self.cfg.max_retries}); last error: {exc}") from exc
+        client.stats.replays += 1
         if self.consumer_backoff.wait(self.stop):
             raise Stopped
 
@@ -577,3 +594,4 @@ class _Loop:
                 self.dispatcher.rollback(self.client.persisted.window_scn)
             except DatabusError as rb_exc:
                 log.warning("on_rollback failed: %s", rb_exc)
+

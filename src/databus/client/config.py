@@ -82,6 +82,11 @@ class ClientConfig(ConfigModel):
         60.0, ge=0, le=86_400, description="warn (a log line a minute) while this consumer"
         " is fewer than this many seconds of source time ahead of the relay's oldest window:"
         " a pause that long makes it fall off the buffer (databus.client.falloff). 0 = never")
+    consumer_name: str | None = Field(
+        None, min_length=1, max_length=200, pattern=r"^[\x20-\x7e]+$",
+        description="this consumer's name, sent with every request (X-Databus-Consumer) and"
+        " the label of its metrics: the relay lists it at GET /consumers; default: the"
+        " checkpoint store's (a file's name, a sink's row) @ host, else host-pid")
     bootstrap_url: str | None = Field(
         None, description="bootstrap server used when the relay no longer holds the checkpoint "
         "(ScnNotFound); None = that is a terminal error")

@@ -25,6 +25,9 @@ import logging
 import time
 from collections import deque
 
+from databus.core.checkpoint import Checkpoint
+from databus.core.errors import ScnNotFoundError
+
 log = logging.getLogger("databus.client")
 
 
@@ -35,6 +38,23 @@ def remedy(bootstrap: bool) -> str:
             " up from a snapshot after a fall-off; ")
     return (f"{boot}give the relay a larger buffer (--buffer-size, buffer.capacity_bytes),"
             " persistent so that a restart keeps it (--buffer-path, buffer.path)")
+
+
+def fell_off(relay: str, bootstrap_url: str | None, position: Checkpoint,
+             exc: ScnNotFoundError) -> None:
+    """The relay ``relay`` no longer holds ``position``: with a bootstrap server, logged
+    (the caller bootstraps); without one, a terminal :class:`ScnNotFoundError` saying
+    what would have kept the consumer on the relay."""
+    if bootstrap_url is not None:
+        log.warning("relay %s no longer holds checkpoint %d (%s); switching to the "
+                    "bootstrap server %s", relay, position.window_scn, exc, bootstrap_url)
+        return
+    raise ScnNotFoundError(
+        f"checkpoint windowScn={position.window_scn} (windowOffset={position.window_offset}) "
+        f"is older than the oldest window relay {relay} still holds ({exc}): this consumer"
+        f" fell off the relay's buffer. To go on without a gap, {remedy(False)}; or delete"
+        " the stored checkpoint to start again from the relay's oldest window, accepting"
+        " the gap") from exc
 
 
 class FallOffWatch:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import string
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +60,8 @@ class StreamResponse:
     last_window_scn: int = -1
     partial_scn: int = -1
     partial_count: int = -1
+    source_time_ns: int = -1  # the relay's "captured until" (docs/operations.md)
+    windows_behind: int = -1  # windows the relay holds after this answer's
 
 
 # the position headers, lowercase, -> StreamResponse field
@@ -65,7 +69,17 @@ _POSITION_HEADERS = {b"x-databus-max-scn": "max_scn", b"x-databus-min-scn": "min
                      b"x-databus-cluster-hw": "cluster_hw",
                      b"x-databus-last-window-scn": "last_window_scn",
                      b"x-databus-partial-scn": "partial_scn",
-                     b"x-databus-partial-count": "partial_count"}
+                     b"x-databus-partial-count": "partial_count",
+                     b"x-databus-source-time-ns": "source_time_ns",
+                     b"x-databus-windows-behind": "windows_behind"}
+
+CONSUMER_HEADER = "X-Databus-Consumer"
+"""The request header naming the consumer (the relay lists it at ``GET /consumers``)."""
+
+
+def default_consumer() -> str:
+    """``<host>-<pid>``: the name a reader that was given none sends."""
+    return f"{socket.gethostname()}-{os.getpid()}"
 
 # quote_plus(text, safe="") for ASCII text, as one str.translate in C: the
 # checkpoint is quoted on every request
@@ -103,19 +117,21 @@ class RelayConnection:
     def __init__(self, url: str, *, http_timeout: float = 30.0,
                  transport: httpx.BaseTransport | None = None,
                  credentials: Credentials | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, consumer: str | None = None) -> None:
         """``url``: a relay, a comma-separated list of relays or a cluster address
         ``zk://HOST:PORT/NAME`` (:mod:`databus.client.endpoints`): when the relay in use
         fails, the next call goes to another one. ``credentials``: the token and TLS
         files to present; None reads them from the environment
-        (:meth:`Credentials.from_env`)."""
+        (:meth:`Credentials.from_env`). ``consumer``: the name every request gives
+        (``X-Databus-Consumer``; default :func:`default_consumer`)."""
         self.endpoints = Endpoints(url.rstrip("/"))
         self.url = self.endpoints.current
         self.http_timeout = http_timeout
         self._creds = credentials if credentials is not None else Credentials.from_env()
         self._transport = transport
-        self._headers = {"User-Agent": "databus-client", **self._creds.headers(),
-                         **(headers or {})}
+        self.consumer = consumer or default_consumer()
+        self._headers = {"User-Agent": "databus-client", CONSUMER_HEADER: self.consumer,
+                         **self._creds.headers(), **(headers or {})}
         self._tls = any(u.startswith("https://") for u in (*self.endpoints.urls, self.url))
         self._http = self._client()
         self._timeouts: dict[float, dict[str, float | None]] = {}

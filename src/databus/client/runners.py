@@ -9,6 +9,7 @@ raised, and return the client (its ``stats`` and ``persisted`` position).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from databus.client.checkpoints import FileCheckpointStore, MemoryCheckpointStore
@@ -32,8 +33,13 @@ a request waits 20 ms after an answer of several windows (fewer, larger answers:
 batches it fills wait up to ``batch.linger`` anyway)."""
 
 
+Watch = Callable[[DatabusClient], None]
+"""Told each client a runner makes, before it runs (the commands' ``--metrics-port``
+reads its :meth:`~DatabusClient.metrics`)."""
+
+
 def tail(config: ClientConfig, out: TextIO, *, max_windows: int | None = None,
-         stop: threading.Event | None = None) -> DatabusClient:
+         stop: threading.Event | None = None, watch: Watch | None = None) -> DatabusClient:
     """Print every data event as a JSON envelope line to ``out``.
 
     The position is kept in ``config.checkpoint_path``; without one it lives in
@@ -45,13 +51,15 @@ def tail(config: ClientConfig, out: TextIO, *, max_windows: int | None = None,
     path = config.checkpoint_path
     store = FileCheckpointStore(path) if path is not None else MemoryCheckpointStore()
     client = DatabusClient(config, JsonLinesSink(out), store)
+    if watch is not None:
+        watch(client)
     client.run(stop=stop, max_windows=max_windows)
     return client
 
 
 def replicate(config: ClientConfig, target_url: str, *, name: str = "replicate",
-              max_windows: int | None = None, stop: threading.Event | None = None
-              ) -> DatabusClient:
+              max_windows: int | None = None, stop: threading.Event | None = None,
+              watch: Watch | None = None) -> DatabusClient:
     """Apply the relay's stream to same-named tables of ``target_url`` (see
     :mod:`databus.client.sinks.replicate`).
 
@@ -68,6 +76,8 @@ def replicate(config: ClientConfig, target_url: str, *, name: str = "replicate",
         name = f"replicate-{cfg.partitions.replace(':', '').lower()}-{cfg.member}"
     with ReplicateSink(target_url, name=name, batch=cfg.batch) as sink:
         client = DatabusClient(cfg.client_config(), sink, sink.checkpoint_store)
+        if watch is not None:
+            watch(client)
         client.run(stop=stop, max_windows=max_windows)
     return client
 
@@ -80,7 +90,8 @@ def _replicate_config(config: ClientConfig) -> ReplicateConfig:
 
 def replicate_group(config: ClientConfig, target_url: str, group: str, *,
                     partitions: int = 8, member_id: str | None = None,
-                    stop: threading.Event | None = None) -> None:
+                    stop: threading.Event | None = None,
+                    watch: Callable[[Any], None] | None = None) -> None:
     """One member of a dynamic replicate group (:mod:`databus.client.membership`):
     the group's members share ``partitions`` MOD buckets of ``config.sources`` and apply
     them to ``target_url``, each partition's position in its own checkpoint row
@@ -99,10 +110,12 @@ def replicate_group(config: ClientConfig, target_url: str, group: str, *,
         return sinks[owner.partition]
 
     try:
-        DynamicGroup(group, cfg.client_config(), partitions=partitions,
-                     consumer_factory=sink_for,
-                     store_factory=lambda p: sinks[p], member_id=member_id).run(
-                         stop if stop is not None else threading.Event())
+        member = DynamicGroup(group, cfg.client_config(), partitions=partitions,
+                              consumer_factory=sink_for, store_factory=lambda p: sinks[p],
+                              member_id=member_id)
+        if watch is not None:  # told the group: its running partitions' clients
+            watch(member)
+        member.run(stop if stop is not None else threading.Event())
     finally:
         for sink in sinks.values():
             sink.close()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -15,3 +16,8 @@ class ClientStats:
     relay_errors: int = 0  # transient relay errors (and store errors while starting)
     checkpoints: int = 0  # checkpoints persisted
     last_scn: int = -1  # SCN of the last window dispatched successfully
+    replays: int = 0  # windows (bootstrap batches) replayed after a consumer failure
+    state: str = "starting"  # databus.client.metrics.STATES
+    last_error: str | None = None  # the last error's code and message
+    started_at: float = field(default_factory=time.time)
+    checkpoint_at: float | None = None  # wall clock of the last checkpoint persisted

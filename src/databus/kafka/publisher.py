@@ -40,8 +40,10 @@ transactional producer under a lock; the heartbeat thread has its own producer.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -444,17 +446,24 @@ def _commit(producer: Producer, scn: int, timeout: float = 60.0) -> None:
 
 
 def run_publish(config: PublishConfig, *, stop: threading.Event | None = None,
-                max_windows: int | None = None) -> Publisher:
+                max_windows: int | None = None,
+                watch: Callable[[DatabusClient], None] | None = None) -> Publisher:
     """Publish the relay's windows until ``stop`` is set, ``max_windows`` windows were
-    handled, or a terminal error; returns the publisher (its ``stats``)."""
+    handled, or a terminal error; returns the publisher (its ``stats``). ``watch``: told
+    the relay client before it runs (``--metrics-port``); it reads from the relay as
+    ``publish <name>@<host>``."""
     client_cfg = ClientConfig(
         relay=config.relay, sources=list(config.sources), from_start=True,
         poll_timeout=config.poll_timeout, max_retries=config.max_retries,
         checkpoint_every_windows=config.batch_windows,
-        backoff_max=config.backoff_max)
+        backoff_max=config.backoff_max,
+        consumer_name=f"publish {config.publisher_name}@{socket.gethostname()}")
     publisher = Publisher(config)
     try:
-        DatabusClient(client_cfg, publisher, publisher).run(stop=stop, max_windows=max_windows)
+        client = DatabusClient(client_cfg, publisher, publisher)
+        if watch is not None:
+            watch(client)
+        client.run(stop=stop, max_windows=max_windows)
     except ConsumerFatalError as exc:
         cause = exc.__cause__
         while isinstance(cause, ConsumerFatalError) and cause.__cause__ is not None:

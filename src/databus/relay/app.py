@@ -19,6 +19,7 @@ everything else goes through Starlette.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +42,7 @@ from databus.relay.stream import Inflight, ServedRelay, StreamEndpoint
 from databus.serving.direct import DirectHandler
 from databus.serving.errors import EXCEPTION_HANDLERS, error_response, internal_error_response
 from databus.serving.guard import principal, readable_ids
+from databus.serving.health import health_routes
 from databus.serving.params import MAX_SOURCE_IDS, source_ids_param
 from databus.serving.requests import json_body
 
@@ -177,8 +179,20 @@ def build_app(relay: ServedRelay) -> ASGIApp:
         return JSONResponse(node)
 
     def metrics_endpoint(_: Request) -> Response:
-        relay.refresh_gauges()
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
+
+    def consumers(_: Request) -> Response:
+        """The consumers this relay served lately (docs/operations.md)."""
+        o = relay.observe()
+        buf = o.buffer
+        return JSONResponse({
+            "relay": relay.stats()["name"], "time": round(time.time(), 3),
+            "capture": o.capture, "lag_seconds": round(o.lag_seconds, 3),
+            "captured_until": round(o.captured_until_ns / 1e9, 3),
+            "buffer": {"min_scn": buf["min_scn"], "max_scn": buf["max_scn"],
+                       "windows": buf["windows"], "span_seconds": round(o.span_seconds, 3),
+                       "evicting": buf["evicted_windows"] > 0},
+            "consumers": o.consumers})
 
     def admin(_: Request) -> Response:
         status = relay.fetcher_status()
@@ -223,7 +237,9 @@ def build_app(relay: ServedRelay) -> ASGIApp:
     def openapi(_: Request) -> Response:
         return JSONResponse(document)
 
+    health = health_routes("relay", relay.readiness, lambda: relay.stats()["name"])
     routes = [
+        *health,
         Route("/openapi.json", openapi),
         Route("/sources", sources),
         Route("/register", register),
@@ -232,12 +248,14 @@ def build_app(relay: ServedRelay) -> ASGIApp:
         Route("/containerStats/{path:path}", container_stats),
         Route("/metrics", metrics_endpoint),
         Route("/admin", admin),
+        Route("/consumers", consumers),
         Route("/signal", signal, methods=["POST"]),
     ]
     names: dict[Callable[..., Any], str] = {
         sources: "sources", register: "register", stream: "stream",
         container_stats: "containerStats", metrics_endpoint: "metrics", admin: "admin",
-        signal: "signal"}
+        consumers: "consumers", signal: "signal",
+        **{r.endpoint: "health" for r in health}}
     app = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS,
                     middleware=[Middleware(_CountRequests, metrics=metrics, names=names)])
     return _StreamFirst(app, endpoint)

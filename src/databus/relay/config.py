@@ -28,8 +28,9 @@ from databus.core.errors import ConfigError
 from databus.serving.config import HttpServerConfig
 from databus.sources.config import AnySourceConfig, SnapshotMode, SourceConfig, legacy_tls
 
-__all__ = ["AnySourceConfig", "BufferConfig", "ClusterConfig", "RelayConfig", "RelayHttpConfig",
-           "SnapshotMode", "SourceConfig", "StreamConfig", "load_config", "parse_config"]
+__all__ = ["AnySourceConfig", "BufferConfig", "ClusterConfig", "ConsumersConfig", "RelayConfig",
+           "RelayHttpConfig", "SnapshotMode", "SourceConfig", "StreamConfig", "load_config",
+           "parse_config"]
 
 _Model = FrozenModel
 
@@ -72,6 +73,31 @@ class StreamConfig(_Model):
         description="answer bytes held for clients at once; when exceeded, new answers"
         " shrink (down to 64 KiB each), so clients that read slowly or not at all cannot"
         " make the relay's memory grow with their number")
+
+
+class ConsumersConfig(_Model):
+    """What the relay keeps of the consumers it served (``GET /consumers``,
+    docs/operations.md)."""
+
+    max_listed: int = Field(1000, ge=1, le=100_000, description="consumers listed at most;"
+                            " a new one beyond that pushes out the one seen longest ago")
+    stalled_after: float = Field(
+        30.0, gt=0, le=86_400, description="seconds without a request, after its last long"
+        " poll ended, after which a consumer is listed as stalled")
+    gone_after: float = Field(300.0, gt=0, le=86_400, description="seconds without a request"
+                              " after which a consumer is listed as gone")
+    forget_after: float = Field(3600.0, gt=0, le=30 * 86_400, description="seconds without a"
+                                " request after which a consumer is no longer listed")
+    fall_off_warning: float = Field(
+        60.0, ge=0, le=86_400, description="a consumer behind whose position is less than"
+        " this many seconds of source time ahead of the buffer's oldest window, while the"
+        " buffer evicts, is listed as falling off (0: never)")
+
+    @model_validator(mode="after")
+    def _order(self) -> ConsumersConfig:
+        if not self.stalled_after <= self.gone_after <= self.forget_after:
+            raise ValueError("consumers: stalled_after <= gone_after <= forget_after")
+        return self
 
 
 class ClusterConfig(RelayCredentials):
@@ -130,6 +156,7 @@ class RelayConfig(_Model):
     buffer: BufferConfig = BufferConfig()
     http: RelayHttpConfig = RelayHttpConfig()
     stream: StreamConfig = StreamConfig()
+    consumers: ConsumersConfig = ConsumersConfig()
     state_dir: Path | None = Field(
         None, description="where relay state (MaxSCN) is kept; default: beside the buffer file"
     )

@@ -36,6 +36,7 @@ from databus.core.atomic import write_atomic
 from databus.core.errors import BufferCorruptError, DatabusError, TransientError
 from databus.core.window import Window
 from databus.relay.metrics import RelayMetrics
+from databus.relay.timeline import Timeline
 from databus.sources.base import Source
 from databus.sources.protect import Protector
 
@@ -103,11 +104,15 @@ class Fetcher:
         protector: Protector | None = None,
         guard: Callable[[], bool] | None = None,
         ack_limit: Callable[[], int] | None = None,
+        timeline: Timeline | None = None,
     ) -> None:
         """``guard`` (a cluster leader's fencing): asked before each batch of windows is
         appended; False drops the batch and ends the run in state ``fenced``.
         ``ack_limit``: the source is never told more than this SCN is durable (a
-        cluster leader must keep what its followers do not hold yet)."""
+        cluster leader must keep what its followers do not hold yet). ``timeline``: told
+        the commit time of every window appended and when the source was caught up
+        (:mod:`databus.relay.timeline`)."""
+        self._timeline = timeline if timeline is not None else Timeline()
         self._guard = guard
         self._ack_limit = ack_limit
         self._source = source
@@ -122,7 +127,8 @@ class Fetcher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="databus-fetcher", daemon=True)
         self._lock = threading.Lock()
-        self._status: dict[str, Any] = {"state": "starting", "last_error": None, "retries": 0}
+        self._status: dict[str, Any] = {"state": "starting", "last_error": None, "retries": 0,
+                                         "since": time.time()}
 
     def start(self) -> None:
         self._thread.start()
@@ -139,6 +145,8 @@ class Fetcher:
 
     def _set(self, **kw: Any) -> None:
         with self._lock:
+            if kw.get("state", self._status["state"]) != self._status["state"]:
+                kw["since"] = time.time()  # when the state began (/health/ready says it)
             self._status.update(kw)
         self._metrics.fetcher_up.set(1 if self._status["state"] == "running" else 0)
 
@@ -153,6 +161,7 @@ class Fetcher:
                     origin = self._source.complete_after(-1)
                     if origin is not None:
                         self._buffer.declare_origin(origin)
+                read_at = time.time_ns()
                 windows = self._source.read(self._buffer.max_scn, self._stop, 0.5)
                 if windows and self._guard is not None and not self._guard():
                     log.warning("not publishing %d window(s) from scn %d: this relay no longer"
@@ -161,6 +170,7 @@ class Fetcher:
                     break
                 if windows:
                     self._append(windows)
+                self._caught_up(read_at, bool(windows))
                 if self._status["state"] != "running":
                     self._set(state="running", last_error=None)
                 backoff = self._retry_initial
@@ -190,6 +200,16 @@ class Fetcher:
         if self._status["state"] not in ("failed", "fenced"):
             self._set(state="stopped")
 
+    def _caught_up(self, read_at: int, found: bool) -> None:
+        """After a read that started at ``read_at``: the source's own word on how far it
+        is complete, else, when the read found nothing (and was not cut short by a stop),
+        everything committed before it started is held."""
+        told = self._source.captured_until_ns()
+        if told is not None:
+            self._timeline.caught_up(told)
+        elif not found and not self._stop.is_set():
+            self._timeline.caught_up(read_at)
+
     def _append(self, windows: list[Window]) -> None:
         """Append one read's windows in order; the counters move once per read (a read
         of one-row transactions holds up to a few dozen windows)."""
@@ -205,6 +225,7 @@ class Fetcher:
         finally:  # what reached the buffer is counted, also when an append failed
             self._metrics.windows_in.inc(appended)
             self._metrics.events_in.inc(events)
+            self._timeline.appended(windows[:appended])
 
     def checkpoint(self) -> None:
         """Flush the buffer, persist the state, let the source trim."""
@@ -215,10 +236,7 @@ class Fetcher:
                            name=self._name)
         if self._state_path is not None:
             state.save(self._state_path)
-        s = buf.stats()
-        self._metrics.min_scn.set(s["min_scn"])
-        self._metrics.max_scn.set(s["max_scn"])
-        self._metrics.used_bytes.set(s["used_bytes"])
+        self._timeline.trim(buf.min_scn)
         trim = state.trim_scn
         if self._ack_limit is not None and trim >= 0:
             try:

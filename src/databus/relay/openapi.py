@@ -55,6 +55,9 @@ def relay_openapi(config: RelayConfig) -> dict[str, Any]:
                                          ok={"text/plain": {"schema": {"type": "string"}}}),
                              "security": []}},
         "/admin": {"get": operation("Capture and buffer status", errors=(503,), admin=True)},
+        "/consumers": {"get": operation(
+            "The consumers this relay served lately: position, seconds and windows behind,"
+            " state, about to fall off (docs/operations.md)", errors=())},
         "/signal": {"post": operation("A signal to the source (incremental snapshots)",
                                       ok_status="202", errors=(400, 413, 415), admin=True,
                                       body=signal_body)},

@@ -44,10 +44,13 @@ from databus.core.errors import BufferCorruptError, DatabusError
 from databus.relay.app import build_app as relay_app
 from databus.relay.cluster import ClusterMember
 from databus.relay.config import RelayConfig
+from databus.relay.consumers import ConsumerTable
 from databus.relay.fetcher import Fetcher, RelayState
 from databus.relay.identity import Claim, check_legacy_state, resolve
 from databus.relay.member import idle_source, is_idle
-from databus.relay.metrics import RelayMetrics
+from databus.relay.metrics import Observation, RelayMetrics
+from databus.relay.timeline import Timeline
+from databus.serving.health import Check
 from databus.serving.service import HttpService
 from databus.sources import open_source
 from databus.sources.base import Capturer, Source
@@ -68,6 +71,8 @@ class Relay(HttpService):
         super().__init__(config.http, "relay")
         self.config = config
         self.metrics = RelayMetrics()
+        self.timeline = Timeline()
+        self.consumers = ConsumerTable(config.consumers)
         self.identity = identity = resolve(config)
         self.state_dir = identity.state_dir
         self.state_path = identity.state_path
@@ -99,6 +104,7 @@ class Relay(HttpService):
                  f"; shared name {identity.shared}" if identity.shared != identity.name else "")
         self.continuity = self._continuity(start_scn)
         self.metrics.capacity.set(self.buffer.capacity)
+        self.metrics.observe(self.observe)
         self.fetcher = self._fetcher(self.source)
         self.stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -130,7 +136,7 @@ class Relay(HttpService):
                        flush_interval=config.buffer.flush_interval,
                        retry_initial=config.retry_initial, retry_max=config.retry_max,
                        protector=Protector(config.source.columns), guard=guard,
-                       ack_limit=ack_limit)
+                       ack_limit=ack_limit, timeline=self.timeline)
 
     def switch_source(self, source: Source, *, guard: Callable[[], bool] | None = None,
                       ack_limit: Callable[[], int] | None = None) -> None:
@@ -161,6 +167,7 @@ class Relay(HttpService):
                 if f is not None:
                     f.unlink(missing_ok=True)
             self.buffer = self._open_buffer(-1)
+            self.timeline.reset()
             self.buffer.add_listener(self._on_append)
             self.fetcher = self._fetcher(self.source)
             if self._loop is not None and not self.stopping:
@@ -283,12 +290,45 @@ class Relay(HttpService):
                 "error": status["last_error"]}
 
     def refresh_gauges(self) -> None:
-        s = self.buffer.stats()
-        self.metrics.min_scn.set(s["min_scn"])
-        self.metrics.max_scn.set(s["max_scn"])
-        self.metrics.used_bytes.set(s["used_bytes"])
-        for name, value in self.source.stats().items():
-            self.metrics.source_stat.labels(name=name).set(value)
+        """Nothing to refresh: ``/metrics`` reads the relay's state when scraped
+        (:meth:`observe`)."""
+
+    def observe(self, *, consumers: bool = True) -> Observation:
+        """The relay's state now: lag, capture, buffer, the source's statistics and
+        (unless ``consumers`` is False) the consumers it served lately
+        (docs/operations.md)."""
+        buf = self.buffer.stats()
+        timeline = self.timeline
+        timeline.trim(buf["min_scn"])
+        lag = timeline.lag_ns(time.time_ns()) / 1e9
+        rows = (self.consumers.rows(timeline, min_scn=buf["min_scn"],
+                                    evicting=buf["evicted_windows"] > 0,
+                                    relay_lag=lag)
+                if consumers else [])
+        return Observation(
+            lag_seconds=lag, captured_until_ns=timeline.captured_until_ns,
+            last_window_ns=timeline.last_window_ns, capture=self.capture_status(),
+            buffer=buf, span_seconds=timeline.span_ns(buf["min_scn"]) / 1e9,
+            source=self.source.stats(), consumers=rows)
+
+    def readiness(self) -> list[Check]:
+        """What ``/health/ready`` checks: capture runs (for a cluster member, from the
+        database as a (co-)leader or from its leader as a follower)."""
+        status = self.fetcher.status
+        capture = self.capture_status()
+        state = status["state"]
+        since = max(time.time() - float(status.get("since") or time.time()), 0.0)
+        why = ""
+        if status.get("last_error"):
+            why = f" ({str(status['last_error']).split(':', 1)[0]})"
+        if capture["reads"] == "nothing":
+            return [Check("capture", False, "a cluster member between roles: it captures"
+                          f" nothing (for {since:.1f} s)")]
+        ok = state == "running"
+        what = "from its leader" if capture["reads"] == "upstream" and self.cluster else (
+            "from its upstream relay" if capture["reads"] == "upstream" else "from the database")
+        detail = f"capture {state}{why} {what} since {since:.1f} s"
+        return [Check("capture", ok, detail)]
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -52,10 +52,13 @@ from databus.core.filters import ServerFilter
 from databus.core.schema import SchemaRegistry
 from databus.relay.cluster import ClusterMember
 from databus.relay.config import RelayConfig
-from databus.relay.metrics import RelayMetrics
+from databus.relay.consumers import ConsumerTable, check_name
+from databus.relay.metrics import Observation, RelayMetrics
+from databus.relay.timeline import Timeline
 from databus.serving.direct import DirectReply
 from databus.serving.errors import error_response
-from databus.serving.guard import principal, readable_ids
+from databus.serving.guard import principal, readable_ids, token_name
+from databus.serving.health import Check
 from databus.serving.params import bool_param, float_param, int_param, source_ids_param
 from databus.sources.base import Source
 
@@ -67,6 +70,8 @@ class ServedRelay(Protocol):
     metrics: RelayMetrics
     buffer: EventBuffer
     source: Source
+    timeline: Timeline  # source time of the windows held
+    consumers: ConsumerTable  # who read lately
     stopping: bool  # set at shutdown: long polls return at once
 
     def changed_event(self) -> asyncio.Event:
@@ -82,6 +87,10 @@ class ServedRelay(Protocol):
     def capture_status(self) -> dict[str, Any]: ...
 
     def origin(self) -> str: ...
+
+    def observe(self) -> Observation: ...
+
+    def readiness(self) -> list[Check]: ...
 
     @property
     def cluster(self) -> ClusterMember | None: ...
@@ -244,6 +253,13 @@ class StreamEndpoint:
         # (which costs single consumers ~15% of their rate); a selection walks every event
         query.selecting = query.src_ids is not None or filt is not None
         query.deadline = time.monotonic() + timeout
+        # who reads, and from where (GET /consumers): a dict lookup and a few stores
+        name = check_name(request.headers.get("x-databus-consumer"))
+        if name is None and member:
+            name = f"member {member}"
+        client = request.scope.get("client")
+        relay.consumers.seen(name, token_name(request), client[0] if client else "?", cp,
+                             query.deadline, member=bool(member))
         return query
 
     def _read_here(self, query: _Query,
@@ -299,6 +315,17 @@ class StreamEndpoint:
             (b"x-databus-partial-scn", b"%d" % result.partial_scn),
             (b"x-databus-partial-count", b"%d" % result.partial_count),
         ]
+        # the relay's source time, and what it holds beyond this answer: a client's lag
+        # (docs/operations.md, "Time in the stream")
+        headers.append((b"x-databus-source-time-ns", b"%d" % relay.timeline.captured_until_ns))
+        last = result.last_scn
+        if last >= relay.buffer.max_scn or (last < 0 and not result.events):
+            headers.append((b"x-databus-windows-behind", b"0"))
+        else:
+            cp = query.cp
+            at = last if last >= 0 else (-1 if cp.is_flexible else
+                                         cp.prev_scn if cp.in_window else cp.window_scn)
+            headers.append((b"x-databus-windows-behind", b"%d" % relay.timeline.behind(at)))
         if query.member and relay.cluster is not None:
             headers.append((b"x-databus-cluster-hw", b"%d" % relay.cluster.serve_limit()))
         return headers

@@ -19,9 +19,13 @@ One concept per module, each stating its contract:
 * :mod:`~databus.serving.openapi`: the builders of each server's ``/openapi.json``.
 * :mod:`~databus.serving.direct`: the connection protocol (request-head deadline, GET
   routes answered on the connection itself).
+* :mod:`~databus.serving.health`: ``/health/live`` and ``/health/ready``
+  (:func:`health_routes`, :class:`Check`).
+* :mod:`~databus.serving.metrics_port`: a process's own listener for ``/metrics`` and
+  health (:class:`MetricsServer`: the consumer commands' ``--metrics-port``).
 
-What every server will share next (health checks, ``/metrics`` helpers, its page)
-gets a module of its own beside these. This file only hands names on: importing
+What every server will share next (its page) gets a module of its own beside these.
+This file only hands names on: importing
 ``X`` from :mod:`databus.serving` is importing it from its module.
 
 The package imports only :mod:`databus.core` and :mod:`databus.auth`: the relay and
@@ -33,7 +37,9 @@ from __future__ import annotations
 from databus.serving.config import HttpServerConfig, TlsServerConfig
 from databus.serving.errors import EXCEPTION_HANDLERS, error_response, internal_error_response
 from databus.serving.guard import principal, readable_ids
+from databus.serving.health import Check, health_routes
 from databus.serving.loopback import host_name, is_loopback
+from databus.serving.metrics_port import MetricsServer
 from databus.serving.openapi import ERROR_SCHEMA, openapi_document, operation, query
 from databus.serving.params import (
     MAX_SOURCE_IDS,
@@ -49,12 +55,15 @@ __all__ = [
     "ERROR_SCHEMA",
     "EXCEPTION_HANDLERS",
     "MAX_SOURCE_IDS",
+    "Check",
     "HttpServerConfig",
     "HttpService",
+    "MetricsServer",
     "TlsServerConfig",
     "bool_param",
     "error_response",
     "float_param",
+    "health_routes",
     "host_name",
     "int_param",
     "internal_error_response",

@@ -58,6 +58,12 @@ def principal(request: Request) -> Principal:
     return p
 
 
+def token_name(request: Request) -> str | None:
+    """The name of the token ``request`` was sent with; None on a server without tokens."""
+    p = principal(request)
+    return None if p is ANONYMOUS else p.name
+
+
 def readable_ids(request: Request, served: Collection[tuple[int, str]],
                  ids: frozenset[int] | None) -> frozenset[int] | None:
     """The source ids a request may read: ``ids`` it named (403 naming the first table

@@ -1,7 +1,8 @@
 """Builders of each server's machine-readable API description (``GET /openapi.json``).
 
 Contract: :func:`openapi_document` is an OpenAPI 3.0 document of the server's own
-paths plus what every server shares: ``/health`` and ``/openapi.json`` (both open),
+paths plus what every server shares: ``/health``, ``/health/live``, ``/health/ready`` and
+``/openapi.json`` (all open),
 bearer authentication for everything else, and the package's version. Every
 :func:`operation` lists, beside its answer, its typed errors and 401 and 403 with
 the JSON error body of :mod:`databus.serving.errors` (:data:`ERROR_SCHEMA`). The
@@ -63,6 +64,11 @@ def openapi_document(title: str, description: str,
             **paths,
             "/health": {"get": {**operation("Liveness; needs no token", errors=()),
                                 "security": []}},
+            "/health/live": {"get": {**operation("Liveness; needs no token", errors=()),
+                                     "security": []}},
+            "/health/ready": {"get": {**operation(
+                "Readiness: 200 when the server does its job, else 503 with the failing"
+                " checks; needs no token", errors=(503,)), "security": []}},
             "/openapi.json": {"get": {**operation("This description; needs no token",
                                                   errors=()), "security": []}},
         },

@@ -84,7 +84,9 @@ class HttpService(ABC):
     most 2 seconds; their clients retry elsewhere or later.
     """
 
-    open_paths: ClassVar[frozenset[str]] = frozenset({"/health", "/metrics", "/openapi.json"})
+    open_paths: ClassVar[frozenset[str]] = frozenset({"/health", "/health/live",
+                                                      "/health/ready", "/metrics",
+                                                      "/openapi.json"})
     """Paths readable without a token (they carry no row data and no secrets)."""
     admin_paths: ClassVar[frozenset[str]] = frozenset()
     """Paths (and everything below them) that need an admin token."""

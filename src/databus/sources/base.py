@@ -178,6 +178,16 @@ class Source(ABC):
         called from other threads, so it returns a fresh dict."""
         return {}
 
+    def captured_until_ns(self) -> int | None:
+        """The source time (ns since the Unix epoch) up to which :meth:`read` has returned
+        every committed change, when the source can tell better than the relay's rule
+        ("a read that returned nothing started at a time when nothing else was
+        committed"): a chain relay its upstream's, a log reader the time it last reached
+        the end of the log. None: the relay's rule applies. The relay's lag is measured
+        against it (docs/operations.md, "Time in the stream"); called on the capture
+        thread after each read."""
+        return None
+
     def complete_after(self, after_scn: int) -> int | None:
         """The SCN after which ``read(after_scn, ...)`` delivers every committed change,
         or None when the source cannot say (then the relay proves continuity only from

@@ -115,8 +115,10 @@ class ChainSource(Source):
         self._done_scn = -2  # the last window handed to the relay (-2: none yet)
         self._part = bytearray()
         self._part_count = 0
-        self._stats = {"upstream_max_scn": -1.0, "upstream_bytes": 0.0, "windows": 0.0,
-                       "events_left_out": 0.0}
+        self._until_ns = 0  # the upstream's captured-until when this relay held all it had
+        self._stats = {"upstream_max_scn": -1.0, "upstream_bytes_total": 0.0,
+                       "windows_total": 0.0,
+                       "events_left_out_total": 0.0}
 
     # -- life cycle --------------------------------------------------------------
 
@@ -124,7 +126,8 @@ class ChainSource(Source):
         if self._conn is not None:
             return
         headers = {"X-Databus-Member": self.member_id} if self.member_id else None
-        self._conn = RelayConnection(self.url, credentials=self._credentials, headers=headers)
+        self._conn = RelayConnection(self.url, credentials=self._credentials, headers=headers,
+                                     consumer=f"relay {self.name}")
         try:
             self._refresh()
         except TransientError as exc:  # serve what the buffer holds; capture retries
@@ -151,6 +154,11 @@ class ChainSource(Source):
     def origin(self) -> str:
         """The upstream relay's origin (its last ``/sources`` answer)."""
         return self._origin
+
+    def captured_until_ns(self) -> int | None:
+        """The upstream's ``captured until`` (``X-Databus-Source-Time-Ns``) of the last
+        answer that left nothing behind: a chain relay is as far behind as its upstream."""
+        return self._until_ns or None
 
     def _conn_or_fail(self) -> RelayConnection:
         if self._conn is None:
@@ -201,10 +209,12 @@ class ChainSource(Source):
             windows = self._windows(resp.data)
             if resp.cluster_hw is not None:
                 self.cluster_hw = resp.cluster_hw
+            if resp.windows_behind == 0 and not self._part:  # all the upstream holds
+                self._until_ns = max(self._until_ns, resp.source_time_ns)
             with self._lock:
                 self._stats["upstream_max_scn"] = float(resp.max_scn)
-                self._stats["upstream_bytes"] += len(resp.data)
-                self._stats["windows"] += len(windows)
+                self._stats["upstream_bytes_total"] += len(resp.data)
+                self._stats["windows_total"] += len(windows)
             if (windows or not resp.data or stop.is_set() or time.monotonic() >= deadline
                     or resp.cluster_hw != hw_before):
                 return windows
@@ -288,7 +298,7 @@ class ChainSource(Source):
             self._done_scn = out[-1].scn
         if left_out:
             with self._lock:
-                self._stats["events_left_out"] += left_out
+                self._stats["events_left_out_total"] += left_out
         return out
 
     def _check_schema(self, data: bytes, off: int) -> None:

@@ -8,6 +8,7 @@ with a bad option fails at ``load()`` with a clear message.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Mapping
 from typing import Literal
 
@@ -98,7 +99,8 @@ class StreamOptions(BaseModel):
         :meth:`databus.client.credentials.Credentials.ssl_context`)."""
         access = self.access()
         return RelayConnection(access.url, http_timeout=self.http_timeout,
-                               credentials=Credentials.from_env(**access.credential_fields()))
+                               credentials=Credentials.from_env(**access.credential_fields()),
+                               consumer=f"spark@{socket.gethostname()}")
 
     @property
     def source_scn(self) -> int | None:

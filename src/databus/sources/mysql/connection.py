@@ -28,6 +28,7 @@ from pymysql.constants import COMMAND
 
 from databus.core.errors import (
     ConfigError,
+    DatabusError,
     SourcePositionLostError,
     SourceUnavailableError,
     StatementError,
@@ -403,6 +404,21 @@ def binary_logs(url: MysqlUrl) -> list[tuple[str, int]]:
             return [(str(r[0]), int(r[1])) for r in cur.fetchall()]
     finally:
         con.close()
+
+
+def binlog_behind(url: MysqlUrl, file: str, pos: int) -> int | None:
+    """Bytes of binlog after ``pos`` of ``file`` up to the server's end (``SHOW BINARY
+    LOGS``); None when it cannot be read now or ``file`` is no longer listed (a gauge:
+    never worth an error)."""
+    try:
+        logs = binary_logs(url)
+    except DatabusError:
+        return None
+    names = [n for n, _ in logs]
+    if file not in names:
+        return None
+    i = names.index(file)
+    return max(logs[i][1] - pos, 0) + sum(size for _, size in logs[i + 1:])
 
 
 def master_status(url: MysqlUrl) -> tuple[str, int]:

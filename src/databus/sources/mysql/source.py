@@ -88,6 +88,7 @@ from databus.sources.mysql.checks import check_server, describe, mysql_url
 from databus.sources.mysql.connection import (
     BinlogStream,
     SqlSession,
+    binlog_behind,
     check_replica_id,
     collations,
     connect,
@@ -101,6 +102,8 @@ from databus.sources.mysql.versions import Versions, signature
 __all__ = ["NOTIFICATIONS", "SCHEMA_CHANGES", "MysqlSource"]
 
 log = logging.getLogger("databus.sources.mysql")
+
+BEHIND_EVERY = 5.0  # seconds between two reads of the binlog's end (binlog_behind_bytes)
 
 
 @dataclass
@@ -163,6 +166,10 @@ class MysqlSource(Source):
         self._last_scn = -1
         self._capture_only = False  # capture_only(): a cluster co-leader's source
         self._halted = False  # another capturer's snapshot showed: nothing more is ours
+        self._until_ns = 0  # captured_until_ns: the last commit read, or a heartbeat's now
+        self._read_pos = 0  # end of the last event read in self._file
+        self._behind = 0.0  # binlog_behind_bytes, read every BEHIND_EVERY seconds
+        self._behind_at = 0.0
         self._stream: BinlogStream | None = None
         self._stream_scn = -2
         self._file = ""
@@ -288,7 +295,15 @@ class MysqlSource(Source):
         """Snapshot progress: counters of notifications by kind and of rows sent,
         and the running snapshot's state."""
         snaps = self._snaps.stats() if self._opened else idle_stats()
-        return {**snaps, "snapshot_elsewhere": float(self._halted)}
+        return {**snaps, "snapshot_elsewhere": float(self._halted),
+                "binlog_behind_bytes": self._behind}
+
+    def _probe_behind(self) -> None:
+        """``binlog_behind_bytes``, at most every :data:`BEHIND_EVERY` seconds."""
+        if time.monotonic() - self._behind_at >= BEHIND_EVERY and self._file:
+            self._behind_at = time.monotonic()
+            behind = binlog_behind(self.url, self._file, self._read_pos)
+            self._behind = self._behind if behind is None else float(behind)
 
     def sources(self) -> list[SourceInfo]:
         return self._tv.sources()
@@ -402,7 +417,13 @@ class MysqlSource(Source):
                 continue  # nothing to hand over yet: wait for a window until the deadline
             if not self._stream.pending():
                 break
+        self._probe_behind()
         return out
+
+    def captured_until_ns(self) -> int | None:
+        """The newest commit read (whole seconds), or when a heartbeat arrived at the
+        log's end; None before either (the relay's rule applies)."""
+        return self._until_ns or None
 
     def _done_snapshotting(self) -> bool:
         return (self.snapshot_mode == "initial_only" and self._snapshotted
@@ -411,6 +432,7 @@ class MysqlSource(Source):
     def _event(self, raw: bytes) -> Window | None:
         assert self._stream is not None
         h, body = be.parse_header(raw, self._stream.checksum)
+        self._read_pos = h.next_pos
         t = h.type
         if t in compressed.COMPRESSED:  # log_bin_compress=ON: the plain event it stands for
             t, body = compressed.expand(t, body)
@@ -460,6 +482,8 @@ class MysqlSource(Source):
         elif t == be.EventType.HEARTBEAT and self._gtid is None:
             # the server is idle at h.next_pos of the file the body names
             if bytes(body).rstrip(b"\0").decode("utf-8", "replace") == self._file:
+                if not self._pending:  # the server has sent everything up to now
+                    self._until_ns = max(self._until_ns, time.time_ns())
                 return self._progress(h)
         elif t not in be.PASSED_OVER and not h.flags & be.LOG_EVENT_IGNORABLE_F:
             # an event this source does not know may carry changes: stop at it, loudly
@@ -484,6 +508,7 @@ class MysqlSource(Source):
     def _commit(self, h: be.EventHeader) -> Window | None:
         pending, signals = self._pending, self._signals
         self._reset_txn()
+        self._until_ns = max(self._until_ns, h.timestamp * 1_000_000_000)
         if signals and self._capture_only:
             # another capturer's snapshot (its signal or watermark): its chunk windows
             # cannot be reproduced here, so nothing from this transaction on is ours
@@ -526,7 +551,10 @@ class MysqlSource(Source):
         scn = self._scn(h.next_pos)
         if scn <= self._last_scn or h.next_pos < 4:
             return None
-        return Window(scn, b"", 0, h.timestamp * 1_000_000_000)
+        # a transaction of other tables: its time; a heartbeat (timestamp 0): the server
+        # is idle at the log's end now, so the window stands for now (docs/operations.md)
+        ts_ns = h.timestamp * 1_000_000_000 if h.timestamp else time.time_ns()
+        return Window(scn, b"", 0, ts_ns)
 
     def _ddl_seen(self, db: str, sql: str) -> None:
         """A DDL statement in the binlog: forget the snapshot's kept table

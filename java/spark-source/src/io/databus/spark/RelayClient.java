@@ -50,6 +50,8 @@ import javax.net.ssl.TrustManagerFactory;
 final class RelayClient {
     private static final ObjectMapper JSON = new ObjectMapper();
     private static final Map<String, HttpClient> CLIENTS = new HashMap<>();
+    /** The name every request gives the relay (X-Databus-Consumer: GET /consumers, docs/operations.md). */
+    static final String CONSUMER = "spark-jvm@" + hostName();
 
     /** A {@code /stream} body and the relay's newest window ({@code X-Databus-Max-Scn}). */
     record Response(byte[] data, long maxScn) {}
@@ -316,7 +318,8 @@ final class RelayClient {
             sep = '&';
         }
         HttpRequest.Builder b = HttpRequest.newBuilder(URI.create(q.toString()))
-            .timeout(read != null ? read : httpTimeout).header("User-Agent", "databus-spark-jvm").GET();
+            .timeout(read != null ? read : httpTimeout).header("User-Agent", "databus-spark-jvm")
+            .header("X-Databus-Consumer", CONSUMER).GET();
         if (token != null) {
             b.header("Authorization", "Bearer " + token);
         }
@@ -391,5 +394,13 @@ final class RelayClient {
 
     private static DatabusSourceException unavailable(String message, Throwable cause) {
         return new DatabusSourceException("RelayUnavailable", message, true, cause);
+    }
+
+    private static String hostName() {
+        try {
+            return java.net.InetAddress.getLocalHost().getHostName();
+        } catch (IOException e) {
+            return "unknown-host";  // a consumer name only: never worth failing a read
+        }
     }
 }
