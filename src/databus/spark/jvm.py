@@ -72,7 +72,11 @@ def jar() -> Path | None:
     had here, with a warning naming why (no JDK, pyspark's jars not found, an installed
     package without ``java/`` and no jar built): the Python source then serves
     ``format("databus")``."""
-    built = javadeps.cache_dir() / "spark-source" / "databus-spark-source.jar"
+    from databus.spark import lines
+
+    # one jar per Spark line (compiled against that line's jars; the build script puts
+    # it in the line's directory)
+    built = javadeps.cache_dir() / lines.current().reader_dir / "databus-spark-source.jar"
     if not (_BUILD.exists() and (_ROOT / "java" / "spark-source").is_dir()):
         if built.exists():
             return built

@@ -43,7 +43,7 @@ from pyspark.sql import SparkSession
 
 from databus import javadeps
 from databus.core.errors import ConfigError
-from databus.spark import jvm
+from databus.spark import jvm, lines
 
 log = logging.getLogger("databus.spark")
 
@@ -60,7 +60,7 @@ def session(
     app: str | None = None,
     *,
     master: str | None = None,
-    lakehouse: Sequence[str] = LAKEHOUSE,
+    lakehouse: Sequence[str] | None = None,
     warehouse: str | Path | None = None,
     iceberg_catalog: str = "local",
     conf: Mapping[str, str] | None = None,
@@ -74,6 +74,10 @@ def session(
     * ``iceberg``: Iceberg's SQL extension and a Hadoop catalog named
       ``iceberg_catalog`` whose tables live under ``warehouse`` (default
       ``./spark-warehouse/iceberg``): tables are ``local.db.name``.
+
+    ``lakehouse`` defaults to every format the running Spark line has jars for
+    (:mod:`databus.spark.lines`: Delta and Iceberg on 4.1, Delta on 4.2); naming a format
+    the line lacks is a ConfigError saying why.
 
     ``app``: the application's name (default: the one the JVM was started with,
     e.g. by ``spark-submit --name``, else ``databus``). ``master``: default the
@@ -91,13 +95,16 @@ def session(
     leaves it off. ``format("databus-python")`` is the Python source either way. The
     same jar serves ``format("databus-snapshot")`` for a bootstrap server's URL.
     """
-    unknown = [f for f in lakehouse if f not in _EXTENSIONS]
+    unknown = [f for f in (lakehouse or ()) if f not in _EXTENSIONS]
     if unknown:
         raise ConfigError(f"databus.spark.session: unknown lakehouse formats {unknown} "
                           f"(known: {', '.join(LAKEHOUSE)})")
+    line = lines.current()
+    if lakehouse is None:
+        lakehouse = lines.formats(line)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     user = dict(conf or {})
-    ours = [str(j) for fmt in lakehouse for j in javadeps.jars(fmt)]
+    ours = [str(j) for fmt in lakehouse for j in javadeps.jars(lines.bundle(line, fmt))]
     reader = jvm.jar() if jvm.implementation(source) == "jvm" else None
     if reader is not None:
         ours.append(str(reader))
