@@ -37,6 +37,7 @@ setup(
         Extension(
             "databus.client._wiredecode",
             ["src/databus/client/_wiredecode.c"],
+            depends=["src/databus/core/_cenc.h"],  # #included: the event layout, Buf
             optional=True,
             libraries=["z"],  # CRC-32, as zlib.crc32
             extra_compile_args=["-O2", "-std=c99", "-Wall"],

@@ -55,10 +55,10 @@ from databus.client import (
 )
 from databus.core import event as ev
 from databus.core.envelope import decode_images
-from databus.sources.mysql import incremental as inc
+from databus.sources.common import incremental as inc
 from databus.sources.mysql.checks import parse_mysql_url
 from databus.sources.mysql.connection import SqlSession, master_status
-from databus.sources.mysql.snapshots import SnapshotIO
+from databus.sources.mysql.snapshots import SnapshotIO, encode_chunk
 from databus.sources.mysql.source import NOTIFICATIONS
 
 
@@ -129,7 +129,7 @@ def chunk_path(m: MariaDB, chunk: int, compiled: bool) -> tuple[int, float]:
         while True:
             got, shape = io.read_chunk("shop.big", [], last, None, chunk, None)
             c = inc.Chunk("lo", "hi", "shop.big", {k: p for k, p, _ in got}, None, True, shape)
-            src._snapshot_events(c, 1, 0)
+            encode_chunk(c, 1, 0)
             rows += len(got)
             if len(got) < chunk:
                 return rows, time.perf_counter() - t0

@@ -8,14 +8,22 @@ echo "== ruff"
 .venv/bin/ruff check src tests bench
 echo "== mypy (strict, src/)"
 .venv/bin/mypy
+echo "== the suite's measures (tests/support/measures.py)"
+.venv/bin/python -m tests.support.measures
 echo "== pytest"
-# DATABUS_TEST_WORKERS=2: two workers (pytest-xdist), the Spark tests on one, first,
-# everything else on either (tests/conftest.py's scheduler); 0 runs one process
-# (not the default yet: two full runs on a loaded machine had failures not yet told
-# apart from load; one process is the configuration CI has passed with)
-workers=${DATABUS_TEST_WORKERS:-0}
+# DATABUS_TEST_WORKERS (default 4) pytest-xdist workers: the suite mostly waits (servers,
+# processes, polls), so more workers than the 2 cores pay. Every test that needs the
+# Spark session runs on one worker, first, and the tests marked slow start next
+# (tests/conftest.py's scheduler); 0 runs everything in one process.
+workers=${DATABUS_TEST_WORKERS:-4}
+start=$SECONDS
+status=0
 if [ "$workers" = "0" ]; then
-  .venv/bin/python -m pytest -q "$@"
+  .venv/bin/python -m pytest -q "$@" || status=$?
 else
-  .venv/bin/python -m pytest -q -n "$workers" "$@"
+  .venv/bin/python -m pytest -q -n "$workers" "$@" || status=$?
 fi
+echo "== pytest took $((SECONDS - start)) s of wall time with $workers workers;" \
+  "CPU time (user, system) of this script, then of all it ran:"
+times
+exit "$status"

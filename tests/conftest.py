@@ -11,6 +11,8 @@ against several SQL databases takes its list from ``SQL_KINDS`` through the
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,34 +40,77 @@ from tests.support.shop import create_shop
 from tests.support.zookeeper import ZooKeeper
 
 
-def _in_spark(path: object) -> bool:
-    return "/tests/spark/" in str(path) or str(path).startswith("tests/spark/")
+def _needs_spark(item: pytest.Item) -> bool:
+    """A test that runs in the session's Spark JVM (the ``spark`` fixture, directly or
+    through another fixture); the other tests under tests/spark need no JVM."""
+    return "spark" in getattr(item, "fixturenames", ())
+
+
+def _rank(item: pytest.Item) -> int:
+    """The order tests start in, longest first (so no long test starts last and runs
+    alone): the Spark tests (the longest chain: one JVM, one worker), then the tests
+    marked ``slow``, the other end-to-end tests, integration, then the rest (short: they
+    fill the workers' ends evenly)."""
+    if _needs_spark(item):
+        return 0
+    if item.get_closest_marker("slow") is not None:
+        return 1
+    folder = Path(str(item.path)).parent.name
+    return {"e2e": 2, "integration": 3}.get(folder, 4)
+
+
+_GROUPS = "databus_groups"
+"""The key of ``workerinput`` naming the folder where each worker lists the tests that
+need the Spark JVM (the controller's scheduler reads it: it sees node ids only)."""
+_groups_key = pytest.StashKey[Path]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The Spark tests first: under pytest-xdist their worker starts on them at once
-    (they are the longest run) while the other worker takes the rest."""
-    items[:] = [i for i in items if _in_spark(i.path)] + \
-        [i for i in items if not _in_spark(i.path)]
+    items.sort(key=_rank)  # stable: within a rank, pytest's order (module fixtures kept)
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and _GROUPS in workerinput:
+        listing = Path(workerinput[_GROUPS]) / str(workerinput["workerid"])
+        tmp = listing.with_suffix(".tmp")
+        tmp.write_text("\n".join(i.nodeid for i in items if _needs_spark(i)))
+        tmp.replace(listing)  # whole or absent: the scheduler may read it at any time after
 
 
-@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: absent without it
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hooks: absent without it
+def pytest_configure_node(node: Any) -> None:
+    folder = node.config.stash.get(_groups_key, None)
+    if folder is None:
+        folder = Path(tempfile.mkdtemp(prefix="databus-xdist-groups-"))
+        node.config.stash[_groups_key] = folder
+        node.config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+    node.workerinput[_GROUPS] = str(folder)
+
+
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """scripts/test.sh runs two workers: every Spark test on one of them (one Spark JVM
-    at a time: two would only fight over the two cores), likewise the Kafka publisher's
-    e2e tests (one broker, which one of them restarts), any other test on either.
+    """Any number of workers (scripts/test.sh): every test that needs the Spark JVM on one
+    of them (one Spark JVM at a time: two would only fight over the two cores), likewise
+    the Kafka publisher's e2e tests (one broker, which one of them restarts), any other
+    test on any worker, one at a time, in the order ``_rank`` gives.
     (A scheduler of our own: xdist 3.8's ``loadgroup`` does not see its group markers
     under pytest 9.2, whose node ids it can no longer rewrite.)"""
     from xdist.scheduler import LoadScopeScheduling
 
-    class SparkApart(LoadScopeScheduling):  # type: ignore[misc]
+    class Groups(LoadScopeScheduling):  # type: ignore[misc]
+        spark: set[str] | None = None
+
         def _split_scope(self, nodeid: str) -> str:
+            # called once every worker has collected, so their listings are written
+            if self.spark is None:
+                folder = config.stash.get(_groups_key, None)
+                listings = sorted(folder.iterdir()) if folder is not None else []
+                self.spark = {n for f in listings if f.suffix != ".tmp"
+                              for n in f.read_text().splitlines()}
             path = nodeid.split("::", 1)[0]
-            if _in_spark(path):
-                return "spark"
+            if nodeid in self.spark or (not self.spark and path.startswith("tests/spark/")):
+                return "spark"  # (no listing: a worker of another conftest; by folder)
             return "kafka" if path.endswith("/test_kafka_publish.py") else nodeid
 
-    return SparkApart(config, log)
+    return Groups(config, log)
 
 
 SQL_KINDS = ("sqlite", "postgresql", "mariadb")

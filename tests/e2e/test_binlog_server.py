@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pymysql
 import pytest
 from pymysqlreplication import BinLogStreamReader
@@ -38,6 +37,8 @@ from tests.support.binlog_server import (
     wait_equal,
     write_changes,
 )
+from tests.support.pipeline import relay_max_scn
+from tests.support.shop import txlog_max
 from tests.support.wait import wait_until
 
 # python-mysql-replication 1.0 opens its control connection with pymysql's old ``db=``
@@ -89,11 +90,9 @@ def test_changes_committed_before_the_service_starts_are_in_the_binlog(
     db = make_source(tmp_path)
     with BinlogService(db, tmp_path, ALL, serve=False) as svc:
         write_changes(db, 30, seed=7)
-        top = f"{svc.relay_url}/containerStats/buffer/max_scn"
-        wait_until(lambda: int(httpx.get(top).json()) > 0
-                   and int(httpx.get(top).json()) == int(httpx.get(top).json()), 30,
-                   "the relay to capture the changes")
-        time.sleep(1.0)  # the SQLite source polls: let it capture the last one
+        newest = txlog_max(db)  # the source's last commit
+        wait_until(lambda: relay_max_scn(svc.relay_url) >= newest, 30,
+                   "the relay to capture every change")
         svc.start_server()
         got = wait_equal(svc, db)
         # the first transaction of the source is the binlog's first row transaction

@@ -94,7 +94,9 @@ def test_late_consumer_replica_equals_mariadb(make: Make, store: str, target: st
     boot = time.monotonic() - t1
     assert writer.items_note, "the second ALTER TABLE did not run during the bootstrap"
     assert writer.is_alive(), "the writer stopped before the bootstrap ended"
-    time.sleep(1.0)  # a little more streaming after the switch
+    switched = p.consumer_checkpoint()
+    p.wait("a little more streaming after the switch",
+           lambda: p.consumer_checkpoint() != switched)
     writer.finish()
     assert writer.w.has_tier, "the first ALTER TABLE never ran"
     assert moved_before > 0 and len(writer.moved) > moved_before, "no composite key moves"
@@ -125,7 +127,9 @@ def test_kill9_consumer_in_bootstrap_and_bootstrap_service(make: Make) -> None:
     p.start("bootstrap")
     p.wait("the consumer on the relay", lambda: p.mode() == "ONLINE_CONSUMPTION", timeout=300)
     assert writer.is_alive()
-    time.sleep(1.0)
+    switched = p.consumer_checkpoint()
+    p.wait("a little more streaming after the switch",
+           lambda: p.consumer_checkpoint() != switched)
     writer.finish()
     settle = p.wait_equal()
     assert killed[0].startswith("consumer in BOOTSTRAP"), killed

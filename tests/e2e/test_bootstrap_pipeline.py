@@ -23,7 +23,13 @@ import yaml
 
 from tests.support.bootstrap import preload, replica_equal
 from tests.support.bulk import BulkWriter
-from tests.support.pipeline import ProcessPipeline
+from tests.support.pipeline import (
+    ProcessPipeline,
+    http_url,
+    relay_args,
+    replicate_args,
+    write_config,
+)
 from tests.support.procs import DATABUS, free_port, kill9
 from tests.support.shop import TABLES, create_shop
 from tests.support.wait import wait_until
@@ -43,12 +49,12 @@ class Pipeline(ProcessPipeline):
 
     def args(self, name: str) -> list[str]:
         if name == "relay":
-            return [*DATABUS, "relay", "--config", str(self.tmp / "relay.yaml")]
+            return relay_args(self.relay_port, config=self.tmp / "relay.yaml")
         if name == "bootstrap":
             return [*DATABUS, "bootstrap", "--config", str(self.tmp / "bootstrap.yaml")]
-        return [*DATABUS, "replicate", "--relay", f"http://127.0.0.1:{self.relay_port}",
-                "--target", f"sqlite:///{self.replica}", "--bootstrap",
-                f"http://127.0.0.1:{self.bs_port}", "--bootstrap-batch", str(self.batch)]
+        return replicate_args(http_url(self.relay_port), f"sqlite:///{self.replica}",
+                              "--bootstrap", http_url(self.bs_port),
+                              "--bootstrap-batch", str(self.batch))
 
     def ready_url(self, name: str) -> str | None:
         port = {"relay": self.relay_port, "bootstrap": self.bs_port}.get(name)
@@ -59,7 +65,7 @@ class Pipeline(ProcessPipeline):
         conf = self.tmp / "relay.yaml"
         raw = yaml.safe_load(conf.read_text())
         raw["buffer"]["capacity_bytes"] = capacity
-        conf.write_text(yaml.safe_dump(raw))
+        write_config(conf, raw)
 
     def relay_min_scn(self) -> int:
         return int(httpx.get(f"http://127.0.0.1:{self.relay_port}/containerStats/buffer/min_scn",
@@ -92,6 +98,15 @@ class Pipeline(ProcessPipeline):
                                              interval=0.02)
         return found
 
+    def log_max_scn(self) -> int:
+        return int(str(self.bs_admin()["log_max_scn"]))
+
+    def wait_produced(self, timeout: float = 120) -> None:
+        """Until the bootstrap service's log takes in a window newer than it holds now."""
+        now = self.log_max_scn()
+        self.wait("the bootstrap service to log a newer window",
+                  lambda: self.log_max_scn() > now, timeout)
+
     def wait_equal(self, timeout: float = 240) -> None:
         self.wait("the replica to equal the source", lambda: replica_equal(self.db, self.replica),
                   timeout, interval=0.5)
@@ -103,19 +118,19 @@ def pipeline(tmp_path: Path) -> Iterator[Pipeline]:
     create_shop(db)
     preload(db, 5000)  # rows that exist before capture starts
     p = Pipeline(tmp_path, db)
-    (tmp_path / "relay.yaml").write_text(yaml.safe_dump({
+    write_config(tmp_path / "relay.yaml", {
         "name": "e2e", "source": {"url": f"sqlite:///{db}", "tables": TABLES,
                                   "poll_interval": 0.01,
                                   # pre-existing rows come from the bootstrap's initial load
                                   "snapshot_mode": "no_data"},
         "buffer": {"capacity_bytes": 2 * 1024 * 1024, "path": str(tmp_path / "relay.buf"),
                    "flush_interval": 0.2},
-        "http": {"port": p.relay_port}}))
-    (tmp_path / "bootstrap.yaml").write_text(yaml.safe_dump({
+        "http": {"port": p.relay_port}})
+    write_config(tmp_path / "bootstrap.yaml", {
         "relay": f"http://127.0.0.1:{p.relay_port}",
         "store": {"url": f"sqlite:///{tmp_path / 'bs.db'}"},
         "initial_load": {"url": f"sqlite:///{db}", "tables": TABLES},
-        "http": {"port": p.bs_port}, "poll_timeout": 0.5, "apply_interval": 0.05}))
+        "http": {"port": p.bs_port}, "poll_timeout": 0.5, "apply_interval": 0.05})
     try:
         yield p
     finally:
@@ -147,12 +162,16 @@ def test_consumer_started_after_100k_changes(pipeline: Pipeline) -> None:
     try:
         w.run_until(100_000, threading.Event(), 0.002)
         assert p.relay_min_scn() > 50_000, "the history did not fall off the relay"
-        writer, done = _write_in_background(w, 130_000, 0.05)
+        # writes continue during the whole bootstrap (however long a loaded machine makes
+        # it): the consumer reaches the relay while the writer is still going, which goes
+        # on after the switch, to 130,000 changes at least
+        writer, done = _write_in_background(w, 10**9, 0.05)
         p.start("replicate")
-        # writes continue during the bootstrap: the consumer reaches the relay
-        # while the writer is still going
         p.wait_for("the relay", lambda cp: _mode(cp) == "ONLINE_CONSUMPTION")
         assert writer.is_alive(), "the writer finished before the bootstrap ended"
+        more = max(130_000, w.changes + 3_000)
+        p.wait("more writes after the switch", lambda: w.changes >= more, 300)
+        done.set()
         writer.join(300)
         assert not writer.is_alive()
     finally:
@@ -202,11 +221,13 @@ def test_kill9_consumer_and_bootstrap_service_at_each_phase(pipeline: Pipeline) 
         killed.append(f"consumer in {_mode(p.consumer_checkpoint() or {})}")
         p.start("replicate")
         # 5. the bootstrap service again, while it follows the relay
-        time.sleep(1.0)
+        online = p.consumer_checkpoint() or {}
+        p.wait_for("more of the relay", lambda cp: cp != online)
+        p.wait_produced()
         p.kill("bootstrap")
         killed.append("bootstrap service while producing")
         p.start("bootstrap")
-        time.sleep(1.0)
+        p.wait_produced()  # the restarted service follows the relay again
     finally:
         done.set()
         if "writer" in locals():

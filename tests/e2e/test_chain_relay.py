@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import random
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,9 +21,10 @@ import pytest
 
 from tests.support.mariadb import BINLOG_SETTINGS, MariaDB
 from tests.support.mysql_workload import SCHEMA, Workload, connect_writer
-from tests.support.pipeline import ProcessPipeline
-from tests.support.procs import DATABUS, free_port
+from tests.support.pipeline import ProcessPipeline, http_url, relay_args
+from tests.support.procs import free_port
 from tests.support.shop import TABLES, Writer, create_shop, txlog_max
+from tests.support.writers import Repeating
 
 
 @dataclass
@@ -32,24 +32,23 @@ class Chain(ProcessPipeline):
     """``up``: a relay capturing ``source``; ``chain``: a relay reading ``up``."""
 
     tmp: Path
-    source: list[str]  # --source ... of the upstream relay
+    source: str  # the upstream relay's source URL
+    tables: str  # and its --tables
     chain_tables: str | None = None
     up_port: int = field(default_factory=free_port)
     chain_port: int = field(default_factory=free_port)
     up_size: int = 64 << 20
 
     def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.up_port if name == 'up' else self.chain_port}"
+        return http_url(self.up_port if name == "up" else self.chain_port)
 
     def args(self, name: str) -> list[str]:
         if name == "up":
-            return [*DATABUS, "relay", *self.source, "--port", str(self.up_port),
-                    "--buffer-path", str(self.tmp / "up.buf"),
-                    "--buffer-size", str(self.up_size)]
-        tables = ["--tables", self.chain_tables] if self.chain_tables else []
-        return [*DATABUS, "relay", "--source", f"databus+{self.url('up')}", *tables,
-                "--port", str(self.chain_port), "--buffer-path", str(self.tmp / "chain.buf"),
-                "--buffer-size", str(64 << 20)]
+            return relay_args(self.up_port, source=self.source, tables=self.tables,
+                              buffer_path=self.tmp / "up.buf", buffer_size=self.up_size)
+        return relay_args(self.chain_port, source=f"databus+{self.url('up')}",
+                          tables=self.chain_tables, snapshot_mode=None,
+                          buffer_path=self.tmp / "chain.buf", buffer_size=64 << 20)
 
     def down(self, name: str) -> None:
         """kill -9, on purpose: the waits that follow check only the others."""
@@ -88,38 +87,16 @@ class Chain(ProcessPipeline):
         return [s["id"] for s in self.get(name, "/sources").json() if pattern in s["name"]]
 
 
-def _writing(step: Callable[[], object], pause: float) -> tuple[threading.Event, threading.Thread,
-                                                                   list[BaseException]]:
-    done, errors = threading.Event(), []
-
-    def run() -> None:
-        try:
-            while not done.is_set():
-                step()
-                done.wait(pause)
-        except BaseException as exc:
-            errors.append(exc)
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return done, t, errors
-
-
 def _kill_chain_while_writing(p: Chain, step: Callable[[], object], kills: int,
                               seed: int) -> None:
     rng = random.Random(seed)
-    done, writer, errors = _writing(step, 0.003)
-    try:
+    with Repeating(step, 0.003):
         for _ in range(kills):
             time.sleep(rng.uniform(0.5, 2.0))
             p.kill("chain")  # mid-stream: the writer goes on
             time.sleep(rng.uniform(0.1, 0.5))
             p.start("chain")
         time.sleep(1.0)
-    finally:
-        done.set()
-        writer.join(30)
-    assert not errors, errors
 
 
 @pytest.fixture(params=[64 << 20])
@@ -127,9 +104,7 @@ def sqlite_chain(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tup
     """A chain of a relay on a SQLite shop; ``param``: the upstream's buffer size."""
     db = tmp_path / "shop.db"
     create_shop(db)
-    with Writer(db, seed=23) as w, Chain(tmp_path, ["--source", f"sqlite:///{db}",
-                                                   "--tables", ",".join(TABLES),
-                                                   "--snapshot-mode", "no_data"],
+    with Writer(db, seed=23) as w, Chain(tmp_path, f"sqlite:///{db}", ",".join(TABLES),
                                          up_size=request.param) as p:
         p.start("up")
         p.start("chain")
@@ -166,8 +141,8 @@ def test_a_chain_of_a_mariadb_relay_with_ddl_and_a_table_subset(tmp_path: Path) 
                                                   "innodb-flush-log-at-trx-commit": "2"})
     with server:
         server.execute(*SCHEMA)
-        source = ["--source", server.url, "--tables", r"shop\..*", "--snapshot-mode", "no_data"]
-        with Chain(tmp_path, source, chain_tables=r"shop\.(accounts|orders)") as p:
+        with Chain(tmp_path, server.url, r"shop\..*",
+                   chain_tables=r"shop\.(accounts|orders)") as p:
             p.start("up")
             p.wait_dump(server)
             p.start("chain")

@@ -13,21 +13,24 @@ from __future__ import annotations
 import json
 import random
 import signal
-import sys
-import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import sqlalchemy as sa
 
-from tests.support.pipeline import ProcessPipeline
+from tests.support.pipeline import (
+    RelayPipeline,
+    recorder_args,
+    relay_args,
+    relay_max_scn,
+    replicate_args,
+)
 from tests.support.postgres import PostgreSQL
-from tests.support.procs import DATABUS, free_port, spawn
+from tests.support.procs import free_port, spawn
 from tests.support.shop import (
     TABLES,
     Change,
@@ -38,6 +41,7 @@ from tests.support.shop import (
     target_rows,
     txlog_max,
 )
+from tests.support.writers import Repeating
 from tests.support.zookeeper import ZooKeeper
 
 PARTITIONS = 6
@@ -45,32 +49,20 @@ SOURCES = ",".join(f"main.{t}" for t in TABLES)
 
 
 @dataclass
-class Group(ProcessPipeline):
+class Group(RelayPipeline):
     tmp: Path
     db: Path
     zk: ZooKeeper
     port: int = field(default_factory=free_port)
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def record(self) -> Path:
-        return self.tmp / "recorded.jsonl"
-
     def args(self, name: str) -> list[str]:
         if name == "relay":
-            return [*DATABUS, "relay", "--source", f"sqlite:///{self.db}", "--tables",
-                    ",".join(TABLES), "--snapshot-mode", "no_data", "--port", str(self.port),
-                    "--buffer-path", str(self.tmp / "relay.buf")]
-        return [sys.executable, "-m", "tests.support.recorder", "--relay", self.url,
-                "--out", str(self.record), "--checkpoint", str(self.tmp / "ckpt"),
-                "--group", f"zk://{self.zk.hosts}/churn", "--partitions", str(PARTITIONS),
-                "--member-id", name, "--sources", SOURCES]
-
-    def ready_url(self, name: str) -> str | None:
-        return f"{self.url}/admin" if name == "relay" else None
+            return relay_args(self.port, source=f"sqlite:///{self.db}", tables=",".join(TABLES),
+                              buffer_path=self.tmp / "relay.buf")
+        return recorder_args(self.url, self.record, self.tmp / "ckpt",
+                             "--group", f"zk://{self.zk.hosts}/churn",
+                             "--partitions", str(PARTITIONS), "--member-id", name,
+                             "--sources", SOURCES)
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
@@ -143,17 +135,8 @@ def test_group_churn_ten_times_under_writes(tmp_path: Path, zookeeper: ZooKeeper
         names = ["a", "b", "c"]
         for n in names:
             g.start(n)
-        done = threading.Event()
-
-        def write() -> None:
-            while not done.is_set():
-                w.transaction()
-                done.wait(0.01)
-
-        writer = threading.Thread(target=write)
-        writer.start()
         next_name = 0
-        try:
+        with Repeating(w.transaction, 0.01):
             for _ in range(10):
                 time.sleep(rng.uniform(0.5, 2.0))
                 live = [n for n in g.procs if n != "relay"]
@@ -165,12 +148,9 @@ def test_group_churn_ten_times_under_writes(tmp_path: Path, zookeeper: ZooKeeper
                     next_name += 1
                     g.start(f"n{next_name}")
             time.sleep(1.0)
-        finally:
-            done.set()
-            writer.join(30)
         last = txlog_max(db)
-        top = g.wait("the relay to hold the last commit", lambda: (t := int(httpx.get(
-            f"{g.url}/containerStats/buffer/max_scn", timeout=10).json())) >= last and t, 60)
+        top = g.wait("the relay to hold the last commit",
+                     lambda: (t := relay_max_scn(g.url)) >= last and t, 60)
 
         def recorded_all() -> bool:
             scns = defaultdict(int)
@@ -199,9 +179,9 @@ def test_replicate_group_into_postgresql(tmp_path: Path, zookeeper: ZooKeeper,
         engine = sa.create_engine(target)
 
         def member(name: str) -> list[str]:
-            return [*DATABUS, "replicate", "--relay", g.url, "--target", target,
-                    "--sources", SOURCES, "--group", f"zk://{zookeeper.hosts}/rg",
-                    "--group-partitions", "4", "--member-id", name]
+            return replicate_args(g.url, target, "--sources", SOURCES,
+                                  "--group", f"zk://{zookeeper.hosts}/rg",
+                                  "--group-partitions", "4", "--member-id", name)
 
         g.start("relay")
         w.transaction()
@@ -209,24 +189,16 @@ def test_replicate_group_into_postgresql(tmp_path: Path, zookeeper: ZooKeeper,
         g.wait("the first member to create the tables", lambda: all(
             sa.inspect(engine).has_table(t) for t in TABLES), 60)
         g.procs["r2"] = spawn(member("r2"), g.log("r2"))
-        done = threading.Event()
 
-        def write() -> None:
-            while not done.is_set():
-                w.transaction()
-                done.wait(0.005)
+        def runs(name: str) -> bool:
+            return "runs partitions" in g.log(name).read_text()
 
-        writer = threading.Thread(target=write)
-        writer.start()
-        try:
-            time.sleep(2.0)
+        with Repeating(w.transaction, 0.005):
+            g.wait("the second member to run partitions", lambda: runs("r2"), 60)
             g.kill("r1")
             del g.procs["r1"]
             g.procs["r3"] = spawn(member("r3"), g.log("r3"))
-            time.sleep(2.0)
-        finally:
-            done.set()
-            writer.join(30)
+            g.wait("the third member to run partitions", lambda: runs("r3"), 60)
 
         def equal() -> bool:
             return all(set(target_rows(engine, t)) == {as_text(r) for r in table_rows(db, t)}
@@ -253,9 +225,9 @@ def test_a_member_stops_on_sigterm_while_zookeeper_is_gone(tmp_path: Path) -> No
         replica = tmp_path / "replica.db"
         log = g.log("member")
         g.procs["member"] = spawn(
-            [*DATABUS, "replicate", "--relay", g.url, "--target", f"sqlite:///{replica}",
-             "--sources", SOURCES, "--group", f"zk://{zk.hosts}/stopping",
-             "--group-partitions", "4", "--member-id", "m"], log)
+            replicate_args(g.url, f"sqlite:///{replica}", "--sources", SOURCES,
+                           "--group", f"zk://{zk.hosts}/stopping", "--group-partitions", "4",
+                           "--member-id", "m"), log)
         g.wait("the member to run its partitions", lambda: "runs partitions" in
                log.read_text(), 60)
         zk.stop()

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
-from tests.support.pipeline import ProcessPipeline
-from tests.support.procs import DATABUS, free_port
+from tests.support.pipeline import ProcessPipeline, relay_args, write_config
+from tests.support.procs import free_port
 from tests.support.shop import create_shop
 from tests.support.tls import Certs, add_token, make_certs
 from tests.support.zookeeper import ZooKeeper
@@ -42,8 +41,7 @@ class ClosedCluster(ProcessPipeline):
         member_token = self.tmp / "member.token"
         member_token.write_text(self.tokens["member"] + "\n")
         member_token.chmod(0o600)
-        conf = self.tmp / f"{name}.yaml"
-        conf.write_text(yaml.safe_dump({
+        conf = write_config(self.tmp / f"{name}.yaml", {
             # no name: the members' buffers share a directory, and one name there would
             # be one state file (refused); each derives its own from its buffer file
             "source": {"url": f"sqlite:///{self.db}", "tables": ["customers", "orders"],
@@ -57,8 +55,8 @@ class ClosedCluster(ProcessPipeline):
                         "session_timeout": 4.0, "token_file": str(member_token),
                         "ca_file": str(self.certs.ca),
                         "cert_file": str(self.certs.client_cert),
-                        "key_file": str(self.certs.client_key)}}))
-        return [*DATABUS, "relay", "--config", str(conf)]
+                        "key_file": str(self.certs.client_key)}})
+        return relay_args(port, config=conf)
 
     def ready_url(self, name: str) -> str | None:
         return None  # /health is TLS with client certificates: waited for in get()

@@ -13,21 +13,23 @@ from __future__ import annotations
 
 import base64
 import random
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import pytest
-import yaml
 
 from tests.support.kafka import KafkaBroker, Published, published_position, read_published
-from tests.support.pipeline import ProcessPipeline
+from tests.support.pipeline import (
+    RelayPipeline,
+    relay_args,
+    write_config,
+)
 from tests.support.procs import DATABUS, free_port
 from tests.support.shop import TABLES, Writer, create_shop, table_rows
+from tests.support.writers import Repeating
 
 pytest.importorskip("confluent_kafka")
 
@@ -36,7 +38,7 @@ pytest.importorskip("confluent_kafka")
 
 
 @dataclass
-class Pipeline(ProcessPipeline):
+class Pipeline(RelayPipeline):
     tmp: Path
     db: Path
     port: int
@@ -44,23 +46,13 @@ class Pipeline(ProcessPipeline):
     prefix: str
     publish_args: list[str] = field(default_factory=list)
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
     def args(self, name: str) -> list[str]:
         if name == "relay":
-            return [*DATABUS, "relay", "--config", str(self.tmp / "relay.yaml")]
+            return relay_args(self.port, config=self.tmp / "relay.yaml")
         return [*DATABUS, "publish", "--relay", self.url,
                 "--bootstrap-servers", self.kafka.bootstrap_servers,
                 "--topic-prefix", self.prefix, "--heartbeat-interval", "1",
                 *self.publish_args]
-
-    def ready_url(self, name: str) -> str | None:
-        return f"{self.url}/admin" if name == "relay" else None
-
-    def max_scn(self) -> int:
-        return int(httpx.get(f"{self.url}/containerStats/buffer/max_scn", timeout=10).json())
 
     def wait_published(self, timeout: float = 240.0) -> None:
         """Until the publisher's committed position is the relay's newest window."""
@@ -79,14 +71,14 @@ def pipeline(tmp_path: Path, kafka: KafkaBroker, request: pytest.FixtureRequest
     create_shop(db)
     prefix = f"t{abs(hash(request.node.name)) % 10**8}"
     p = Pipeline(tmp_path, db, free_port(), kafka, prefix)
-    (tmp_path / "relay.yaml").write_text(yaml.safe_dump({
+    write_config(tmp_path / "relay.yaml", {
         "name": "kafka-e2e",
         "source": {"url": f"sqlite:///{db}", "tables": TABLES, "poll_interval": 0.01,
                    "snapshot_mode": "no_data"},  # exact delivery of each transaction
         "buffer": {"capacity_bytes": 128 * 1024 * 1024, "path": str(tmp_path / "relay.buf"),
                    "flush_interval": 0.2},
         "http": {"port": p.port},
-    }))
+    })
     try:
         yield p
     finally:
@@ -163,15 +155,6 @@ def test_publisher_kill9_five_times(pipeline: Pipeline) -> None:
     p.start("relay")
     p.start("publish")
     w = Writer(p.db, seed=32)
-    done = threading.Event()
-
-    def write() -> None:
-        while not done.is_set():
-            w.transaction()
-            done.wait(0.005)
-
-    t = threading.Thread(target=write)
-    t.start()
     rng = random.Random(7)
     kills = 0
 
@@ -180,26 +163,26 @@ def test_publisher_kill9_five_times(pipeline: Pipeline) -> None:
         return text.count("resuming after window") + text.count("no published position")
 
     try:
-        for _ in range(5):
-            # each instance resumes and publishes before it is killed, at a random point
-            def running(n: int = kills + 1) -> bool:
-                return started() == n
+        with Repeating(w.transaction, 0.005) as writer:
+            for _ in range(5):
+                # each instance resumes and publishes before it is killed, at a random point
+                def running(n: int = kills + 1) -> bool:
+                    return started() == n
 
-            p.wait("the publisher to start", running, timeout=60)
-            last = published_position(p.kafka, p.prefix)
+                p.wait("the publisher to start", running, timeout=60)
+                last = published_position(p.kafka, p.prefix)
 
-            def more(last: int = last) -> bool:
-                return published_position(p.kafka, p.prefix) > last
+                def more(last: int = last) -> bool:
+                    return published_position(p.kafka, p.prefix) > last
 
-            p.wait("the publisher to publish more windows", more, timeout=60, interval=0.2)
-            done.wait(rng.uniform(0.0, 1.0))
-            p.kill("publish")
-            kills += 1
-            p.start("publish")
-        done.wait(2.0)
+                p.wait("the publisher to publish more windows", more, timeout=60,
+                       interval=0.2)
+                writer.done.wait(rng.uniform(0.0, 1.0))
+                p.kill("publish")
+                kills += 1
+                p.start("publish")
+            writer.done.wait(2.0)
     finally:
-        done.set()
-        t.join()
         w.close()
     p.wait_published()
     stats = check_published(p, w)
@@ -217,25 +200,15 @@ def test_broker_restart_during_publishing(pipeline: Pipeline) -> None:
     p.start("relay")
     p.start("publish")
     w = Writer(p.db, seed=33)
-    done = threading.Event()
-
-    def write() -> None:
-        while not done.is_set():
-            w.transaction()
-            done.wait(0.01)
-
-    t = threading.Thread(target=write)
-    t.start()
     try:
-        p.wait("windows in Kafka", lambda: published_position(p.kafka, p.prefix) > 0,
-               timeout=60, interval=0.5)
-        p.kafka.kill()
-        time.sleep(5)
-        p.kafka.start()
-        done.wait(3.0)
+        with Repeating(w.transaction, 0.01) as writer:
+            p.wait("windows in Kafka", lambda: published_position(p.kafka, p.prefix) > 0,
+                   timeout=60, interval=0.5)
+            p.kafka.kill()
+            time.sleep(5)
+            p.kafka.start()
+            writer.done.wait(3.0)
     finally:
-        done.set()
-        t.join()
         w.close()
     p.wait_published()
     stats = check_published(p, w)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -20,6 +19,7 @@ import httpx
 from tests.support.mariadb import MariaDB
 from tests.support.mysql_workload import SCHEMA, Workload, connect_writer
 from tests.support.procs import DATABUS, free_port, kill9, spawn, stop, wait_http
+from tests.support.relays import wait_persisted
 from tests.support.verify import check_delivery, read_windows
 from tests.support.wait import wait_until
 
@@ -68,18 +68,13 @@ def test_purged_while_relay_down_is_a_clear_terminal_error(tmp_path: Path) -> No
         con = connect_writer(server.port)
         w = Workload(con, seed=5, rollback_ratio=0.0)
 
-        def write_until_held() -> bool:  # the relay may not be streaming yet: write again
-            w.transaction()
-            time.sleep(0.3)
-            return _held(url) > 0
-
-        _until(write_until_held, 30, "the relay to capture a transaction")
-        for _ in range(20):
+        _until(lambda: server.binlog_dumps() > 0, 30, "the relay's binlog dump")
+        for _ in range(21):
             w.transaction()
         _until(lambda: _held(url) >> 32 == int(_binlogs(server)[-1].rsplit(".", 1)[1])
                and _held(url) & 0xFFFFFFFF > 0, 30, "the relay to hold the last transaction")
-        time.sleep(1.5)  # one flush interval: the buffer file holds it
         top = _held(url)
+        wait_persisted(tmp_path, top)  # the buffer file holds it
         kill9(relay)
 
         # while the relay is down: more commits, then every binlog it needs is purged
@@ -132,13 +127,10 @@ def test_restarted_relay_serves_the_schemas_of_what_it_holds(tmp_path: Path) -> 
         con = connect_writer(server.port)
         w = Workload(con, seed=6, rollback_ratio=0.0)
 
-        def write_until_held() -> bool:
-            w.transaction()
-            time.sleep(0.3)
-            return _held(url) > 0
-
-        _until(write_until_held, 30, "the relay to capture a transaction")
-        time.sleep(1.5)  # one flush interval: the buffer file holds it
+        _until(lambda: server.binlog_dumps() > 0, 30, "the relay's binlog dump")
+        w.transaction()
+        _until(lambda: _held(url) > 0, 30, "the relay to capture a transaction")
+        wait_persisted(tmp_path, _held(url))  # the buffer file holds it
         con.close()
         stop(relay)  # a clean stop; kill -9 gives the same
 
@@ -170,20 +162,16 @@ def test_consumer_behind_across_ddl_and_relay_restart(tmp_path: Path) -> None:
         con = connect_writer(server.port)
         w = Workload(con, seed=8, rollback_ratio=0.0)
 
-        def first_captured() -> bool:  # the relay may not be streaming yet
-            w.committed.clear()
-            w.transaction()
-            time.sleep(0.3)
-            return _held(url) > 0
-
-        _until(first_captured, 30, "the relay to capture a transaction")
+        _until(lambda: server.binlog_dumps() > 0, 30, "the relay's binlog dump")
+        w.transaction()
+        _until(lambda: _held(url) > 0, 30, "the relay to capture a transaction")
         for _ in range(30):
             w.transaction()
         w.maybe_ddl(0.3)  # ALTER TABLE shop.accounts ADD COLUMN tier
         for _ in range(30):
             w.transaction()
         _until(lambda: _held(url) == _master_scn(server), 30, "the relay to hold every commit")
-        time.sleep(1.5)  # one flush interval: the buffer file holds everything
+        wait_persisted(tmp_path, _held(url))  # the buffer file holds everything
         kill9(relay)
         relay = spawn(args, tmp_path / "relay.log")
         procs.append(relay)

@@ -21,8 +21,8 @@ import psycopg
 import pytest
 
 from tests.support.pg_pipeline import Pipeline
+from tests.support.pipeline import relay_args
 from tests.support.postgres import SETTINGS, PostgreSQL
-from tests.support.procs import DATABUS
 from tests.support.verify import read_windows
 
 ROWS = 6000
@@ -32,11 +32,11 @@ ROWS = 6000
 class SignalPipeline(Pipeline):
     def args(self, name: str) -> list[str]:
         if name == "relay":
-            return [*DATABUS, "relay", "--source", self.server.source_url(self.db),
-                    "--tables", r"public\..*", "--snapshot-mode", "no_data",
-                    "--create-publication", "--slot", "databus_relay",  # wait_streaming's
-                    "--buffer-path", str(self.tmp / "relay.buf"),
-                    "--port", str(self.port), "--buffer-size", str(64 << 20)]
+            return relay_args(self.port, source=self.server.source_url(self.db),
+                              tables=r"public\..*", buffer_path=self.tmp / "relay.buf",
+                              buffer_size=64 << 20,
+                              more=("--create-publication",
+                                    "--slot", "databus_relay"))  # wait_streaming's
         return super().args(name)
 
 
@@ -125,7 +125,9 @@ def test_signal_snapshot_through_the_relay_with_a_kill_rebuilds_the_keys(
         signal("pause-snapshot")  # right behind: a chunk or two, then paused
         p.wait("the snapshot paused", lambda: source_stat(p, "snapshot_paused") == 1, 120,
                interval=0.3)
-        time.sleep(1.0)  # the consumer catches up; the writers go on
+        top = p.max_scn()  # the consumer catches up; the writers go on
+        p.wait("the recorder to catch up", lambda: (w := read_windows(p.record)) != []
+               and w[-1][0] >= top, 120, interval=0.3)
         p.kill("relay")  # in the middle of the snapshot
         p.start("relay")
         # the restarted relay has the snapshot where its buffer left it: paused

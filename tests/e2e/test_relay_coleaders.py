@@ -29,9 +29,9 @@ import pytest
 
 from tests.support.mariadb import BINLOG_SETTINGS, MariaDB
 from tests.support.mysql_workload import SCHEMA, Workload, connect_writer
+from tests.support.pipeline import recorder_args
 from tests.support.procs import DATABUS
 from tests.support.relay_cluster import (
-    DATABUS_PY,
     Cluster,
     same_windows,
     wait_agreement,
@@ -52,8 +52,7 @@ class TwoLeaders(Cluster):
         if name == "recorder2":  # reads the co-leader first, then the others
             order = self.order or list(MEMBERS)
             urls = ",".join(self.url(m) for m in order)
-            return [*DATABUS_PY, "-m", "tests.support.recorder", "--relay", urls,
-                    "--out", str(self.record2), "--checkpoint", str(self.tmp / "rec2.ckpt")]
+            return recorder_args(urls, self.record2, self.tmp / "rec2.ckpt")
         return super().args(name)
 
     order: list[str] | None = None

@@ -230,8 +230,10 @@ def test_sqlite_relays_with_buffers_in_one_directory_each_keep_their_own(tmp_pat
         a.write(71, 10)
         for name, db in (("a", a), ("b", b), ("c", a)):
             wait_equal(procs, name, db)
-        assert {p.name for p in bufs.glob("*.state.json")} == {
-            f"{n}.state.json" for n in names.values()}
+        # each relay writes its state on its own period: wait for the third, not only two
+        expected = {f"{n}.state.json" for n in names.values()}
+        wait_until(lambda: {p.name for p in bufs.glob("*.state.json")} == expected, 30,
+                   f"the state files {sorted(expected)}, one per relay")
 
 
 def test_a_second_relay_of_one_name_in_one_directory_is_refused_naming_both(tmp_path: Path

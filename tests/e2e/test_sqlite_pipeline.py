@@ -7,55 +7,42 @@ recording consumer received and with the rows of a replicate sink's target.
 from __future__ import annotations
 
 import random
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
-import yaml
 
-from tests.support.pipeline import ProcessPipeline
-from tests.support.procs import DATABUS, free_port
+from tests.support.pipeline import (
+    RelayPipeline,
+    recorder_args,
+    relay_args,
+    replicate_args,
+    write_config,
+)
+from tests.support.procs import free_port
 from tests.support.shop import TABLES, Writer, create_shop, table_rows
 from tests.support.verify import check_delivery, read_windows
+from tests.support.writers import Repeating
 
 
 @dataclass
-class Pipeline(ProcessPipeline):
+class Pipeline(RelayPipeline):
     tmp: Path
     db: Path
     port: int
 
     @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
     def replica(self) -> Path:
         return self.tmp / "replica.db"
 
-    @property
-    def record(self) -> Path:
-        return self.tmp / "recorded.jsonl"
-
     def args(self, name: str) -> list[str]:
         if name == "relay":
-            return [*DATABUS, "relay", "--config", str(self.tmp / "relay.yaml")]
+            return relay_args(self.port, config=self.tmp / "relay.yaml")
         if name == "replicate":
-            return [*DATABUS, "replicate", "--relay", self.url, "--target",
-                    f"sqlite:///{self.replica}"]
-        return [sys.executable, "-m", "tests.support.recorder", "--relay", self.url,
-                "--out", str(self.record), "--checkpoint", str(self.tmp / "recorder.ckpt")]
-
-    def ready_url(self, name: str) -> str | None:
-        return f"{self.url}/admin" if name == "relay" else None
-
-    def max_scn(self) -> int:
-        return int(httpx.get(f"{self.url}/containerStats/buffer/max_scn", timeout=10).json())
+            return replicate_args(self.url, f"sqlite:///{self.replica}")
+        return recorder_args(self.url, self.record, self.tmp / "recorder.ckpt")
 
     def wait_caught_up(self, writer: Writer, timeout: float = 180.0) -> None:
         """Until the relay holds everything and both consumers have it."""
@@ -91,14 +78,14 @@ def pipeline(tmp_path: Path) -> Iterator[Pipeline]:
     db = tmp_path / "shop.db"
     create_shop(db)
     p = Pipeline(tmp_path, db, free_port())
-    (tmp_path / "relay.yaml").write_text(yaml.safe_dump({
+    write_config(tmp_path / "relay.yaml", {
         "name": "e2e",
         "source": {"url": f"sqlite:///{db}", "tables": TABLES, "poll_interval": 0.01,
                    "snapshot_mode": "no_data"},  # exact delivery of each transaction
         "buffer": {"capacity_bytes": 256 * 1024 * 1024, "path": str(tmp_path / "relay.buf"),
                    "flush_interval": 0.2},
         "http": {"port": p.port},
-    }))
+    })
     try:
         yield p
     finally:
@@ -127,27 +114,17 @@ def test_ten_thousand_transactions(pipeline: Pipeline) -> None:
 def test_kill_relay_and_consumers_at_random_points(pipeline: Pipeline) -> None:
     p = pipeline
     w = p.start_all(seed=12)
-    done = threading.Event()
-
-    def write() -> None:
-        while not done.is_set() and len(w.committed) < 20_000:
-            w.transaction()
-            done.wait(0.002)
-
-    t = threading.Thread(target=write)
-    t.start()
     rng = random.Random(5)
     kills = {"relay": 0, "replicate": 0, "recorder": 0}
     try:
-        for i in range(24):
-            name = ["relay", "replicate", "recorder"][i % 3]
-            done.wait(rng.uniform(0.3, 1.5))
-            p.kill(name)
-            kills[name] += 1
-            p.start(name)
+        with Repeating(w.transaction, 0.002, until=lambda: len(w.committed) >= 20_000) as wr:
+            for i in range(24):
+                name = ["relay", "replicate", "recorder"][i % 3]
+                wr.done.wait(rng.uniform(0.3, 1.5))
+                p.kill(name)
+                kills[name] += 1
+                p.start(name)
     finally:
-        done.set()
-        t.join()
         w.close()
     p.wait_caught_up(w)
     stats = _assert_all(p, w)

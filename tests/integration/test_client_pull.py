@@ -318,7 +318,7 @@ def test_stop_event_ends_a_long_poll(memrelay: MemoryRelay) -> None:
     client = DatabusClient(_config(memrelay, poll_timeout=0.5), rec, MemoryCheckpointStore())
     t = threading.Thread(target=client.run, kwargs={"stop": stop})
     t.start()
-    time.sleep(0.3)
+    wait_until(lambda: memrelay.stream_requests, 10, "the client's first long poll")
     t0 = time.monotonic()
     stop.set()
     t.join(10)
@@ -334,7 +334,8 @@ def test_from_start_false_skips_what_is_already_there(memrelay: MemoryRelay) -> 
     client = DatabusClient(_config(memrelay, from_start=False), rec, MemoryCheckpointStore())
     t = threading.Thread(target=client.run, kwargs={"stop": stop, "max_windows": 2})
     t.start()
-    time.sleep(0.5)  # a few idle polls
+    # a few idle polls: the client has taken the relay's newest SCN as its start
+    wait_until(lambda: len(memrelay.stream_requests) >= 3, 10, "three idle polls")
     memrelay.add_window(40, [customer(40, 9)])
     memrelay.add_window(50, [customer(50, 9)])
     t.join(10)
@@ -431,7 +432,7 @@ def test_client_stop_method(memrelay: MemoryRelay) -> None:
     client = DatabusClient(_config(memrelay, poll_timeout=0.5), rec, MemoryCheckpointStore())
     t = threading.Thread(target=client.run)
     t.start()
-    time.sleep(0.3)
+    wait_until(lambda: memrelay.stream_requests, 10, "the client's first long poll")
     client.stop()
     t.join(10)
     assert not t.is_alive()

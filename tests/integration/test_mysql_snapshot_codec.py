@@ -22,10 +22,10 @@ import pytest
 from databus.core import event as ev
 from databus.core.envelope import decode_images
 from databus.core.errors import CorruptEventError
+from databus.sources.common import incremental as inc
 from databus.sources.mysql import chunks, fastpath
-from databus.sources.mysql import incremental as inc
 from databus.sources.mysql.connection import SqlSession
-from databus.sources.mysql.snapshots import SnapshotIO
+from databus.sources.mysql.snapshots import SnapshotIO, encode_chunk
 from databus.sources.mysql.source import NOTIFICATIONS, MysqlSource
 from tests.support.mariadb import MariaDB
 from tests.support.sources import mysql_source
@@ -138,9 +138,9 @@ def test_compiled_and_python_snapshot_rows_are_identical(
         assert fast_rows == slow_rows  # keys, payloads, and each chunk's last key
         scn, ts = (7 << 32) | 1234, 1_700_000_000_123_456_789
         events = []
-        for src, rows, shape in ((fast, fast_rows, fast_shape), (slow, slow_rows, slow_shape)):
+        for _src, rows, shape in ((fast, fast_rows, fast_shape), (slow, slow_rows, slow_shape)):
             chunk = inc.Chunk("o", "c", table, {k: p for k, p, _ in rows}, None, True, shape)
-            data, n = src._snapshot_events(chunk, scn, ts)
+            data, n = encode_chunk(chunk, scn, ts)
             assert n == len(rows)
             events.append(data)
         assert events[0] == events[1]
@@ -160,7 +160,7 @@ def test_matrix_nulls_and_zero_dates_decode_as_expected(tables: MariaDB) -> None
         rows, shape = _chunks(src, "types.t", [], 100)
         reg = src.registry()
         chunk = inc.Chunk("o", "c", "types.t", {k: p for k, p, _ in rows}, None, True, shape)
-        data, _ = src._snapshot_events(chunk, 1, 0)
+        data, _ = encode_chunk(chunk, 1, 0)
         images = {e.key: decode_images(e, reg)[2] for e in ev.iter_events(data)}
     assert set(images) == {1, 2, 3, *range(4, 40)}
     assert all(v is None for k, v in images[3].items() if k != "id")  # type: ignore[union-attr]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 import sqlite3
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +93,8 @@ def test_binlog_to_replica_with_relay_restart(server: MariaDB, tmp_path: Path) -
         t.start()
     rng = random.Random(3)
     try:
-        time.sleep(0.5)  # the relay starts at the binlog's end: let it get there
+        # the relay starts at the binlog's end: let it get there
+        wait_until(lambda: server.binlog_dumps() > 0, 60, "the relay's binlog dump")
         _workload(server, rng, 150)
         relay.stop()  # restart from the SCN held in the persistent buffer
         _workload(server, rng, 100)
@@ -133,7 +133,7 @@ def test_server_restart_mid_stream_and_purged_position(server: MariaDB, tmp_path
     relay = _relay(server, tmp_path, port)
     rng = random.Random(9)
     try:
-        time.sleep(0.5)
+        _wait(lambda: server.binlog_dumps() > 0)
         _workload(server, rng, 20)
         first = relay.buffer.max_scn
         _wait(lambda: relay.buffer.max_scn > 0)

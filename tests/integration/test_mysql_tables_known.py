@@ -25,10 +25,10 @@ from databus.client import ClientConfig, Consumer, DatabusClient, DataEvent
 from databus.core import event as ev
 from databus.core.errors import ConfigError
 from databus.core.schema import SchemaRegistry
+from databus.sources.common.names import source_id
 from databus.sources.mysql.checks import parse_mysql_url
 from databus.sources.mysql.connection import master_status
 from databus.sources.mysql.source import MysqlSource
-from databus.sources.mysql.tables import source_id
 from tests.support.mariadb import MariaDB
 from tests.support.procs import DATABUS, free_port, running, spawn, wait_http
 from tests.support.sources import mysql_source, source_config

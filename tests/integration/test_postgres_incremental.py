@@ -19,8 +19,8 @@ import pytest
 from databus.core import event as ev
 from databus.core.errors import InvalidRequestError
 from databus.core.window import Window
+from databus.sources.common.names import source_id
 from databus.sources.postgres.source import NOTIFICATIONS, PostgresSource
-from databus.sources.postgres.types import source_id
 from tests.support.postgres import PostgreSQL
 from tests.support.sources import source_config
 
@@ -34,12 +34,7 @@ def db(postgres: PostgreSQL) -> Iterator[str]:
         try:
             yield name
         finally:
-            postgres.execute(
-                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
-                f" WHERE database = '{name}' AND active_pid IS NOT NULL")
-            time.sleep(0.2)
-            postgres.execute("SELECT pg_drop_replication_slot(slot_name) FROM"
-                             f" pg_replication_slots WHERE database = '{name}'")
+            postgres.drop_slots(name)
 
 
 def connect(postgres: PostgreSQL, db: str) -> psycopg.Connection[Any]:

@@ -81,17 +81,7 @@ def db(postgres: PostgreSQL) -> Iterator[str]:
     with postgres.fresh_database("pgsrc") as url:
         name = url.rsplit("/", 1)[1]
         yield name
-        drop_slots(postgres, name)
-
-
-def drop_slots(postgres: PostgreSQL, db: str) -> None:
-    """End the sessions of ``db``'s slots and drop them (a database with a slot cannot
-    be dropped)."""
-    postgres.execute(
-        f"SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
-        f" WHERE database = '{db}' AND active_pid IS NOT NULL",
-        f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
-        f" WHERE database = '{db}' AND NOT active")
+        postgres.drop_slots(name)  # a database with a slot cannot be dropped
 
 
 @pytest.fixture()
@@ -253,8 +243,10 @@ def test_compiled_and_python_decoding_give_the_same_bytes(postgres: PostgreSQL, 
     stop = threading.Event()
     assert first.read(-1, stop, 0.2) == []  # the slot: changes from here on
     in_c = []
-    c_change = first._rows.change
-    first._rows.change = (  # type: ignore[method-assign]
+    assert first._capture is not None
+    rows = first._capture.decoder.rows
+    c_change = rows.change
+    rows.change = (  # type: ignore[method-assign]
         lambda payload, skip: in_c.append(c_change(payload, skip)) or in_c[-1])
     with conn.transaction():
         for i, values in enumerate(MATRIX_ROWS, 1):
@@ -437,7 +429,7 @@ def test_checks_role_without_replication_and_slot_in_use(postgres: PostgreSQL, d
     first.read(-1, threading.Event(), 0.2)  # holds the slot
     try:
         second = make_source(postgres, db, name="inuse", open_it=False)
-        second._slot_wait = 0.5
+        second._slot.wait = 0.5
         _refused(second, "replication slot databus_inuse is in use by another process")
     finally:
         first.close()
@@ -558,7 +550,9 @@ def test_compiled_and_python_rows_agree_on_random_messages() -> None:
     import random
 
     from databus.sources.postgres import pgoutput as po
-    from databus.sources.postgres import source as pgsource
+    from databus.sources.postgres.connection import SqlSession, parse_pg_url
+    from databus.sources.postgres.decoder import DECODER_STATS, Decoder, Rel, Txn
+    from databus.sources.postgres.streams import Budget
     from databus.sources.postgres.types import TableVersion, version_schema
 
     rng = random.Random(20)
@@ -593,9 +587,13 @@ def test_compiled_and_python_rows_agree_on_random_messages() -> None:
             out += b"n" if v is None else b"t" + len(v).to_bytes(4, "big") + v
         return out
 
-    def make(compiled: bool) -> PostgresSource:
-        src = PostgresSource(source_config("postgresql://u@h/d", [".*"]), name="fuzz",
-                             compiled=compiled)
+    def make(compiled: bool) -> Decoder:
+        versions: dict[int, TableVersion] = {}
+        src = Decoder(compiled=compiled, version_of=lambda rel: versions[rel.oid],
+                      wanted=lambda _name: True, signal_table="databus.signals",
+                      sql=SqlSession(parse_pg_url("postgresql://u@h/d")), snaps=None,
+                      stats=dict.fromkeys(DECODER_STATS, 0.0), budget=Budget(1 << 20),
+                      spill_dir=None)
         for rel, (name, (kinds, keys)) in enumerate(tables.items(), 100):
             names = [f"c{i}" for i in range(len(kinds))]
             type_oids = [oids[k] for k in kinds]
@@ -605,8 +603,9 @@ def test_compiled_and_python_rows_agree_on_random_messages() -> None:
             cols = tuple(po.Column(1 if i in keys else 0, n, t, -1)
                          for i, (n, t) in enumerate(zip(names, type_oids, strict=True)))
             msg = po.Relation(rel, "public", name, "d" if keys else "f", cols)
-            src._rels[rel] = pgsource._Rel(msg, version)
-            src._rows.relate(rel, version)
+            versions[rel] = version
+            src.relation(msg)
+            assert src.rels[rel] == Rel(msg, version)
         return src
 
     messages: list[bytes] = []
@@ -640,13 +639,13 @@ def test_compiled_and_python_rows_agree_on_random_messages() -> None:
         src = make(compiled)
         got = []
         for t in range(0, len(messages), 100):
-            src._txn = pgsource._Txn(1000 + t, 5)
+            src.txn = Txn(1000 + t, 5)
             for m in messages[t:t + 100]:
-                if compiled and src._rows.change(m, 0) >= 0:
+                if compiled and src.rows.change(m, 0) >= 0:
                     in_c += 1
                 else:
-                    src._message(po.decode(m))
-            w = src._commit(po.Commit(0, 0, 10_000 + t, 5))
+                    src.message(po.decode(m))
+            w = src.commit(po.Commit(0, 0, 10_000 + t, 5))
             assert w is not None
             got.append((w.scn, w.count, w.events))
         windows.append(got)

@@ -42,12 +42,7 @@ def db(server: PostgreSQL) -> Iterator[str]:
         try:
             yield name
         finally:
-            server.execute(
-                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
-                f" WHERE database = '{name}' AND active_pid IS NOT NULL")
-            time.sleep(0.2)
-            server.execute("SELECT pg_drop_replication_slot(slot_name) FROM"
-                           f" pg_replication_slots WHERE database = '{name}'")
+            server.drop_slots(name)
 
 
 def connect(server: PostgreSQL, db: str, autocommit: bool = True) -> psycopg.Connection[Any]:

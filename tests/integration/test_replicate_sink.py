@@ -250,6 +250,7 @@ def test_unreachable_target_is_retried(memrelay: MemoryRelay, tmp_path: Path) ->
     memrelay.add_window(20, [data_event(CUSTOMERS, 20, ev.Op.INSERT,
                                         {"id": 2, "name": "b", "balance": None})])
     locker: list[sqlite3.Connection] = []
+    releaser: list[threading.Thread] = []
 
     class LockBefore20(ReplicateSink):
         def on_start_data_event_sequence(self, scn: int) -> None:
@@ -263,7 +264,8 @@ def test_unreachable_target_is_retried(memrelay: MemoryRelay, tmp_path: Path) ->
                     con.execute("COMMIT")
                     con.close()
 
-                threading.Thread(target=release).start()
+                releaser.append(threading.Thread(target=release))
+                releaser[0].start()
             super().on_start_data_event_sequence(scn)
 
     threading.Timer(0.2, lambda: db.parent.mkdir()).start()
@@ -273,5 +275,5 @@ def test_unreachable_target_is_retried(memrelay: MemoryRelay, tmp_path: Path) ->
         assert client.stats.relay_errors >= 1  # the start-up load was retried
         assert client.stats.rollbacks >= 1  # window 20 was rolled back and replayed
         assert sink.windows_applied == 2
-    time.sleep(0.4)
+    releaser[0].join(10)  # the other writer has let go
     assert [r[0] for r in _rows(url, "customers", "id")] == [1, 2]

@@ -24,6 +24,7 @@ import pytest
 from databus.core.errors import SourcePositionLostError
 from databus.core.window import Window
 from databus.sources.txlog import SqliteSource, install
+from databus.sources.txlog import cuts as cuts_mod
 from databus.sources.txlog import sqlite as sqlite_mod
 from tests.support.txlog import changes as _changes
 from tests.support.txlog import commit as _exec
@@ -277,11 +278,11 @@ def test_one_read_stops_at_its_caps_but_always_returns_a_whole_window(
         assert [w.count for w in _read_all(cutter, pos)] == [12]
     everything = _full(_read_all_fresh(db))
     assert len(everything) == 11
-    monkeypatch.setattr(sqlite_mod, "_CUTS_PER_READ", 4)
+    monkeypatch.setattr(cuts_mod, "_CUTS_PER_READ", 4)
     with _source(db, TABLES, name="capped", window_cuts="shared") as src:
         assert _full(src.read(-1, threading.Event(), 0)) == everything[:4]
-    monkeypatch.setattr(sqlite_mod, "_CUTS_PER_READ", 1000)
-    monkeypatch.setattr(sqlite_mod, "_ROWS_PER_READ", 5)
+    monkeypatch.setattr(cuts_mod, "_CUTS_PER_READ", 1000)
+    monkeypatch.setattr(cuts_mod, "_ROWS_PER_READ", 5)
     with _source(db, TABLES, name="capped", window_cuts="shared") as src:
         assert _full(src.read(-1, threading.Event(), 0)) == everything[:1]
         # the 12-row window is larger than the budget: it comes whole, alone

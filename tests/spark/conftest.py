@@ -17,6 +17,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from databus.spark import register, session
+from tests.support.sparkrelay import LEAN_JVM
 
 
 @pytest.fixture(scope="session")
@@ -29,7 +30,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
         conf={"spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "2",
               "spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC",
               "spark.sql.warehouse.dir": str(warehouse), "spark.driver.memory": "1g",
-              "spark.sql.streaming.pollingDelay": "10ms"})
+              "spark.sql.streaming.pollingDelay": "10ms", **LEAN_JVM})
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     try:

@@ -26,9 +26,10 @@ from pyspark.sql import DataFrame, SparkSession
 from databus.spark import apply_changes, changes, register, session
 from databus.spark.lakehouse import TableApplier, query_app_id
 from databus.spark.spec import ApplySpec
+from tests.support.sparkrelay import LEAN_JVM
 
 CONF = {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false",
-        "spark.driver.memory": "1g"}
+        "spark.driver.memory": "1g", **LEAN_JVM}
 
 
 def main() -> None:

@@ -48,11 +48,10 @@ def drain(df: DataFrame, out: Path) -> tuple[list[Any], list[str]]:
     return rows, offsets
 
 
-@pytest.fixture
-def shop(tmp_path: Path) -> Any:
-    db = tmp_path / "shop.db"
+def _shop(tmp: Path) -> Any:
+    db = tmp / "shop.db"
     create_shop(db)
-    relay = start_relay(db, tmp_path, TABLES)
+    relay = start_relay(db, tmp, TABLES)
     w = Writer(db, seed=17, rollback_ratio=0.1)
     for _ in range(80):
         w.transaction()
@@ -60,6 +59,19 @@ def shop(tmp_path: Path) -> Any:
     yield relay
     w.close()
     relay.stop()
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A relay over a shop with 80 transactions, built once for the module: tests only
+    read it (a test that writes takes ``own_shop``)."""
+    yield from _shop(tmp_path_factory.mktemp("shop"))
+
+
+@pytest.fixture
+def own_shop(tmp_path: Path) -> Any:
+    """Like ``shop``, for a test that writes to the shop."""
+    yield from _shop(tmp_path)
 
 
 def test_the_jvm_reader_serves_the_databus_format(spark: SparkSession) -> None:
@@ -93,7 +105,8 @@ def test_json_values_are_the_python_sources_text(
 
 
 def test_a_checkpoint_of_one_source_resumes_with_the_other(
-        spark: SparkSession, tmp_path: Path, shop: Relay) -> None:
+        spark: SparkSession, tmp_path: Path, own_shop: Relay) -> None:
+    shop = own_shop
     out = tmp_path / "both"
     first, _ = drain(read(spark, "databus-python", shop.url, "customers", partitions=2), out)
     db = Path(str(shop.config.source.url).removeprefix("sqlite:///"))

@@ -19,7 +19,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -381,7 +380,13 @@ def test_a_column_added_at_the_source_reaches_the_table_without_a_restart(
 
             wait_until(first_rows, 180, "the first rows")
             w.con.execute("ALTER TABLE accounts ADD COLUMN score INTEGER")
-            time.sleep(1.0)  # the relay re-installs its triggers for the new version
+
+            def new_triggers() -> bool:  # the relay's capture triggers of the new version
+                sql = rows(db, "SELECT sql FROM sqlite_master WHERE type = 'trigger'"
+                               " AND tbl_name = 'accounts'")
+                return bool(sql) and all("score" in str(s) for (s,) in sql)
+
+            wait_until(new_triggers, 60, "the relay to re-install its triggers")
             for i in range(10):
                 w.transaction()
                 w.con.execute("UPDATE accounts SET score = ? WHERE id IN "

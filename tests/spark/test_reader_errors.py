@@ -99,7 +99,12 @@ def test_a_grant_withdrawn_while_a_query_runs_fails_it_as_forbidden(
 @pytest.mark.parametrize("fmt", READERS)
 def test_load_errors_of_both_readers_are_databus_errors_with_their_code(
         spark: SparkSession, closed: tuple[Relay, Path, Path], fmt: str) -> None:
-    relay, _tokens, token_file = closed
+    relay, tokens, _orders_token = closed
+    # a token that may read every table of main: an unknown name is then unknown (404), not
+    # withheld (a name no grant matches is Forbidden whether or not it exists)
+    token_file = tokens.parent / "main.token"
+    token_file.write_text(add_token(tokens, "main", [r"main\..*"]) + "\n")
+    relay.reload_tokens()
 
     def load(**opts: str) -> None:
         reader = spark.readStream.format(fmt).option("relay", relay.url)
@@ -110,7 +115,7 @@ def test_load_errors_of_both_readers_are_databus_errors_with_their_code(
     with pytest.raises(PySparkException, match="unknown option 'colour'"):  # as Spark raises it
         load(sources="orders", colour="red")
     for opts, error in (({"sources": "orders", "colour": "red"}, ConfigError),
-                        ({"sources": "nosuch"}, UnknownSourceError),
+                        ({"sources": "main.nosuch"}, UnknownSourceError),
                         ({"sources": "orders", "partitions": "0"}, ConfigError)):
         with pytest.raises(DatabusError) as info, errors():
             load(**opts)

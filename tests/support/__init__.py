@@ -9,9 +9,16 @@
 * ``relays``: in-process relays on a SQLite shop (``make_relay``) and reading ``/stream``
   like a client (``drain``); ``memrelay.MemoryRelay``: a relay served from memory.
 * ``bootstrap``: an in-process bootstrap service, preloaded rows, replica checks.
-* ``procs``: ``databus`` processes (``spawn``, ``wait_http``, ``kill9``, ``stop``).
-* ``wait.wait_until``: the one deadline loop.
+* ``procs``: ``databus`` processes (``spawn``, ``wait_http``, ``kill9``, ``stop``);
+  ``pipeline``: a test's named processes (``ProcessPipeline``, ``RelayPipeline``) and the
+  one set of command-line builders (``relay_args``, ``replicate_args``,
+  ``recorder_args``, ``write_config``).
+* ``wait.wait_until``: the one deadline loop; ``relays.wait_persisted``: until a relay
+  has flushed an SCN (instead of sleeping a flush interval).
+* ``writers.Repeating``: a background writer thread (a workload step every N seconds).
 * ``tls``: certificates (``make_certs``) and tokens (``add_token``) a test makes itself.
 * ``shop``, ``bulk``, ``mysql_workload``, ``bootmysql``: writer workloads and checks.
 * ``typematrix``: the MySQL type matrix; ``sparkrelay``: relays for the Spark tests.
+* ``measures``: the suite's own measures (fixed sleeps, private servers, harnesses),
+  printed by scripts/test.sh.
 """

@@ -22,7 +22,6 @@ from typing import Any
 import httpx
 import pymysql
 import sqlalchemy as sa
-import yaml
 
 from databus.core import event as ev
 from databus.core.schema import SchemaRegistry
@@ -35,7 +34,7 @@ from tests.support.mysql_workload import (
     mariadb_checksums,
     table_diff,
 )
-from tests.support.pipeline import ProcessPipeline
+from tests.support.pipeline import ProcessPipeline, http_url, replicate_args, write_config
 from tests.support.procs import DATABUS, free_port
 from tests.support.sql import sql_engine
 
@@ -120,28 +119,28 @@ class Pipeline(ProcessPipeline):
 
     @property
     def relay(self) -> str:
-        return f"http://127.0.0.1:{self.relay_port}"
+        return http_url(self.relay_port)
 
     @property
     def bs(self) -> str:
-        return f"http://127.0.0.1:{self.bs_port}"
+        return http_url(self.bs_port)
 
     def write_configs(self) -> None:
-        (self.tmp / "relay.yaml").write_text(yaml.safe_dump({
+        write_config(self.tmp / "relay.yaml", {
             "name": "bsm", "source": {"url": self.server.url, "tables": [r"shop\..*"],
                                       "snapshot_mode": "initial", "snapshot_chunk_size": 200},
             "buffer": {"capacity_bytes": self.relay_buffer, "path": str(self.tmp / "relay.buf"),
                        "flush_interval": 0.2},
-            "http": {"port": self.relay_port}}))
-        (self.tmp / "bootstrap.yaml").write_text(yaml.safe_dump({
+            "http": {"port": self.relay_port}})
+        write_config(self.tmp / "bootstrap.yaml", {
             "relay": self.relay, "store": {"url": self.store_url},
-            "http": {"port": self.bs_port}, "poll_timeout": 0.5, "apply_interval": 0.05}))
+            "http": {"port": self.bs_port}, "poll_timeout": 0.5, "apply_interval": 0.05})
 
     def args(self, name: str) -> list[str]:
         if name in ("relay", "bootstrap"):
             return [*DATABUS, name, "--config", str(self.tmp / f"{name}.yaml")]
-        return [*DATABUS, "replicate", "--relay", self.relay, "--target", self.target,
-                "--bootstrap", self.bs, "--bootstrap-batch", str(self.batch)]
+        return replicate_args(self.relay, self.target, "--bootstrap", self.bs,
+                              "--bootstrap-batch", str(self.batch))
 
     def ready_url(self, name: str) -> str | None:
         return {"relay": f"{self.relay}/admin", "bootstrap": f"{self.bs}/admin"}.get(name)

@@ -4,13 +4,20 @@ Started from Debian's binaries (``mariadb-install-db`` + ``mariadbd``; the
 setup command installs ``mariadb-server`` when missing), never the system
 service, so tests can choose server settings (binlog format, row image...)
 and restart or kill the server.
+
+``mariadb-install-db`` runs once per test process: a new server's data directory is a
+copy of that pristine one (what the install would write again: the system tables and an
+empty InnoDB, no binlog, no user data), so a private server costs its start only.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
+import tempfile
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,6 +47,39 @@ def _binary(name: str) -> str:
     return found
 
 
+INSTALL_SETTINGS = ("--innodb-log-file-size=32M",)
+"""Server options the data directory is made with: those :meth:`MariaDB.start` gives
+every server (a redo log made at another size would be resized at each start)."""
+
+_template: Path | None = None
+_template_lock = threading.Lock()
+
+
+def _install(datadir: Path) -> None:
+    datadir.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [_binary("mariadb-install-db"), "--no-defaults", f"--datadir={datadir}",
+         "--auth-root-authentication-method=normal", "--skip-test-db", *INSTALL_SETTINGS,
+         *(["--user=root"] if os.geteuid() == 0 else [])],
+        capture_output=True, text=True, timeout=120, check=False)
+    if done.returncode != 0:  # its own words: the exit status alone says nothing
+        raise RuntimeError(f"mariadb-install-db exited with {done.returncode}:\n"
+                           f"{done.stdout[-3000:]}{done.stderr[-3000:]}")
+
+
+def pristine_datadir() -> Path:
+    """This process's one freshly installed data directory (made on first use, removed
+    at exit). Never started: only copied."""
+    global _template
+    with _template_lock:
+        if _template is None:
+            root = Path(tempfile.mkdtemp(prefix="databus-mariadb-template-"))
+            atexit.register(shutil.rmtree, root, True)
+            _install(root / "db")
+            _template = root / "db"
+        return _template
+
+
 @dataclass
 class MariaDB:
     """One private server. ``settings`` are mariadbd options (None = leave out)."""
@@ -58,12 +98,8 @@ class MariaDB:
         return f"mysql://root@127.0.0.1:{self.port}"
 
     def install(self) -> None:
-        self.datadir.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [_binary("mariadb-install-db"), "--no-defaults", f"--datadir={self.datadir}",
-             "--auth-root-authentication-method=normal", "--skip-test-db",
-             *(["--user=root"] if os.geteuid() == 0 else [])],
-            check=True, capture_output=True, timeout=120)
+        """A fresh data directory: a copy of :func:`pristine_datadir`."""
+        shutil.copytree(pristine_datadir(), self.datadir, dirs_exist_ok=True)
 
     def start(self, timeout: float = 60.0) -> None:
         if not (self.datadir / "mysql").exists():
@@ -73,7 +109,7 @@ class MariaDB:
                 f"--datadir={self.datadir}", f"--port={self.port}", f"--socket={self.socket}",
                 "--bind-address=127.0.0.1", f"--pid-file={self.datadir / 'mariadbd.pid'}",
                 "--skip-name-resolve", "--innodb-buffer-pool-size=64M",
-                "--innodb-log-file-size=32M", *opts,
+                *INSTALL_SETTINGS, *opts,
                 *(["--user=root"] if os.geteuid() == 0 else [])]
         log = (self.datadir / "server.log").open("ab")
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)

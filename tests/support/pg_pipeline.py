@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,42 +12,30 @@ from typing import Any
 
 import psycopg
 
-from tests.support.pipeline import ProcessPipeline
+from tests.support.pipeline import RelayPipeline, recorder_args, relay_args
 from tests.support.postgres import PostgreSQL
-from tests.support.procs import DATABUS, free_port
+from tests.support.procs import free_port
 from tests.support.shop import Change
 from tests.support.verify import read_windows
 
 
 @dataclass
-class Pipeline(ProcessPipeline):
+class Pipeline(RelayPipeline):
     tmp: Path
     server: PostgreSQL
     db: str
     port: int = field(default_factory=free_port)
     buffer: int = 2 * 1024 * 1024  # bytes of the relay's buffer
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def record(self) -> Path:
-        return self.tmp / "recorded.jsonl"
-
     def args(self, name: str) -> list[str]:
         if name == "relay":
-            return [*DATABUS, "relay", "--source", self.server.source_url(self.db),
-                    "--tables", r"public\..*", "--snapshot-mode", "no_data",
-                    # named, as SCHEMA's publication and the checks below expect
-                    "--slot", "databus_relay", "--publication", "databus_relay",
-                    "--buffer-path", str(self.tmp / "relay.buf"), "--port", str(self.port),
-                    "--buffer-size", str(self.buffer)]
-        return [sys.executable, "-m", "tests.support.recorder", "--relay", self.url,
-                "--out", str(self.record), "--checkpoint", str(self.tmp / "recorder.ckpt")]
-
-    def ready_url(self, name: str) -> str | None:
-        return f"{self.url}/admin" if name == "relay" else None
+            return relay_args(self.port, source=self.server.source_url(self.db),
+                              tables=r"public\..*", buffer_path=self.tmp / "relay.buf",
+                              buffer_size=self.buffer,
+                              # named, as SCHEMA's publication and the checks below expect
+                              more=("--slot", "databus_relay",
+                                    "--publication", "databus_relay"))
+        return recorder_args(self.url, self.record, self.tmp / "recorder.ckpt")
 
     def slot_confirmed(self) -> int:
         with psycopg.connect(f"host=127.0.0.1 port={self.server.port} user=postgres"

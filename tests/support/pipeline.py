@@ -6,20 +6,79 @@ command line of each name (:meth:`args`) and the URL that answers once it is rea
 (:meth:`ready_url`). Logs are kept in ``tmp/<name>.log`` for post-mortems; every wait
 fails as soon as one of the processes died, naming its log. Used as a context manager
 it stops every process at exit.
+
+The command lines come from one set of builders: :func:`relay_args` (``databus relay``
+from flags or a config file), :func:`write_config` (a component's YAML),
+:func:`replicate_args` and :func:`recorder_args` (``tests.support.recorder``);
+:func:`http_url` and :func:`relay_max_scn` read what a relay holds.
 """
 
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Self, TypeVar
+from typing import Any, Self, TypeVar
+
+import httpx
+import yaml
 
 from tests.support.mariadb import MariaDB
-from tests.support.procs import kill9, spawn, stop, wait_http
+from tests.support.procs import DATABUS, kill9, spawn, stop, wait_http
 from tests.support.wait import wait_until
 
 T = TypeVar("T")
+
+
+def http_url(port: int) -> str:
+    return f"http://127.0.0.1:{port}"
+
+
+def relay_args(port: int, *, config: Path | None = None, source: str | None = None,
+               tables: str | None = None, snapshot_mode: str | None = "no_data",
+               buffer_path: Path | None = None, buffer_size: int | None = None,
+               more: tuple[str, ...] = ()) -> list[str]:
+    """``databus relay`` on ``port``: from ``config`` (a YAML file, which then names its
+    own port: ``port`` only documents it) or from flags; stream-only unless
+    ``snapshot_mode`` says otherwise (None: the relay's default)."""
+    if config is not None:
+        return [*DATABUS, "relay", "--config", str(config), *more]
+    assert source is not None, "a relay from flags needs its --source"
+    args = [*DATABUS, "relay", "--source", source, "--port", str(port)]
+    if tables is not None:
+        args += ["--tables", tables]
+    if snapshot_mode is not None:
+        args += ["--snapshot-mode", snapshot_mode]
+    if buffer_path is not None:
+        args += ["--buffer-path", str(buffer_path)]
+    if buffer_size is not None:
+        args += ["--buffer-size", str(buffer_size)]
+    return [*args, *more]
+
+
+def write_config(path: Path, config: Mapping[str, Any]) -> Path:
+    """``config`` as the YAML file ``path`` (a relay's, a bootstrap service's...)."""
+    path.write_text(yaml.safe_dump(dict(config)))
+    return path
+
+
+def replicate_args(relay: str, target: str, *more: str) -> list[str]:
+    """``databus replicate`` from ``relay`` (a URL, URLs or a zk:// address) into
+    ``target`` (a SQLAlchemy URL)."""
+    return [*DATABUS, "replicate", "--relay", relay, "--target", target, *more]
+
+
+def recorder_args(relay: str, out: Path, checkpoint: Path, *more: str) -> list[str]:
+    """``tests.support.recorder``: every window ``relay`` serves, one line each in
+    ``out`` (``more``: ``--group`` and the like)."""
+    return [sys.executable, "-m", "tests.support.recorder", "--relay", relay,
+            "--out", str(out), "--checkpoint", str(checkpoint), *more]
+
+
+def relay_max_scn(url: str) -> int:
+    """The newest window SCN the relay at ``url`` holds."""
+    return int(httpx.get(f"{url}/containerStats/buffer/max_scn", timeout=10).json())
 
 
 class ProcessPipeline:
@@ -80,3 +139,25 @@ class ProcessPipeline:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class RelayPipeline(ProcessPipeline):
+    """A pipeline around one relay process named ``relay`` on ``port`` (a field of the
+    subclass, like ``tmp``): its URL, that it is ready once ``/admin`` answers, its newest
+    window, and where a recorder of it writes (``record``)."""
+
+    port: int
+
+    @property
+    def url(self) -> str:
+        return http_url(self.port)
+
+    @property
+    def record(self) -> Path:
+        return self.tmp / "recorded.jsonl"
+
+    def ready_url(self, name: str) -> str | None:
+        return f"{self.url}/admin" if name == "relay" else None
+
+    def max_scn(self) -> int:
+        return relay_max_scn(self.url)

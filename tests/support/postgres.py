@@ -6,16 +6,21 @@ never the system service. PostgreSQL refuses to run as root: when the suite
 runs as root, the server runs as the ``postgres`` user in a directory that
 user owns. ``wal_level=logical`` so later source tests can use the same
 server. ``fsync=off``: a test server's durability is not under test.
+
+``initdb`` runs once per test process: a new server's data directory is a copy of that
+pristine cluster (never started itself).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import pwd
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,6 +53,33 @@ def _as_postgres() -> dict[str, Any]:
     if os.geteuid() != 0:
         return {}
     return {"user": "postgres", "group": "postgres", "extra_groups": []}
+
+
+_template: Path | None = None
+_template_lock = threading.Lock()
+
+
+def _owned_by_postgres(path: Path) -> None:
+    if os.geteuid() == 0:
+        pw = pwd.getpwnam("postgres")
+        os.chown(path, pw.pw_uid, pw.pw_gid)
+
+
+def pristine_datadir() -> Path:
+    """This process's one ``initdb``-made data directory (made on first use, removed at
+    exit). Never started: only copied."""
+    global _template
+    with _template_lock:
+        if _template is None:
+            root = Path(tempfile.mkdtemp(prefix="databus-pg-template-"))
+            atexit.register(shutil.rmtree, root, True)
+            _owned_by_postgres(root)
+            subprocess.run([str(bindir() / "initdb"), "-D", str(root / "data"), "-U",
+                            "postgres", "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8",
+                            "--no-sync"],
+                           check=True, capture_output=True, timeout=120, **_as_postgres())
+            _template = root / "data"
+        return _template
 
 
 SETTINGS = {
@@ -83,12 +115,9 @@ class PostgreSQL:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{db}"
 
     def start(self, timeout: float = 60.0) -> None:
-        if os.geteuid() == 0:
-            pw = pwd.getpwnam("postgres")
-            os.chown(self.root, pw.pw_uid, pw.pw_gid)
-        if not self.datadir.exists():
-            subprocess.run([str(bindir() / "initdb"), "-D", str(self.datadir), "-U", "postgres",
-                            "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8", "--no-sync"],
+        _owned_by_postgres(self.root)
+        if not self.datadir.exists():  # a copy made as its owner, modes kept (0700)
+            subprocess.run(["cp", "-a", str(pristine_datadir()), str(self.datadir)],
                            check=True, capture_output=True, timeout=120, **_as_postgres())
         opts = [a for k, v in self.settings.items() for a in ("-c", f"{k}={v}")]
         with self.log.open("ab") as log:
@@ -115,6 +144,23 @@ class PostgreSQL:
                 engine.connect() as conn:
             for stmt in sql:
                 conn.execute(sa.text(stmt))
+
+    def scalar(self, sql: str, db: str = "postgres") -> Any:
+        """The first column of the first row of ``sql`` (None without rows)."""
+        with sql_engine(self.url(db), isolation_level="AUTOCOMMIT") as engine, \
+                engine.connect() as conn:
+            return conn.execute(sa.text(sql)).scalar()
+
+    def drop_slots(self, db: str, timeout: float = 30.0) -> None:
+        """Ends the replication connections into database ``db``, then drops its slots
+        (a slot in use cannot be dropped: waits until none is)."""
+        self.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
+                     f" WHERE database = '{db}' AND active_pid IS NOT NULL")
+        wait_until(lambda: not self.scalar("SELECT count(*) FROM pg_replication_slots"
+                                           f" WHERE database = '{db}' AND active"),
+                   timeout, f"the replication slots of {db} to be released")
+        self.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+                     f" WHERE database = '{db}'")
 
     @contextmanager
     def fresh_database(self, prefix: str = "databus_test") -> Iterator[str]:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,13 +11,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import yaml
 
 from tests.support.mysql_workload import Workload
-from tests.support.pipeline import ProcessPipeline
+from tests.support.pipeline import (
+    ProcessPipeline,
+    recorder_args,
+    relay_args,
+    relay_max_scn,
+    replicate_args,
+    write_config,
+)
 from tests.support.procs import DATABUS, free_port
 from tests.support.shop import TABLES
 from tests.support.verify import read_windows
+from tests.support.writers import Repeating
 from tests.support.zookeeper import ZooKeeper
 
 SESSION = 4.0  # ZooKeeper session timeout of the members: it bounds each failover
@@ -43,35 +49,31 @@ class Cluster(ProcessPipeline):
 
     def args(self, name: str) -> list[str]:
         if name == "recorder":
-            return [*DATABUS_PY, "-m", "tests.support.recorder", "--relay", self.address,
-                    "--out", str(self.record), "--checkpoint", str(self.tmp / "rec.ckpt")]
+            return recorder_args(self.address, self.record, self.tmp / "rec.ckpt")
         if name == "replicate":  # the CLI on a list of member URLs instead of zk://
             urls = ",".join(self.url(m) for m in ("m1", "m2", "m3"))
-            return [*DATABUS, "replicate", "--relay", urls, "--target",
-                    f"sqlite:///{self.tmp / 'replica.db'}"]
+            return replicate_args(urls, f"sqlite:///{self.tmp / 'replica.db'}")
         if name == "bootstrap":  # a bootstrap service whose producer reads zk://
             port = self.ports.setdefault(name, free_port())
-            conf = self.tmp / "bootstrap.yaml"
-            conf.write_text(yaml.safe_dump({
+            conf = write_config(self.tmp / "bootstrap.yaml", {
                 "relay": self.address, "store": {"url": f"sqlite:///{self.tmp / 'bs.db'}"},
-                "http": {"port": port}, "poll_timeout": 0.5, "apply_interval": 0.05}))
+                "http": {"port": port}, "poll_timeout": 0.5, "apply_interval": 0.05})
             return [*DATABUS, "bootstrap", "--config", str(conf)]
         if name == "chain":  # not a member: a chain relay reading whichever member serves
             port = self.ports.setdefault(name, free_port())
-            return [*DATABUS, "relay", "--source", f"databus+{self.address}", "--port",
-                    str(port), "--buffer-path", str(self.tmp / "chain.buf")]
+            return relay_args(port, source=f"databus+{self.address}", snapshot_mode=None,
+                              buffer_path=self.tmp / "chain.buf")
         port = self.ports.setdefault(name, free_port())
-        conf = self.tmp / f"{name}.yaml"
-        conf.write_text(yaml.safe_dump({
+        conf = write_config(self.tmp / f"{name}.yaml", {
             "name": "shop",
             "source": self.source or {"url": f"sqlite:///{self.db}", "tables": TABLES,
                                       "snapshot_mode": "no_data", "poll_interval": 0.01},
             "buffer": {"path": str(self.tmp / name / "relay.buf"), "capacity_bytes": 64 << 20},
             "http": {"port": port},
             "cluster": {"address": self.address, "member_id": name,
-                        "session_timeout": SESSION, "leaders": self.leaders}}))
+                        "session_timeout": SESSION, "leaders": self.leaders}})
         (self.tmp / name).mkdir(exist_ok=True)
-        return [*DATABUS, "relay", "--config", str(conf)]
+        return relay_args(port, config=conf)
 
     def ready_url(self, name: str) -> str | None:
         return None if name in ("recorder", "replicate") else f"{self.url(name)}/health"
@@ -116,15 +118,11 @@ class Cluster(ProcessPipeline):
         return None
 
     def max_scn(self, member: str) -> int:
-        return int(httpx.get(f"{self.url(member)}/containerStats/buffer/max_scn",
-                             timeout=10).json())
+        return relay_max_scn(self.url(member))
 
     def body(self, member: str) -> bytes:
         return httpx.get(f"{self.url(member)}/stream", params={"size": str(64 << 20),
                                                               "timeout": "0"}, timeout=30).content
-
-
-DATABUS_PY = DATABUS[:1]
 
 
 def same_windows(c: Cluster) -> bytes:
@@ -143,27 +141,15 @@ def writing(w: Workload) -> Iterator[None]:
     spread over the first ~2 s; then stop it, close its connection and re-raise what
     it raised. The workload must have run its DDL."""
     progress = [0.0]
-    done, errors = threading.Event(), list[BaseException]()
 
-    def write() -> None:
-        try:
-            while not done.is_set():
-                w.maybe_ddl(progress[0])
-                w.transaction()
-                progress[0] = min(1.0, progress[0] + 0.0015)
-                done.wait(0.003)
-        except BaseException as exc:
-            errors.append(exc)
+    def step() -> None:
+        w.maybe_ddl(progress[0])
+        w.transaction()
+        progress[0] = min(1.0, progress[0] + 0.0015)
 
-    writer = threading.Thread(target=write)
-    writer.start()
-    try:
+    with Repeating(step, 0.003):
         yield
-    finally:
-        done.set()
-        writer.join(30)
     w.con.close()
-    assert not errors, errors
     assert w.ddl_done, "the workload ran its schema changes"
 
 

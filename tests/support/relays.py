@@ -1,9 +1,10 @@
-"""In-process relays for tests (make_relay) and reading a relay's /stream like a client
-(drain).
+"""In-process relays for tests (make_relay), reading a relay's /stream like a client
+(drain), and what a relay has made durable (``persisted_scn``, ``wait_persisted``).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -13,6 +14,7 @@ from databus.core.checkpoint import Checkpoint
 from databus.relay.config import parse_config
 from databus.relay.relay import Relay
 from tests.support.shop import TABLES
+from tests.support.wait import wait_until
 
 
 def drain(client: httpx.Client, params: dict[str, str], until_scn: int) -> list[ev.Event]:
@@ -53,3 +55,21 @@ def make_relay(db: Path, tmp: Path, *, tables: list[str] | None = None,
         "stream": {"default_timeout": 0.5},
     })
     return Relay(cfg)
+
+
+def persisted_scn(state_dir: Path, name: str = "relay") -> int:
+    """The newest SCN a relay's state file records, -1 before its first flush. The relay
+    flushes its buffer file before it writes the state (every ``flush_interval``), so
+    what this says is held survives a ``kill -9``."""
+    try:
+        return int(json.loads((state_dir / f"{name}.state.json").read_text())["max_scn"])
+    except FileNotFoundError:
+        return -1
+
+
+def wait_persisted(state_dir: Path, scn: int, timeout: float = 30.0,
+                   name: str = "relay") -> None:
+    """Until the relay named ``name`` (state in ``state_dir``; beside its buffer file by
+    default) has flushed everything up to ``scn``: instead of sleeping a flush interval."""
+    wait_until(lambda: persisted_scn(state_dir, name) >= scn, timeout,
+               f"the relay's state in {state_dir} to record scn {scn}", interval=0.05)

@@ -3,20 +3,45 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 
 from tests.support.shop import Change
 
+Windows = list[tuple[int, list[Change]]]
 
-def read_windows(path: Path) -> list[tuple[int, list[Change]]]:
-    """Whole lines of a recorder file (a trailing cut line is ignored)."""
-    out: list[tuple[int, list[Change]]] = []
-    if not path.exists():
-        return out
-    for line in path.read_text().split("\n")[:-1]:
-        rec = json.loads(line)
-        out.append((rec["scn"], [tuple(e) for e in rec["events"]]))  # type: ignore[misc]
-    return out
+_read: dict[Path, tuple[int, int, Windows]] = {}  # path -> (inode, bytes parsed, windows)
+_read_lock = threading.Lock()
+_KEEP = 8  # files remembered: a test polls one or two recorders at a time
+
+
+def read_windows(path: Path) -> Windows:
+    """Whole lines of a recorder file (a trailing cut line is ignored).
+
+    Recorders only append, so each call parses only the lines added since the last call
+    for the same file: a wait that polls a recorder of 50,000 windows every second costs
+    what the new lines cost, not a parse of the whole file each time. A file replaced or
+    shortened is read again from its start."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return []
+    with _read_lock:
+        ino, offset, windows = _read.pop(path, (st.st_ino, 0, []))
+        if ino != st.st_ino or st.st_size < offset:
+            offset, windows = 0, []
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+        whole = data.rfind(b"\n") + 1
+        for line in data[:whole].split(b"\n")[:-1]:
+            rec = json.loads(line)
+            windows.append((rec["scn"], [tuple(e) for e in rec["events"]]))  # type: ignore[misc]
+        _read[path] = (st.st_ino, offset + whole, windows)
+        while len(_read) > _KEEP:
+            del _read[next(iter(_read))]
+        return list(windows)
 
 
 def check_delivery(windows: list[tuple[int, list[Change]]], committed: list[list[Change]],

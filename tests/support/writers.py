@@ -1,5 +1,11 @@
 """Writers that change a table while something else (a snapshot, a relay being killed)
-runs: one thread class for MariaDB and SQLite.
+runs: ``Repeating`` runs any step (a workload's transaction) on a thread until stopped;
+``KeyChurn`` is one thread class for MariaDB and SQLite.
+
+``Repeating(step, pause)`` calls ``step()`` every ``pause`` seconds (or until ``until()``
+holds) from ``start()`` (or the ``with`` block's start) to ``stop()`` (or the block's
+end); ``stop()`` joins the thread and raises again what a step raised, so a writer's
+failure fails the test that ran it.
 
 ``KeyChurn`` upserts and deletes random keys of a table ``t (id, v, s)`` until
 ``stop`` is set, counting statements (``count``) and keeping the longest time one
@@ -14,10 +20,59 @@ import random
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
+from typing import Self
 
 from tests.support.mariadb import MariaDB
+
+
+class Repeating:
+    """See the module docstring."""
+
+    def __init__(self, step: Callable[[], object], pause: float,
+                 until: Callable[[], bool] | None = None) -> None:
+        self.step, self.pause, self.until = step, pause, until
+        self.done = threading.Event()  # set by stop(); a test may also wait on it
+        self.errors: list[BaseException] = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            while not self.done.is_set() and not (self.until is not None and self.until()):
+                self.step()
+                self.done.wait(self.pause)
+        except BaseException as exc:  # the thread's top: kept for stop() to raise
+            self.errors.append(exc)
+
+    def start(self) -> Self:
+        self._thread.start()
+        return self
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Until the thread ends by itself (``until`` held, or a step raised)."""
+        self._thread.join(timeout)
+
+    def stop(self, timeout: float = 60.0) -> None:
+        self.done.set()
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), f"a writer step took over {timeout:g} s to end"
+        if self.errors:
+            raise self.errors[0]
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.stop()
+        else:  # the block's own error is the one to see
+            self.done.set()
+            self._thread.join(60)
 
 
 class KeyChurn(threading.Thread):

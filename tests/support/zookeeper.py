@@ -48,7 +48,9 @@ class ZooKeeper:
             raise RuntimeError("java is not installed: run `bash scripts/setup.sh`")
         with (self.root / "server.log").open("ab") as log:
             self.proc = subprocess.Popen(
-                [java, "-Xmx256m", "-cp", classpath("zookeeper"),
+                # a test server lives minutes: C1 and one GC thread spend less CPU
+                [java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                 "-cp", classpath("zookeeper"),
                  "org.apache.zookeeper.server.ZooKeeperServerMain", str(conf)],
                 stdout=log, stderr=subprocess.STDOUT)
         proc = self.proc

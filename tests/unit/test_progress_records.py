@@ -1,4 +1,4 @@
-"""Snapshot progress records (databus.sources.progress)."""
+"""Snapshot progress records (databus.sources.common.progress)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from databus.core.errors import SchemaError
-from databus.sources.progress import ProgressRecords
+from databus.sources.common.progress import ProgressRecords
 
 
 def test_round_trip_and_lookup(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from databus.core.errors import InvalidRequestError
-from databus.sources.sqlfilter import safe_filter
+from databus.sources.common.sqlfilter import safe_filter
 
 COLS = ["id", "name", "amount", "created"]
 

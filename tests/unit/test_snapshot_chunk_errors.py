@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from databus.core.errors import StatementError
-from databus.sources.mysql.incremental import ChunkReader, Coordinator
+from databus.sources.common.incremental import ChunkReader, Coordinator
 
 
 class FailingReader(ChunkReader):
@@ -31,7 +31,7 @@ def test_a_chunk_error_aborts_without_the_database_text(caplog: pytest.LogCaptur
                                                         ) -> None:
     coord = Coordinator(FailingReader(), 100, lambda _t: True)
     coord.start(["shop.t"], "s1")
-    with caplog.at_level(logging.ERROR, logger="databus.sources.mysql"):
+    with caplog.at_level(logging.ERROR, logger="databus.sources"):
         notices = coord.open_chunk()
     kinds = [n["kind"] for n in notices]
     assert kinds == ["ERROR", "ABORTED"] and not coord.active

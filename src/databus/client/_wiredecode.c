@@ -51,23 +51,16 @@
 #include <structmember.h>
 #include <stdint.h>
 #include <string.h>
-#include <zlib.h>
+#include <zlib.h> /* CRC-32 checks: zlib's crc32 */
+
+#include "../core/_cenc.h" /* the event layout, big-endian readers, Buf */
 
 /* Avro branch types; the Arrow sink's column kinds use the same codes (keep in step
  * with wiredecode.py's _CODES and fastread.py's _AVRO_CODES / _ARROW_CODES) */
 enum { A_NULL = 0, A_BOOL, A_INT, A_LONG, A_FLOAT, A_DOUBLE, A_STRING, A_BYTES };
 
-#define HEADER_LEN 45
-#define MIN_TOTAL (HEADER_LEN + 8 + 7)
+#define MIN_TOTAL (EV_HEADER_LEN + 8 + 7)
 #define MAX_BRANCHES 16
-#define ATTR_KEY_BYTES 0x0008
-#define ATTR_HAS_METADATA 0x0010
-
-static uint32_t be32(const uint8_t *p) {
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-static uint64_t be64(const uint8_t *p) { return ((uint64_t)be32(p) << 32) | be32(p + 4); }
-static int16_t be16s(const uint8_t *p) { return (int16_t)(((unsigned)p[0] << 8) | p[1]); }
 
 /* ---------------------------------------------------------------- events */
 
@@ -133,8 +126,8 @@ static int rd_part(const uint8_t **pp, const uint8_t *end, int16_t *ver, const u
                    Py_ssize_t *dgn, const uint8_t **data, Py_ssize_t *n) {
     const uint8_t *p = *pp;
     if (end - p < 7) return 1;
-    int32_t dlen = (int32_t)be32(p);
-    *ver = be16s(p + 4);
+    int32_t dlen = (int32_t)get_be32(p);
+    *ver = get_be16s(p + 4);
     uint8_t dglen = p[6];
     p += 7;
     if (dlen < 0 || (Py_ssize_t)dglen + dlen > end - p) return 1;
@@ -160,30 +153,30 @@ typedef struct {
  * (damaged, truncated, malformed: the Python path raises). Touches no Python object,
  * so it runs without the GIL. */
 static int walk_one(const uint8_t *e, Py_ssize_t avail, int verify, Span *s) {
-    if (avail < HEADER_LEN) return 1;
-    if (e[0] != 2 || be32(e + 1) != 0xCAFEDEEDu || be32(e + 5) != HEADER_LEN) return 1;
-    uint32_t total = be32(e + 17);
+    if (avail < EV_HEADER_LEN) return 1;
+    if (e[0] != 2 || get_be32(e + 1) != 0xCAFEDEEDu || get_be32(e + 5) != EV_HEADER_LEN) return 1;
+    uint32_t total = get_be32(e + 17);
     if (total < MIN_TOTAL || (Py_ssize_t)total > avail) return 1;
     if (verify) {
-        uLong crc = crc32(crc32(0L, e, 9), e + 13, HEADER_LEN - 13);
-        if ((uint32_t)crc != be32(e + 9)) return 1;
-        if ((uint32_t)crc32(0L, e + HEADER_LEN, total - HEADER_LEN) != be32(e + 13)) return 1;
+        uLong crc = crc32(crc32(0L, e, 9), e + 13, EV_HEADER_LEN - 13);
+        if ((uint32_t)crc != get_be32(e + 9)) return 1;
+        if ((uint32_t)crc32(0L, e + EV_HEADER_LEN, total - EV_HEADER_LEN) != get_be32(e + 13)) return 1;
     }
-    const uint8_t *end = e + total, *p = e + HEADER_LEN;
+    const uint8_t *end = e + total, *p = e + EV_HEADER_LEN;
     int16_t mver;
     s->e = e;
     s->total = total;
     s->attrs = ((unsigned)e[21] << 8) | e[22];
     s->k = NULL; s->kn = 0;
     s->mdg = s->mdata = NULL; s->mdgn = s->mn = 0;
-    if (s->attrs & ATTR_KEY_BYTES) {
-        int32_t klen = (int32_t)be32(p);
+    if (s->attrs & EV_ATTR_KEY_BYTES) {
+        int32_t klen = (int32_t)get_be32(p);
         if (klen < 0 || (Py_ssize_t)klen > end - p - 4) return 1;
         s->k = p + 4; s->kn = klen; p += 4 + klen;
     } else {
         p += 8;
     }
-    if ((s->attrs & ATTR_HAS_METADATA)
+    if ((s->attrs & EV_ATTR_HAS_METADATA)
         && rd_part(&p, end, &mver, &s->mdg, &s->mdgn, &s->mdata, &s->mn))
         return 1;
     if (rd_part(&p, end, &s->ver, &s->dg, &s->dgn, &s->data, &s->dn) || p != end) return 1;
@@ -265,13 +258,13 @@ static void digest_clear(DigestCache *dc) {
 static PyObject *span_event(const Span *s, DigestCache *dc) {
     const uint8_t *e = s->e;
     PyObject *vals[NF] = {0};
-    vals[F_SCN] = PyLong_FromLongLong((long long)(int64_t)be64(e + 37));
-    vals[F_SRC] = PyLong_FromLong((long)(int32_t)be32(e + 31));
+    vals[F_SCN] = PyLong_FromLongLong((long long)(int64_t)get_be64(e + 37));
+    vals[F_SRC] = PyLong_FromLong((long)(int32_t)get_be32(e + 31));
     vals[F_KEY] = s->k ? PyBytes_FromStringAndSize((const char *)s->k, s->kn)
-                       : PyLong_FromLongLong((long long)(int64_t)be64(e + HEADER_LEN));
+                       : PyLong_FromLongLong((long long)(int64_t)get_be64(e + EV_HEADER_LEN));
     vals[F_ATTR] = PyLong_FromLong((long)s->attrs);
-    vals[F_TS] = PyLong_FromLongLong((long long)(int64_t)be64(e + 23));
-    vals[F_PART] = PyLong_FromLong((long)be16s(e + 35));
+    vals[F_TS] = PyLong_FromLongLong((long long)(int64_t)get_be64(e + 23));
+    vals[F_PART] = PyLong_FromLong((long)get_be16s(e + 35));
     vals[F_SID] = digest_obj(dc, s->dg, s->dgn);
     vals[F_SVER] = PyLong_FromLong((long)s->ver);
     vals[F_PAYLOAD] = PyBytes_FromStringAndSize((const char *)s->data, s->dn);
@@ -324,7 +317,7 @@ enum { C_OFF, C_SRC, C_ATTR, C_POFF, C_PLEN, NCOLS };
  * one and of the same source (the dispatcher's view per schema id / per source) */
 static int same_run(const Span *a, const Span *b) {
     if (a->dgn != b->dgn || memcmp(a->dg, b->dg, (size_t)a->dgn) != 0) return 0;
-    return a->dgn || be32(a->e + 31) == be32(b->e + 31);
+    return a->dgn || get_be32(a->e + 31) == get_be32(b->e + 31);
 }
 
 /* scan_table(body, verify) -> (table bytes, [(start, end) of each run]) or None */
@@ -348,7 +341,7 @@ static PyObject *scan_table(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < n; i++) {
         const Span *s = &spans[i];
         col[C_OFF * n + i] = s->e - buf;
-        col[C_SRC * n + i] = (int32_t)be32(s->e + 31);
+        col[C_SRC * n + i] = (int32_t)get_be32(s->e + 31);
         col[C_ATTR * n + i] = s->attrs;
         col[C_POFF * n + i] = s->data - buf;
         col[C_PLEN * n + i] = s->dn;
@@ -776,34 +769,17 @@ static PyTypeObject RowDecoderType = {
 #define MAX_COLS 1024
 #define SRC_EOP (-2)
 
-typedef struct { char *p; Py_ssize_t len, cap; } Buf;
-
-static int buf_reserve(Buf *b, Py_ssize_t extra) {
-    if (b->len + extra <= b->cap) return 0;
-    Py_ssize_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + extra) cap *= 2;
-    char *p = PyMem_Realloc(b->p, (size_t)cap);
-    if (!p) { PyErr_NoMemory(); return -1; }
-    b->p = p; b->cap = cap;
-    return 0;
-}
-
-static int buf_put(Buf *b, const void *src, Py_ssize_t n) {
-    if (buf_reserve(b, n) < 0) return -1;
-    if (n) memcpy(b->p + b->len, src, (size_t)n);
-    b->len += n;
-    return 0;
-}
+/* Buf, buf_reserve, buf_put: core/_cenc.h */
 
 static int buf_zero(Buf *b, Py_ssize_t n) {
-    if (buf_reserve(b, n) < 0) return -1;
+    if (buf_reserve(b, (size_t)n) < 0) return -1;
     memset(b->p + b->len, 0, (size_t)n);
-    b->len += n;
+    b->len += (size_t)n;
     return 0;
 }
 
 static PyObject *buf_bytes(Buf *b) {
-    return PyBytes_FromStringAndSize(b->p ? b->p : "", b->len);
+    return PyBytes_FromStringAndSize(b->p ? (const char *)b->p : "", (Py_ssize_t)b->len);
 }
 
 /* one output column: validity bitmap, fixed-width values or offsets + data */
@@ -1117,9 +1093,9 @@ static PyObject *envelope_columns(PyObject *self, PyObject *args) {
         if (walk_one(buf + off, n - off, 1, &s)) { handled = 0; break; }
         const uint8_t *e = s.e;
         unsigned attrs = s.attrs;
-        int64_t ts = (int64_t)be64(e + 23);
-        int32_t src = (int32_t)be32(e + 31);
-        long long scn = (long long)(int64_t)be64(e + 37);
+        int64_t ts = (int64_t)get_be64(e + 23);
+        int32_t src = (int32_t)get_be32(e + 31);
+        long long scn = (long long)(int64_t)get_be64(e + 37);
         if (src < 0) {
             off += s.total;
             if (src == SRC_EOP) {
@@ -1154,12 +1130,12 @@ static PyObject *envelope_columns(PyObject *self, PyObject *args) {
         memcpy(fx[E_ATTR].vals.p + 4 * i, &attr, 4);
         memcpy(fx[E_SLOT].vals.p + 4 * i, &slot, 4);
         for (int c = 0; c < E_KEY; c++) set_bit(&fx[c].valid, i);
-        int key_bytes = (attrs & ATTR_KEY_BYTES) != 0;
-        r = put_key(&fx[E_KEY], i, key_bytes, key_bytes ? 0 : (int64_t)be64(e + HEADER_LEN),
+        int key_bytes = (attrs & EV_ATTR_KEY_BYTES) != 0;
+        r = put_key(&fx[E_KEY], i, key_bytes, key_bytes ? 0 : (int64_t)get_be64(e + EV_HEADER_LEN),
                     s.k, s.kn);
         const uint8_t *bimg = NULL, *data = s.data;
         Py_ssize_t bn = 0, dn = s.dn;
-        if (!r && (attrs & ATTR_HAS_METADATA)) r = decode_meta(s.mdata, s.mdata + s.mn, fx, i, &bimg, &bn);
+        if (!r && (attrs & EV_ATTR_HAS_METADATA)) r = decode_meta(s.mdata, s.mdata + s.mn, fx, i, &bimg, &bn);
         int is_delete = (attrs & 7) == 3;
         if (flat) {
             /* one row: the after image, else the before image (changes()' coalesce); a

@@ -7,10 +7,10 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from databus.core.errors import ConfigError
 
@@ -30,6 +30,19 @@ def config_error(exc: ValidationError, what: str) -> ConfigError:
             msg = "unknown setting"
         problems.append(f"{loc or 'config'}: {msg}")
     return ConfigError(f"invalid {what} config: {'; '.join(problems)}")
+
+
+def _compiles(patterns: list[str]) -> list[str]:
+    for p in patterns:
+        try:
+            re.compile(p)
+        except re.error as exc:
+            raise ValueError(f"bad regex {p!r}: {exc}") from exc
+    return patterns
+
+
+RegexList = Annotated[list[str], AfterValidator(_compiles)]
+"""A config field of regexes: each must compile (the error names the bad one)."""
 
 
 class FrozenModel(BaseModel):

@@ -32,7 +32,7 @@ from pydantic import (
 )
 
 from databus.core.access import RelayAccess
-from databus.core.config import FrozenModel, config_error
+from databus.core.config import FrozenModel, RegexList, config_error
 from databus.core.errors import ConfigError
 from databus.core.redact import redact_url, url_password
 
@@ -109,15 +109,6 @@ def legacy_tls(raw: dict[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
-def _regex_list(v: list[str]) -> list[str]:
-    for p in v:
-        try:
-            re.compile(p)
-        except re.error as exc:
-            raise ValueError(f"bad regex {p!r}: {exc}") from exc
-    return v
-
-
 class _Source(FrozenModel):
     """What every source takes: where, which tables, and column protection."""
 
@@ -172,11 +163,11 @@ class _Source(FrozenModel):
 class _DatabaseSource(_Source):
     """What the database sources (SQLite, MySQL, PostgreSQL) share."""
 
-    include_columns: list[str] = Field(
+    include_columns: RegexList = Field(
         default_factory=list,
         description="regexes on 'db.table.column' ('schema.table.column' for PostgreSQL,"
         " 'table.column' for SQLite) to keep (empty = all); key columns are always kept")
-    exclude_columns: list[str] = Field(
+    exclude_columns: RegexList = Field(
         default_factory=list, description="regexes on the same names to leave out: absent"
         " from events, snapshots and stores (SQLite: dropped as its txlog is read, so the"
         " values stay in that database until the txlog is trimmed); key columns are always"
@@ -189,8 +180,6 @@ class _DatabaseSource(_Source):
     snapshot_chunk_size: int = Field(1024, ge=1, le=1_000_000, description="rows per"
                                      " snapshot chunk")
 
-    _columns_regexes = field_validator("include_columns", "exclude_columns")(
-        lambda v: _regex_list(v))
 
 
 class ServerSourceConfig(_DatabaseSource):
@@ -199,7 +188,7 @@ class ServerSourceConfig(_DatabaseSource):
     password_file: Path | None = Field(
         None, description="file whose first line is the source password (instead of one in"
         " the URL)")
-    exclude_tables: list[str] = Field(
+    exclude_tables: RegexList = Field(
         default_factory=list, description="regexes on the table names left out after"
         " tables")
     signal_table: str = Field(
@@ -213,7 +202,6 @@ class ServerSourceConfig(_DatabaseSource):
                     " this often (seconds; 0 = never), so consumers' checkpoints and the"
                     " relay's restart position move and the server may drop old log")
 
-    _tables_regexes = field_validator("exclude_tables")(lambda v: _regex_list(v))
 
     def password(self) -> str | None:
         """The source password: ``password_file``'s first line, else the URL's."""

@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../../core/_cenc.h" /* CRC-32, Buf, Avro writers, the event and its schema */
+
 /* ---------- opcodes (keep in step with fastpath.py) ---------- */
 enum {
     OP_INT8 = 1, OP_UINT8, OP_INT16, OP_UINT16, OP_INT24, OP_UINT24, OP_INT32, OP_UINT32,
@@ -47,15 +49,9 @@ typedef struct {
     int *key_cols;
     int nkey;
     int key_mode;
-    int32_t src_id;
-    int16_t schema_version;
-    unsigned char schema_id[64];
-    int schema_id_len;
-    unsigned char meta_id[64];
-    int meta_id_len;
+    EvSchema schema;
+    EvDigest meta_id;
 } RowCodec;
-
-#include "../../core/_cenc.h" /* CRC-32, Buf, Avro and big-endian writers */
 
 /* ---------- input reader with bounds checks ---------- */
 typedef struct {
@@ -460,37 +456,6 @@ static int image(RowCodec *rc, In *in, const unsigned char *present, int npresen
 }
 
 /* ---------- key ---------- */
-static int json_string(Buf *b, const unsigned char *s, size_t n) {
-    static const char hex[] = "0123456789abcdef";
-    if (buf_byte(b, '"') < 0) return -1;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = s[i];
-        const char *esc = NULL;
-        char tmp[7];
-        switch (c) {
-        case '"': esc = "\\\""; break;
-        case '\\': esc = "\\\\"; break;
-        case '\n': esc = "\\n"; break;
-        case '\r': esc = "\\r"; break;
-        case '\t': esc = "\\t"; break;
-        case '\b': esc = "\\b"; break;
-        case '\f': esc = "\\f"; break;
-        default:
-            if (c < 0x20) {
-                tmp[0] = '\\'; tmp[1] = 'u'; tmp[2] = '0'; tmp[3] = '0';
-                tmp[4] = hex[c >> 4]; tmp[5] = hex[c & 15]; tmp[6] = 0;
-                esc = tmp;
-            }
-        }
-        if (esc) {
-            if (buf_put(b, esc, strlen(esc)) < 0) return -1;
-        } else if (buf_byte(b, c) < 0) {
-            return -1;
-        }
-    }
-    return buf_byte(b, '"');
-}
-
 /* Reads back an Avro long written by put_long at p. */
 static int64_t get_long(const unsigned char *p) {
     uint64_t n = 0;
@@ -553,59 +518,20 @@ static int make_key(RowCodec *rc, Buf *img, Py_ssize_t *cs, Py_ssize_t *ce, int 
 }
 
 /* ---------- the event ---------- */
-#define ATTR_KEY_BYTES 0x0008
-#define ATTR_HAS_METADATA 0x0010
-#define ATTR_SNAPSHOT 0x0020
-#define HEADER_LEN 45
-
-static int part(Buf *b, int16_t version, const unsigned char *digest, int dlen,
-                const unsigned char *data, size_t n) {
-    unsigned char h[7];
-    put_be32_at(h, (uint32_t)n);
-    h[4] = (unsigned char)((uint16_t)version >> 8);
-    h[5] = (unsigned char)version;
-    h[6] = (unsigned char)dlen;
-    if (buf_put(b, h, 7) < 0 || buf_put(b, digest, (size_t)dlen) < 0) return -1;
-    return buf_put(b, data, n);
-}
-
 static int write_event(RowCodec *rc, Buf *out, int op, int64_t scn, int64_t ts, int is_int_key,
                        int64_t ikey, Buf *kb, Buf *meta, int extra_attrs,
                        const unsigned char *payload, size_t plen) {
-    size_t start = out->len;
-    unsigned char head[HEADER_LEN];
-    memset(head, 0, sizeof head);
-    if (buf_put(out, head, HEADER_LEN) < 0) return -1;
-    size_t body = out->len;
+    size_t start;
     /* meta NULL: no metadata part (snapshot events) */
-    uint16_t attrs = (uint16_t)((op & 7) | extra_attrs | (meta ? ATTR_HAS_METADATA : 0));
-    unsigned char k8[8];
-    if (is_int_key) {
-        for (int i = 0; i < 8; i++) k8[i] = (unsigned char)((uint64_t)ikey >> (56 - 8 * i));
-        if (buf_put(out, k8, 8) < 0) return -1;
-    } else {
-        attrs |= ATTR_KEY_BYTES;
-        put_be32_at(k8, (uint32_t)kb->len);
-        if (buf_put(out, k8, 4) < 0 || buf_put(out, kb->p, kb->len) < 0) return -1;
-    }
-    if (meta && part(out, 0, rc->meta_id, rc->meta_id_len, meta->p, meta->len) < 0) return -1;
-    if (part(out, rc->schema_version, rc->schema_id, rc->schema_id_len, payload, plen) < 0)
+    uint16_t attrs = (uint16_t)((op & 7) | extra_attrs | (meta ? EV_ATTR_HAS_METADATA : 0));
+    if (ev_start(out, &start, is_int_key, ikey, is_int_key ? NULL : kb->p,
+                 is_int_key ? 0 : kb->len, &attrs) < 0)
         return -1;
-    size_t total = out->len - start;
-    unsigned char *h = out->p + start;
-    h[0] = 2;
-    put_be32_at(h + 1, 0xCAFEDEEDu);
-    put_be32_at(h + 5, HEADER_LEN);
-    put_be32_at(h + 13, crc32_update(0, out->p + body, out->len - body));
-    put_be32_at(h + 17, (uint32_t)total);
-    h[21] = (unsigned char)(attrs >> 8);
-    h[22] = (unsigned char)attrs;
-    for (int i = 0; i < 8; i++) h[23 + i] = (unsigned char)((uint64_t)ts >> (56 - 8 * i));
-    put_be32_at(h + 31, (uint32_t)rc->src_id);
-    h[35] = h[36] = 0;
-    for (int i = 0; i < 8; i++) h[37 + i] = (unsigned char)((uint64_t)scn >> (56 - 8 * i));
-    uint32_t hc = crc32_update(crc32_update(0, h, 9), h + 13, HEADER_LEN - 13);
-    put_be32_at(h + 9, hc);
+    if (meta && ev_part(out, 0, rc->meta_id.b, rc->meta_id.len, meta->p, meta->len) < 0)
+        return -1;
+    if (ev_part(out, rc->schema.version, rc->schema.id.b, rc->schema.id.len, payload, plen) < 0)
+        return -1;
+    ev_finish(out, start, attrs, ts, rc->schema.src_id, scn);
     return 0;
 }
 
@@ -631,10 +557,9 @@ static int RowCodec_init(RowCodec *self, PyObject *args, PyObject *kwds) {
                                      &mid, &table))
         return -1;
     int ok = 0;
-    if (sid.len > 64 || mid.len > 64) {
-        PyErr_SetString(PyExc_ValueError, "schema digest longer than 64 bytes");
+    if (ev_schema_set(&self->schema, src_id, version, &sid) < 0 ||
+        ev_digest_set(&self->meta_id, &mid, "metadata") < 0)
         goto done;
-    }
     self->ncols = (int)PyTuple_GET_SIZE(ops);
     self->cols = PyMem_Calloc((size_t)self->ncols + 1, sizeof(Col));
     self->nkey = (int)PyTuple_GET_SIZE(keys);
@@ -675,12 +600,6 @@ static int RowCodec_init(RowCodec *self, PyObject *args, PyObject *kwds) {
         goto done;
     }
     self->key_mode = key_mode;
-    self->src_id = (int32_t)src_id;
-    self->schema_version = (int16_t)version;
-    memcpy(self->schema_id, sid.buf, (size_t)sid.len);
-    self->schema_id_len = (int)sid.len;
-    memcpy(self->meta_id, mid.buf, (size_t)mid.len);
-    self->meta_id_len = (int)mid.len;
     ok = 1;
 done:
     PyBuffer_Release(&sid);

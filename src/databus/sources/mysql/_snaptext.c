@@ -335,7 +335,7 @@ static PyObject *RowCodec_snapshot_events(RowCodec *self, PyObject *args) {
             PyErr_SetString(PyExc_TypeError, "keys are int or bytes");
             goto done;
         }
-        if (write_event(self, &out, 4, scn, ts, is_int, ikey, &kb, NULL, ATTR_SNAPSHOT,
+        if (write_event(self, &out, 4, scn, ts, is_int, ikey, &kb, NULL, EV_ATTR_SNAPSHOT,
                         (const unsigned char *)PyBytes_AS_STRING(payload),
                         (size_t)PyBytes_GET_SIZE(payload)) < 0)
             goto done;

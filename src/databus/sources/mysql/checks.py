@@ -11,11 +11,10 @@ module that talks to the driver).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from urllib.parse import unquote, urlparse
+from dataclasses import dataclass
 
 from databus.core.errors import ConfigError
-from databus.core.redact import redact_url
+from databus.sources.common.urls import ServerUrl, parse_server_url
 from databus.sources.config import MysqlSourceConfig, SourceTlsConfig
 
 
@@ -33,13 +32,10 @@ class ServerFacts:
 
 
 @dataclass(frozen=True)
-class MysqlUrl:
-    """Where and how to connect; ``repr`` never shows the password."""
+class MysqlUrl(ServerUrl):
+    """Where and how to connect: the URL's parts and TLS; ``repr`` never shows the
+    password."""
 
-    host: str
-    port: int
-    user: str
-    password: str = field(default="", repr=False)
     tls: SourceTlsConfig | None = None
 
 
@@ -47,17 +43,9 @@ def parse_mysql_url(url: str, *, password: str | None = None,
                     tls: SourceTlsConfig | None = None) -> MysqlUrl:
     """``mysql://USER:PASS@HOST:PORT`` (user and password URL-encoded); ``password``
     (from a file or the environment) replaces the URL's."""
-    u = urlparse(url)
-    if u.scheme not in ("mysql", "mariadb"):
-        raise ConfigError(f"not a mysql:// URL: {redact_url(url)!r}")
-    if not u.hostname:
-        raise ConfigError(f"mysql URL needs a host: {redact_url(url)!r}")
-    try:
-        port = u.port or 3306
-    except ValueError:
-        raise ConfigError(f"bad port in mysql URL {redact_url(url)!r}") from None
-    pw = password if password is not None else unquote(u.password or "")
-    return MysqlUrl(u.hostname, port, unquote(u.username or "root"), pw, tls)
+    u = parse_server_url(url, kind="mysql", schemes=("mysql", "mariadb"), port=3306,
+                         user="root", password=password)
+    return MysqlUrl(u.host, u.port, u.user, u.password, tls=tls)
 
 
 def mysql_url(config: MysqlSourceConfig) -> MysqlUrl:

@@ -24,11 +24,12 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from databus.core import mysqlwire as mw
 from databus.core.errors import SchemaError
 from databus.sources.mysql import rows as br
 
-_INTS = {"tinyint": br.T_TINY, "smallint": br.T_SHORT, "mediumint": br.T_INT24,
-         "int": br.T_LONG, "integer": br.T_LONG, "bigint": br.T_LONGLONG}
+_INTS = {"tinyint": mw.T_TINY, "smallint": mw.T_SHORT, "mediumint": mw.T_INT24,
+         "int": mw.T_LONG, "integer": mw.T_LONG, "bigint": mw.T_LONGLONG}
 _BLOBS = ("tinytext", "text", "mediumtext", "longtext", "tinyblob", "blob", "mediumblob",
           "longblob", "json")
 _GEOMETRY = ("geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
@@ -81,44 +82,44 @@ def table_def(db: str, table: str, columns: Sequence[Sequence[Any]], key: Sequen
         if dtype in _INTS:
             t = _INTS[dtype]
         elif dtype in ("decimal", "numeric"):
-            t, m = br.T_NEWDECIMAL, (int(precision) << 8) | int(scale)
+            t, m = mw.T_NEWDECIMAL, (int(precision) << 8) | int(scale)
         elif dtype == "float":
-            t = br.T_FLOAT
+            t = mw.T_FLOAT
         elif dtype in ("double", "real"):
-            t = br.T_DOUBLE
+            t = mw.T_DOUBLE
         elif dtype == "bit":
             bits = int(precision)
-            t, m = br.T_BIT, ((bits % 8) << 8) | (bits // 8)
+            t, m = mw.T_BIT, ((bits % 8) << 8) | (bits // 8)
         elif dtype == "year":
-            t = br.T_YEAR
+            t = mw.T_YEAR
         elif dtype == "date":
-            t = br.T_DATE
+            t = mw.T_DATE
         elif dtype in ("time", "datetime", "timestamp"):
-            t = {"time": br.T_TIME2, "datetime": br.T_DATETIME2,
-                 "timestamp": br.T_TIMESTAMP2}[dtype]
+            t = {"time": mw.T_TIME2, "datetime": mw.T_DATETIME2,
+                 "timestamp": mw.T_TIMESTAMP2}[dtype]
             m = int(fsp or 0)
         elif dtype in ("char", "binary"):
-            t = br.T_STRING
+            t = mw.T_STRING
             codec = br.CODEC_BINARY if dtype == "binary" else codec
         elif dtype in ("varchar", "varbinary"):
-            t = br.T_VARCHAR
+            t = mw.T_VARCHAR
             codec = br.CODEC_BINARY if dtype == "varbinary" else codec
         elif dtype in _BLOBS:
-            t = br.T_BLOB
+            t = mw.T_BLOB
             codec = br.CODEC_BINARY if dtype.endswith("blob") else codec
         elif dtype == "enum":
-            t = br.T_ENUM
+            t = mw.T_ENUM
             td.enum_values[i] = _values(str(column_type))
         elif dtype == "set":
-            t = br.T_SET
+            t = mw.T_SET
             td.set_values[i] = _values(str(column_type))
         elif dtype in _GEOMETRY:
-            t = br.T_GEOMETRY
+            t = mw.T_GEOMETRY
         else:
             raise SchemaError(f"column {name} of {db}.{table}: type {dtype} cannot be snapshotted")
         types.append(t)
         meta.append(m)
-        codecs.append(codec if t in (br.T_STRING, br.T_VARCHAR, br.T_BLOB) else br.CODEC_BINARY)
+        codecs.append(codec if t in (mw.T_STRING, mw.T_VARCHAR, mw.T_BLOB) else br.CODEC_BINARY)
     td.real_types = list(types)
     td.nullable = [str(c[7]).upper() == "YES" for c in columns]
     td.primary_key = [names.index(k) for k in key]
@@ -130,7 +131,7 @@ def select_list(td: br.TableDef) -> str:
     out = []
     for name, t in zip(td.names, td.real_types, strict=True):
         q = quote(name)
-        out.append(f"CAST({q} AS DOUBLE)" if t == br.T_FLOAT else q)
+        out.append(f"CAST({q} AS DOUBLE)" if t == mw.T_FLOAT else q)
     return ", ".join(out)
 
 
@@ -140,11 +141,11 @@ def to_binlog_values(td: br.TableDef, row: Sequence[Any]) -> list[Any]:
     for v, t in zip(row, td.real_types, strict=True):
         if v is None:
             out.append(None)
-        elif t == br.T_BIT:
+        elif t == mw.T_BIT:
             out.append(int.from_bytes(v, "big"))
-        elif t in (br.T_DATE, br.T_DATETIME2, br.T_TIMESTAMP2) and isinstance(v, str):
+        elif t in (mw.T_DATE, mw.T_DATETIME2, mw.T_TIMESTAMP2) and isinstance(v, str):
             out.append(None)  # zero dates (and dates with a zero part) are null
-        elif t == br.T_TIMESTAMP2:
+        elif t == mw.T_TIMESTAMP2:
             out.append(v.replace(tzinfo=dt.UTC))
         else:
             out.append(v)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from databus.core import mysqlwire as mw
 from databus.core.errors import CorruptEventError
 from databus.sources.mysql import rows as br
 
@@ -46,9 +47,9 @@ except ImportError:  # pragma: no cover - depends on the build
 CONV_COPY, CONV_UTF8, CONV_LATIN1 = 0, 1, 2
 KEY_INT, KEY_ROWINDEX, KEY_JSON = 0, 1, 2
 
-_INTS = {br.T_TINY: (OP_INT8, OP_UINT8), br.T_SHORT: (OP_INT16, OP_UINT16),
-         br.T_INT24: (OP_INT24, OP_UINT24), br.T_LONG: (OP_INT32, OP_UINT32),
-         br.T_LONGLONG: (OP_INT64, OP_UINT64_DEC)}
+_INTS = {mw.T_TINY: (OP_INT8, OP_UINT8), mw.T_SHORT: (OP_INT16, OP_UINT16),
+         mw.T_INT24: (OP_INT24, OP_UINT24), mw.T_LONG: (OP_INT32, OP_UINT32),
+         mw.T_LONGLONG: (OP_INT64, OP_UINT64_DEC)}
 _TEXT_CONV = {br.CODEC_BINARY: CONV_COPY, br.CODEC_UTF8: CONV_UTF8,
               br.CODEC_LATIN1: CONV_LATIN1}
 _NO_VALUES: tuple[bytes, ...] = ()
@@ -69,41 +70,41 @@ def _op(td: br.TableDef, i: int) -> tuple[int, int, int, int, tuple[bytes, ...]]
     if t in _INTS:
         signed_op, unsigned_op = _INTS[t]
         return (unsigned_op if td.unsigned[i] else signed_op), 0, 0, 0, _NO_VALUES
-    if t == br.T_FLOAT:
+    if t == mw.T_FLOAT:
         return OP_FLOAT, 0, 0, 0, _NO_VALUES
-    if t == br.T_DOUBLE:
+    if t == mw.T_DOUBLE:
         return OP_DOUBLE, 0, 0, 0, _NO_VALUES
-    if t == br.T_NEWDECIMAL:
+    if t == mw.T_NEWDECIMAL:
         return OP_DECIMAL, m >> 8, m & 0xFF, 0, _NO_VALUES
-    if t == br.T_YEAR:
+    if t == mw.T_YEAR:
         return OP_YEAR, 0, 0, 0, _NO_VALUES
-    if t == br.T_DATE:
+    if t == mw.T_DATE:
         return OP_DATE, 0, 0, 0, _NO_VALUES
-    if t == br.T_DATETIME2:
+    if t == mw.T_DATETIME2:
         return OP_DATETIME2, m, 0, 0, _NO_VALUES
-    if t == br.T_TIMESTAMP2:
+    if t == mw.T_TIMESTAMP2:
         return OP_TIMESTAMP2, m, 0, 0, _NO_VALUES
-    if t == br.T_TIME2:
+    if t == mw.T_TIME2:
         return OP_TIME2, m, 0, 0, _NO_VALUES
-    if t == br.T_BIT:
+    if t == mw.T_BIT:
         nbytes = (m & 0xFF) + (1 if m >> 8 else 0)
         return (OP_BIT_DEC if (m & 0xFF) >= 8 else OP_BIT_LONG), nbytes, 0, 0, _NO_VALUES
-    if t in (br.T_ENUM, br.T_SET):
-        names = td.enum_values.get(i, []) if t == br.T_ENUM else td.set_values.get(i, [])
+    if t in (mw.T_ENUM, mw.T_SET):
+        names = td.enum_values.get(i, []) if t == mw.T_ENUM else td.set_values.get(i, [])
         values = tuple(v.encode("utf-8") for v in names)
-        return (OP_ENUM if t == br.T_ENUM else OP_SET), m, 0, 0, values
+        return (OP_ENUM if t == mw.T_ENUM else OP_SET), m, 0, 0, values
     codec = td.codecs[i] if td.codecs else br.CODEC_UTF8
-    if t in (br.T_VARCHAR, br.T_VAR_STRING, br.T_STRING):
+    if t in (mw.T_VARCHAR, mw.T_VAR_STRING, mw.T_STRING):
         if codec not in _TEXT_CONV:
             raise _Unsupported(f"character set codec {codec}")
         lb = 1 if m < 256 else 2
-        if t == br.T_STRING and codec == br.CODEC_BINARY:
+        if t == mw.T_STRING and codec == br.CODEC_BINARY:
             return OP_BINARY_PAD, lb, m, CONV_COPY, _NO_VALUES
-        return (OP_CHAR if t == br.T_STRING else OP_VARSTR), lb, 0, _TEXT_CONV[codec], _NO_VALUES
-    if t in (br.T_BLOB, br.T_GEOMETRY):
-        if t == br.T_BLOB and codec not in _TEXT_CONV:
+        return (OP_CHAR if t == mw.T_STRING else OP_VARSTR), lb, 0, _TEXT_CONV[codec], _NO_VALUES
+    if t in (mw.T_BLOB, mw.T_GEOMETRY):
+        if t == mw.T_BLOB and codec not in _TEXT_CONV:
             raise _Unsupported(f"character set codec {codec}")
-        conv = _TEXT_CONV[codec] if t == br.T_BLOB else CONV_COPY
+        conv = _TEXT_CONV[codec] if t == mw.T_BLOB else CONV_COPY
         return OP_BLOB, m, 0, conv, _NO_VALUES
     raise _Unsupported(f"binlog type {t}")
 

@@ -20,17 +20,37 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from databus.core.errors import CorruptEventError, SchemaError
+from databus.core.mysqlwire import (  # binlog column types, shared with the binlog service
+    BINARY_CHARSET,
+    T_BIT,
+    T_BLOB,
+    T_DATE,
+    T_DATETIME2,
+    T_DOUBLE,
+    T_ENUM,
+    T_FLOAT,
+    T_GEOMETRY,
+    T_INT24,
+    T_JSON,
+    T_LONG,
+    T_LONG_BLOB,
+    T_LONGLONG,
+    T_MEDIUM_BLOB,
+    T_NEWDECIMAL,
+    T_SET,
+    T_SHORT,
+    T_STRING,
+    T_TIME2,
+    T_TIMESTAMP2,
+    T_TINY,
+    T_TINY_BLOB,
+    T_VAR_STRING,
+    T_VARCHAR,
+    T_YEAR,
+)
 from databus.sources.mysql import jsonb
 from databus.sources.mysql.events import read_lenenc
 
-# binlog column types
-T_DECIMAL, T_TINY, T_SHORT, T_LONG, T_FLOAT, T_DOUBLE, T_NULL, T_TIMESTAMP = 0, 1, 2, 3, 4, 5, 6, 7
-T_LONGLONG, T_INT24, T_DATE, T_TIME, T_DATETIME, T_YEAR = 8, 9, 10, 11, 12, 13
-T_VARCHAR, T_BIT, T_TIMESTAMP2, T_DATETIME2, T_TIME2 = 15, 16, 17, 18, 19
-T_JSON, T_NEWDECIMAL, T_ENUM, T_SET = 245, 246, 247, 248
-T_TINY_BLOB, T_MEDIUM_BLOB, T_LONG_BLOB, T_BLOB, T_VAR_STRING, T_STRING, T_GEOMETRY = (
-    249, 250, 251, 252, 253, 254, 255)
-BINARY_CHARSET = 63
 _INT_SIZES = {T_TINY: 1, T_SHORT: 2, T_INT24: 3, T_LONG: 4, T_LONGLONG: 8}
 
 

@@ -1,5 +1,5 @@
-"""The database side of incremental snapshots: signal table, watermarks, chunks
-(see :mod:`.incremental`); progress records are :mod:`databus.sources.progress`."""
+"""The MySQL side of incremental snapshots (:mod:`databus.sources.common.incremental`):
+signal table, watermarks, chunks, and a finished chunk's events (:func:`encode_chunk`)."""
 
 from __future__ import annotations
 
@@ -7,22 +7,26 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from databus.core.errors import SchemaError, StatementError
+from databus.sources.common.incremental import Chunk, ChunkReader, chunk_events
+from databus.sources.common.names import split_name
 from databus.sources.mysql import chunks, fastpath
 from databus.sources.mysql import rows as br
 from databus.sources.mysql.connection import SqlSession
-from databus.sources.mysql.incremental import ChunkReader
-from databus.sources.progress import ProgressRecords
-
-__all__ = ["ProgressRecords", "SnapshotIO", "split"]
 
 _SYSTEM = ("mysql", "information_schema", "performance_schema", "sys")
 
 
 def split(name: str) -> tuple[str, str]:
-    db, _, table = name.partition(".")
-    if not db or not table:
-        raise SchemaError(f"table names are db.table, got {name!r}")
-    return db, table
+    return split_name(name, "db.table")
+
+
+def encode_chunk(chunk: Chunk, scn: int, ts_ns: int) -> tuple[bytes, int]:
+    """A finished chunk's rows (event key -> Avro payload) as ``r`` events, by the table's
+    compiled codec when it has one (the same bytes as :func:`chunk_events`)."""
+    shape = chunk.shape
+    if shape.codec is not None:
+        return shape.codec.snapshot_events(list(chunk.rows.items()), scn, ts_ns), len(chunk.rows)
+    return chunk_events(shape.version.schema, chunk.rows, scn, ts_ns), len(chunk.rows)
 
 
 class SnapshotIO(ChunkReader):

@@ -52,41 +52,37 @@ give the same bytes.
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import threading
 import time
-import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from databus.core import event as ev
 from databus.core.errors import (
     ConfigError,
     DatabusError,
-    InvalidRequestError,
     SourcePositionLostError,
     SourceUnavailableError,
-    StatementError,
     UnsupportedEventError,
 )
-from databus.core.schema import (
-    SCHEMA_CHANGES,
-    ColumnSpec,
-    SchemaRegistry,
-    table_schema,
-)
+from databus.core.schema import SCHEMA_CHANGES, SchemaRegistry
 from databus.core.window import Window
 from databus.sources.base import Capturer, Source, SourceInfo
 from databus.sources.columns import ColumnFilter
+from databus.sources.common import signals
+from databus.sources.common.incremental import (
+    NOTIFICATIONS,
+    NOTIFY_SCHEMA,
+    Snapshots,
+    idle_stats,
+)
+from databus.sources.common.progress import ProgressRecords
+from databus.sources.common.tables import TableFilter
 from databus.sources.config import MysqlSourceConfig
 from databus.sources.mysql import compressed, fastpath
 from databus.sources.mysql import ddl as dd
 from databus.sources.mysql import events as be
-from databus.sources.mysql import incremental as inc
 from databus.sources.mysql import rows as br
 from databus.sources.mysql.checks import check_server, describe, mysql_url
 from databus.sources.mysql.connection import (
@@ -98,44 +94,13 @@ from databus.sources.mysql.connection import (
     master_status,
     server_facts,
 )
-from databus.sources.mysql.incremental import Coordinator
-from databus.sources.mysql.snapshots import ProgressRecords, SnapshotIO
-from databus.sources.mysql.tables import (
-    Shape,
-    meta_middle,
-    source_id,
-)
+from databus.sources.mysql.snapshots import SnapshotIO, encode_chunk
+from databus.sources.mysql.tables import Shape, meta_middle
 from databus.sources.mysql.versions import Versions, signature
-from databus.sources.sqlfilter import checked_conditions
+
+__all__ = ["NOTIFICATIONS", "SCHEMA_CHANGES", "MysqlSource"]
 
 log = logging.getLogger("databus.sources.mysql")
-
-
-NOTIFICATIONS = "databus.notifications"
-"""Logical source of snapshot progress notifications (see :mod:`.incremental`)."""
-
-NOTIFICATION_AVRO = table_schema("databus", "notifications", [
-    ColumnSpec("kind", "string", nullable=False), ColumnSpec("snapshot", "string"),
-    ColumnSpec("table", "string"), ColumnSpec("data", "string", nullable=False)])
-
-
-SCHEMA_CHANGE_AVRO = table_schema("databus", "schema_changes", [
-    ColumnSpec("db", "string", nullable=False), ColumnSpec("table", "string", nullable=False),
-    ColumnSpec("kind", "string", nullable=False), ColumnSpec("ddl", "string", nullable=False),
-    ColumnSpec("new_db", "string"), ColumnSpec("new_table", "string")])
-
-
-def _regexes(patterns: Sequence[str]) -> list[re.Pattern[str]]:
-    try:
-        return [re.compile(p) for p in patterns]
-    except re.error as exc:
-        raise ConfigError(f"bad table/column regex: {exc}") from exc
-
-
-def _none_match(include: list[re.Pattern[str]], exclude: list[re.Pattern[str]]) -> str:
-    less = f" less exclude_tables {[p.pattern for p in exclude]}" if exclude else ""
-    return (f"no table matches tables {[p.pattern for p in include]}{less} (regexes matched"
-            " whole on 'db.table', e.g. 'shop\\..*')")
 
 
 @dataclass
@@ -167,8 +132,7 @@ class MysqlSource(Source):
         self.report_host = who.label()
         self.config = config
         self.url = mysql_url(config)
-        self._include = _regexes(config.tables or [".*"])
-        self._exclude = _regexes(config.exclude_tables)
+        self._filter = TableFilter(config.tables, config.exclude_tables, config.signal_table)
         self._columns = ColumnFilter.of(config)
         self.server_id = who.replica_id(config.server_id)
         self.heartbeat = heartbeat
@@ -186,22 +150,12 @@ class MysqlSource(Source):
         # every table it touches, so one-row transactions would parse it once per row (a
         # third of their capture time: bench/peers/capture_profile.py)
         self._table_defs: dict[bytes, tuple[br.TableDef, str]] = {}
-        self._wanted_names: dict[str, bool] = {}  # _wanted's answers until filters change
-        self._ddl_version = self._tv.internal(SCHEMA_CHANGES, SCHEMA_CHANGE_AVRO,
-                                              ("db", "table"))
-        self._notify_version = self._tv.internal(NOTIFICATIONS, NOTIFICATION_AVRO,
-                                                 ("snapshot",))
+        # the source's own logical sources, listed from the start
+        self._tv.internal(dd.SCHEMA_CHANGE_SCHEMA)
+        self._tv.internal(NOTIFY_SCHEMA)
         self._records_path = state_dir / f"{name}.mysql-snapshot.json" if state_dir else None
-        self._notices: list[dict[str, Any]] = []
         self._snapshotted = False  # a mode's own snapshot was started by this process
-        # counters for stats(): every key exists from the start, so the relay's
-        # metrics thread copying the dict never sees it grow
-        self._stats: dict[str, float] = dict.fromkeys(
-            [f"snapshot_{k.lower()}_total" for k in inc.NOTICE_KINDS]
-            + ["snapshot_rows_total"], 0.0)
-        # reconfigure(): table include, table exclude, columns
-        self._new_filters: tuple[list[re.Pattern[str]], list[re.Pattern[str]],
-                                 ColumnFilter] | None = None
+        self._new_filters: tuple[TableFilter, ColumnFilter] | None = None  # reconfigure()
         self._opened = False
         self._origin = ""
         self._progress_every = config.progress_interval
@@ -232,11 +186,11 @@ class MysqlSource(Source):
         self._tv.load()
         self._sql = SqlSession(self.url)
         self._snap_io = SnapshotIO(self._sql, self.signal_table, self._wanted, self._shape_of)
-        self._coord = Coordinator(self._snap_io, self.config.snapshot_chunk_size, self._wanted)
         # one record per chunk window, dropped once the relay acknowledged a later
         # SCN: a fixed cap would lose the record a restart needs when more chunk
         # windows than the cap pass between two flushes of the relay's state
-        self._records = ProgressRecords(self._records_path, keep=None)
+        self._snaps = Snapshots(self._snap_io, self.config.snapshot_chunk_size, self._wanted,
+                                ProgressRecords(self._records_path, keep=None), encode_chunk)
         try:
             self._tv.list_tables(self._snap_io.table_defs(self._captured(self._snap_io)).items(),
                                  self._keep)
@@ -259,8 +213,7 @@ class MysqlSource(Source):
         (a regex that matches nothing is a mistake to name at start, not a quiet relay)."""
         tables = io.tables()
         if not tables:
-            raise ConfigError(f"{_none_match(self._include, self._exclude)} at"
-                              f" {self.url.host}:{self.url.port}")
+            raise ConfigError(f"{self._filter.none_match()} at {self.url.host}:{self.url.port}")
         return tables
 
     def _read_origin(self) -> str:
@@ -290,45 +243,17 @@ class MysqlSource(Source):
         return self._tv.shape(signature(td), td, self._keep)
 
     def _wanted(self, name: str) -> bool:
-        known = self._wanted_names.get(name)
-        if known is not None:
-            return known
-        wanted = (any(p.fullmatch(name) for p in self._include)
-                  and not any(p.fullmatch(name) for p in self._exclude))
-        if len(self._wanted_names) >= 4096:  # names of tables that come and go: bounded
-            self._wanted_names.clear()
-        self._wanted_names[name] = wanted
-        return wanted
+        """A captured table (the filters in force: :meth:`reconfigure` may change them)."""
+        return self._filter(name)
 
     def signal(self, kind: str, data: dict[str, Any] | None) -> str:
-        """Insert a signal row (see :mod:`.incremental`) on its own connection: the
-        capture thread sees it in the binlog, in commit order. Thread-safe."""
-        if kind not in (inc.EXECUTE, inc.STOP, inc.PAUSE, inc.RESUME):
-            raise InvalidRequestError(
-                f"unknown signal {kind!r}; one of {inc.EXECUTE}, {inc.STOP}, {inc.PAUSE},"
-                f" {inc.RESUME}")
-        sid = uuid.uuid4().hex
-        session = SqlSession(self.url)
-        io = SnapshotIO(session, self.signal_table, self._wanted, self._shape_of)
-        try:
-            if kind == inc.EXECUTE:
-                # refused here (400, nothing written) rather than an ERROR notice later
-                inc.matched_tables(data, io.tables())
-                data = self._checked_conditions(session, data or {})
-            io.write_watermark(sid, kind, json.dumps(data or {}))
-        except StatementError as exc:
-            raise InvalidRequestError(f"cannot write to {self.signal_table}: {exc}") from exc
-        finally:
-            session.close()
-        return sid
-
-    def _checked_conditions(self, session: SqlSession, data: dict[str, Any]
-                            ) -> dict[str, Any]:
-        """:func:`~databus.sources.sqlfilter.checked_conditions`: filters parsed against
-        their table's columns and re-emitted from the parse tree; the stored signal row
-        only ever holds SQL generated there."""
-        return checked_conditions(
-            data, wanted=self._wanted,
+        """Insert a signal row on its own connection (:func:`.signals.send`: the same
+        contract for every source): the capture thread sees it in the binlog, in commit
+        order. Thread-safe."""
+        session = SqlSession(self.url)  # connects on first use
+        return signals.send(
+            kind, data, SnapshotIO(session, self.signal_table, self._wanted, self._shape_of),
+            name=self.signal_table, close=session.close, wanted=self._wanted,
             columns=lambda db, name: [str(r[0]) for r in session.query(
                 "SELECT COLUMN_NAME FROM information_schema.COLUMNS"
                 " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (db, name))])
@@ -340,28 +265,20 @@ class MysqlSource(Source):
         Thread-safe: the capture thread applies them before its next event."""
         if mysql_url(config) != self.url:
             raise ConfigError("the source url cannot change while running: restart the relay")
-        filters = (_regexes(config.tables or [".*"]), _regexes(config.exclude_tables),
-                   ColumnFilter.of(config))
-        include, exclude = filters[0], filters[1]
-
-        def wanted(name: str) -> bool:
-            return (any(p.fullmatch(name) for p in include)
-                    and not any(p.fullmatch(name) for p in exclude))
-
+        tables = TableFilter(config.tables, config.exclude_tables, self.signal_table)
+        columns = ColumnFilter.of(config)
         session = SqlSession(self.url)
         try:  # refused like a start: new filters that match no table keep the old ones
-            if not SnapshotIO(session, self.signal_table, wanted, self._shape_of).tables():
-                raise ConfigError(f"{_none_match(include, exclude)}; the running table"
-                                  " filters stay")
+            if not SnapshotIO(session, self.signal_table, tables, self._shape_of).tables():
+                raise ConfigError(f"{tables.none_match()}; the running table filters stay")
         finally:
             session.close()
-        self._new_filters = filters
+        self._new_filters = (tables, columns)
 
     def _apply_filters(self) -> None:
         filters, self._new_filters = self._new_filters, None
         if filters is not None:
-            self._include, self._exclude, self._columns = filters
-            self._wanted_names = {}  # a new dict: another thread may be reading the old
+            self._filter, self._columns = filters
             self._tv.forget_shapes()  # column filters are part of a shape
             self._snap_io.forget()  # its kept shapes too
             log.info("table and column filters reloaded")
@@ -370,11 +287,8 @@ class MysqlSource(Source):
     def stats(self) -> dict[str, float]:
         """Snapshot progress: counters of notifications by kind and of rows sent,
         and the running snapshot's state."""
-        p = self._coord.progress if self._opened else None
-        return {**self._stats, "snapshot_running": float(p is not None),
-                "snapshot_elsewhere": float(self._halted),
-                "snapshot_paused": float(bool(p and p.paused)),
-                "snapshot_tables_left": float(len(p.tables) if p else 0)}
+        snaps = self._snaps.stats() if self._opened else idle_stats()
+        return {**snaps, "snapshot_elsewhere": float(self._halted)}
 
     def sources(self) -> list[SourceInfo]:
         return self._tv.sources()
@@ -415,16 +329,16 @@ class MysqlSource(Source):
         self._stream_scn = after_scn
         self._last_scn = after_scn
         self._reset_txn()
-        self._coord.restore(self._records.at(after_scn) if after_scn >= 0 else None)
+        self._snaps.restore(after_scn)
         mode = self.snapshot_mode
-        if at_end or (not self._snapshotted and not self._coord.active and (
+        if at_end or (not self._snapshotted and not self._snaps.active and (
                 (after_scn < 0 and self.start_gtid is None
                  and mode in ("initial", "initial_only", "when_needed"))
                 or mode == "always")):
             self._snapshotted = True
             tables = self._snap_io.tables()
             if tables:
-                self._notices += self._coord.start(tables)
+                self._snaps.start(tables)
 
     def _file_name(self, number: int) -> str:
         base = self._base or master_status(self.url)[0].rsplit(".", 1)[0]
@@ -460,8 +374,7 @@ class MysqlSource(Source):
         while not stop.is_set() and len(out) < 64:
             if self._new_filters is not None and not self._pending:
                 self._apply_filters()  # between transactions: a window has one shape
-            if self._coord.wants_chunk():
-                self._open_chunk()
+            self._snaps.step()  # the next chunk of a running snapshot
             try:
                 raw = self._stream.read()
             except SourcePositionLostError:
@@ -493,13 +406,7 @@ class MysqlSource(Source):
 
     def _done_snapshotting(self) -> bool:
         return (self.snapshot_mode == "initial_only" and self._snapshotted
-                and not self._coord.active and not self._notices)
-
-    def _open_chunk(self) -> None:
-        self._notices += self._coord.open_chunk()
-        if self._notices and self._coord.chunk is None:
-            # no watermark will commit: a marker row carries the notices to the stream
-            self._snap_io.write_watermark(uuid.uuid4().hex, inc.NOTIFY, "{}")
+                and not self._snaps.active and not self._snaps.notices)
 
     def _event(self, raw: bytes) -> Window | None:
         assert self._stream is not None
@@ -513,7 +420,7 @@ class MysqlSource(Source):
                 table_map, td, name = entry
                 if name == self.signal_table:
                     self._signal_rows(td, t, body)
-                if self._wanted(name):
+                if self._filter(name):
                     self._pending.append(_Pending(
                         self._tv.shape(table_map, td, self._keep), t, body,
                         meta_middle(self._gtid, self._file, h.next_pos, self._gtid,
@@ -528,7 +435,7 @@ class MysqlSource(Source):
                     self._table_defs.clear()
                 self._table_defs[raw] = cached
             td, name = cached
-            if self._wanted(name) or name == self.signal_table:
+            if name == self.signal_table or self._filter(name):
                 self._maps[td.table_id] = (raw[6:], td, name)
         elif t == be.EventType.XID:
             return self._commit(h)
@@ -584,7 +491,7 @@ class MysqlSource(Source):
             log.info("a signal-table row at %s:%d: another capturer runs a snapshot;"
                      " this capture-only source stops here", self._file, h.next_pos)
             return None
-        plain = not signals and not self._notices and self._coord.chunk is None
+        plain = not signals and self._snaps.quiet
         if not pending and plain:
             return self._progress(h)  # a transaction of other tables: the position moved
         scn = self._scn(h.next_pos)
@@ -601,28 +508,8 @@ class MysqlSource(Source):
             if not rows:
                 return self._progress(h)
             return Window(scn, parts[0] if len(parts) == 1 else b"".join(parts), rows, ts_ns)
-        changed = bool(signals or self._notices)
-        notices, self._notices = self._notices, []
-        marks = [sid for sid, kind, _ in signals if kind in inc.MARKS]
-        for sid, kind, text in signals:
-            if kind not in inc.MARKS:
-                notices += self._coord.signal(sid, kind, text)
-        chunk, more = self._coord.on_commit(marks, lambda table: _keys(parts, table))
-        notices += more
-        if chunk is not None:
-            data, n = self._snapshot_events(chunk, scn, ts_ns)
-            parts.append(data)
-            rows += n
-        for notice in notices:
-            parts.append(self._notice_event(notice, scn, ts_ns))
-            rows += 1
-            name = f"snapshot_{notice['kind'].lower()}_total"
-            self._stats[name] = self._stats.get(name, 0) + 1
-        if chunk is not None:
-            self._stats["snapshot_rows_total"] = (self._stats.get("snapshot_rows_total", 0)
-                                                  + len(chunk.rows))
-        if chunk is not None or changed or notices:
-            self._records.add(scn, self._coord.state())
+        # signals, notices, a chunk between its watermarks: the snapshot's part
+        rows += self._snaps.commit(signals, parts, scn, ts_ns, NOTIFY_SCHEMA)
         if not rows:
             return self._progress(h)
         return Window(scn, b"".join(parts), rows, ts_ns)
@@ -633,25 +520,13 @@ class MysqlSource(Source):
         restart position and consumers' checkpoints follow the binlog, so a purge of
         files with nothing captured never takes the position away. Only between
         transactions, never while a snapshot runs."""
-        if (not self._progress_every or self._coord.active or self._pending
+        if (not self._progress_every or self._snaps.active or self._pending
                 or time.monotonic() - self._last_out < self._progress_every):
             return None
         scn = self._scn(h.next_pos)
         if scn <= self._last_scn or h.next_pos < 4:
             return None
         return Window(scn, b"", 0, h.timestamp * 1_000_000_000)
-
-    def _snapshot_events(self, chunk: inc.Chunk, scn: int, ts_ns: int) -> tuple[bytes, int]:
-        """The chunk's rows (event key -> Avro payload) as ``r`` events."""
-        shape: Shape = chunk.shape
-        if shape.codec is not None:
-            return shape.codec.snapshot_events(list(chunk.rows.items()), scn, ts_ns), len(chunk.rows)
-        s = shape.version.schema
-        out = [ev.encode(scn=scn, src_id=s.src_id, key=key, payload=payload,
-                         schema_id=s.id, schema_version=s.version, op=ev.Op.READ,
-                         timestamp_ns=ts_ns, extra_attributes=ev.ATTR_SNAPSHOT)
-               for key, payload in chunk.rows.items()]
-        return b"".join(out), len(out)
 
     def _ddl_seen(self, db: str, sql: str) -> None:
         """A DDL statement in the binlog: forget the snapshot's kept table
@@ -662,57 +537,31 @@ class MysqlSource(Source):
         lock), and the high watermark is written after the SELECT; so a DDL the
         chunk's definition missed is in the binlog before the chunk's high
         watermark, i.e. met here before the chunk is sent."""
-        changes = dd.parse_ddl(db, sql)
-        names = {n for c in changes for n in (c.name, c.new_name) if n}
-        if changes:
+        names = dd.touched(db, sql)
+        if names is None:  # not a table change as parse_ddl reads it: forget all, to be safe
+            self._snap_io.forget()
+        else:
             for n in names:
                 self._snap_io.forget(n)
-        else:  # not a table change as parse_ddl reads it: forget all, to be safe
-            self._snap_io.forget()
-        chunk = self._coord.chunk
-        if chunk is None:
-            return
-        bare = re.escape(chunk.table.partition(".")[2])
-        if chunk.table in names or (not changes and re.search(rf"(?<![\w$]){bare}(?![\w$])",
-                                                               sql, re.I)):
+        chunk = self._snaps.coord.chunk
+        if chunk is not None and dd.touches(chunk.table, names, sql):
             log.info("snapshot chunk of %s read again after a DDL", chunk.table)
-            self._coord.chunk = None
-
-    def _notice_event(self, notice: dict[str, Any], scn: int, ts_ns: int) -> bytes:
-        s = self._notify_version.schema
-        return inc.notice_event(s, notice, scn, ts_ns)
+            self._snaps.coord.chunk = None
 
     def _ddl(self, h: be.EventHeader, db: str, sql: str) -> Window | None:
         """A DDL statement: schema change events (+ truncate events) as one window."""
-        changes = [c for c in dd.parse_ddl(db, sql)
-                   if self._wanted(c.name) or (c.new_name and self._wanted(c.new_name))]
-        if not changes:
-            return None
-        self._reset_txn()
         scn = self._scn(h.next_pos)
         ts_ns = h.timestamp * 1_000_000_000
-        s = self._ddl_version.schema
-        events = []
-        for c in changes:
-            row = {"db": c.db, "table": c.table, "kind": c.kind, "ddl": sql,
-                   "new_db": c.new_db, "new_table": c.new_table}
-            key = json.dumps([c.db, c.table], ensure_ascii=False, separators=(",", ":")).encode()
-            events.append(ev.encode(scn=scn, src_id=s.src_id, key=key, payload=s.encode(row),
-                                    schema_id=s.id, schema_version=s.version, op=ev.Op.INSERT,
-                                    timestamp_ns=ts_ns))
-            src = source_id(c.name)
-            reg = self._tv.registry
-            if c.kind == dd.TRUNCATE and src in reg.source_ids():
-                latest = reg.latest(src)
-                events.append(ev.encode(scn=scn, src_id=src, key=0, payload=b"",
-                                        schema_id=latest.id, schema_version=latest.version,
-                                        op=ev.Op.TRUNCATE, timestamp_ns=ts_ns))
+        events = dd.ddl_events(db, sql, self._filter, self._tv.registry, scn, ts_ns)
+        if not events:
+            return None
+        self._reset_txn()
         return Window(scn, b"".join(events), len(events), ts_ns)
 
     def acknowledge(self, scn: int) -> None:
         """The relay restarts at or after ``scn``: older snapshot progress can go."""
         if self._opened:
-            self._records.forget_before(scn)
+            self._snaps.acknowledge(scn)
 
     def close(self) -> None:
         if self._stream is not None:
@@ -721,15 +570,3 @@ class MysqlSource(Source):
         if self._opened:
             self._sql.close()
 
-
-def _keys(parts: list[bytes], table: str) -> list[int | bytes]:
-    """Event keys of ``table``'s rows among encoded events."""
-    src = source_id(table)
-    out: list[int | bytes] = []
-    for data in parts:
-        off = 0
-        while off < len(data):
-            if ev.peek_src_id(data, off) == src:
-                out.append(ev.peek_key(data, off))
-            off += ev.peek_length(data, off)
-    return out

@@ -12,10 +12,10 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
-import zlib
 from typing import Any
 
 from databus.core import event as ev
+from databus.core import mysqlwire as mw
 from databus.core.avrobin import long_bytes
 from databus.core.errors import CorruptEventError
 from databus.core.schema import MetadataCodec, TableSchema
@@ -26,45 +26,41 @@ _OPS = {30: ev.Op.INSERT, 23: ev.Op.INSERT, 31: ev.Op.UPDATE, 24: ev.Op.UPDATE,
         32: ev.Op.DELETE, 25: ev.Op.DELETE}
 
 
-def source_id(name: str) -> int:
-    return zlib.crc32(name.encode()) & 0x7FFFFFFF
-
-
 def avro_type(td: br.TableDef, i: int) -> Any:
     t, m = td.real_types[i], td.meta[i]
-    if t in (br.T_TINY, br.T_SHORT, br.T_INT24, br.T_LONG, br.T_YEAR):
+    if t in (mw.T_TINY, mw.T_SHORT, mw.T_INT24, mw.T_LONG, mw.T_YEAR):
         return "long"
-    if t == br.T_LONGLONG or (t == br.T_BIT and (m & 0xFF) >= 8):
-        if td.unsigned[i] or t == br.T_BIT:  # 64-bit unsigned does not fit a long
+    if t == mw.T_LONGLONG or (t == mw.T_BIT and (m & 0xFF) >= 8):
+        if td.unsigned[i] or t == mw.T_BIT:  # 64-bit unsigned does not fit a long
             return {"type": "bytes", "logicalType": "decimal", "precision": 20, "scale": 0}
         return "long"
-    if t == br.T_BIT:
+    if t == mw.T_BIT:
         return "long"
-    if t == br.T_FLOAT:
+    if t == mw.T_FLOAT:
         return "float"
-    if t == br.T_DOUBLE:
+    if t == mw.T_DOUBLE:
         return "double"
-    if t == br.T_NEWDECIMAL:
+    if t == mw.T_NEWDECIMAL:
         return {"type": "bytes", "logicalType": "decimal", "precision": m >> 8,
                 "scale": m & 0xFF}
-    if t == br.T_DATE:
+    if t == mw.T_DATE:
         return {"type": "int", "logicalType": "date"}
-    if t == br.T_TIME2:
+    if t == mw.T_TIME2:
         return "long"  # microseconds, may be negative or beyond 24 h
-    if t == br.T_DATETIME2:
+    if t == mw.T_DATETIME2:
         return {"type": "long", "logicalType": "local-timestamp-micros"}
-    if t == br.T_TIMESTAMP2:
+    if t == mw.T_TIMESTAMP2:
         return {"type": "long", "logicalType": "timestamp-micros"}
-    if t in (br.T_ENUM, br.T_SET, br.T_JSON):
+    if t in (mw.T_ENUM, mw.T_SET, mw.T_JSON):
         return "string"
-    if t in (br.T_VARCHAR, br.T_VAR_STRING, br.T_STRING, br.T_BLOB):
+    if t in (mw.T_VARCHAR, mw.T_VAR_STRING, mw.T_STRING, mw.T_BLOB):
         return "bytes" if td.codecs and td.codecs[i] == br.CODEC_BINARY else "string"
     return "bytes"
 
 
-_INT_NAMES = {br.T_TINY: "TINYINT", br.T_SHORT: "SMALLINT", br.T_INT24: "MEDIUMINT",
-              br.T_LONG: "INT", br.T_LONGLONG: "BIGINT"}
-_FSP_NAMES = {br.T_TIME2: "TIME", br.T_DATETIME2: "DATETIME", br.T_TIMESTAMP2: "TIMESTAMP"}
+_INT_NAMES = {mw.T_TINY: "TINYINT", mw.T_SHORT: "SMALLINT", mw.T_INT24: "MEDIUMINT",
+              mw.T_LONG: "INT", mw.T_LONGLONG: "BIGINT"}
+_FSP_NAMES = {mw.T_TIME2: "TIME", mw.T_DATETIME2: "DATETIME", mw.T_TIMESTAMP2: "TIMESTAMP"}
 
 
 def _quoted(values: list[str]) -> str:
@@ -84,21 +80,21 @@ def declared_type(td: br.TableDef, i: int) -> str:
     unsigned = bool(td.unsigned) and td.unsigned[i]
     if t in _INT_NAMES:
         name = _INT_NAMES[t] + (" UNSIGNED" if unsigned else "")
-    elif t == br.T_YEAR:
+    elif t == mw.T_YEAR:
         name = "YEAR"
-    elif t == br.T_BIT:
+    elif t == mw.T_BIT:
         name = f"BIT({(m >> 8) + 8 * (m & 0xFF)})"
-    elif t == br.T_NEWDECIMAL:
+    elif t == mw.T_NEWDECIMAL:
         name = f"DECIMAL({m >> 8},{m & 0xFF})"
     elif t in _FSP_NAMES:
         name = _FSP_NAMES[t] + (f"({m})" if m else "")
-    elif t == br.T_DATE:
+    elif t == mw.T_DATE:
         name = "DATE"
-    elif t == br.T_ENUM:
+    elif t == mw.T_ENUM:
         name = f"ENUM({_quoted(td.enum_values.get(i, []))})"
-    elif t == br.T_SET:
+    elif t == mw.T_SET:
         name = f"SET({_quoted(td.set_values.get(i, []))})"
-    elif t == br.T_GEOMETRY:
+    elif t == mw.T_GEOMETRY:
         name = "GEOMETRY"
     else:
         name = ""

@@ -6,7 +6,8 @@ Contract:
   their Avro and declared types, the key); its id is the schema's digest, its number
   counts that table's shapes in the order the stream meets them (1, 2, ...).
 * **History**: with a history path, every version the stream has used is written there
-  (atomically) when it is added and loaded by :meth:`Versions.load`, so numbers and ids
+  (:mod:`databus.sources.common.history`) when it is added and loaded by
+  :meth:`Versions.load`, so numbers and ids
   survive restarts and a restarted relay serves the schemas of the events it holds.
   Versions another relay published (a cluster's former leader) join it through
   :meth:`Versions.adopt`.
@@ -33,9 +34,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
-from databus.core.atomic import write_atomic
 from databus.core.errors import SchemaError
 from databus.core.schema import (
     ColumnSpec,
@@ -45,8 +44,10 @@ from databus.core.schema import (
     table_schema,
 )
 from databus.sources.base import SourceInfo
+from databus.sources.common.history import HistoryFile, all_schemas
+from databus.sources.common.names import source_id
 from databus.sources.mysql import rows as br
-from databus.sources.mysql.tables import Shape, Version, avro_type, declared_type, source_id
+from databus.sources.mysql.tables import Shape, Version, avro_type, declared_type
 
 log = logging.getLogger("databus.sources.mysql")
 
@@ -56,7 +57,7 @@ class Versions:
     module doc). ``compiled``: shapes get the C codec where it applies."""
 
     def __init__(self, history: Path | None, compiled: bool) -> None:
-        self.history = history
+        self.history = HistoryFile(history)
         self.compiled = compiled
         self.registry = SchemaRegistry()
         self._versions: dict[bytes, Version] = {}  # by schema id
@@ -67,34 +68,24 @@ class Versions:
     def sources(self) -> list[SourceInfo]:
         return sorted(self._by_src.values(), key=lambda s: s.id)
 
-    def internal(self, name: str, avro: dict[str, Any], keys: tuple[str, ...]) -> Version:
-        """A logical source of the source's own (schema changes, notifications): version 1."""
-        schema = TableSchema(source_id(name), name, 1, avro, keys)
+    def internal(self, schema: TableSchema) -> None:
+        """A logical source of the source's own (schema changes, notifications)."""
         self.registry.add(schema)
-        self._by_src[schema.src_id] = SourceInfo(schema.src_id, name)
-        return Version(schema)
+        self._by_src[schema.src_id] = SourceInfo(schema.src_id, schema.name)
 
     def load(self) -> None:
         """The history file's versions (nothing when there is none)."""
-        if self.history is None or not self.history.exists():
-            return
-        try:
-            saved = SchemaRegistry.from_json(self.history.read_bytes())
-        except (OSError, SchemaError) as exc:
-            raise SchemaError(f"schema history {self.history} is unreadable: {exc}") from exc
-        for src in saved.source_ids():
-            for s in saved.versions(src):
-                self._add(s, save=False)
+        for s in self.history.load():
+            self._add(s, save=False)
 
     def adopt(self, registry: SchemaRegistry) -> None:
         """Versions a former leader published join the history (numbering and ids
         continue after a failover); provisional versions go first, so none collides
         with a published number."""
         self._drop(set(self._listed))
-        for src in registry.source_ids():
-            for s in registry.versions(src):
-                if s.id not in self._versions:
-                    self._add(s)
+        for s in all_schemas(registry):
+            if s.id not in self._versions:
+                self._add(s)
 
     def forget_shapes(self) -> None:
         """Column filters changed: shapes are built again (versions stay)."""
@@ -195,7 +186,7 @@ class Versions:
             return
         self._listed -= ids
         reg = self.registry
-        kept = [s for src in reg.source_ids() for s in reg.versions(src) if s.id not in ids]
+        kept = [s for s in all_schemas(reg) if s.id not in ids]
         self.registry = SchemaRegistry(kept)
         for i in ids:
             self._versions.pop(i, None)
@@ -204,13 +195,12 @@ class Versions:
         self._by_src = {s.src_id: SourceInfo(s.src_id, s.name) for s in kept}
 
     def _save(self) -> None:
-        if self.history is None:
+        if self.history.path is None:
             return
         reg = self.registry
         if self._listed:  # provisional versions stay out of the history
-            reg = SchemaRegistry([s for src in reg.source_ids() for s in reg.versions(src)
-                                  if s.id not in self._listed])
-        write_atomic(self.history, reg.to_json().encode())
+            reg = SchemaRegistry([s for s in all_schemas(reg) if s.id not in self._listed])
+        self.history.write(reg)
 
 
 def signature(td: br.TableDef) -> bytes:

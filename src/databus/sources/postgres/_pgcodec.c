@@ -33,7 +33,7 @@ enum { KEY_INT = 0, KEY_ROWINDEX = 1, KEY_JSON = 2 };
 /* ops, as databus.core.event.Op */
 enum { OP_INSERT = 1, OP_UPDATE = 2, OP_DELETE = 3, OP_TRUNCATE = 5 };
 
-#include "../../core/_cenc.h" /* CRC-32, Buf, Avro and big-endian writers */
+#include "../../core/_cenc.h" /* CRC-32, Buf, Avro writers, the event and its schema */
 
 /* ---------- Codec: one table version ---------- */
 typedef struct {
@@ -43,10 +43,7 @@ typedef struct {
     int *key_cols;
     int nkey;
     int key_mode;
-    int32_t src_id;
-    int16_t schema_version;
-    unsigned char schema_id[64];
-    int schema_id_len;
+    EvSchema schema;
 } Codec;
 
 static void Codec_dealloc(Codec *self) {
@@ -65,10 +62,7 @@ static int Codec_init(Codec *self, PyObject *args, PyObject *kwds) {
                                      &keys, &key_mode, &src_id, &sid, &version))
         return -1;
     int ok = 0;
-    if (sid.len > 64) {
-        PyErr_SetString(PyExc_ValueError, "schema digest longer than 64 bytes");
-        goto done;
-    }
+    if (ev_schema_set(&self->schema, src_id, version, &sid) < 0) goto done;
     PyMem_Free(self->kinds);
     PyMem_Free(self->key_cols);
     self->ncols = (int)kinds.len;
@@ -101,10 +95,6 @@ static int Codec_init(Codec *self, PyObject *args, PyObject *kwds) {
         goto done;
     }
     self->key_mode = key_mode;
-    self->src_id = (int32_t)src_id;
-    self->schema_version = (int16_t)version;
-    memcpy(self->schema_id, sid.buf, (size_t)sid.len);
-    self->schema_id_len = (int)sid.len;
     ok = 1;
 done:
     PyBuffer_Release(&kinds);
@@ -277,34 +267,6 @@ static int tuple(Codec *c, const unsigned char *p, Py_ssize_t end, Py_ssize_t *p
     return unchanged;
 }
 
-/* a JSON string as json.dumps(ensure_ascii=False) writes it */
-static int json_string(Buf *b, const unsigned char *s, size_t n) {
-    static const char hex[] = "0123456789abcdef";
-    if (buf_byte(b, '"') < 0) return -1;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = s[i];
-        const char *esc = NULL;
-        switch (ch) {
-        case '"': esc = "\\\""; break;
-        case '\\': esc = "\\\\"; break;
-        case '\n': esc = "\\n"; break;
-        case '\r': esc = "\\r"; break;
-        case '\t': esc = "\\t"; break;
-        case '\b': esc = "\\b"; break;
-        case '\f': esc = "\\f"; break;
-        }
-        if (esc) {
-            if (buf_put(b, esc, 2) < 0) return -1;
-        } else if (ch < 0x20) {
-            char u[6] = {'\\', 'u', '0', '0', hex[ch >> 4], hex[ch & 15]};
-            if (buf_put(b, u, 6) < 0) return -1;
-        } else if (buf_byte(b, ch) < 0) {
-            return -1;
-        }
-    }
-    return buf_byte(b, '"');
-}
-
 /* the key, as TableVersion.key(values, row_index) makes it */
 static int make_key(Codec *c, KeyVal *kv, int64_t row_index, Key *key) {
     key->bytes.len = 0;
@@ -377,8 +339,7 @@ typedef struct {
     PyObject *last;  /* the last codec appended to held (borrowed) */
     Buf rows;        /* pending rows, see put_row */
     Py_ssize_t count;
-    unsigned char meta_id[64];
-    int meta_id_len;
+    EvDigest meta_id;
     Buf rec, old, meta; /* scratch */
     Key k1, k2;
 } Decoder;
@@ -399,14 +360,9 @@ static int Decoder_init(Decoder *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"meta_id", NULL};
     Py_buffer mid;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*", kwlist, &mid)) return -1;
-    if (mid.len > 64) {
-        PyBuffer_Release(&mid);
-        PyErr_SetString(PyExc_ValueError, "metadata digest longer than 64 bytes");
-        return -1;
-    }
-    memcpy(self->meta_id, mid.buf, (size_t)mid.len);
-    self->meta_id_len = (int)mid.len;
+    int bad = ev_digest_set(&self->meta_id, &mid, "metadata");
     PyBuffer_Release(&mid);
+    if (bad < 0) return -1;
     Py_XSETREF(self->rels, PyDict_New());
     Py_XSETREF(self->held, PyList_New(0));
     self->last = NULL;
@@ -578,17 +534,6 @@ done:
     return out;
 }
 
-static int part(Buf *b, int16_t version, const unsigned char *digest, int dlen,
-                const unsigned char *data, size_t n) {
-    unsigned char h[7];
-    put_be32_at(h, (uint32_t)n);
-    h[4] = (unsigned char)((uint16_t)version >> 8);
-    h[5] = (unsigned char)version;
-    h[6] = (unsigned char)dlen;
-    if (buf_put(b, h, 7) < 0 || buf_put(b, digest, (size_t)dlen) < 0) return -1;
-    return buf_put(b, data, n);
-}
-
 /* commit(scn, timestamp_ns, txid, origin) -> (events: bytes, count): every pending row as an
  * event of window scn, metadata as source.py writes it; the pending rows are cleared */
 static PyObject *Decoder_commit(Decoder *self, PyObject *args) {
@@ -654,38 +599,16 @@ static PyObject *Decoder_commit(Decoder *self, PyObject *args) {
             if (buf_byte(meta, 0) < 0 || buf_byte(meta, 2) < 0 || put_long(meta, row) < 0)
                 goto done;
         }
-        size_t start = out.len;
-        if (buf_reserve(&out, 45) < 0) goto done;
-        memset(out.p + start, 0, 45);
-        out.len += 45;
-        size_t body = out.len;
-        uint16_t attrs = (uint16_t)((op & 7) | (with_meta ? 0x0010 : 0));
-        unsigned char k8[8];
-        if (is_int) {
-            put_be64_at(k8, (uint64_t)ikey);
-            if (buf_put(&out, k8, 8) < 0) goto done;
-        } else {
-            attrs |= 0x0008;
-            put_be32_at(k8, klen);
-            if (buf_put(&out, k8, 4) < 0 || buf_put(&out, kp, klen) < 0) goto done;
-        }
+        size_t start;
+        uint16_t attrs = (uint16_t)((op & 7) | (with_meta ? EV_ATTR_HAS_METADATA : 0));
+        if (ev_start(&out, &start, is_int, ikey, kp, klen, &attrs) < 0) goto done;
         if (with_meta &&
-            part(&out, 0, self->meta_id, self->meta_id_len, meta->p, meta->len) < 0)
+            ev_part(&out, 0, self->meta_id.b, self->meta_id.len, meta->p, meta->len) < 0)
             goto done;
-        if (part(&out, c->schema_version, c->schema_id, c->schema_id_len, payload, plen) < 0)
+        if (ev_part(&out, c->schema.version, c->schema.id.b, c->schema.id.len, payload, plen)
+            < 0)
             goto done;
-        unsigned char *h = out.p + start;
-        h[0] = 2;
-        put_be32_at(h + 1, 0xCAFEDEEDu);
-        put_be32_at(h + 5, 45);
-        put_be32_at(h + 13, crc32_update(0, out.p + body, out.len - body));
-        put_be32_at(h + 17, (uint32_t)(out.len - start));
-        h[21] = (unsigned char)(attrs >> 8);
-        h[22] = (unsigned char)attrs;
-        put_be64_at(h + 23, (uint64_t)ts);
-        put_be32_at(h + 31, (uint32_t)c->src_id);
-        put_be64_at(h + 37, (uint64_t)scn);
-        put_be32_at(h + 9, crc32_update(crc32_update(0, h, 9), h + 13, 45 - 13));
+        ev_finish(&out, start, attrs, ts, c->schema.src_id, scn);
     }
     result = Py_BuildValue("(y#n)", out.p ? (const char *)out.p : "", (Py_ssize_t)out.len,
                            self->count);

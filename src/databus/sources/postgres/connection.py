@@ -24,7 +24,6 @@ import select
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import psycopg2
 import psycopg2.errors
@@ -37,6 +36,7 @@ from databus.core.errors import (
     StatementError,
 )
 from databus.core.redact import redact_url
+from databus.sources.common.urls import parse_server_url
 
 SESSION_SETTINGS = {"DateStyle": "ISO, MDY", "IntervalStyle": "postgres", "TimeZone": "UTC",
                     "bytea_output": "hex", "extra_float_digits": "1"}
@@ -79,21 +79,12 @@ class PgUrl:
 def parse_pg_url(url: str, *, password: str | None = None) -> PgUrl:
     """``postgresql://USER[:PASS]@HOST[:PORT]/DB`` (URL-encoded parts); ``password``
     (from a file) replaces the URL's."""
-    u = urlparse(url)
-    if u.scheme not in ("postgresql", "postgres"):
-        raise ConfigError(f"not a postgresql:// URL: {redact_url(url)!r}")
-    if not u.hostname:
-        raise ConfigError(f"postgresql URL needs a host: {redact_url(url)!r}")
-    database = unquote(u.path.lstrip("/"))
-    if not database:
+    u = parse_server_url(url, kind="postgresql", schemes=("postgresql", "postgres"),
+                         port=5432, user="postgres", password=password)
+    if not u.path:
         raise ConfigError(f"postgresql URL needs a database: {redact_url(url)!r}"
                           " (postgresql://USER@HOST:PORT/DB)")
-    try:
-        port = u.port or 5432
-    except ValueError:
-        raise ConfigError(f"bad port in postgresql URL {redact_url(url)!r}") from None
-    pw = password if password is not None else unquote(u.password or "")
-    return PgUrl(u.hostname, port, unquote(u.username or "postgres"), database, pw)
+    return PgUrl(u.host, u.port, u.user, u.path, u.password)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,8 +1,8 @@
 """The database side of the PostgreSQL source's incremental (signal) snapshots.
 
-The snapshot itself is the MySQL source's: :class:`databus.sources.mysql.incremental.Coordinator`
-(the DBLog watermark method, signals, notifications, progress records), with
-the same signal-table contract (``id``, ``type``, ``data`` JSON; default
+The snapshot itself is every server source's: :mod:`databus.sources.common.incremental`
+(the DBLog watermark method, notifications, progress records), with the same
+signal-table contract (:mod:`databus.sources.common.signals`) (``id``, ``type``, ``data`` JSON; default
 ``databus.signals``, here schema ``databus``, table ``signals``), the same
 chunk windows and the same watermark semantics: each chunk is selected between
 a low and a high watermark row inserted into the signal table; the stream
@@ -33,7 +33,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from databus.core.errors import ConfigError, SchemaError, StatementError
-from databus.sources.mysql.incremental import ChunkReader
+from databus.sources.common.incremental import ChunkReader
+from databus.sources.common.names import split_name
 from databus.sources.postgres import checks
 from databus.sources.postgres import pgoutput as po
 from databus.sources.postgres.connection import SqlSession, quote_ident
@@ -42,10 +43,7 @@ from databus.sources.postgres.types import TableVersion
 
 
 def split(name: str) -> tuple[str, str]:
-    schema, _, table = name.partition(".")
-    if not schema or not table:
-        raise SchemaError(f"table names are schema.table, got {name!r}")
-    return schema, table
+    return split_name(name, "schema.table")
 
 
 def sql_name(name: str) -> str:

@@ -31,24 +31,19 @@ from __future__ import annotations
 import binascii
 import json
 import struct
-import zlib
 from collections.abc import Callable
 from typing import Any
 
 from databus.core.avrobin import long_bytes
 from databus.core.errors import SchemaError
 from databus.core.schema import AvroType, ColumnSpec, TableSchema, table_schema
+from databus.sources.common.names import source_id
 
 BOOL, BYTEA, INT8, INT2, INT4, OID, FLOAT4, FLOAT8 = 16, 17, 20, 21, 23, 26, 700, 701
 INTEGERS = frozenset({INT8, INT2, INT4, OID})
 
 _AVRO: dict[int, AvroType] = {BOOL: "boolean", BYTEA: "bytes", INT8: "long", INT2: "long",
                               INT4: "long", OID: "long", FLOAT4: "double", FLOAT8: "double"}
-
-
-def source_id(name: str) -> int:
-    """The logical source id of ``schema.table`` (CRC-32, 31 bits, as for MySQL)."""
-    return zlib.crc32(name.encode()) & 0x7FFFFFFF
 
 
 def avro_type(type_oid: int) -> AvroType:

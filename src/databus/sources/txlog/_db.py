@@ -99,3 +99,18 @@ def rollback_quietly(con: sqlite3.Connection) -> None:
     if con.in_transaction:
         with suppress(sqlite3.Error):  # the original error is what the caller reports
             con.execute("ROLLBACK")
+
+
+def write_one(con: sqlite3.Connection, sql: str, params: tuple[object, ...], *,
+              busy_timeout: float) -> None:
+    """Run one statement in its own write transaction, asking for the write lock with
+    :func:`begin_immediate` (SQLite's busy handler, sleeping up to 100 ms between tries,
+    can wait past ``busy_timeout`` for an application that commits back to back and
+    fail with "database is locked")."""
+    begin_immediate(con, busy_timeout=busy_timeout)
+    try:
+        con.execute(sql, params)
+        con.execute("COMMIT")
+    except BaseException:
+        rollback_quietly(con)
+        raise

@@ -6,7 +6,7 @@ so a restarted relay rebuilds its schemas from there, unless its
 version then gives another schema (other fields, another id), and the events
 the relay buffered before carry the old one. So every schema the source
 registers is also recorded in ``<state_dir>/<relay>.sqlite-schemas.json``
-(written atomically, 0600, only when a schema is new to it), and a source
+(:mod:`databus.sources.common.history`; written only when a schema is new to it), and a source
 opening with that file serves the recorded schemas its filters no longer give
 as well. They are ordered before the current ones, so each table's latest
 schema (what a consumer of an event without a schema, or a bootstrap, is
@@ -19,16 +19,15 @@ from __future__ import annotations
 from collections.abc import Collection
 from pathlib import Path
 
-from databus.core.atomic import write_atomic
-from databus.core.errors import SchemaError
 from databus.core.schema import SchemaRegistry, TableSchema
+from databus.sources.common.history import HistoryFile, all_schemas
 
 
 class SchemaHistory:
     """One relay's recorded schemas (see the module docstring); ``path`` None: off."""
 
     def __init__(self, path: Path | None) -> None:
-        self.path = path
+        self.file = HistoryFile(path)
         self._recorded: set[bytes] = set()
         self._started = False
 
@@ -36,35 +35,28 @@ class SchemaHistory:
         """The registry to serve: ``current`` (the schemas the source gives now), after
         the recorded schemas of ``sources`` it does not hold; recorded at once."""
         saved = self._load()
-        ids = {s.id for src in current.source_ids() for s in current.versions(src)}
+        ids = {s.id for s in all_schemas(current)}
         past = [s for s in saved if s.id not in ids and s.src_id in sources]
         registry = current
         if past:
             registry = SchemaRegistry(past)
-            for src in current.source_ids():
-                for s in current.versions(src):
-                    registry.add(s)
+            for s in all_schemas(current):
+                registry.add(s)
         self._started = True
         self.record(registry)
         return registry
 
     def _load(self) -> list[TableSchema]:
-        if self.path is None or not self.path.exists():
-            return []
-        try:
-            saved = SchemaRegistry.from_json(self.path.read_bytes())
-        except (OSError, SchemaError) as exc:
-            raise SchemaError(f"schema history {self.path} is unreadable: {exc}") from exc
-        schemas = [v for src in saved.source_ids() for v in saved.versions(src)]
+        schemas = self.file.load()
         self._recorded = {s.id for s in schemas}
         return schemas
 
     def record(self, registry: SchemaRegistry) -> None:
         """Write ``registry`` (which holds every recorded schema: :meth:`start` made it)
         when it has a schema not recorded yet; nothing before :meth:`start`."""
-        if self.path is None or not self._started:
+        if self.file.path is None or not self._started:
             return
-        ids = {s.id for src in registry.source_ids() for s in registry.versions(src)}
+        ids = {s.id for s in all_schemas(registry)}
         if not ids <= self._recorded:
-            write_atomic(self.path, registry.to_json().encode())
+            self.file.write(registry)
             self._recorded |= ids

@@ -18,7 +18,7 @@ the chunk's rows are the table's state as of exactly ``T``: applied after the
 stream events of the same window and before those of later windows, an ``r``
 event never overwrites a newer change and never misses an older one. No
 watermark matching and no de-duplication are needed, unlike the binlog method
-(:mod:`databus.sources.mysql.incremental`), because SQLite lets a reader see
+(:mod:`databus.sources.common.incremental`), because SQLite lets a reader see
 the txlog and the table at the same instant. Readers never block the writer
 in WAL mode, so the application keeps writing while chunks are read.
 
@@ -41,7 +41,7 @@ collation; tables without one by rowid (which is also their event key).
 
 **Progress** (:class:`SnapshotState`: tables still to do, last key sent) is
 recorded with the SCN of every chunk window in the relay's state directory
-(:class:`~databus.sources.progress.ProgressRecords`, written atomically before
+(:class:`~databus.sources.common.progress.ProgressRecords`, written atomically before
 the window is handed to the relay), so a relay restarted after SCN ``S``
 resumes after the last chunk whose window it holds.
 

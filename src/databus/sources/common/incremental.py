@@ -7,7 +7,7 @@ streaming; nothing is locked. For each chunk the coordinator
 2. selects the chunk (:mod:`.chunks`) into a buffer keyed by event key,
 3. writes a *high watermark* row.
 
-The binlog reader then meets both watermarks in the stream. Every row change
+The log reader (binlog, WAL) then meets both watermarks in the stream. Every row change
 committed between them removes its key from the buffer (the stream carries a
 state at least as new as the chunk's). When the high watermark's transaction
 commits, the rest of the buffer becomes ``r`` events (marked snapshot) in a
@@ -18,42 +18,62 @@ Progress (tables left, last key, maximum key) is recorded with the SCN of the
 chunk window that finished it; a relay restarted after SCN ``S`` resumes from
 the newest record at or before ``S``, i.e. after the last chunk it holds.
 
-Signals are rows inserted into the signal table (``id``, ``type``, ``data``
-JSON), seen in the binlog in commit order:
+Signals are rows inserted into the signal table, seen in the log in commit order
+(their contract: :mod:`.signals`).
 
-* ``execute-snapshot``: ``{"data-collections": [regex, ...],
-  "additional-conditions": [{"data-collection": "db.t", "filter": "SQL"}],
-  "surrogate-key": "column"}``
-* ``stop-snapshot``, ``pause-snapshot``, ``resume-snapshot``.
+Every step is announced as a notification (logical source :data:`NOTIFICATIONS`,
+one event keyed by the snapshot id, :func:`notice_event`): STARTED, CHUNK_DONE,
+TABLE_DONE, COMPLETED, ABORTED, PAUSED, RESUMED, and ERROR naming a bad signal; a
+bad signal never stops streaming.
 
-Every step is announced as a notification (logical source
-``databus.notifications``): STARTED, CHUNK_DONE, TABLE_DONE, COMPLETED,
-ABORTED, PAUSED, RESUMED, and ERROR naming a bad signal; a bad signal never
-stops streaming.
+Every server source runs its snapshots the same way: :class:`Snapshots` holds the
+coordinator, the progress records and the notices waiting for a window, and
+:meth:`Snapshots.commit` is what a committed transaction of the log adds to its window
+(chunk rows, notices) and records; the source gives the database side
+(:class:`ChunkReader`) and how a chunk's rows become events.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from databus.core import event as ev
-from databus.core.errors import InvalidRequestError
-from databus.core.schema import TableSchema
+from databus.core.errors import DatabusError, InvalidRequestError
+from databus.core.schema import ColumnSpec, TableSchema, table_schema
+from databus.sources.common.names import source_id
+from databus.sources.common.progress import ProgressRecords
+from databus.sources.common.signals import (
+    CLOSE,
+    EXECUTE,
+    MARKS,
+    NOTIFY,
+    OPEN,
+    PAUSE,
+    RESUME,
+    STOP,
+    Signal,
+    matched_tables,
+)
 
-log = logging.getLogger("databus.sources.mysql")
-
-OPEN, CLOSE, NOTIFY = "snapshot-window-open", "snapshot-window-close", "snapshot-notify"
-MARKS = (OPEN, CLOSE, NOTIFY)  # rows the coordinator writes itself
-EXECUTE, STOP, PAUSE, RESUME = ("execute-snapshot", "stop-snapshot", "pause-snapshot",
-                                "resume-snapshot")
+log = logging.getLogger("databus.sources")
 
 Notice = dict[str, Any]
+
+NOTIFICATIONS = "databus.notifications"
+"""Logical source of snapshot notifications."""
+
+NOTIFICATION_AVRO = table_schema("databus", "notifications", [
+    ColumnSpec("kind", "string", nullable=False), ColumnSpec("snapshot", "string"),
+    ColumnSpec("table", "string"), ColumnSpec("data", "string", nullable=False)])
+
+NOTIFY_SCHEMA = TableSchema(source_id(NOTIFICATIONS), NOTIFICATIONS, 1, NOTIFICATION_AVRO,
+                            ("snapshot",))
+"""Its one version, the same in every source (listed from the start)."""
 
 
 @dataclass
@@ -85,7 +105,7 @@ class Chunk:
 
 
 class ChunkReader:
-    """What the coordinator needs from the database (see MysqlSource)."""
+    """What the coordinator needs from the database (each source's own)."""
 
     def write_watermark(self, wid: str, kind: str, data: str) -> None:
         raise NotImplementedError
@@ -195,8 +215,6 @@ class Coordinator:
         """Low watermark, SELECT, high watermark. Errors become notices."""
         p = self.progress
         assert p is not None
-        from databus.core.errors import DatabusError
-
         table = p.tables[0]
         cond = p.conditions.get(table)
         try:
@@ -262,32 +280,6 @@ class Coordinator:
         return notices
 
 
-def matched_tables(data: dict[str, Any] | None, tables: Sequence[str]) -> list[str]:
-    """The tables of ``tables`` (captured tables that exist now) an ``execute-snapshot``
-    signal's ``data-collections`` names; :class:`InvalidRequestError` when it is not a
-    non-empty list of regexes (matched whole, on ``db.table``) each naming at least one
-    of them. Checked when a signal is sent (a 400 answer, nothing written) and again
-    when it commits (tables may have gone in between: then an ERROR notice)."""
-    patterns = (data or {}).get("data-collections")
-    if not isinstance(patterns, list) or not patterns \
-            or not all(isinstance(p, str) for p in patterns):
-        raise InvalidRequestError(
-            "execute-snapshot needs data-collections: a non-empty list of regexes on the"
-            " captured tables' names")
-    try:
-        regexes = [re.compile(p) for p in patterns]
-    except re.error as exc:
-        raise InvalidRequestError(f"data-collections: bad regex: {exc}") from exc
-    unknown = [p for p, r in zip(patterns, regexes, strict=True)
-               if not any(r.fullmatch(t) for t in tables)]
-    if unknown:
-        names = ", ".join(f"'{u}'" for u in unknown)
-        raise InvalidRequestError(
-            f"execute-snapshot: no captured table matches {names} (regexes matched whole on"
-            " the names of existing captured tables)")
-    return [t for t in tables if any(r.fullmatch(t) for r in regexes)]
-
-
 def _key_cols(p: Progress) -> list[str] | None:
     return [p.surrogate_key] if p.surrogate_key else None
 
@@ -311,3 +303,129 @@ def notice_event(schema: TableSchema, notice: dict[str, Any], scn: int, ts_ns: i
     return ev.encode(scn=scn, src_id=schema.src_id, key=key, payload=schema.encode(row),
                      schema_id=schema.id, schema_version=schema.version, op=ev.Op.INSERT,
                      timestamp_ns=ts_ns)
+
+
+def event_keys(parts: Iterable[bytes], table: str) -> list[int | bytes]:
+    """The event keys of ``table``'s rows among encoded events (a window's parts)."""
+    src = source_id(table)
+    out: list[int | bytes] = []
+    for data in parts:
+        off = 0
+        while off < len(data):
+            if ev.peek_src_id(data, off) == src:
+                out.append(ev.peek_key(data, off))
+            off += ev.peek_length(data, off)
+    return out
+
+
+def chunk_events(schema: TableSchema, rows: dict[int | bytes, Any], scn: int, ts_ns: int
+                 ) -> bytes:
+    """A chunk's rows (event key -> Avro payload of ``schema``) as ``r`` events, marked
+    snapshot."""
+    return b"".join(
+        ev.encode(scn=scn, src_id=schema.src_id, key=key, payload=payload,
+                  schema_id=schema.id, schema_version=schema.version, op=ev.Op.READ,
+                  timestamp_ns=ts_ns, extra_attributes=ev.ATTR_SNAPSHOT)
+        for key, payload in rows.items())
+
+
+class Snapshots:
+    """A running source's incremental snapshots (module docstring), made by its
+    ``open()``: the :class:`Coordinator` over ``reader``, the progress ``records``, the
+    notices waiting for the next window, and counters for the source's stats.
+
+    ``encode(chunk, scn, ts_ns)`` gives a finished chunk's rows as events and their
+    number (a source may have a faster encoder than :func:`chunk_events`). Driven by the
+    capture thread; :meth:`stats` may be called from others."""
+
+    def __init__(self, reader: ChunkReader, chunk_size: int, wanted: Callable[[str], bool],
+                 records: ProgressRecords,
+                 encode: Callable[[Chunk, int, int], tuple[bytes, int]]) -> None:
+        self.coord = Coordinator(reader, chunk_size, wanted)
+        self.reader = reader
+        self.records = records
+        self.encode = encode
+        self.notices: list[Notice] = []
+        # every key from the start: the relay's metrics thread copies the dict
+        self.counters: dict[str, float] = dict.fromkeys(
+            [f"snapshot_{k.lower()}_total" for k in NOTICE_KINDS] + ["snapshot_rows_total"],
+            0.0)
+
+    @property
+    def active(self) -> bool:
+        """A snapshot is running (paused or not)."""
+        return self.coord.active
+
+    @property
+    def quiet(self) -> bool:
+        """A commit without signals has nothing to add: no notice waits, no chunk is
+        between its watermarks."""
+        return not self.notices and self.coord.chunk is None
+
+    def restore(self, after_scn: int) -> None:
+        """A stream (re)starts after ``after_scn``: the snapshot as of that position (none
+        on a fresh start); notices of windows never sent are dropped."""
+        self.coord.restore(self.records.at(after_scn) if after_scn >= 0 else None)
+        self.notices = []
+
+    def start(self, tables: list[str]) -> None:
+        """Start a snapshot of ``tables`` (a snapshot mode's own)."""
+        self.notices += self.coord.start(tables)
+
+    def step(self) -> None:
+        """Open the next chunk when one is wanted (between transactions). Notices with no
+        watermark to commit them (the snapshot ended, or failed) get a marker row, so a
+        window carries them."""
+        if not self.coord.wants_chunk():
+            return
+        self.notices += self.coord.open_chunk()
+        if self.notices and self.coord.chunk is None:
+            self.reader.write_watermark(uuid.uuid4().hex, NOTIFY, "{}")
+
+    def commit(self, signals: Sequence[Signal], parts: list[bytes], scn: int, ts_ns: int,
+               notify: TableSchema) -> int:
+        """A transaction committed at ``scn`` with its ``signals`` (signal-table rows) and
+        its events ``parts``: appends to ``parts`` the chunk it finished and the notices
+        (events of ``notify``), records the snapshot's state when it changed; returns
+        the number of events appended."""
+        coord = self.coord
+        notices, self.notices = self.notices, []
+        marks = [sid for sid, kind, _ in signals if kind in MARKS]
+        for sid, kind, text in signals:
+            if kind not in MARKS:
+                notices += coord.signal(sid, kind, text)
+        events = list(parts)
+        chunk, more = coord.on_commit(marks, lambda table: event_keys(events, table))
+        notices += more
+        added = 0
+        if chunk is not None:
+            data, n = self.encode(chunk, scn, ts_ns)
+            parts.append(data)
+            added += n
+            self.counters["snapshot_rows_total"] += len(chunk.rows)
+        for notice in notices:
+            parts.append(notice_event(notify, notice, scn, ts_ns))
+            added += 1
+            self.counters[f"snapshot_{notice['kind'].lower()}_total"] += 1
+        if chunk is not None or signals or notices:
+            self.records.add(scn, coord.state())
+        return added
+
+    def acknowledge(self, scn: int) -> None:
+        """The relay restarts at or after ``scn``: older progress records can go."""
+        self.records.forget_before(scn)
+
+    def stats(self) -> dict[str, float]:
+        """The counters, and the running snapshot's state (the keys of :func:`idle_stats`)."""
+        p = self.coord.progress
+        return {**self.counters, "snapshot_running": float(p is not None),
+                "snapshot_paused": float(bool(p and p.paused)),
+                "snapshot_tables_left": float(len(p.tables) if p else 0)}
+
+
+def idle_stats() -> dict[str, float]:
+    """What :meth:`Snapshots.stats` gives with no snapshot ever run: every key, zero (a
+    source's stats before its ``open()``)."""
+    return dict.fromkeys([*(f"snapshot_{k.lower()}_total" for k in NOTICE_KINDS),
+                          "snapshot_rows_total", "snapshot_running", "snapshot_paused",
+                          "snapshot_tables_left"], 0.0)
