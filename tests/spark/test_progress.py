@@ -34,6 +34,7 @@ def test_progress_names_the_relay_and_shows_the_lag(spark: SparkSession, tmp_pat
              .writeStream.format("noop").trigger(availableNow=True).start())
         q.awaitTermination(180)
         assert q.exception() is None
+        assert jvm.served_by(q) == "jvm"  # read from the description
         progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
         assert len(progress) >= 2  # the row cap split the run into batches
         src = progress[0]["sources"][0]
