@@ -5,9 +5,11 @@ built per line (Scala binary and Spark's internal APIs change between minors). T
 the one of the pyspark this process imports; nothing is chosen by hand.
 
 * 4.1 (the pinned line, ``.venv``): Delta (``delta``) and Iceberg (``iceberg``).
-* 4.2 (``.venv-spark42``, made by ``scripts/spark-line.sh``): Delta (``delta-4.2``), the
-  Spark Declarative Pipelines' AUTO CDC flow, and the changelog API that the JVM reader's
-  catalog plugin implements; no Iceberg runtime exists for it (checked on Maven Central,
+* 4.2 (``.venv-spark42``, made by ``scripts/spark-line.sh``): Delta (``delta-4.2``) and
+  Spark Declarative Pipelines (``pyspark.pipelines``, whose AUTO CDC flow Spark 4.2.1 runs
+  only into a table with DSv2 row-level operations, which neither Delta 4.4.0 nor Parquet
+  has), and Spark's changelog API (``TableCatalog.loadChangelog``; databus does not
+  implement it yet); no Iceberg runtime exists for it (checked on Maven Central,
   2026-11-28: ``iceberg-spark-runtime-4.1_2.13:1.12.0`` is the newest Spark line Iceberg
   builds, and it fails on 4.2 with ``IncompatibleClassChangeError``).
 
@@ -33,8 +35,8 @@ class Line:
     name: str
     bundles: dict[str, str | None]
     reader_dir: str
-    auto_cdc: bool      # pyspark.pipelines.create_auto_cdc_flow
-    changelog: bool     # TableCatalog.loadChangelog / DataStreamReader.changes
+    auto_cdc: bool      # Spark has pyspark.pipelines.create_auto_cdc_flow
+    changelog: bool     # Spark has TableCatalog.loadChangelog / DataStreamReader.changes
     why_not: dict[str, str]
 
 

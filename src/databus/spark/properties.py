@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         props = properties(lakehouse, warehouse=args.warehouse,
                            iceberg_catalog=args.iceberg_catalog)
     except ConfigError as e:
-        print(f"databus.spark.properties: {e}", file=sys.stderr)
+        print(e, file=sys.stderr)  # the message names where it comes from
         return 2
     text = "".join(f"{k} {v}\n" for k, v in props.items())
     if args.out is None:
