@@ -8,9 +8,9 @@ executors import databus) and each lakehouse format (Delta, Iceberg), the relay'
 ``customers`` applied by ``apply_changes`` (SCD1, availableNow); writes ``OUT/report.json``
 with each table's rows and the reader that served it.
 
-``MODE`` ``kill``: one query (JVM reader, Delta, 12 rows a batch, availableNow) whose third
+``MODE`` ``kill``: one query (JVM reader, Delta, 25 rows a batch, availableNow) whose second
 batch runs tasks on both workers that wait (``OUT/holding`` says they started) until the
-test has SIGKILLed a worker and its executor (``OUT/killed``): the batch's lost tasks run
+test has SIGKILLed a worker and its executor (``OUT/worker-killed``): the batch's lost tasks run
 again on the remaining worker, the query must finish there; writes the table's rows and the
 batches run to ``OUT/report.json``.
 """
@@ -62,12 +62,12 @@ def main(mode: str, relay: str, out: Path) -> None:
                 assert q.exception() is None, q.exception()
                 report[name] = {"rows": rows(fmt, name), "served_by": jvm.served_by(q)}
     else:
-        spec = ApplySpec(target=target("delta", "killed"), keys=("id",), sequence_by="_sequence",
+        spec = ApplySpec(target=target("delta", "kill_table"), keys=("id",), sequence_by="_sequence",
                          apply_as_deletes="_op = 'd'", except_column_list=("_op", "_sequence"))
         applier = TableApplier(spec, "delta", lambda: "cluster-kill")
-        killed = str(out / "killed")
+        killed = str(out / "worker-killed")
 
-        def hold(_: Any) -> None:  # on the executors: a task of batch 2 waits for the kill
+        def hold(_: Any) -> None:  # on the executors: a task of batch 1 waits for the kill
             import os
             import time as t
 
@@ -76,17 +76,17 @@ def main(mode: str, relay: str, out: Path) -> None:
                 t.sleep(0.1)
 
         def on_batch(batch: Any, batch_id: int) -> None:
-            if batch_id == 2:
+            if batch_id == 1:  # (batch 0 made the table)
                 (out / "holding").touch()
                 batch.foreachPartition(hold)  # its tasks run on both workers, mid-batch
             applier(batch, batch_id)
 
-        q = (read("databus", maxRowsPerBatch=12).writeStream.foreachBatch(on_batch)
-             .option("checkpointLocation", str(out / "killed.ckpt"))
+        q = (read("databus", maxRowsPerBatch=25).writeStream.foreachBatch(on_batch)
+             .option("checkpointLocation", str(out / "kill_table.ckpt"))
              .trigger(availableNow=True).start())
         q.awaitTermination()
         assert q.exception() is None, q.exception()
-        report["rows"] = rows("delta", "killed")
+        report["rows"] = rows("delta", "kill_table")
         report["batches"] = len([p for p in q.recentProgress if p["numInputRows"] > 0])
     (out / "report.json").write_text(json.dumps(report))
     spark.stop()

@@ -42,6 +42,7 @@ def source_rows(db: Path) -> list[list[Any]]:
         return sorted(list(r) for r in con.execute("SELECT id, name, balance, tx FROM customers"))
 
 
+@pytest.mark.timeout(1200)  # a cluster's start and four queries
 def test_both_readers_into_delta_and_iceberg_on_a_cluster(tmp_path: Path) -> None:
     db = tmp_path / "shop.db"
     create_shop(db)
@@ -55,7 +56,7 @@ def test_both_readers_into_delta_and_iceberg_on_a_cluster(tmp_path: Path) -> Non
         out.mkdir()
         with spark_cluster(tmp_path / "cluster") as cluster:
             done = submit(cluster, JOB, ["formats", relay.url, str(out)],
-                          log=tmp_path / "submit.log", timeout=540,
+                          log=tmp_path / "submit.log", timeout=900,
                           spark_args=["--conf", "spark.cores.max=2"])
         assert done.returncode == 0, (tmp_path / "submit.log").read_text()[-5000:]
     finally:
@@ -70,6 +71,7 @@ def test_both_readers_into_delta_and_iceberg_on_a_cluster(tmp_path: Path) -> Non
             assert sorted(got["rows"]) == want, f"{reader} into {fmt} differs"
 
 
+@pytest.mark.timeout(1200)  # a cluster's start and a lost executor's tasks run again
 def test_a_worker_killed_mid_batch_and_the_query_ends_equal(tmp_path: Path) -> None:
     db = tmp_path / "shop.db"
     create_shop(db)
@@ -89,14 +91,14 @@ def test_a_worker_killed_mid_batch_and_the_query_ends_equal(tmp_path: Path) -> N
                      "spark.cores.max=2", str(JOB), "kill", relay.url, str(out)],
                     env=environment(), cwd=tmp_path, stdout=fh, stderr=subprocess.STDOUT)
             try:
-                # batch 2's tasks hold on both workers: kill the first worker under them
+                # batch 1's tasks hold on both workers: kill the first worker under them
                 wait_until(lambda: (out / "holding").exists() or job.poll() is not None,
-                           300, "batch 2 to start")
+                           480, "batch 1 to start")
                 assert job.poll() is None, log.read_text()[-5000:]
                 time.sleep(1.0)  # the held tasks are running on both executors
                 cluster.kill_worker(0)
-                (out / "killed").touch()
-                assert job.wait(420) == 0, log.read_text()[-5000:]
+                (out / "worker-killed").touch()
+                assert job.wait(480) == 0, log.read_text()[-5000:]
             finally:
                 if job.poll() is None:
                     job.kill()
@@ -104,6 +106,6 @@ def test_a_worker_killed_mid_batch_and_the_query_ends_equal(tmp_path: Path) -> N
     finally:
         relay.stop()
     report = json.loads((out / "report.json").read_text())
-    assert report["batches"] >= 3
+    assert report["batches"] >= 2
     assert sorted(report["rows"]) == source_rows(db)
     assert "ExecutorLostFailure" in log.read_text() or "lost" in log.read_text().lower()
