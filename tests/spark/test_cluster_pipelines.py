@@ -108,4 +108,5 @@ def test_a_worker_killed_mid_batch_and_the_query_ends_equal(tmp_path: Path) -> N
     report = json.loads((out / "report.json").read_text())
     assert report["batches"] >= 2
     assert sorted(report["rows"]) == source_rows(db)
-    assert "ExecutorLostFailure" in log.read_text() or "lost" in log.read_text().lower()
+    # the driver saw the executor go while batch 1's tasks were held on it
+    assert "Lost executor 0" in log.read_text()
