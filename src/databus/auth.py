@@ -137,17 +137,22 @@ def read_grants(path: Path) -> dict[str, Grant]:
             raise ConfigError(f"{where}: hash must be an argon2 hash")
         if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
             raise ConfigError(f"{where}: tables must be a list of regexes")
-        for t in tables:
-            try:
-                re.compile(t)
-            except re.error as exc:
-                raise ConfigError(f"{where}: bad table regex {t!r}: {exc}") from exc
+        _check_regexes(tables, f"{where}: ")
         if not isinstance(admin, bool):
             raise ConfigError(f"{where}: admin must be true or false")
         if name in grants:
             raise ConfigError(f"{where}: name {name!r} appears twice")
         grants[name] = Grant(name, hashed, tuple(tables), admin)
     return grants
+
+
+def _check_regexes(tables: Iterable[str], where: str) -> None:
+    """Each grant pattern compiles, or a :class:`ConfigError` naming it (after ``where``)."""
+    for t in tables:
+        try:
+            re.compile(t)
+        except re.error as exc:
+            raise ConfigError(f"{where}bad table regex {t!r}: {exc}") from exc
 
 
 def write_grants(path: Path, grants: Iterable[Grant]) -> None:
@@ -164,11 +169,7 @@ def add_token(path: Path, name: str, tables: Sequence[str], *, admin: bool = Fal
     grants = read_grants(path) if path.exists() else {}
     if name in grants and not replace:
         raise ConfigError(f"token {name!r} exists in {path}; --replace rotates it")
-    for t in tables:
-        try:
-            re.compile(t)
-        except re.error as exc:
-            raise ConfigError(f"bad table regex {t!r}: {exc}") from exc
+    _check_regexes(tables, "")
     token = new_token(name)
     grants[name] = Grant(name, hash_token(token), tuple(tables), admin)
     write_grants(path, grants.values())

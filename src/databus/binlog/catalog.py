@@ -25,35 +25,11 @@ from dataclasses import dataclass
 
 from databus.binlog.rowevents import CHARACTER_TYPES, NUMERIC_TYPES
 from databus.binlog.store import BinlogStore
+from databus.core import mysqlwire as mw
 from databus.core.mysqlwire import (
     BIN_LOG_HEADER_SIZE,
     HEADER_LEN,
     LEN_OFFSET,
-    T_BIT,
-    T_BLOB,
-    T_DATE,
-    T_DATETIME,
-    T_DATETIME2,
-    T_DOUBLE,
-    T_ENUM,
-    T_FLOAT,
-    T_GEOMETRY,
-    T_INT24,
-    T_JSON,
-    T_LONG,
-    T_LONGLONG,
-    T_NEWDECIMAL,
-    T_SET,
-    T_SHORT,
-    T_STRING,
-    T_TIME,
-    T_TIME2,
-    T_TIMESTAMP,
-    T_TIMESTAMP2,
-    T_TINY,
-    T_VAR_STRING,
-    T_VARCHAR,
-    T_YEAR,
     TYPE_OFFSET,
     EventType,
 )
@@ -82,12 +58,12 @@ Catalog = Callable[[], dict[tuple[str, str], list[ColumnInfo]]]
 _CHARSETS = {8: ("latin1", "latin1_swedish_ci", 1), 33: ("utf8mb3", "utf8mb3_general_ci", 3),
              45: ("utf8mb4", "utf8mb4_general_ci", 4), 46: ("utf8mb4", "utf8mb4_bin", 4),
              63: ("binary", "binary", 1), 255: ("utf8mb4", "utf8mb4_0900_ai_ci", 4)}
-_INT_NAMES = {T_TINY: "tinyint", T_SHORT: "smallint", T_INT24: "mediumint", T_LONG: "int",
-              T_LONGLONG: "bigint"}
+_INT_NAMES = {mw.T_TINY: "tinyint", mw.T_SHORT: "smallint", mw.T_INT24: "mediumint", mw.T_LONG: "int",
+              mw.T_LONGLONG: "bigint"}
 # bytes of each column type's Table_map metadata (the others have none)
-_META_LEN = {T_FLOAT: 1, T_DOUBLE: 1, T_BLOB: 1, T_GEOMETRY: 1, T_JSON: 1, T_VARCHAR: 2,
-             T_VAR_STRING: 2, T_NEWDECIMAL: 2, T_BIT: 2, T_STRING: 2, T_ENUM: 2, T_SET: 2,
-             T_TIMESTAMP2: 1, T_DATETIME2: 1, T_TIME2: 1}
+_META_LEN = {mw.T_FLOAT: 1, mw.T_DOUBLE: 1, mw.T_BLOB: 1, mw.T_GEOMETRY: 1, mw.T_JSON: 1, mw.T_VARCHAR: 2,
+             mw.T_VAR_STRING: 2, mw.T_NEWDECIMAL: 2, mw.T_BIT: 2, mw.T_STRING: 2, mw.T_ENUM: 2, mw.T_SET: 2,
+             mw.T_TIMESTAMP2: 1, mw.T_DATETIME2: 1, mw.T_TIME2: 1}
 
 
 def _packed(data: bytes, off: int) -> tuple[int, int]:
@@ -103,30 +79,30 @@ def _column_type(code: int, meta: bytes, unsigned: bool, charset: int | None) ->
     binary = charset in (None, 63)
     if code in _INT_NAMES:
         return _INT_NAMES[code] + (" unsigned" if unsigned else "")
-    if code in (T_FLOAT, T_DOUBLE):
-        return "float" if code == T_FLOAT else "double"
-    if code == T_NEWDECIMAL:
+    if code in (mw.T_FLOAT, mw.T_DOUBLE):
+        return "float" if code == mw.T_FLOAT else "double"
+    if code == mw.T_NEWDECIMAL:
         return f"decimal({meta[0]},{meta[1]})"
-    if code in (T_TIMESTAMP2, T_DATETIME2, T_TIME2):
-        name = {T_TIMESTAMP2: "timestamp", T_DATETIME2: "datetime", T_TIME2: "time"}[code]
+    if code in (mw.T_TIMESTAMP2, mw.T_DATETIME2, mw.T_TIME2):
+        name = {mw.T_TIMESTAMP2: "timestamp", mw.T_DATETIME2: "datetime", mw.T_TIME2: "time"}[code]
         return f"{name}({meta[0]})" if meta[0] else name
-    if code in (T_VARCHAR, T_VAR_STRING):
+    if code in (mw.T_VARCHAR, mw.T_VAR_STRING):
         n = int.from_bytes(meta[:2], "little")
         return f"varbinary({n})" if binary else f"varchar({n // mbmax})"
-    if code == T_BLOB:
+    if code == mw.T_BLOB:
         size = {1: "tiny", 2: "", 3: "medium", 4: "long"}.get(meta[0], "long")
         return size + ("blob" if binary else "text")
-    if code == T_STRING:
+    if code == mw.T_STRING:
         real, n = meta[0], meta[1]
-        if real == T_ENUM:
+        if real == mw.T_ENUM:
             return "enum"
-        if real == T_SET:
+        if real == mw.T_SET:
             return "set"
         return f"binary({n})" if binary else f"char({n // mbmax})"
-    if code == T_BIT:
+    if code == mw.T_BIT:
         return f"bit({meta[0] + meta[1] * 8})"
-    return {T_DATE: "date", T_YEAR: "year", T_JSON: "json", T_TIMESTAMP: "timestamp",
-            T_DATETIME: "datetime", T_TIME: "time"}.get(code, "blob")
+    return {mw.T_DATE: "date", mw.T_YEAR: "year", mw.T_JSON: "json", mw.T_TIMESTAMP: "timestamp",
+            mw.T_DATETIME: "datetime", mw.T_TIME: "time"}.get(code, "blob")
 
 
 def parse_table_map(body: bytes) -> tuple[str, str, list[ColumnInfo]]:

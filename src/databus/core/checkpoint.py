@@ -101,12 +101,8 @@ class Checkpoint(BaseModel):
     @classmethod
     def _from_json_full(cls, text: str | bytes) -> Checkpoint:
         """:meth:`from_json` through the JSON parser and pydantic (any text)."""
-        if len(text) > MAX_CHECKPOINT_BYTES:
-            raise InvalidCheckpointError(f"checkpoint longer than {MAX_CHECKPOINT_BYTES} bytes")
-        try:
-            raw = jsonsafe.loads(text)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise InvalidCheckpointError(f"checkpoint is not valid JSON: {exc}") from exc
+        raw = jsonsafe.loads_bounded(text, MAX_CHECKPOINT_BYTES, "checkpoint",
+                                     InvalidCheckpointError)
         return cls.from_dict(raw)
 
     @classmethod

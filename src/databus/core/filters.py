@@ -86,12 +86,7 @@ class ServerFilter:
     @classmethod
     def parse(cls, text: str | bytes) -> ServerFilter:
         """Parse and validate the Databus JSON; raises :class:`InvalidFilterError`."""
-        if len(text) > MAX_FILTER_BYTES:
-            raise InvalidFilterError(f"filter longer than {MAX_FILTER_BYTES} bytes")
-        try:
-            raw = jsonsafe.loads(text)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise InvalidFilterError(f"filter is not valid JSON: {exc}") from exc
+        raw = jsonsafe.loads_bounded(text, MAX_FILTER_BYTES, "filter", InvalidFilterError)
         if not isinstance(raw, dict):
             raise InvalidFilterError("filter must be a JSON object keyed by source id")
         by_source: dict[int, SourceFilter] = {}

@@ -9,6 +9,7 @@ than ``max_depth`` is refused the same way before it reaches the code that walks
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 MAX_DEPTH = 32
@@ -30,3 +31,15 @@ def loads(text: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
             children = item.values() if isinstance(item, dict) else item
             stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
     return value
+
+
+def loads_bounded(text: str | bytes, max_bytes: int, what: str,
+                  error: Callable[[str], Exception]) -> Any:
+    """:func:`loads` of a document from outside no longer than ``max_bytes``; a longer
+    one, bad JSON or too deep nesting raise ``error`` with a message naming ``what``."""
+    if len(text) > max_bytes:
+        raise error(f"{what} longer than {max_bytes} bytes")
+    try:
+        return loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise error(f"{what} is not valid JSON: {exc}") from exc

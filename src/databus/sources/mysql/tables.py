@@ -61,6 +61,7 @@ def avro_type(td: br.TableDef, i: int) -> Any:
 _INT_NAMES = {mw.T_TINY: "TINYINT", mw.T_SHORT: "SMALLINT", mw.T_INT24: "MEDIUMINT",
               mw.T_LONG: "INT", mw.T_LONGLONG: "BIGINT"}
 _FSP_NAMES = {mw.T_TIME2: "TIME", mw.T_DATETIME2: "DATETIME", mw.T_TIMESTAMP2: "TIMESTAMP"}
+_PLAIN_NAMES = {mw.T_YEAR: "YEAR", mw.T_DATE: "DATE", mw.T_GEOMETRY: "GEOMETRY"}
 
 
 def _quoted(values: list[str]) -> str:
@@ -80,24 +81,17 @@ def declared_type(td: br.TableDef, i: int) -> str:
     unsigned = bool(td.unsigned) and td.unsigned[i]
     if t in _INT_NAMES:
         name = _INT_NAMES[t] + (" UNSIGNED" if unsigned else "")
-    elif t == mw.T_YEAR:
-        name = "YEAR"
     elif t == mw.T_BIT:
         name = f"BIT({(m >> 8) + 8 * (m & 0xFF)})"
     elif t == mw.T_NEWDECIMAL:
         name = f"DECIMAL({m >> 8},{m & 0xFF})"
     elif t in _FSP_NAMES:
         name = _FSP_NAMES[t] + (f"({m})" if m else "")
-    elif t == mw.T_DATE:
-        name = "DATE"
-    elif t == mw.T_ENUM:
-        name = f"ENUM({_quoted(td.enum_values.get(i, []))})"
-    elif t == mw.T_SET:
-        name = f"SET({_quoted(td.set_values.get(i, []))})"
-    elif t == mw.T_GEOMETRY:
-        name = "GEOMETRY"
+    elif t in (mw.T_ENUM, mw.T_SET):
+        values = (td.enum_values if t == mw.T_ENUM else td.set_values).get(i, [])
+        name = f"{'ENUM' if t == mw.T_ENUM else 'SET'}({_quoted(values)})"
     else:
-        name = ""
+        name = _PLAIN_NAMES.get(t, "")
     nullable = td.nullable[i] if i < len(td.nullable) else True
     return name if nullable else f"{name} NOT NULL".lstrip()
 
