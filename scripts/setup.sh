@@ -73,3 +73,8 @@ fi
 if command -v javac >/dev/null; then
   bash scripts/java/build-spark-source.sh
 fi
+if [ "${DATABUS_SETUP_SERVERS:-0}" = "1" ]; then
+  # the second Spark line (pyspark 4.2, Delta for 4.2, the JVM reader built for it) in its
+  # own venv, .venv-spark42: scripts/test-spark-line.sh and tests/spark/test_spark_pipelines.py
+  bash scripts/spark-line.sh 4.2
+fi

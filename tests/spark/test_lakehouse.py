@@ -32,11 +32,10 @@ from databus.relay.relay import Relay
 from databus.spark import EvolvingQuery, apply_changes, changes, read_lakehouse, table_versions
 from databus.spark.lakehouse import Format, TableApplier
 from databus.spark.spec import ApplySpec
+from tests.spark.lines import FORMATS, needs
 from tests.support.mariadb import MariaDB
 from tests.support.sparkrelay import rows, start_relay, stream, wait_relay
 from tests.support.wait import wait_until
-
-FORMATS: list[Format] = ["delta", "iceberg"]
 
 
 class KeyWriter:
@@ -276,6 +275,7 @@ def commits(ckpt: Path) -> int:
 
 
 @pytest.mark.slow
+@needs("delta", "iceberg")
 def test_driver_killed_five_times_mid_stream(spark: SparkSession, tmp_path: Path) -> None:
     """The whole Spark application SIGKILLed 5 times while it applies SCD2 changes.
 
@@ -408,6 +408,7 @@ def test_a_column_added_at_the_source_reaches_the_table_without_a_restart(
         relay.stop()
 
 
+@needs("delta", "iceberg")
 def test_a_mariadb_source_into_delta_and_iceberg_with_a_column_added(
         spark: SparkSession, tmp_path: Path, mariadb: MariaDB) -> None:
     """MariaDB binlog -> relay -> both formats (SCD1), a key change and an ALTER TABLE

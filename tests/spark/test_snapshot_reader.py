@@ -37,6 +37,7 @@ from databus.spark import (
 from databus.spark.apply import ChangeApplier
 from databus.spark.lakehouse import Format
 from databus.spark.spec import ApplySpec
+from tests.spark.lines import FORMATS
 from tests.support.procs import free_port
 from tests.support.shop import TABLES, Writer, create_shop, table_rows, txlog_max
 from tests.support.sparkrelay import start_relay, wait_relay
@@ -201,7 +202,7 @@ def test_json_values_read_several_sources(spark: SparkSession, pipe: Pipeline) -
                                          for t in ("customers", "items")}
 
 
-@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_initial_load_into_a_lakehouse_table_then_the_stream(
         spark: SparkSession, pipe: Pipeline, tmp_path: Path, fmt: Format) -> None:
     table = "customers"

@@ -36,6 +36,12 @@ class SparkCluster:
     ui: str
     workers: int
     logs: Path
+    worker_pids: tuple[int, ...] = ()
+
+    def kill_worker(self, i: int) -> None:
+        """SIGKILL worker ``i`` and its executors (its process group), as a machine lost."""
+        with suppress(ProcessLookupError):
+            os.killpg(self.worker_pids[i], signal.SIGKILL)
 
 
 def environment(**extra: str) -> dict[str, str]:
@@ -85,6 +91,7 @@ def spark_cluster(tmp: Path, workers: int = 2, cores: int = 1,
                     "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)],
                    tmp / "logs" / "master.log", env)
         stack.callback(_stop, m)
+        pids: list[int] = []
         for i in range(workers):
             work = tmp / f"worker{i}"
             work.mkdir(exist_ok=True)
@@ -94,6 +101,7 @@ def spark_cluster(tmp: Path, workers: int = 2, cores: int = 1,
                         "--memory", memory, "--work-dir", str(work)],
                        tmp / "logs" / f"worker{i}.log", env)
             stack.callback(_stop, w)
+            pids.append(w.pid)
 
         def registered() -> bool:
             for p in (m,):
@@ -108,7 +116,8 @@ def spark_cluster(tmp: Path, workers: int = 2, cores: int = 1,
             return len(alive) >= workers
 
         wait_until(registered, 90, f"{workers} Spark workers to register", interval=0.5)
-        yield SparkCluster(master, f"http://127.0.0.1:{ui}", workers, tmp / "logs")
+        yield SparkCluster(master, f"http://127.0.0.1:{ui}", workers, tmp / "logs",
+                           tuple(pids))
 
 
 def submit(cluster: SparkCluster, script: Path, args: Sequence[str], *,

@@ -51,7 +51,9 @@ log = logging.getLogger("databus.spark")
 SOURCE_ENV = "DATABUS_SPARK_SOURCE"
 PROVIDER = "io.databus.spark.DatabusProvider"
 _EXCEPTION = "io.databus.spark.DatabusSourceException"
-_STREAM = "io.databus.spark.DatabusStream"
+# how Spark's progress describes the JVM reader's stream (DatabusStream.toString; a jar
+# built before it named relay and sources showed the class name and a hash)
+_STREAM = ("databus[relay=", "io.databus.spark.DatabusStream")
 _ROOT = Path(__file__).resolve().parents[3]
 _BUILD = _ROOT / "scripts" / "java" / "build-spark-source.sh"
 
@@ -72,7 +74,11 @@ def jar() -> Path | None:
     had here, with a warning naming why (no JDK, pyspark's jars not found, an installed
     package without ``java/`` and no jar built): the Python source then serves
     ``format("databus")``."""
-    built = javadeps.cache_dir() / "spark-source" / "databus-spark-source.jar"
+    from databus.spark import lines
+
+    # one jar per Spark line (compiled against that line's jars; the build script puts
+    # it in the line's directory)
+    built = javadeps.cache_dir() / lines.current().reader_dir / "databus-spark-source.jar"
     if not (_BUILD.exists() and (_ROOT / "java" / "spark-source").is_dir()):
         if built.exists():
             return built
@@ -143,7 +149,8 @@ class _WithProgress(Protocol):
 def served_by(query: _WithProgress) -> Implementation | None:
     """Which reader served ``query``'s databus source (a ``StreamingQuery`` or an
     :class:`~databus.spark.lakehouse.EvolvingQuery`), from its progress (Spark describes
-    a source by its stream's class): ``jvm``, ``python``, or None before a batch ran."""
+    a source by its stream's ``toString``: ``databus[relay=...]`` for the JVM reader, the
+    class name for the Python source): ``jvm``, ``python``, or None before a batch ran."""
     for progress in query.recentProgress:
         for src in progress.get("sources", ()):
             text = str(src.get("description", ""))

@@ -43,7 +43,7 @@ from pyspark.sql import SparkSession
 
 from databus import javadeps
 from databus.core.errors import ConfigError
-from databus.spark import jvm
+from databus.spark import jvm, lines
 
 log = logging.getLogger("databus.spark")
 
@@ -60,7 +60,7 @@ def session(
     app: str | None = None,
     *,
     master: str | None = None,
-    lakehouse: Sequence[str] = LAKEHOUSE,
+    lakehouse: Sequence[str] | None = None,
     warehouse: str | Path | None = None,
     iceberg_catalog: str = "local",
     conf: Mapping[str, str] | None = None,
@@ -74,6 +74,10 @@ def session(
     * ``iceberg``: Iceberg's SQL extension and a Hadoop catalog named
       ``iceberg_catalog`` whose tables live under ``warehouse`` (default
       ``./spark-warehouse/iceberg``): tables are ``local.db.name``.
+
+    ``lakehouse`` defaults to every format the running Spark line has jars for
+    (:mod:`databus.spark.lines`: Delta and Iceberg on 4.1, Delta on 4.2); naming a format
+    the line lacks is a ConfigError saying why.
 
     ``app``: the application's name (default: the one the JVM was started with,
     e.g. by ``spark-submit --name``, else ``databus``). ``master``: default the
@@ -91,13 +95,16 @@ def session(
     leaves it off. ``format("databus-python")`` is the Python source either way. The
     same jar serves ``format("databus-snapshot")`` for a bootstrap server's URL.
     """
-    unknown = [f for f in lakehouse if f not in _EXTENSIONS]
+    unknown = [f for f in (lakehouse or ()) if f not in _EXTENSIONS]
     if unknown:
         raise ConfigError(f"databus.spark.session: unknown lakehouse formats {unknown} "
                           f"(known: {', '.join(LAKEHOUSE)})")
+    line = lines.current()
+    if lakehouse is None:
+        lakehouse = lines.formats(line)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     user = dict(conf or {})
-    ours = [str(j) for fmt in lakehouse for j in javadeps.jars(fmt)]
+    ours = [str(j) for fmt in lakehouse for j in javadeps.jars(lines.bundle(line, fmt))]
     reader = jvm.jar() if jvm.implementation(source) == "jvm" else None
     if reader is not None:
         ours.append(str(reader))
@@ -121,20 +128,7 @@ def session(
     settings: dict[str, str] = {}
     if lakehouse and extensions:
         settings["spark.sql.extensions"] = ",".join(extensions)
-    if "delta" in lakehouse:
-        settings["spark.sql.catalog.spark_catalog"] = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
-        # small local tables: the default of 50 partitions for Delta's log state makes every
-        # commit of a small table schedule 50 tasks (measured: 5 min 47 s -> 58 s for a test run)
-        settings["spark.databricks.delta.snapshotPartitions"] = "2"
-    if "iceberg" in lakehouse:
-        where = Path(warehouse) if warehouse is not None else Path("spark-warehouse") / "iceberg"
-        cat = f"spark.sql.catalog.{iceberg_catalog}"
-        settings[cat] = "org.apache.iceberg.spark.SparkCatalog"
-        settings[f"{cat}.type"] = "hadoop"
-        settings[f"{cat}.warehouse"] = str(where.absolute())
-        # a streaming query writes through its own (cloned) session, whose catalog is not
-        # this one: with Iceberg's table cache, reads here would miss its commits for 30 s
-        settings[f"{cat}.cache-enabled"] = "false"
+    settings.update(_catalogs(lakehouse, warehouse, iceberg_catalog))
     # executors' Python workers import pyspark from its package, not from the zip copy
     # Spark puts first on their path (databus.spark.workerd says why: per-task cost)
     settings["spark.python.daemon.module"] = "databus.spark.workerd"
@@ -160,6 +154,55 @@ def session(
                     "classes do not load on the driver; format('databus') is the Python source",
                     reader)
     return spark
+
+
+def _catalogs(lakehouse: Sequence[str], warehouse: str | Path | None,
+              iceberg_catalog: str) -> dict[str, str]:
+    """The catalog settings of the ``lakehouse`` formats (see :func:`session`)."""
+    settings: dict[str, str] = {}
+    if "delta" in lakehouse:
+        settings["spark.sql.catalog.spark_catalog"] = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+        # small local tables: the default of 50 partitions for Delta's log state makes every
+        # commit of a small table schedule 50 tasks (measured: 5 min 47 s -> 58 s for a test run)
+        settings["spark.databricks.delta.snapshotPartitions"] = "2"
+    if "iceberg" in lakehouse:
+        where = Path(warehouse) if warehouse is not None else Path("spark-warehouse") / "iceberg"
+        cat = f"spark.sql.catalog.{iceberg_catalog}"
+        settings[cat] = "org.apache.iceberg.spark.SparkCatalog"
+        settings[f"{cat}.type"] = "hadoop"
+        settings[f"{cat}.warehouse"] = str(where.absolute())
+        # a streaming query writes through its own (cloned) session, whose catalog is not
+        # this one: with Iceberg's table cache, reads here would miss its commits for 30 s
+        settings[f"{cat}.cache-enabled"] = "false"
+    return settings
+
+
+def properties(lakehouse: Sequence[str] | None = None, *, warehouse: str | Path | None = None,
+               iceberg_catalog: str = "local", source: str | None = None) -> dict[str, str]:
+    """The Spark properties that give an application started *outside* Python what
+    :func:`session` gives one it starts: ``spark.jars`` (the line's lakehouse jars and the
+    JVM reader, built first when needed), ``spark.sql.extensions`` and the catalogs.
+
+    For ``spark-pipelines run`` (whose Spark Connect server starts before any pipeline code
+    runs, and whose spec's ``configuration`` cannot set static settings such as the
+    extensions), ``spark-submit --properties-file`` and ``spark-defaults.conf``; written as
+    such a file by ``python -m databus.spark.properties``. Formats and their errors as in
+    :func:`session`."""
+    unknown = [f for f in (lakehouse or ()) if f not in _EXTENSIONS]
+    if unknown:
+        raise ConfigError(f"databus.spark.properties: unknown lakehouse formats {unknown} "
+                          f"(known: {', '.join(LAKEHOUSE)})")
+    line = lines.current()
+    formats = lines.formats(line) if lakehouse is None else tuple(lakehouse)
+    jars = [str(j) for fmt in formats for j in javadeps.jars(lines.bundle(line, fmt))]
+    reader = jvm.jar() if jvm.implementation(source) == "jvm" else None
+    if reader is not None:
+        jars.append(str(reader))
+    out = {"spark.jars": ",".join(jars)} if jars else {}
+    if formats:
+        out["spark.sql.extensions"] = ",".join(_EXTENSIONS[f] for f in formats)
+    out.update(_catalogs(formats, warehouse, iceberg_catalog))
+    return out
 
 
 def merge_list(*parts: str | Iterable[str], jar: bool = False) -> list[str]:

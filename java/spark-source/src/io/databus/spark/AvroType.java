@@ -160,7 +160,10 @@ final class AvroType {
             case DECIMAL:
                 return precision <= 38 ? DataTypes.createDecimalType(precision, scale) : DataTypes.StringType;
             case DATE: return DataTypes.DateType;
-            case TIMESTAMP: case LOCAL_TIMESTAMP: return DataTypes.TimestampType;
+            case TIMESTAMP: return DataTypes.TimestampType;
+            // as the Python source's Arrow schema maps a zone-less timestamp on this line
+            case LOCAL_TIMESTAMP:
+                return Line.LOCAL_TIMESTAMP_NTZ ? DataTypes.TimestampNTZType : DataTypes.TimestampType;
             case ARRAY: return new ArrayType(children[0].sparkType(), true);
             case MAP: return DataTypes.createMapType(DataTypes.StringType, children[0].sparkType(), true);
             case RECORD: {

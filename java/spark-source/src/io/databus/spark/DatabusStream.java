@@ -1,6 +1,10 @@
 package io.databus.spark;
 
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Optional;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
@@ -9,6 +13,7 @@ import org.apache.spark.sql.connector.read.streaming.ReadAllAvailable;
 import org.apache.spark.sql.connector.read.streaming.ReadLimit;
 import org.apache.spark.sql.connector.read.streaming.ReadMaxBytes;
 import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
+import org.apache.spark.sql.connector.read.streaming.ReportsSourceMetrics;
 import org.apache.spark.sql.connector.read.streaming.SupportsAdmissionControl;
 import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
 import org.apache.spark.sql.types.StructType;
@@ -23,8 +28,14 @@ import org.apache.spark.sql.types.StructType;
  * so the first batch of a query is capped too, and an availableNow run
  * ({@code prepareForTriggerAvailableNow} pins the relay's newest window) runs as several
  * capped batches. Each batch is one input partition per MOD bucket.
+ *
+ * <p>The query's progress names the relay and sources ({@link #toString}, Spark's
+ * {@code description}) and carries {@link #metrics}: the relay's identity and how far the
+ * query's last batch is behind the relay's newest window ({@link Planning#lag}); a relay
+ * that cannot be asked then leaves only {@code relayError} (progress never fails the query).
  */
-final class DatabusStream implements MicroBatchStream, SupportsAdmissionControl, SupportsTriggerAvailableNow {
+final class DatabusStream implements MicroBatchStream, SupportsAdmissionControl, SupportsTriggerAvailableNow,
+        ReportsSourceMetrics {
     private final SourceOptions opts;
     private final List<Integer> srcIds;
     private final String registryJson;
@@ -152,6 +163,43 @@ final class DatabusStream implements MicroBatchStream, SupportsAdmissionControl,
         } catch (DatabusSourceException e) {
             return null;  // only informational (query progress)
         }
+    }
+
+    /** What {@code StreamingQueryProgress.sources[].description} shows. */
+    @Override
+    public String toString() {
+        return "databus[relay=" + identity.relay() + (identity.origin() == null ? "" : ", origin=" + identity.origin())
+            + ", sources=" + String.join(",", identity.sources()) + ", partitions=" + opts.partitions + "]";
+    }
+
+    /**
+     * {@code StreamingQueryProgress.sources[].metrics}: {@code relay}, {@code relayOrigin},
+     * {@code sources}; after a batch, {@code consumedScn}, {@code relayNewestScn},
+     * {@code windowsBehindRelay} and {@code bytesBehindRelay} (estimates, see
+     * {@link Planning#lag}) and {@code secondsBehindRelay}.
+     */
+    @Override
+    public Map<String, String> metrics(Optional<Offset> latestConsumedOffset) {
+        Map<String, String> m = new LinkedHashMap<>();
+        m.put("relay", identity.relay());
+        m.put("relayOrigin", identity.origin() == null ? "" : identity.origin());
+        m.put("sources", String.join(",", identity.sources()));
+        if (latestConsumedOffset.isEmpty()) {
+            return m;
+        }
+        Offset o = latestConsumedOffset.get();
+        Offsets.DatabusOffset at = o instanceof Offsets.DatabusOffset d ? d : (Offsets.DatabusOffset) deserializeOffset(o.json());
+        m.put("consumedScn", Long.toString(at.scn()));
+        try {
+            Planning.Lag lag = Planning.lag(conn(), srcIds, at.scn(), at.buckets[0][2]);
+            m.put("relayNewestScn", Long.toString(lag.newest()));
+            m.put("windowsBehindRelay", Long.toString(lag.windows()));
+            m.put("bytesBehindRelay", Long.toString(lag.bytes()));
+            m.put("secondsBehindRelay", String.format(Locale.ROOT, "%.3f", lag.seconds()));
+        } catch (DatabusSourceException | ClassCastException e) {
+            m.put("relayError", String.valueOf(e.getMessage()));
+        }
+        return m;
     }
 
     @Override

@@ -48,6 +48,44 @@ final class Planning {
         return new Size((long) Math.ceil(used * share), (long) Math.ceil(events * share));
     }
 
+    /**
+     * How far the windows after {@code (scn, prev)} are behind the relay's newest window,
+     * for the query's progress ({@link DatabusStream#metrics}), from one look at the
+     * relay's buffer figures and one header: {@code windows} and {@code bytes} estimated as
+     * in {@link #estimate} (the buffer's windows and bytes times the share of its SCN span
+     * the range covers: exact for the whole buffer, else assuming windows spread evenly over
+     * SCNs); {@code seconds} exact: now minus the commit time of the oldest window not yet
+     * read (0 when none is). {@code newest} is the relay's newest window.
+     */
+    record Lag(long newest, long windows, long bytes, double seconds) {}
+
+    static Lag lag(RelayClient conn, List<Integer> srcIds, long scn, long prev) {
+        com.fasterxml.jackson.databind.JsonNode b = conn.bufferStats();
+        long max = b.path("max_scn").asLong(-1);
+        long min = b.path("min_scn").asLong(-1);
+        if (max <= scn) {
+            return new Lag(max, 0, 0, 0.0);
+        }
+        if (min < 0 || min > max) {
+            min = max;
+        }
+        double span = (double) max - min + 1;
+        double share = Math.max(0.0, Math.min(1.0, (max - Math.max(scn, min - 1)) / span));
+        long windows = Math.max(1, (long) Math.ceil(b.path("windows").asLong(0) * share));
+        long bytes = (long) Math.ceil(b.path("used_bytes").asLong(0) * share);
+        // a one-byte budget returns the first event after the position: its header's time
+        byte[] first = conn.stream(after(scn, prev), srcIds, 1, null, 0.0).data();
+        double seconds = 0.0;
+        if (first.length >= Wire.HEADER_LEN) {
+            Wire w = new Wire();
+            w.parse(first, 0, first.length);
+            long nowNs = java.time.Instant.now().getEpochSecond() * 1_000_000_000L
+                + java.time.Instant.now().getNano();
+            seconds = Math.max(0.0, (nowNs - w.timestampNs) / 1e9);
+        }
+        return new Lag(max, windows, bytes, seconds);
+    }
+
     /** {@code call}, retrying a transient failure (relay restarting) for {@code retrySeconds}. */
     static <T> T retrying(Supplier<T> call, double retrySeconds) {
         double delay = 0.2;

@@ -21,6 +21,7 @@ import org.apache.spark.sql.types.MapType;
 import org.apache.spark.sql.types.NullType;
 import org.apache.spark.sql.types.StringType;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.types.TimestampNTZType;
 import org.apache.spark.sql.types.TimestampType;
 import org.apache.spark.unsafe.types.UTF8String;
 
@@ -61,7 +62,7 @@ final class Target {
             code = Code.DECIMAL;
         } else if (t instanceof DateType) {
             code = Code.DATE;
-        } else if (t instanceof TimestampType) {
+        } else if (t instanceof TimestampType || t instanceof TimestampNTZType) {
             code = Code.TIMESTAMP;
         } else if (t instanceof NullType) {
             code = Code.NULL;

@@ -1,0 +1,87 @@
+"""The Spark lines databus runs on, and which Java bundles each one takes.
+
+A *line* is a Spark minor version (4.1, 4.2): the lakehouse jars and the JVM reader are
+built per line (Scala binary and Spark's internal APIs change between minors). The line is
+the one of the pyspark this process imports; nothing is chosen by hand.
+
+* 4.1 (the pinned line, ``.venv``): Delta (``delta``) and Iceberg (``iceberg``).
+* 4.2 (``.venv-spark42``, made by ``scripts/spark-line.sh``): Delta (``delta-4.2``) and
+  Spark Declarative Pipelines (``pyspark.pipelines``, whose AUTO CDC flow Spark 4.2.1 runs
+  only into a table with DSv2 row-level operations, which neither Delta 4.4.0 nor Parquet
+  has), and Spark's changelog API (``TableCatalog.loadChangelog``; databus does not
+  implement it yet); no Iceberg runtime exists for it (checked on Maven Central,
+  2026-11-28: ``iceberg-spark-runtime-4.1_2.13:1.12.0`` is the newest Spark line Iceberg
+  builds, and it fails on 4.2 with ``IncompatibleClassChangeError``).
+
+A lakehouse format the line has no bundle for is a :class:`~databus.core.errors.ConfigError`
+naming the line and why; a line databus does not know (4.0, 4.3) is one too, at
+:func:`current`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from databus.core.errors import ConfigError
+
+PINNED = "4.1"
+
+
+@dataclass(frozen=True)
+class Line:
+    """One Spark line: its Java bundles per lakehouse format (None: none exists), the
+    cache directory of the JVM reader built for it, and what it can do."""
+
+    name: str
+    bundles: dict[str, str | None]
+    reader_dir: str
+    auto_cdc: bool      # Spark has pyspark.pipelines.create_auto_cdc_flow
+    changelog: bool     # Spark has TableCatalog.loadChangelog / DataStreamReader.changes
+    why_not: dict[str, str]
+
+
+LINES: dict[str, Line] = {
+    "4.1": Line("4.1", {"delta": "delta", "iceberg": "iceberg"}, "spark-source",
+                auto_cdc=False, changelog=False, why_not={}),
+    "4.2": Line("4.2", {"delta": "delta-4.2", "iceberg": None}, "spark-source-4.2",
+                auto_cdc=True, changelog=True,
+                why_not={"iceberg": "no Iceberg runtime is built for Spark 4.2 (the newest, "
+                                    "iceberg-spark-runtime-4.1_2.13:1.12.0, fails on 4.2 with "
+                                    "IncompatibleClassChangeError: SparkView)"}),
+}
+
+
+def line_of(version: str) -> Line:
+    """The line of a pyspark ``version`` such as ``4.2.1``; ConfigError for another one."""
+    minor = ".".join(version.split(".")[:2])
+    found = LINES.get(minor)
+    if found is None:
+        raise ConfigError(f"databus.spark: pyspark {version} is not a supported Spark line "
+                          f"(supported: {', '.join(sorted(LINES))}; see docs/spark.md, "
+                          "'Spark lines')")
+    return found
+
+
+def current() -> Line:
+    """The line of the pyspark this process imports."""
+    import pyspark
+
+    return line_of(pyspark.__version__)
+
+
+def formats(line: Line) -> tuple[str, ...]:
+    """The lakehouse formats ``line`` has jars for, in the order databus names them."""
+    return tuple(f for f, b in line.bundles.items() if b is not None)
+
+
+def bundle(line: Line, fmt: str) -> str:
+    """The Java bundle of ``fmt`` on ``line``; ConfigError when the line has none."""
+    if fmt not in line.bundles:
+        raise ConfigError(f"databus.spark: unknown lakehouse format {fmt!r} "
+                          f"(known: {', '.join(line.bundles)})")
+    name = line.bundles[fmt]
+    if name is None:
+        raise ConfigError(f"databus.spark: {fmt} is not available on Spark {line.name}: "
+                          f"{line.why_not.get(fmt, 'no jars for this line')}; use Spark "
+                          f"{PINNED} (the pinned line) for {fmt}")
+    return name

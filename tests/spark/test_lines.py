@@ -1,0 +1,50 @@
+"""The Spark lines databus knows (databus.spark.lines) and the properties file for
+applications Python does not start (python -m databus.spark.properties)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from databus.core.errors import ConfigError
+from databus.spark import lines
+
+
+def test_each_line_names_its_bundles_and_refuses_what_it_lacks() -> None:
+    assert lines.line_of("4.1.4").name == "4.1"
+    assert lines.formats(lines.line_of("4.1.0")) == ("delta", "iceberg")
+    four_two = lines.line_of("4.2.1")
+    assert lines.formats(four_two) == ("delta",)
+    assert lines.bundle(four_two, "delta") == "delta-4.2"
+    with pytest.raises(ConfigError, match=r"iceberg is not available on Spark 4\.2: no Iceberg "
+                                          r"runtime"):
+        lines.bundle(four_two, "iceberg")
+    with pytest.raises(ConfigError, match=r"pyspark 4\.3\.0 is not a supported Spark line"):
+        lines.line_of("4.3.0")
+    with pytest.raises(ConfigError, match="unknown lakehouse format 'hudi'"):
+        lines.bundle(four_two, "hudi")
+
+
+def test_the_properties_file_holds_the_lines_jars_and_extensions(tmp_path: Path) -> None:
+    out = tmp_path / "conf" / "spark-defaults.conf"
+    done = subprocess.run([sys.executable, "-m", "databus.spark.properties", "--out", str(out),
+                           "--lakehouse", "delta", "--warehouse", str(tmp_path / "w")],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    props = dict(line.split(" ", 1) for line in out.read_text().splitlines())
+    line = lines.current()
+    jars = props["spark.jars"].split(",")
+    assert all(Path(j).is_file() for j in jars)
+    assert any(f"delta-spark_{line.name}_2.13" in j for j in jars)
+    assert any(j.endswith(f"{line.reader_dir}/databus-spark-source.jar") for j in jars)
+    assert props["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert props["spark.sql.catalog.spark_catalog"].endswith("DeltaCatalog")
+    bad = subprocess.run([sys.executable, "-m", "databus.spark.properties", "--lakehouse",
+                          "hudi"], capture_output=True, text=True, timeout=300, check=False)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        "databus.spark.properties: unknown lakehouse formats "
+        "['hudi'] (known: delta, iceberg)"]
