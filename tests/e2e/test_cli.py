@@ -21,7 +21,7 @@ def _run(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess[st
 def _wait_snapshot_done(url: str, timeout: float = 30.0) -> None:
     """Until the relay's initial snapshot (the default mode) completed: later
     writes then arrive as changes, not as snapshot rows."""
-    wait_until(lambda: 'name="snapshot_completed_total"} 1.0'
+    wait_until(lambda: "\ndatabus_relay_source_snapshot_completed_total 1.0"
                in httpx.get(f"{url}/metrics", timeout=10).text, timeout,
                "the initial snapshot to complete")
 

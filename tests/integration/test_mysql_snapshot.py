@@ -332,9 +332,9 @@ def test_relay_signal_endpoint_and_cli(server: MariaDB, tmp_path: Path) -> None:
         assert any(x.get("op") and x["after"].get("kind") == "STARTED"
                    and x["after"]["snapshot"] == sid for x in got)
         prom = httpx.get(f"{base}/metrics").text
-        assert 'databus_relay_source_stat{name="snapshot_completed_total"} 2.0' in prom
-        assert 'databus_relay_source_stat{name="snapshot_rows_total"}' in prom
-        assert 'databus_relay_source_stat{name="snapshot_running"} 0.0' in prom
+        assert "\ndatabus_relay_source_snapshot_completed_total 2.0" in prom
+        assert "\ndatabus_relay_source_snapshot_rows_total " in prom
+        assert "\ndatabus_relay_source_snapshot_running 0.0" in prom
         bad = httpx.post(f"{base}/signal", json={"type": "nope"})
         assert bad.status_code == 400 and bad.json()["error"] == "InvalidRequest"
         bad = httpx.post(f"{base}/signal", content=b"{not json",

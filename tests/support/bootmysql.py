@@ -150,8 +150,8 @@ class Pipeline(ProcessPipeline):
 
     def relay_stat(self, name: str) -> float:
         text = httpx.get(f"{self.relay}/metrics", timeout=10).text
-        for line in text.splitlines():
-            if line.startswith("databus_relay_source_stat") and f'name="{name}"' in line:
+        for line in text.splitlines():  # docs/operations.md: databus_relay_source_<stat>
+            if line.startswith(f"databus_relay_source_{name} "):
                 return float(line.rsplit(" ", 1)[1])
         return 0.0
 

@@ -11,13 +11,14 @@ quick. Options are settings of the command's config model (:mod:`databus.cli.fla
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import signal
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, Protocol
@@ -133,11 +134,11 @@ class Watched:
 
 
 @contextmanager
-def consumer_metrics(service: str, port: int | None, host: str | None
-                     ) -> Iterator[Watched | None]:
-    """With ``port`` given: a listener serving ``/metrics`` and health for the clients
-    the command's runner makes (tell it them through the :class:`Watched` yielded);
-    else None."""
+def consumer_metrics(service: str, values: Mapping[str, Any]) -> Iterator[Watched | None]:
+    """With ``--metrics-port`` in ``values`` (a command's options): a listener serving
+    ``/metrics`` and health for the clients the command's runner makes (tell it them
+    through the :class:`Watched` yielded); else None."""
+    port, host = values.get("metrics_port"), values.get("metrics_host")
     if port is None:
         if host is not None:
             raise typer.BadParameter("--metrics-host goes with --metrics-port")
@@ -217,3 +218,25 @@ MetricsPortOpt = Annotated[int | None, typer.Option(
 MetricsHostOpt = Annotated[str | None, typer.Option(
     help="address the metrics port binds (default 127.0.0.1; 0.0.0.0 for a scraper on"
     " another host)")]
+
+RELAY_CLIENT_OPTIONS: dict[str, Any] = {
+    "token_file": RelayTokenFileOpt, "ca_file": CaFileOpt, "cert_file": CertFileOpt,
+    "key_file": KeyFileOpt, "metrics_port": MetricsPortOpt, "metrics_host": MetricsHostOpt}
+"""The options every long-running reader of a relay takes, declared once."""
+
+Command = Callable[..., None]
+
+
+def relay_client(command: Command) -> Command:
+    """Gives ``command`` (it reads a relay: tail, replicate, publish, binlog-server) the
+    options of :data:`RELAY_CLIENT_OPTIONS`, placed before ``--verbose``. Typer builds a
+    command's options from its signature: this sets one with them added; the command
+    takes them as ``**options`` (keyword arguments), one place to declare them."""
+    sig = inspect.signature(command, eval_str=True)
+    own = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    added = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
+                               annotation=kind) for name, kind in RELAY_CLIENT_OPTIONS.items()]
+    last = [p for p in own if p.name == "verbose"]
+    first = [p for p in own if p.name != "verbose"]
+    setattr(command, "__signature__", sig.replace(parameters=[*first, *added, *last]))  # noqa: B010
+    return command

@@ -5,23 +5,18 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from databus.cli.app import (
     RELAY_ACCESS_FLAGS,
-    CaFileOpt,
-    CertFileOpt,
-    KeyFileOpt,
-    MetricsHostOpt,
-    MetricsPortOpt,
     RelayOpt,
-    RelayTokenFileOpt,
     VerboseOpt,
     app,
     consumer_metrics,
     fail,
+    relay_client,
     setup_logging,
     stop_on_signals,
     with_password,
@@ -49,6 +44,7 @@ REPLICATE_FLAGS = {**CLIENT_FLAGS, "bootstrap_batch": "bootstrap_batch_size",
 
 
 @app.command()
+@relay_client
 def tail(
     relay: RelayOpt,
     sources: SourcesOpt = None,
@@ -62,13 +58,8 @@ def tail(
         "no longer holds the checkpoint)")] = None,
     partitions: PartitionsOpt = None,
     member: MemberOpt = None,
-    token_file: RelayTokenFileOpt = None,
-    ca_file: CaFileOpt = None,
-    cert_file: CertFileOpt = None,
-    key_file: KeyFileOpt = None,
-    metrics_port: MetricsPortOpt = None,
-    metrics_host: MetricsHostOpt = None,
     verbose: VerboseOpt = False,
+    **options: Any,
 ) -> None:
     """Print every change as a JSON envelope, one per line.
 
@@ -76,7 +67,7 @@ def tail(
     newest window: only changes committed from now on are printed. An unreachable
     relay is given up after a few tries.
     """
-    values = {**locals(), "sources": csv(sources)}
+    values = {**locals(), **options, "sources": csv(sources)}
     redactor = setup_logging(verbose)
     try:
         from databus.client.config import ClientConfig  # imported when run
@@ -84,7 +75,7 @@ def tail(
         from databus.client.runners import tail as run_tail
 
         cfg = ClientConfig(**{**TAIL_DEFAULTS, **settings(values, TAIL_FLAGS)})
-        with consumer_metrics("tail", metrics_port, metrics_host) as watch:
+        with consumer_metrics("tail", values) as watch:
             run_tail(cfg, sys.stdout, max_windows=max_windows, stop=stop_on_signals(),
                      watch=watch.client if watch else None)
     except DatabusError as exc:
@@ -92,6 +83,7 @@ def tail(
 
 
 @app.command()
+@relay_client
 def replicate(
     relay: RelayOpt,
     target: Annotated[str, typer.Option(help="SQLAlchemy URL of the target database")],
@@ -122,13 +114,8 @@ def replicate(
         help="partitions of the group (default 8)")] = None,
     member_id: Annotated[str | None, typer.Option(
         help="this member's name in its group (default: HOST-PID)")] = None,
-    token_file: RelayTokenFileOpt = None,
-    ca_file: CaFileOpt = None,
-    cert_file: CertFileOpt = None,
-    key_file: KeyFileOpt = None,
-    metrics_port: MetricsPortOpt = None,
-    metrics_host: MetricsHostOpt = None,
     verbose: VerboseOpt = False,
+    **options: Any,
 ) -> None:
     """Apply the change stream to same-named tables of a target database.
 
@@ -136,7 +123,7 @@ def replicate(
     with the checkpoint of its last window (table databus_checkpoint), so a crash
     never applies a window twice or half.
     """
-    values = {**locals(), "sources": csv(sources)}
+    values = {**locals(), **options, "sources": csv(sources)}
     redactor = setup_logging(verbose, Redactor([url_password(target)]))
     try:
         from databus.client.config import ReplicateConfig  # imported when run
@@ -155,12 +142,12 @@ def replicate(
                 raise typer.BadParameter("--group takes neither --partitions nor --bootstrap")
             if not cfg.sources:
                 raise typer.BadParameter("--group needs --sources")
-            with consumer_metrics("replicate", metrics_port, metrics_host) as watch:
+            with consumer_metrics("replicate", values) as watch:
                 replicate_group(cfg, target, group, partitions=group_partitions or 8,
                                 member_id=member_id, stop=stop_on_signals(),
                                 watch=watch.group if watch else None)
             return
-        with consumer_metrics("replicate", metrics_port, metrics_host) as watch:
+        with consumer_metrics("replicate", values) as watch:
             run_replicate(cfg, target, stop=stop_on_signals(), watch=watch.client if watch else None)
     except DatabusError as exc:
         fail(exc, redactor)
@@ -183,6 +170,7 @@ PUBLISH_FLAGS = {
 
 
 @app.command()
+@relay_client
 def publish(
     relay: RelayOpt,
     bootstrap_servers: Annotated[str, typer.Option(help="Kafka brokers, HOST:PORT[,...]")],
@@ -229,13 +217,8 @@ def publish(
         ] = None,
     kafka_config: Annotated[Path | None, typer.Option(
         help="librdkafka properties file (key=value: security.protocol, sasl.*, ssl.*)")] = None,
-    token_file: RelayTokenFileOpt = None,
-    ca_file: CaFileOpt = None,
-    cert_file: CertFileOpt = None,
-    key_file: KeyFileOpt = None,
-    metrics_port: MetricsPortOpt = None,
-    metrics_host: MetricsHostOpt = None,
     verbose: VerboseOpt = False,
+    **options: Any,
 ) -> None:
     """Publish the change stream into Kafka, whole windows per transaction.
 
@@ -244,7 +227,7 @@ def publish(
     killed at any point resumes without loss and, for read_committed consumers,
     without duplicates.
     """
-    values = {**locals(), "sources": csv(sources)}
+    values = {**locals(), **options, "sources": csv(sources)}
     redactor = setup_logging(verbose)
     if not verbose:  # librdkafka's connection attempts: the errors are reported as ours
         logging.getLogger("databus.kafka.librdkafka").setLevel(logging.CRITICAL)
@@ -262,7 +245,7 @@ def publish(
 
             raise ConfigError("databus publish needs confluent-kafka: pip install"
                               " 'databus[kafka]'") from exc
-        with consumer_metrics("publish", metrics_port, metrics_host) as watch:
+        with consumer_metrics("publish", values) as watch:
             run_publish(cfg, stop=stop_on_signals(), watch=watch.client if watch else None)
     except DatabusError as exc:
         fail(exc, redactor)

@@ -10,13 +10,7 @@ import typer
 
 from databus.cli.app import (
     RELAY_ACCESS_FLAGS,
-    CaFileOpt,
-    CertFileOpt,
     HostOpt,
-    KeyFileOpt,
-    MetricsHostOpt,
-    MetricsPortOpt,
-    RelayTokenFileOpt,
     TlsCertOpt,
     TlsClientCaOpt,
     TlsKeyOpt,
@@ -24,6 +18,7 @@ from databus.cli.app import (
     app,
     fail,
     private_files,
+    relay_client,
     serve_until_signal,
     setup_logging,
     stop_on_signals,
@@ -96,6 +91,7 @@ def binlog_config(config: Path | None, values: Mapping[str, Any]) -> BinlogServi
 
 
 @app.command(name="binlog-server")
+@relay_client
 def binlog_server(
     relay: Annotated[str | None, typer.Option(
         help="relay URL, comma-separated relays, or a relay cluster zk://HOST:PORT/NAME")] = None,
@@ -114,20 +110,15 @@ def binlog_server(
     tls_cert: TlsCertOpt = None,
     tls_key: TlsKeyOpt = None,
     tls_client_ca: TlsClientCaOpt = None,
-    token_file: RelayTokenFileOpt = None,
-    ca_file: CaFileOpt = None,
-    cert_file: CertFileOpt = None,
-    key_file: KeyFileOpt = None,
-    metrics_port: MetricsPortOpt = None,
-    metrics_host: MetricsHostOpt = None,
     verbose: VerboseOpt = False,
+    **options: Any,
 ) -> None:
     """Serve a relay's changes as MySQL binlog files over the MySQL replication protocol,
     for binlog readers (python-mysql-replication, mariadb-binlog, Debezium, ...);
     docs/binlog-service.md."""
     import signal
 
-    values = dict(locals())
+    values = {**locals(), **options}
     redactor = setup_logging(verbose)
     if not verbose:  # mysql-mimic logs every connection's start and end at INFO
         logging.getLogger("mysql_mimic").setLevel(logging.WARNING)
