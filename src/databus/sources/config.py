@@ -245,6 +245,12 @@ class MysqlSourceConfig(ServerSourceConfig):
                       r"(,[0-9a-fA-F-]{36}(:\d+(-\d+)?)+)*)$",
         description="a new relay starts right after this GTID state instead of at the"
                     " binlog's end: MariaDB '0-1-1234', MySQL 'uuid:1-1234'")
+    network_timeout: float = Field(
+        30.0, ge=1, le=3600,
+        description="seconds a connection to the server waits (to connect, for each answer,"
+                    " to send) before the server counts as lost and capture retries; a"
+                    " network that drops packets silently is noticed within it (the binlog"
+                    " stream itself within five 1 s heartbeats)")
 
 
 class PostgresSourceConfig(ServerSourceConfig):
