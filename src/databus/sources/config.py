@@ -201,6 +201,13 @@ class ServerSourceConfig(_DatabaseSource):
                     " heartbeats, rotations), an empty window carries the position at most"
                     " this often (seconds; 0 = never), so consumers' checkpoints and the"
                     " relay's restart position move and the server may drop old log")
+    network_timeout: float = Field(
+        30.0, ge=3, le=3600,
+        description="seconds a connection to the server may go without an answer (to"
+                    " connect, to a statement, to data sent, to TCP keepalives while idle)"
+                    " before the server counts as lost and capture retries: a network that"
+                    " drops packets silently is noticed within it (MySQL's binlog stream"
+                    " sooner: five missed 1 s heartbeats)")
 
 
     def password(self) -> str | None:
@@ -245,12 +252,6 @@ class MysqlSourceConfig(ServerSourceConfig):
                       r"(,[0-9a-fA-F-]{36}(:\d+(-\d+)?)+)*)$",
         description="a new relay starts right after this GTID state instead of at the"
                     " binlog's end: MariaDB '0-1-1234', MySQL 'uuid:1-1234'")
-    network_timeout: float = Field(
-        30.0, ge=1, le=3600,
-        description="seconds a connection to the server waits (to connect, for each answer,"
-                    " to send) before the server counts as lost and capture retries; a"
-                    " network that drops packets silently is noticed within it (the binlog"
-                    " stream itself within five 1 s heartbeats)")
 
 
 class PostgresSourceConfig(ServerSourceConfig):
