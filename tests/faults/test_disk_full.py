@@ -128,7 +128,7 @@ def test_a_full_state_directory_is_refused_loudly_and_recovered_from(tmp_path: P
                 t0 = time.monotonic()
                 admin = p.wait("the relay to say its disk is full",
                                lambda: (a := _admin(p.url))["capture"]["state"] == "retrying"
-                               and "space" in str(a["capture"]["error"]) and a, 15,
+                               and "space" in str(a["capture"]["error"]) and a, 8,
                                interval=0.1)
                 noticed = time.monotonic() - t0
                 held = p.max_scn()
