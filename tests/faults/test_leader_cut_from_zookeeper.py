@@ -14,10 +14,11 @@ same windows.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,12 +61,22 @@ class ForwardedCluster(Cluster):
         return args
 
 
+def _wake(link: Cuttable) -> None:
+    with suppress(OSError):
+        link._listener.shutdown(socket.SHUT_RDWR)
+
+
 @pytest.fixture
 def cluster(tmp_path: Path, zookeeper: ZooKeeper) -> Iterator[tuple[ForwardedCluster, Writer]]:
     db = tmp_path / "shop.db"
     create_shop(db)
     with ExitStack() as stack:
-        links = {m: stack.enter_context(Cuttable(zookeeper.port)) for m in MEMBERS}
+        links = {}
+        for m in MEMBERS:
+            links[m] = link = stack.enter_context(Cuttable(zookeeper.port))
+            # runs just before the forwarder's exit: a listener closed from another
+            # thread does not wake its accept() on Linux, a shutdown does (no 5 s join)
+            stack.callback(_wake, link)
         w = stack.enter_context(Writer(db, seed=41))
         c = stack.enter_context(ForwardedCluster(tmp_path, db, zookeeper, "zkcut",
                                                  links=links))
