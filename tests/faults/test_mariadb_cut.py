@@ -30,7 +30,7 @@ from tests.support import faults
 from tests.support.mariadb import MariaDB
 from tests.support.mysql_workload import SCHEMA, Workload
 from tests.support.pipeline import RelayPipeline, recorder_args, relay_args
-from tests.support.procs import DATABUS, free_port
+from tests.support.procs import free_port
 from tests.support.relay_cluster import writing
 from tests.support.verify import check_delivery, read_windows
 
@@ -77,13 +77,18 @@ def _noticed(url: str, t0: float, deadline: float) -> tuple[float, str]:
 
 @dataclass
 class Pipeline(RelayPipeline):
+    """A relay on ``server`` (from flags, or from ``config``) and a recorder of it."""
+
     tmp: Path
     server: MariaDB
     port: int
+    config: Path | None = None
 
     def args(self, name: str) -> list[str]:
         if name == "recorder":
             return recorder_args(self.url, self.record, self.tmp / "rec.ckpt")
+        if self.config is not None:
+            return relay_args(self.port, config=self.config)
         return relay_args(self.port, source=self.server.url, tables=r"shop\..*",
                           buffer_path=self.tmp / "relay.buf")
 
@@ -177,15 +182,7 @@ def test_a_silent_cut_mid_snapshot_is_noticed_and_the_snapshot_resumes(
         "buffer": {"path": str(tmp_path / "relay.buf"), "capacity_bytes": 256 << 20},
         "http": {"port": port}}))
 
-    @dataclass
-    class Snap(RelayPipeline):
-        tmp: Path
-        port: int
-
-        def args(self, name: str) -> list[str]:
-            return [*DATABUS, "relay", "--config", str(config)]
-
-    with server, Snap(tmp_path, port) as p:
+    with server, Pipeline(tmp_path, server, port, config) as p:
         server.execute("CREATE DATABASE shop",
                        "CREATE TABLE shop.t (id INT PRIMARY KEY, v INT, s VARCHAR(20))",
                        # one statement (MariaDB's sequence engine): one commit, one fsync

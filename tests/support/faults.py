@@ -138,7 +138,8 @@ def rules() -> str:
 @contextmanager
 def cut(port: int, direction: Direction = "both") -> Iterator[None]:
     """Drop TCP packets to and/or from ``127.0.0.1:port`` silently while the block
-    runs (see the module docstring)."""
+    runs (see the module docstring). ``port`` is one a server listens on (so no other
+    local socket has it as its own: a ``from`` rule matches every packet sent from it)."""
     if direction not in ("both", "to", "from"):
         raise ValueError(f"direction must be both, to or from, not {direction!r}")
     if not 0 < port < 65536:
