@@ -279,6 +279,12 @@ class ChainSourceConfig(_Source, RelayAccess):
     credentials are :class:`databus.core.access.RelayCredentials`' fields."""
 
     kind: ClassVar[str] = "chain"
+    network_timeout: float = Field(
+        30.0, ge=1, le=3600,
+        description="seconds a request to the upstream relay may go without an answer"
+                    " beyond its long poll (and to connect) before the upstream counts as"
+                    " lost and capture retries (the next member of a list or cluster): a"
+                    " network that drops packets silently is noticed within it")
 
     @model_validator(mode="before")
     @classmethod
