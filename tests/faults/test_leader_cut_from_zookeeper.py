@@ -22,6 +22,7 @@ from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
@@ -126,7 +127,11 @@ def test_a_leader_cut_off_from_zookeeper_stops_leading_and_publishes_nothing_aft
             # the old leader still answers its consumers (only ZooKeeper is cut off)
             assert c.max_scn(old) >= 0
             time.sleep(SESSION)  # new windows from the new leader only
-            seen_cut = c.admin(old)
+            # what an operator sees of it meanwhile (its /admin reads ZooKeeper on the
+            # request's path: it answers only once that read timed out)
+            t_admin = time.monotonic()
+            seen_cut = httpx.get(f"{c.url(old)}/admin", timeout=60).json()
+            admin_took = time.monotonic() - t_admin
         t_heal = time.monotonic()
         c.wait("the old leader to follow", lambda: c.admin(old)["cluster"]["role"]  # type: ignore[index]
                == "follower", 60, interval=0.2)
@@ -145,7 +150,7 @@ def test_a_leader_cut_off_from_zookeeper_stops_leading_and_publishes_nothing_aft
     # it published nothing after it lost the lead: its windows stayed a prefix of the
     # new leader's, so it never had to drop its buffer
     assert "dropping the buffer" not in log, log[-3000:]
-    print(f"during the cut {old} said: cluster {seen_cut['cluster']}, capture"
-          f" {seen_cut['capture']}")
+    print(f"during the cut {old}'s /admin took {admin_took:.1f}s and said: cluster"
+          f" {seen_cut['cluster']}, capture {seen_cut['capture']}")
     print(f"leader {old} cut off from ZooKeeper: {new} led {elected:.1f}s after the cut"
           f" (session {SESSION:g}s); {old} followed {followed:.1f}s after the heal; {stats}")
