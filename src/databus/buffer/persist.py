@@ -5,6 +5,10 @@ The header holds two state slots (at 0 and 512), written alternately, each with
 a sequence number and a CRC-32; the valid slot with the higher sequence wins,
 so a write torn by a crash leaves the previous state readable.
 
+Every block of the file is allocated when it is opened (``posix_fallocate``), so a
+store into the mapping never needs disk space: a file system that fills up later costs
+the buffer nothing, and one without room for the buffer refuses it at start.
+
 The state is written after the event bytes of an append, so after ``kill -9``
 the state never points past bytes that were written. Recovery does not trust
 it anyway: :func:`scan_windows` validates every event (both CRCs) and the
@@ -13,6 +17,8 @@ window structure and keeps the longest valid prefix of whole windows.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import mmap
 import os
@@ -82,9 +88,13 @@ class BufferFile:
                     f" needs {HEADER_SIZE + capacity} (capacity changed, or file truncated)")
             if not exists or size == 0:
                 os.ftruncate(fd, HEADER_SIZE + capacity)
+            _allocate(fd, path, HEADER_SIZE + capacity)
             mm = mmap.mmap(fd, HEADER_SIZE + capacity)
         except BaseException:
             os.close(fd)
+            if not exists:  # ours, made just now: refused, it must not stay behind
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
             raise
         try:
             if exists and size:
@@ -116,6 +126,29 @@ class BufferFile:
         self.data.release()
         self._mm.close()
         os.close(self._fd)
+
+
+def _allocate(fd: int, path: Path, size: int) -> None:
+    """Give every byte of the file its disk blocks now (holes of a file made by ftruncate,
+    or by an older version, included), so a store into the mapping never needs space.
+
+    Without it the blocks were taken at the first store into each page, and a store on a
+    file system that had filled up meanwhile killed the relay with SIGBUS, without a word
+    (tests/faults/test_disk_full.py). A file system without room for the whole buffer
+    is refused here, at start, with the sizes named."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            st = os.fstatvfs(fd)
+            raise ConfigError(
+                f"buffer file {path} needs {size} bytes on its file system, which has"
+                f" {st.f_bavail * st.f_frsize} free: {exc.strerror}. Free space there, or"
+                " set a smaller buffer.capacity_bytes") from exc
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+        log.warning("buffer file %s: its file system cannot reserve blocks ahead (%s); a"
+                    " full disk will stop the relay with SIGBUS", path, exc.strerror)
 
 
 def check_adoptable(path: Path) -> None:

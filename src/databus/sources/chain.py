@@ -26,7 +26,9 @@ Contract beyond :mod:`databus.sources.base`:
 * **Upstream loss.** An unreachable or failing upstream raises
   :class:`~databus.core.errors.SourceUnavailableError`: the relay retries without
   limit, with backoff, and shows it in ``/admin`` (fetcher state ``retrying``) and
-  in ``databus_relay_source_errors_total``. A 401/403 is terminal.
+  in ``databus_relay_source_errors_total``. A 401/403 is terminal. An upstream that
+  stops answering without an error (packets dropped silently) counts as lost after
+  ``source.network_timeout`` seconds beyond the long poll.
 * **Origin.** :meth:`ChainSource.origin` is the upstream's (its ``Databus-Origin``
   header on ``/sources``), so a chain relay names the same database as its upstream.
 * **Credentials.** ``source.token_file``, ``source.ca_file``, ``source.cert_file``,
@@ -127,7 +129,8 @@ class ChainSource(Source):
             return
         headers = {"X-Databus-Member": self.member_id} if self.member_id else None
         self._conn = RelayConnection(self.url, credentials=self._credentials, headers=headers,
-                                     consumer=f"relay {self.name}")
+                                     consumer=f"relay {self.name}",
+                                     http_timeout=self.config.network_timeout)
         try:
             self._refresh()
         except TransientError as exc:  # serve what the buffer holds; capture retries

@@ -201,6 +201,13 @@ class ServerSourceConfig(_DatabaseSource):
                     " heartbeats, rotations), an empty window carries the position at most"
                     " this often (seconds; 0 = never), so consumers' checkpoints and the"
                     " relay's restart position move and the server may drop old log")
+    network_timeout: float = Field(
+        30.0, ge=3, le=3600,
+        description="seconds a connection to the server may go without an answer (to"
+                    " connect, to a statement, to data sent, to TCP keepalives while idle)"
+                    " before the server counts as lost and capture retries: a network that"
+                    " drops packets silently is noticed within it (MySQL's binlog stream"
+                    " sooner: five missed 1 s heartbeats)")
 
 
     def password(self) -> str | None:
@@ -272,6 +279,12 @@ class ChainSourceConfig(_Source, RelayAccess):
     credentials are :class:`databus.core.access.RelayCredentials`' fields."""
 
     kind: ClassVar[str] = "chain"
+    network_timeout: float = Field(
+        30.0, ge=1, le=3600,
+        description="seconds a request to the upstream relay may go without an answer"
+                    " beyond its long poll (and to connect) before the upstream counts as"
+                    " lost and capture retries (the next member of a list or cluster): a"
+                    " network that drops packets silently is noticed within it")
 
     @model_validator(mode="before")
     @classmethod

@@ -33,24 +33,27 @@ class ServerFacts:
 
 @dataclass(frozen=True)
 class MysqlUrl(ServerUrl):
-    """Where and how to connect: the URL's parts and TLS; ``repr`` never shows the
-    password."""
+    """Where and how to connect: the URL's parts, TLS and ``timeout`` (seconds a
+    connection waits to connect, for each answer and to send, before the server counts
+    as lost); ``repr`` never shows the password."""
 
     tls: SourceTlsConfig | None = None
+    timeout: float = 30.0
 
 
 def parse_mysql_url(url: str, *, password: str | None = None,
-                    tls: SourceTlsConfig | None = None) -> MysqlUrl:
+                    tls: SourceTlsConfig | None = None, timeout: float = 30.0) -> MysqlUrl:
     """``mysql://USER:PASS@HOST:PORT`` (user and password URL-encoded); ``password``
     (from a file or the environment) replaces the URL's."""
     u = parse_server_url(url, kind="mysql", schemes=("mysql", "mariadb"), port=3306,
                          user="root", password=password)
-    return MysqlUrl(u.host, u.port, u.user, u.password, tls=tls)
+    return MysqlUrl(u.host, u.port, u.user, u.password, tls=tls, timeout=timeout)
 
 
 def mysql_url(config: MysqlSourceConfig) -> MysqlUrl:
     """The connection settings of a MySQL source config (password file, TLS)."""
-    return parse_mysql_url(config.url, password=config.password(), tls=config.tls)
+    return parse_mysql_url(config.url, password=config.password(), tls=config.tls,
+                           timeout=config.network_timeout)
 
 
 # (variable, wanted value, fix); values compared case-insensitively

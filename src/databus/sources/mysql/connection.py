@@ -118,16 +118,22 @@ def tls_context(url: MysqlUrl) -> ssl.SSLContext | None:
     return ctx
 
 
-def connect(url: MysqlUrl, timeout: float = 10.0) -> Any:
+def connect(url: MysqlUrl) -> Any:
     """A pymysql connection (autocommit), over TLS when ``url.tls`` asks for it, else
     plain: pymysql (1.2) would otherwise try an unverified TLS upgrade on its own, and build
-    a default TLS context (the system's CA store, ~45 ms) for every connection."""
+    a default TLS context (the system's CA store, ~45 ms) for every connection.
+
+    Every wait on the server has ``url.timeout`` as its deadline: the connect, each read
+    and each send. Without a read deadline a query sent just before the network dropped
+    packets silently (no reset) would wait for as long as the kernel retransmits (~15
+    minutes), capture stalled and reported running (tests/faults/test_mariadb_cut.py)."""
     ctx = tls_context(url)
     with translated("connecting to MySQL/MariaDB", url):
         return pymysql.connect(host=url.host, port=url.port, user=url.user,
                                password=url.password, autocommit=True,
-                               connect_timeout=int(max(1, timeout)), ssl=ctx,
-                               ssl_disabled=ctx is None)
+                               connect_timeout=max(1, int(url.timeout)),
+                               read_timeout=url.timeout, write_timeout=url.timeout,
+                               ssl=ctx, ssl_disabled=ctx is None)
 
 
 def server_facts(url: MysqlUrl) -> ServerFacts:

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from databus.core.errors import SourcePositionLostError, SourceUnavailableError
+from databus.core.errors import SourcePositionLostError, SourceUnavailableError, StatementError
 from databus.core.window import Window
 from databus.sources.common.incremental import Snapshots, idle_stats
 from databus.sources.config import PostgresSourceConfig
@@ -128,10 +128,7 @@ class Capture:
         found = checks.slot_facts(self.sql, self.slot.name)
         if found is None:
             if after_scn >= 0:
-                raise SourcePositionLostError(
-                    f"replication slot {self.slot.name} is gone: the changes after scn"
-                    f" {after_scn} (LSN {po.lsn_text(after_scn)}) cannot be read; consumers"
-                    " must bootstrap")
+                raise self._slot_gone(after_scn)
             if self.config.snapshot_mode != "no_data":
                 self._start_snapshot()
                 return
@@ -151,6 +148,12 @@ class Capture:
         except SourceUnavailableError:
             self.slot.refuse_if_taken(self.sql)
             raise
+        except StatementError:
+            # dropped between the check in _start and START_REPLICATION (an operator
+            # ending the walsender, then dropping the slot while the relay reconnects)
+            if after_scn >= 0 and checks.slot_facts(self.sql, self.slot.name) is None:
+                raise self._slot_gone(after_scn) from None
+            raise
         self.slot.started(floor)
         self.stream_scn = after_scn
         self.last_scn = after_scn
@@ -161,6 +164,17 @@ class Capture:
             self.snaps.restore(after_scn)
         log.info("replication of slot %s started after %s", self.slot.name,
                  po.lsn_text(after_scn) if after_scn >= 0 else "its confirmed position")
+
+    def _slot_gone(self, after_scn: int) -> SourcePositionLostError:
+        """The slot is gone while the relay resumes after ``after_scn``: never papered
+        over with a new slot (which would start after a gap); the recovery, named."""
+        return SourcePositionLostError(
+            f"replication slot {self.slot.name} is gone (dropped, or invalidated by the"
+            f" server): the changes after scn {after_scn} (LSN {po.lsn_text(after_scn)})"
+            " cannot be read. To capture again, move this relay's buffer file and state"
+            " files (<state_dir>/<relay>.*) aside and start it: it creates a new slot"
+            " (snapshot_mode initial snapshots the rows as they are then); consumers"
+            " behind it get ScnNotFound and must bootstrap")
 
     def _start_snapshot(self) -> None:
         """Create the slot exporting its snapshot and start reading the tables in it."""

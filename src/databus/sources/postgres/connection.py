@@ -60,6 +60,7 @@ class PgUrl:
     database: str
     password: str = field(default="", repr=False)
     application_name: str = "databus"  # how the server lists the connections (pg_stat_activity)
+    timeout: float = 30.0  # network_timeout: see connect_args
 
     def where(self) -> str:
         return f"{self.user}@{self.host}:{self.port}/{self.database}"
@@ -69,8 +70,18 @@ class PgUrl:
                            for k, v in SESSION_SETTINGS.items())
         args: dict[str, Any] = {"host": self.host, "port": self.port, "user": self.user,
                                 "dbname": self.database, "options": options,
-                                "connect_timeout": 10,
-                                "application_name": self.application_name}
+                                "connect_timeout": max(2, int(self.timeout)),
+                                "application_name": self.application_name,
+                                # a silent network (no reset) is noticed within timeout:
+                                # while data sent waits for its ACK (tcp_user_timeout),
+                                # and while the connection is idle, a replication stream
+                                # waiting for changes included (keepalives: the first
+                                # after a third of it, then 3 unanswered, 2/9 apart)
+                                "tcp_user_timeout": int(self.timeout * 1000),
+                                "keepalives": 1,
+                                "keepalives_idle": max(1, int(self.timeout / 3)),
+                                "keepalives_interval": max(1, int(self.timeout * 2 / 9)),
+                                "keepalives_count": 3}
         if self.password:
             args["password"] = self.password
         return args

@@ -133,7 +133,8 @@ STREAM_MEMORY = 64 << 20
 
 
 def pg_url(config: PostgresSourceConfig) -> PgUrl:
-    return parse_pg_url(config.url, password=config.password())
+    return replace(parse_pg_url(config.url, password=config.password()),
+                   timeout=config.network_timeout)
 
 
 def _origin(sql: SqlSession, database: str) -> str:

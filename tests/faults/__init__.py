@@ -1,0 +1,1 @@
+"""Faults a production deployment meets: silent partitions, full disks, lost source positions."""
