@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from databus.relay.relay import Relay
 
@@ -38,6 +39,11 @@ from tests.support.postgres import PostgreSQL
 from tests.support.relays import make_relay
 from tests.support.shop import create_shop
 from tests.support.zookeeper import ZooKeeper
+
+# Property tests keep their example counts; the per-example deadline (200 ms) is off: on
+# a loaded 2-core machine with 4 workers a slow example is the machine, not the code.
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
 
 
 def _needs_spark(item: pytest.Item) -> bool:

@@ -9,9 +9,8 @@ workload (a size-limited tmpfs, filled to its last byte).
   sizes named, and no file is left behind.
 * Under the state directory too: the relay should refuse loudly (``/admin``, its log),
   acknowledge nothing upstream past what it stored, and continue by itself when space
-  returns. It does not yet: the capture thread dies on the state file's ``ENOSPC``
-  while ``/admin`` still says ``running`` (a defect in ``relay/fetcher.py``, outside
-  this slice: the test is a strict xfail until it is fixed).
+  returns (the state write's ``ENOSPC`` is a transient ``StorageFull``: capture shows
+  ``retrying`` naming it, and retries).
 """
 
 from __future__ import annotations
@@ -111,8 +110,6 @@ def test_a_buffer_that_does_not_fit_is_refused_at_start() -> None:
             assert buf.capacity == 4 << 20
 
 
-@pytest.mark.xfail(strict=True, reason="relay/fetcher.py: an OSError writing the relay's"
-                   " state file kills the capture thread silently (see the module docstring)")
 def test_a_full_state_directory_is_refused_loudly_and_recovered_from(tmp_path: Path) -> None:
     server = MariaDB(tmp_path / "db")
     with server, faults.small_disk(DISK) as disk, \

@@ -196,6 +196,14 @@ class CoordinatorUnavailableError(TransientError):
     code = "CoordinatorUnavailable"
 
 
+class StorageFullError(TransientError):
+    """A write found its file system full (or over its quota); nothing was replaced.
+    Transient: the same write succeeds once space returns."""
+
+    code = "StorageFull"
+    http_status = 507
+
+
 class StoreUnavailableError(TransientError):
     """A bootstrap store database could not be reached or failed a statement
     for a reason that may pass (lost connection, lock timeout)."""

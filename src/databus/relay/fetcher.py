@@ -156,6 +156,11 @@ class Fetcher:
         self._set(state="running")
         while not self._stop.is_set():
             try:
+                if time.monotonic() - last_flush >= self._flush_interval:
+                    # first: while the state cannot be written (a full disk: a transient
+                    # StorageFull) nothing more is read, so nothing is served past it
+                    self.checkpoint()
+                    last_flush = time.monotonic()
                 if not self._buffer.origin_known and self._buffer.max_scn < 0:
                     # a fresh start: ask the source where its history is complete
                     origin = self._source.complete_after(-1)
@@ -193,10 +198,10 @@ class Fetcher:
                 log.exception("capture stopped by an unexpected error")
                 self._set(state="failed", last_error=f"{type(exc).__name__}: {exc}")
                 break
-            if time.monotonic() - last_flush >= self._flush_interval:
-                self.checkpoint()
-                last_flush = time.monotonic()
-        self.checkpoint()
+        try:
+            self.checkpoint()
+        except TransientError as exc:  # stopping: the next start resumes from the last one
+            log.error("could not persist the relay's state at stop: %s", exc)
         if self._status["state"] not in ("failed", "fenced"):
             self._set(state="stopped")
 
