@@ -142,5 +142,16 @@ def test_every_rule_and_panel_expression_evaluates_on_prometheus_scraping_a_rela
             if title in RELAY_PANELS and not result:
                 empty.append((title, expr))
         assert not empty, f"relay panels without data: {empty}"
+        # the template variables' label_values() find the relay and its consumer
+        values = {}
+        for var in json.loads(DASHBOARD.read_text())["templating"]["list"]:
+            if var["type"] == "query":
+                m = re.fullmatch(r"label_values\((.+), (\w+)\)", var["query"]["query"])
+                assert m, var["query"]
+                answer = httpx.get(f"{prom}/api/v1/label/{m.group(2)}/values", timeout=10,
+                                   params={"match[]": m.group(1)}).json()
+                assert answer["status"] == "success", answer
+                values[var["name"]] = answer["data"]
+        assert values == {"instance": [target], "consumer": ["deploy-test"]}
         lag = query(prom, 'max by (consumer) (databus_relay_consumer_lag_seconds{instance=~".*"})')
         assert [s["metric"]["consumer"] for s in lag] == ["deploy-test"]
