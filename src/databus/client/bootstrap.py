@@ -475,16 +475,8 @@ class BootstrapRunner:
             run = (DataBatch(scn, events.scanned, view, start + 1, start + 1, start=start,
                              end=end) if isinstance(events, ScannedRows)
                    else DataBatch(scn, events[start:end], view, start + 1, start + 1))
-            try:
-                result = on_events(run)
-            except (ConsumerFatalError, ConsumerCallbackError):
-                raise
-            except Exception as exc:  # broad: user code (see dispatcher.call)
-                raise ConsumerCallbackError(
-                    f"on_bootstrap_events raised {type(exc).__name__}: {exc} "
-                    f"(scn {scn}, {view.schema.name}, {len(run)} events)") from exc
-            if result is not None:
-                check_result(result, "on_bootstrap_events")
+            call("on_bootstrap_events", on_events, run,
+                 context=f"scn {scn}, {view.schema.name}, {len(run)} events")
 
     def _save(self, cp: Checkpoint) -> None:
         try:

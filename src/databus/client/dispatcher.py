@@ -50,8 +50,9 @@ def check_result(result: Any, what: str) -> ConsumerResult:
     raise ConsumerFatalError(f"{what} returned {result!r}; expected a ConsumerResult or None")
 
 
-def call(what: str, fn: Callable[..., Any], *args: Any) -> ConsumerResult:
-    """Run one callback; exceptions become typed consumer errors."""
+def call(what: str, fn: Callable[..., Any], *args: Any, context: str = "") -> ConsumerResult:
+    """Run one callback; exceptions become typed consumer errors (their message names
+    ``context``: the window, the table, the events). The per-row loops inline it."""
     try:
         result = fn(*args)
     except ConsumerFatalError:
@@ -59,7 +60,8 @@ def call(what: str, fn: Callable[..., Any], *args: Any) -> ConsumerResult:
     except ConsumerCallbackError:
         raise
     except Exception as exc:  # broad: user code; whatever it raises rolls the window back
-        raise ConsumerCallbackError(f"{what} raised {type(exc).__name__}: {exc}") from exc
+        where = f" ({context})" if context else ""
+        raise ConsumerCallbackError(f"{what} raised {type(exc).__name__}: {exc}{where}") from exc
     return check_result(result, what)
 
 
@@ -192,16 +194,8 @@ class Dispatcher:
             n = per_source.get(src_id, 0)
             if self.batched:
                 batch = DataBatch(scn, run, view, total + 1, n + 1)
-                try:
-                    result = c.on_data_events(batch)
-                except (ConsumerFatalError, ConsumerCallbackError):
-                    raise
-                except Exception as exc:  # broad: user code (see call)
-                    raise ConsumerCallbackError(
-                        f"on_data_events raised {type(exc).__name__}: {exc} "
-                        f"(scn {scn}, {name}, {len(run)} events)") from exc
-                if result is not None and result is not _SUCCESS:
-                    force |= check_result(result, "on_data_events") is _CHECKPOINT
+                force |= call("on_data_events", c.on_data_events, batch,
+                              context=f"scn {scn}, {name}, {len(run)} events") is _CHECKPOINT
             else:
                 force |= self._each(run, view, scn, total, n)
             total += len(run)
