@@ -37,6 +37,7 @@ if [ "${DATABUS_SETUP_SERVERS:-0}" = "1" ] && command -v dpkg >/dev/null; then
   # real database servers for the integration tests (started privately by fixtures)
   apt_install sqlite3 mariadb-server postgresql
   apt_install nftables  # silent packet drops in the fault tests (tests/support/faults.py)
+  apt_install chromium  # the page in a real browser (tests/e2e/test_ui_page.py; Playwright drives it)
 fi
 if [ "${DATABUS_SETUP_BENCH:-0}" = "1" ] && command -v dpkg >/dev/null; then
   # what only the benchmarks run: sysbench's oltp_write_only (bench/replicate_sysbench.py)
