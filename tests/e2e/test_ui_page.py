@@ -1,15 +1,17 @@
 """The operator's page (``GET /ui``, docs/operations.md "The page") in a real browser:
 Debian's chromium, headless, driven by Playwright (``executable_path``: no browser is
 downloaded). A SQLite relay, two consumers (one keeping up, one stalled in its
-callback while a writer writes): the page lists both, marks the stalled one behind
-with its seconds behind growing, shows capture running and draws a chart per
-consumer. A screenshot is kept under the test's ``tmp_path`` (its path printed).
+callback while a writer writes) and a reader whose name is markup: the page lists
+them (that name as text), marks the stalled one behind with its seconds behind
+growing, shows capture running and draws a chart per consumer. A screenshot is kept
+under the test's ``tmp_path`` (its path printed).
 
 And without a browser: the page sits behind the same tokens as the API (a token in
 the URL is not read)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 import time
@@ -28,6 +30,7 @@ from tests.support.wait import wait_until
 
 CHROMIUM = Path("/usr/bin/chromium")
 BEHIND_S = 5.0  # the page marks a consumer this many seconds behind (ui.html's BEHIND_S)
+HOSTILE = "<b id=injected>html</b>"  # a consumer name that is markup
 
 
 class Gate(Consumer):
@@ -96,6 +99,10 @@ def test_the_page_shows_both_consumers_marks_the_stalled_one_and_capture_running
         writer.start()
         try:
             wait_until(slow.gate.waiting.is_set, 30, "the stalled consumer to block")
+            # a consumer name is the client's to choose: the page shows it as text
+            cp = json.dumps({"windowScn": -1, "windowOffset": -1})
+            httpx.get(f"{url}/stream", params={"checkPoint": cp, "timeout": "0"},
+                      headers={"X-Databus-Consumer": HOSTILE}, timeout=10)
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True)
                 try:
@@ -120,11 +127,14 @@ def test_the_page_shows_both_consumers_marks_the_stalled_one_and_capture_running
                     assert page.locator("#relay-name").inner_text() == relay.stats()["name"]
                     assert page.locator("#source-kind").inner_text() == "sqlite"
                     assert page.locator("#ready").inner_text() == "ready"
+                    assert page.locator("#snapshot").inner_text().startswith("none running")
                     # a chart per consumer, the stalled one's line over several refreshes
                     page.wait_for_function(
                         "document.querySelector('tr[data-consumer=\"stalled-one\"] polyline')"
                         ".getAttribute('points').split(' ').length >= 3", timeout=15_000)
-                    assert page.locator("svg.chart").count() == 2
+                    assert page.locator("svg.chart").count() == 3
+                    assert page.locator("#injected").count() == 0
+                    assert page.get_by_text(HOSTILE).count() == 1
                     # its seconds behind grow with the clock while it stays stalled
                     time.sleep(2.5)
                     later = float(slow_row.locator("td.seconds-behind").inner_text())
