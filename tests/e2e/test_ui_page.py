@@ -4,7 +4,8 @@ downloaded). A SQLite relay, two consumers (one keeping up, one stalled in its
 callback while a writer writes) and a reader whose name is markup: the page lists
 them (that name as text), marks the stalled one behind with its seconds behind
 growing, shows capture running and draws a chart per consumer. A screenshot is kept
-under the test's ``tmp_path`` (its path printed).
+under the test's ``tmp_path`` (its path printed). A two-member cluster: a member's page
+lists both members, the leader among them.
 
 And without a browser: the page sits behind the same tokens as the API (a token in
 the URL is not read)."""
@@ -22,11 +23,13 @@ import pytest
 
 from databus.client import ClientConfig, Consumer, DatabusClient, DataEvent
 from databus.client.checkpoints import MemoryCheckpointStore
+from databus.relay.config import parse_config
 from databus.relay.relay import Relay
 from tests.support.relays import make_relay
-from tests.support.shop import Writer
+from tests.support.shop import TABLES, Writer
 from tests.support.tls import add_token
 from tests.support.wait import wait_until
+from tests.support.zookeeper import ZooKeeper
 
 CHROMIUM = Path("/usr/bin/chromium")
 BEHIND_S = 5.0  # the page marks a consumer this many seconds behind (ui.html's BEHIND_S)
@@ -165,3 +168,54 @@ def test_the_page_needs_the_same_token_as_the_api(shop_db: Path, tmp_path: Path)
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
         assert "connect-src 'self'" in r.headers["Content-Security-Policy"]
         assert token not in r.text and "<script>" in r.text
+
+
+def test_the_page_of_a_cluster_member_lists_the_members_and_the_leader(
+        shop_db: Path, tmp_path: Path, zookeeper: ZooKeeper) -> None:
+    """Two members of one cluster (in this process, ZooKeeper private to the suite): the
+    page of either shows the cluster section with both members, one of them the
+    leader, and its own role."""
+    if not CHROMIUM.exists():
+        pytest.skip("no /usr/bin/chromium (Debian's chromium: scripts/setup.sh with"
+                    " DATABUS_SETUP_SERVERS=1)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("no playwright Python package (the dev extra: pip install -e '.[dev]')")
+    address = f"zk://{zookeeper.hosts}/ui-{int(time.time() * 1000) % 10**9}"
+
+    def member(name: str) -> Relay:
+        return Relay(parse_config({
+            "source": {"url": f"sqlite:///{shop_db}", "tables": TABLES,
+                       "snapshot_mode": "no_data", "poll_interval": 0.01},
+            "buffer": {"path": str(tmp_path / f"{name}.buf"), "capacity_bytes": 4 << 20,
+                       "flush_interval": 0.2},
+            "http": {"port": 0}, "state_dir": str(tmp_path / name),
+            "cluster": {"address": address, "member_id": name}}))
+
+    with member("m1") as m1, member("m2") as m2:
+        def both_listed() -> bool:
+            view = httpx.get(f"{m1.url}/admin", timeout=10).json()["cluster"].get("view")
+            return bool(view) and len(view["members"]) == 2 and view["leader"] is not None
+        wait_until(both_listed, 30, "both members and a leader in ZooKeeper")
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+            try:
+                page = browser.new_page(viewport={"width": 1200, "height": 700})
+                page.goto(f"{m2.url}/ui")
+                rows = page.locator("#members tbody tr")
+                page.wait_for_function(
+                    "document.querySelectorAll('#members tbody tr').length === 2",
+                    timeout=15_000)
+                assert page.locator("#cluster-section").is_visible()
+                texts = [rows.nth(i).inner_text() for i in range(2)]
+                roles = sorted(rows.nth(i).locator("td.role").inner_text() for i in range(2))
+                assert roles == ["follower", "leader"], texts
+                assert any(t.startswith("m2 (this one)") for t in texts), texts
+                assert {t.split()[0] for t in texts} == {"m1", "m2"}
+                assert page.locator("#role").inner_text().startswith("cluster member m2")
+                shot = tmp_path / "ui-cluster.png"
+                page.screenshot(path=str(shot), full_page=True)
+                print(f"screenshot of the page: {shot}")
+            finally:
+                browser.close()
