@@ -13,10 +13,11 @@ the URL is not read)."""
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -34,6 +35,19 @@ from tests.support.zookeeper import ZooKeeper
 CHROMIUM = Path("/usr/bin/chromium")
 BEHIND_S = 5.0  # the page marks a consumer this many seconds behind (ui.html's BEHIND_S)
 HOSTILE = "<b id=injected>html</b>"  # a consumer name that is markup
+
+
+def browser_driver() -> Callable[[], Any]:
+    """Playwright's ``sync_playwright``, or the test skipped naming what is missing
+    (Debian's chromium, the playwright package); no browser is ever downloaded."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"no {CHROMIUM} (Debian's chromium: scripts/setup.sh with"
+                    " DATABUS_SETUP_SERVERS=1)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("no playwright Python package (the dev extra: pip install -e '.[dev]')")
+    return sync_playwright
 
 
 class Gate(Consumer):
@@ -76,13 +90,7 @@ class Pulling:
 
 def test_the_page_shows_both_consumers_marks_the_stalled_one_and_capture_running(
         shop_db: Path, tmp_path: Path) -> None:
-    if not CHROMIUM.exists() or shutil.which("chromium") is None:
-        pytest.skip("no /usr/bin/chromium (Debian's chromium: scripts/setup.sh with"
-                    " DATABUS_SETUP_SERVERS=1)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("no playwright Python package (the dev extra: pip install -e '.[dev]')")
+    sync_playwright = browser_driver()
 
     relay = make_relay(shop_db, tmp_path)
     stop_writing = threading.Event()
@@ -110,6 +118,8 @@ def test_the_page_shows_both_consumers_marks_the_stalled_one_and_capture_running
                 browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True)
                 try:
                     page = browser.new_page(viewport={"width": 1200, "height": 800})
+                    script_errors: list[str] = []
+                    page.on("pageerror", lambda e: script_errors.append(str(e)))
                     page.goto(f"{url}/ui")
                     fast_row = page.locator('tr[data-consumer="keeps-up"]')
                     slow_row = page.locator('tr[data-consumer="stalled-one"]')
@@ -132,9 +142,10 @@ def test_the_page_shows_both_consumers_marks_the_stalled_one_and_capture_running
                     assert page.locator("#ready").inner_text() == "ready"
                     assert page.locator("#snapshot").inner_text().startswith("none running")
                     # a chart per consumer, the stalled one's line over several refreshes
-                    page.wait_for_function(
-                        "document.querySelector('tr[data-consumer=\"stalled-one\"] polyline')"
-                        ".getAttribute('points').split(' ').length >= 3", timeout=15_000)
+                    # (waited for from here: the page's CSP forbids evaluating strings)
+                    line = slow_row.locator("polyline")
+                    wait_until(lambda: len((line.get_attribute("points") or "").split()) >= 3,
+                               15, "three points on the stalled consumer's chart")
                     assert page.locator("svg.chart").count() == 3
                     assert page.locator("#injected").count() == 0
                     assert page.get_by_text(HOSTILE).count() == 1
@@ -146,6 +157,8 @@ def test_the_page_shows_both_consumers_marks_the_stalled_one_and_capture_running
                     page.screenshot(path=str(shot), full_page=True)
                     print(f"screenshot of the page: {shot}")
                     assert shot.stat().st_size > 1000
+                    assert not script_errors, script_errors
+                    assert page.locator("#errors").inner_text() == "none"
                 finally:
                     browser.close()
         finally:
@@ -175,13 +188,7 @@ def test_the_page_of_a_cluster_member_lists_the_members_and_the_leader(
     """Two members of one cluster (in this process, ZooKeeper private to the suite): the
     page of either shows the cluster section with both members, one of them the
     leader, and its own role."""
-    if not CHROMIUM.exists():
-        pytest.skip("no /usr/bin/chromium (Debian's chromium: scripts/setup.sh with"
-                    " DATABUS_SETUP_SERVERS=1)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("no playwright Python package (the dev extra: pip install -e '.[dev]')")
+    sync_playwright = browser_driver()
     address = f"zk://{zookeeper.hosts}/ui-{int(time.time() * 1000) % 10**9}"
 
     def member(name: str) -> Relay:
@@ -204,10 +211,9 @@ def test_the_page_of_a_cluster_member_lists_the_members_and_the_leader(
                 page = browser.new_page(viewport={"width": 1200, "height": 700})
                 page.goto(f"{m2.url}/ui")
                 rows = page.locator("#members tbody tr")
-                page.wait_for_function(
-                    "document.querySelectorAll('#members tbody tr').length === 2",
-                    timeout=15_000)
+                rows.nth(1).wait_for(timeout=15_000)  # (no wait_for_function: the CSP)
                 assert page.locator("#cluster-section").is_visible()
+                assert rows.count() == 2
                 texts = [rows.nth(i).inner_text() for i in range(2)]
                 roles = sorted(rows.nth(i).locator("td.role").inner_text() for i in range(2))
                 assert roles == ["follower", "leader"], texts
