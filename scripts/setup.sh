@@ -37,6 +37,7 @@ if [ "${DATABUS_SETUP_SERVERS:-0}" = "1" ] && command -v dpkg >/dev/null; then
   # real database servers for the integration tests (started privately by fixtures)
   apt_install sqlite3 mariadb-server postgresql
   apt_install nftables  # silent packet drops in the fault tests (tests/support/faults.py)
+  apt_install chromium  # the page in a real browser (tests/e2e/test_ui_page.py; Playwright drives it)
   dpkg -s prometheus >/dev/null 2>&1 || { [ "$(id -u)" -eq 0 ] || S=sudo; ${S:-} apt-get update -qq; DEBIAN_FRONTEND=noninteractive ${S:-} apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }  # promtool + a private Prometheus: tests/integration/test_deploy_rules.py
 fi
 if [ "${DATABUS_SETUP_BENCH:-0}" = "1" ] && command -v dpkg >/dev/null; then

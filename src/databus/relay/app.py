@@ -45,6 +45,7 @@ from databus.serving.guard import principal, readable_ids
 from databus.serving.health import health_routes
 from databus.serving.params import MAX_SOURCE_IDS, source_ids_param
 from databus.serving.requests import json_body
+from databus.serving.ui import ui_route
 
 
 class _CountRequests:
@@ -250,6 +251,7 @@ def build_app(relay: ServedRelay) -> ASGIApp:
         Route("/admin", admin),
         Route("/consumers", consumers),
         Route("/signal", signal, methods=["POST"]),
+        ui_route(),
     ]
     names: dict[Callable[..., Any], str] = {
         sources: "sources", register: "register", stream: "stream",

@@ -1,0 +1,59 @@
+"""The operator's page, ``GET /ui``: one self-contained HTML page a server serves
+(docs/operations.md, "The page").
+
+Contract:
+
+* The page is a package resource (``ui.html`` beside this module), read once and
+  served as it is: inline CSS and one small inline script, nothing fetched from
+  anywhere but the server that served it. Its script asks that server's own JSON
+  endpoints every 2 seconds (``consumers``, ``health/ready``, ``admin``, by relative
+  URL, so a reverse proxy's path prefix works) and draws what they answer; a failed
+  or refused fetch is shown as such, never as zeros.
+* Charts are plain inline SVG drawn by that script (a polyline per consumer of its
+  seconds behind over the time the page has been open, kept in the browser, at most
+  an hour): no charting library to ship or keep up to date, no build step, nothing
+  downloaded, so the page works on a host without internet.
+* Read-only and without secrets: it calls only GET endpoints; every string it shows
+  goes in as text (never as HTML: consumer names come from clients), with the
+  user-info of any URL (``//user:password@``) blanked out.
+* Same access as the API: ``/ui`` is not an open path, so the server's guard asks
+  the page for the same bearer token as ``/consumers``, and the page's own fetches
+  carry only what the browser adds itself (a token in the URL, ``?token=``, is not
+  read: URLs end up in logs and browser history). ``admin`` needs an admin token;
+  without one the page shows what ``consumers`` tells and says what is missing.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
+
+# the page runs only its own inline script and talks only to the server it came from
+_HEADERS = {
+    "Cache-Control": "no-store",
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline';"
+        " connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none';"
+        " frame-ancestors 'none'"),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+@cache
+def page_html() -> str:
+    """The page's HTML (the package resource, read once)."""
+    return resources.files("databus.serving").joinpath("ui.html").read_text(encoding="utf-8")
+
+
+def _page(_: Request) -> Response:
+    return HTMLResponse(page_html(), headers=_HEADERS)
+
+
+def ui_route() -> Route:
+    """``GET /ui``: the page (see the module docstring)."""
+    return Route("/ui", _page, methods=["GET"])

@@ -1,0 +1,227 @@
+"""The operator's page (``GET /ui``, docs/operations.md "The page") in a real browser:
+Debian's chromium, headless, driven by Playwright (``executable_path``: no browser is
+downloaded). A SQLite relay, two consumers (one keeping up, one stalled in its
+callback while a writer writes) and a reader whose name is markup: the page lists
+them (that name as text), marks the stalled one behind with its seconds behind
+growing, shows capture running and draws a chart per consumer. A screenshot is kept
+under the test's ``tmp_path`` (its path printed). A two-member cluster: a member's page
+lists both members, the leader among them.
+
+And without a browser: the page sits behind the same tokens as the API (a token in
+the URL is not read)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from databus.client import ClientConfig, Consumer, DatabusClient, DataEvent
+from databus.client.checkpoints import MemoryCheckpointStore
+from databus.relay.config import parse_config
+from databus.relay.relay import Relay
+from tests.support.relays import make_relay
+from tests.support.shop import TABLES, Writer
+from tests.support.tls import add_token
+from tests.support.wait import wait_until
+from tests.support.zookeeper import ZooKeeper
+
+CHROMIUM = Path("/usr/bin/chromium")
+BEHIND_S = 5.0  # the page marks a consumer this many seconds behind (ui.html's BEHIND_S)
+HOSTILE = "<b id=injected>html</b>"  # a consumer name that is markup
+
+
+def browser_driver() -> Callable[[], Any]:
+    """Playwright's ``sync_playwright``, or the test skipped naming what is missing
+    (Debian's chromium, the playwright package); no browser is ever downloaded."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"no {CHROMIUM} (Debian's chromium: scripts/setup.sh with"
+                    " DATABUS_SETUP_SERVERS=1)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("no playwright Python package (the dev extra: pip install -e '.[dev]')")
+    return sync_playwright
+
+
+class Gate(Consumer):
+    """Counts data events; blocks in the callback while ``open`` is clear."""
+
+    def __init__(self) -> None:
+        self.open = threading.Event()
+        self.open.set()
+        self.events = 0
+        self.waiting = threading.Event()
+
+    def on_data_event(self, event: DataEvent) -> None:
+        if not self.open.is_set():
+            self.waiting.set()
+            self.open.wait(60)
+        self.events += 1
+
+
+class Pulling:
+    """A :class:`DatabusClient` named ``name`` pulling from ``url`` on a thread of its own."""
+
+    def __init__(self, url: str, name: str) -> None:
+        self.gate = Gate()
+        cfg = ClientConfig(relay=url, poll_timeout=0.3, consumer_name=name,
+                           backoff_initial=0.05, backoff_max=0.2)
+        self.client = DatabusClient(cfg, self.gate, MemoryCheckpointStore())
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.client.run, kwargs={"stop": self.stop},
+                                       daemon=True)
+
+    def __enter__(self) -> Pulling:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.gate.open.set()
+        self.stop.set()
+        self.thread.join(30)
+
+
+def test_the_page_shows_both_consumers_marks_the_stalled_one_and_capture_running(
+        shop_db: Path, tmp_path: Path) -> None:
+    sync_playwright = browser_driver()
+
+    relay = make_relay(shop_db, tmp_path)
+    stop_writing = threading.Event()
+    with relay, Writer(shop_db) as w, Pulling(relay.url, "keeps-up") as fast, \
+            Pulling(relay.url, "stalled-one") as slow:
+        url = relay.url
+        w.transaction()
+        wait_until(lambda: fast.gate.events > 0 and slow.gate.events > 0, 30,
+                   "both consumers to consume the first change")
+        slow.gate.open.clear()
+
+        def write() -> None:  # the source keeps changing while the page is open
+            while not stop_writing.wait(0.5):
+                w.transaction()
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        try:
+            wait_until(slow.gate.waiting.is_set, 30, "the stalled consumer to block")
+            # a consumer name is the client's to choose: the page shows it as text
+            cp = json.dumps({"windowScn": -1, "windowOffset": -1})
+            httpx.get(f"{url}/stream", params={"checkPoint": cp, "timeout": "0"},
+                      headers={"X-Databus-Consumer": HOSTILE}, timeout=10)
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+                try:
+                    page = browser.new_page(viewport={"width": 1200, "height": 800})
+                    script_errors: list[str] = []
+                    page.on("pageerror", lambda e: script_errors.append(str(e)))
+                    page.goto(f"{url}/ui")
+                    fast_row = page.locator('tr[data-consumer="keeps-up"]')
+                    slow_row = page.locator('tr[data-consumer="stalled-one"]')
+                    fast_row.wait_for(timeout=15_000)
+                    slow_row.wait_for(timeout=15_000)
+                    # the stalled one is marked once BEHIND_S behind; a refresh every 2 s
+                    page.locator('tr.behind[data-consumer="stalled-one"]').wait_for(
+                        timeout=25_000)
+                    behind = float(slow_row.locator("td.seconds-behind").inner_text())
+                    assert behind >= BEHIND_S, behind
+                    assert "BEHIND" in slow_row.locator("td.name").inner_text()
+                    assert slow_row.locator("td.state").inner_text() == "online"
+                    # the one keeping up is not marked
+                    assert "behind" not in (fast_row.get_attribute("class") or "")
+                    assert float(fast_row.locator("td.seconds-behind").inner_text()) < BEHIND_S
+                    # capture and the relay itself
+                    assert page.locator("#capture-state").inner_text().startswith("running")
+                    assert page.locator("#relay-name").inner_text() == relay.stats()["name"]
+                    assert page.locator("#source-kind").inner_text() == "sqlite"
+                    assert page.locator("#ready").inner_text() == "ready"
+                    assert page.locator("#snapshot").inner_text().startswith("none running")
+                    # a chart per consumer, the stalled one's line over several refreshes
+                    # (waited for from here: the page's CSP forbids evaluating strings)
+                    line = slow_row.locator("polyline")
+                    wait_until(lambda: len((line.get_attribute("points") or "").split()) >= 3,
+                               15, "three points on the stalled consumer's chart")
+                    assert page.locator("svg.chart").count() == 3
+                    assert page.locator("#injected").count() == 0
+                    assert page.get_by_text(HOSTILE).count() == 1
+                    # its seconds behind grow with the clock while it stays stalled
+                    time.sleep(2.5)
+                    later = float(slow_row.locator("td.seconds-behind").inner_text())
+                    assert later > behind + 1.0, (behind, later)
+                    shot = tmp_path / "ui-page.png"
+                    page.screenshot(path=str(shot), full_page=True)
+                    print(f"screenshot of the page: {shot}")
+                    assert shot.stat().st_size > 1000
+                    assert not script_errors, script_errors
+                    assert page.locator("#errors").inner_text() == "none"
+                finally:
+                    browser.close()
+        finally:
+            stop_writing.set()
+            writer.join(10)
+            slow.gate.open.set()
+
+
+def test_the_page_needs_the_same_token_as_the_api(shop_db: Path, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.yaml"
+    token = add_token(tokens, "ops")
+    relay: Relay = make_relay(shop_db, tmp_path, http={"token_file": str(tokens)})
+    with relay:
+        url = relay.url
+        r = httpx.get(f"{url}/ui", timeout=10)
+        assert r.status_code == 401 and "Bearer" in r.headers["WWW-Authenticate"]
+        # a token in the URL is not read (URLs end up in logs and browser history)
+        assert httpx.get(f"{url}/ui", params={"token": token}, timeout=10).status_code == 401
+        r = httpx.get(f"{url}/ui", headers={"Authorization": f"Bearer {token}"}, timeout=10)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+        assert "connect-src 'self'" in r.headers["Content-Security-Policy"]
+        assert token not in r.text and "<script>" in r.text
+
+
+def test_the_page_of_a_cluster_member_lists_the_members_and_the_leader(
+        shop_db: Path, tmp_path: Path, zookeeper: ZooKeeper) -> None:
+    """Two members of one cluster (in this process, ZooKeeper private to the suite): the
+    page of either shows the cluster section with both members, one of them the
+    leader, and its own role."""
+    sync_playwright = browser_driver()
+    address = f"zk://{zookeeper.hosts}/ui-{int(time.time() * 1000) % 10**9}"
+
+    def member(name: str) -> Relay:
+        return Relay(parse_config({
+            "source": {"url": f"sqlite:///{shop_db}", "tables": TABLES,
+                       "snapshot_mode": "no_data", "poll_interval": 0.01},
+            "buffer": {"path": str(tmp_path / f"{name}.buf"), "capacity_bytes": 4 << 20,
+                       "flush_interval": 0.2},
+            "http": {"port": 0}, "state_dir": str(tmp_path / name),
+            "cluster": {"address": address, "member_id": name}}))
+
+    with member("m1") as m1, member("m2") as m2:
+        def both_listed() -> bool:
+            view = httpx.get(f"{m1.url}/admin", timeout=10).json()["cluster"].get("view")
+            return bool(view) and len(view["members"]) == 2 and view["leader"] is not None
+        wait_until(both_listed, 30, "both members and a leader in ZooKeeper")
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+            try:
+                page = browser.new_page(viewport={"width": 1200, "height": 700})
+                page.goto(f"{m2.url}/ui")
+                rows = page.locator("#members tbody tr")
+                rows.nth(1).wait_for(timeout=15_000)  # (no wait_for_function: the CSP)
+                assert page.locator("#cluster-section").is_visible()
+                assert rows.count() == 2
+                texts = [rows.nth(i).inner_text() for i in range(2)]
+                roles = sorted(rows.nth(i).locator("td.role").inner_text() for i in range(2))
+                assert roles == ["follower", "leader"], texts
+                assert any(t.startswith("m2 (this one)") for t in texts), texts
+                assert {t.split()[0] for t in texts} == {"m1", "m2"}
+                assert page.locator("#role").inner_text().startswith("cluster member m2")
+                shot = tmp_path / "ui-cluster.png"
+                page.screenshot(path=str(shot), full_page=True)
+                print(f"screenshot of the page: {shot}")
+            finally:
+                browser.close()
