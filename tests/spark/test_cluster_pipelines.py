@@ -12,6 +12,7 @@ as a user does (tests/spark/cluster_pipeline_job.py):
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import subprocess
 import time
@@ -108,5 +109,7 @@ def test_a_worker_killed_mid_batch_and_the_query_ends_equal(tmp_path: Path) -> N
     report = json.loads((out / "report.json").read_text())
     assert report["batches"] >= 2
     assert sorted(report["rows"]) == source_rows(db)
-    # the driver saw the executor go while batch 1's tasks were held on it
-    assert "Lost executor 0" in log.read_text()
+    # the driver saw the executor go while batch 1's tasks were held on it (its id is
+    # whichever the killed worker's executor got: 0 or 1)
+    assert re.search(r"Lost executor \d+ on .*worker lost", log.read_text()), \
+        log.read_text()[-3000:]
