@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -33,7 +34,12 @@ from typing import Any
 
 from databus.buffer import EventBuffer
 from databus.core.atomic import write_atomic
-from databus.core.errors import BufferCorruptError, DatabusError, TransientError
+from databus.core.errors import (
+    BufferCorruptError,
+    DatabusError,
+    StorageFullError,
+    TransientError,
+)
 from databus.core.window import Window
 from databus.relay.metrics import RelayMetrics
 from databus.relay.timeline import Timeline
@@ -182,6 +188,8 @@ class Fetcher:
             except TransientError as exc:
                 self._metrics.source_errors.labels(kind="transient").inc()
                 log.warning("source error, retrying in %.1fs: %s", backoff, exc)
+                if isinstance(exc, StorageFullError):  # the state is written before any
+                    last_flush = -math.inf             # more is read (see checkpoint above)
                 self._set(state="retrying", last_error=f"{exc.code}: {exc}",
                           retries=self._status["retries"] + 1)
                 self._stop.wait(backoff)
