@@ -123,6 +123,30 @@ SQL_KINDS = ("sqlite", "postgresql", "mariadb")
 """The SQL databases a store or sink is tested on (the ``sql_url`` fixture)."""
 
 
+# A passed test's tmp_path is removed once its fixtures are torn down: relays with the
+# default buffer reserve 1 GiB of disk for their file (docs/relay.md), and a whole run
+# kept ~60 GB of them until the next run. A failed test keeps its directory (its logs).
+_PASSED_TMP = pytest.StashKey[Path]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.passed:
+        path = getattr(item, "funcargs", {}).get("tmp_path")
+        if isinstance(path, Path):
+            item.stash[_PASSED_TMP] = path
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    yield
+    path = item.stash.get(_PASSED_TMP, None)
+    if path is not None:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgreSQL]:
     """A private PostgreSQL (wal_level=logical) shared by the session."""
