@@ -44,6 +44,7 @@ from databus.sources.postgres.connection import (
     create_slot_exporting,
 )
 from databus.sources.postgres.decoder import CHANGES, DECODER_STATS, Decoder
+from databus.sources.postgres.marks import CommitMarks
 from databus.sources.postgres.slot import SLOT_STATS, Slot
 from databus.sources.postgres.snapshot import InitialSnapshot
 from databus.sources.postgres.streams import Budget
@@ -92,6 +93,7 @@ class Capture:
         self.stream_scn = -2
         self.last_scn = -1
         self.last_out = time.monotonic()
+        self.marks = CommitMarks()  # how far capture is complete in source time
 
     def _new_decoder(self, server_lsn: int) -> Decoder:
         decoder = Decoder(compiled=self._compiled,
@@ -236,8 +238,10 @@ class Capture:
         decoder = self.decoder
         deadline = time.monotonic() + timeout
         out: list[Window] = []
+        marks = self.marks
         while not stop.is_set() and len(out) < _MAX_WINDOWS_PER_READ:
             self._confirm(stream)
+            marks.take(self.sql)
             if self.snaps is not None:
                 self.snaps.step()  # the next chunk of a running incremental snapshot
             wait = 0.0 if out else max(0.0, min(deadline - time.monotonic(), 0.25))
@@ -245,6 +249,9 @@ class Capture:
             if not batch:
                 if decoder.between:
                     decoder.server_lsn = max(decoder.server_lsn, stream.server_lsn)
+                    marks.reached(decoder.server_lsn)  # credited once out is handed over
+                    if marks.should_ask():
+                        stream.ask_position()
                 if out:
                     break
                 progress = self._progress()

@@ -250,6 +250,11 @@ class ReplicationStream:
         with translated("confirming a position to the slot", self.url):
             self._cur.send_feedback(flush_lsn=lsn, force=True)
 
+    def ask_position(self) -> None:
+        """Ask the server for a keepalive now (its position: :attr:`server_lsn`)."""
+        with translated("asking the server for its position", self.url):
+            self._cur.send_feedback(reply=True, force=True)
+
     def close(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(psycopg2.Error, OSError):

@@ -319,6 +319,13 @@ class PostgresSource(Source):
         by the capture thread with its next read)."""
         self._slot.acknowledge(scn)
 
+    def captured_until_ns(self) -> int | None:
+        """The newest mark the stream has passed (:mod:`.marks`: every commit before it
+        was handed over), 0 before the first; not the relay's empty-read rule, which a
+        walsender decoding a long stretch of unpublished WAL would satisfy."""
+        capture = self._capture
+        return capture.marks.until_ns if capture is not None else None
+
     def stats(self) -> dict[str, float]:
         """The slot as the server sees it (read every few seconds from
         ``pg_replication_slots``): its confirmed LSN, its lag behind the server's WAL
