@@ -26,6 +26,7 @@ from databus.client import ClientConfig, Consumer, DatabusClient, DataEvent
 from databus.client.checkpoints import MemoryCheckpointStore
 from databus.relay.config import parse_config
 from databus.relay.relay import Relay
+from tests.support.bootstrap import make_bootstrap
 from tests.support.relays import make_relay
 from tests.support.shop import TABLES, Writer
 from tests.support.tls import add_token
@@ -225,3 +226,54 @@ def test_the_page_of_a_cluster_member_lists_the_members_and_the_leader(
                 print(f"screenshot of the page: {shot}")
             finally:
                 browser.close()
+
+
+def test_the_bootstrap_servers_page_shows_producer_applier_and_lag(
+        shop_db: Path, tmp_path: Path) -> None:
+    """A bootstrap server reading a SQLite relay: its page shows the relay it reads (URL
+    credentials blanked), the producer and applier running, the log's range, readiness,
+    and the producer's lag near 0 on a chart; the relay stopped, the lag grows with the
+    clock and the page says so."""
+    sync_playwright = browser_driver()
+    relay = make_relay(shop_db, tmp_path)
+    with relay, Writer(shop_db) as w:
+        bs = make_bootstrap(shop_db, tmp_path, relay)
+        bs.start()
+        try:
+            wait_until(lambda: httpx.get(f"{bs.url}/admin", timeout=10).json()
+                       ["log_start_scn"] >= 0, 30, "the initial load")
+            w.transaction()
+            wait_until(lambda: httpx.get(f"{bs.url}/admin", timeout=10).json()
+                       ["producer"]["windows"] >= 1, 30, "the producer's first window")
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+                try:
+                    page = browser.new_page(viewport={"width": 1000, "height": 800})
+                    script_errors: list[str] = []
+                    page.on("pageerror", lambda e: script_errors.append(str(e)))
+                    page.goto(f"{bs.url}/ui")
+                    wait_until(lambda: page.locator("#producer-state").inner_text()
+                               == "running", 15, "the producer shown running")
+                    assert page.locator("#applier-state").inner_text() == "running"
+                    assert page.locator("#relay").inner_text() == relay.url
+                    assert page.locator("#log-range").inner_text().startswith("scn ")
+                    assert page.locator("#ready").inner_text() == "ready"
+                    wait_until(lambda: page.locator("#lag").inner_text().endswith(
+                        "behind the source"), 15, "the producer's lag shown")
+                    assert float(page.locator("#lag").inner_text().split()[0]) < BEHIND_S
+                    relay.stop()  # the producer can no longer read: its lag follows the clock
+                    wait_until(lambda: page.locator("#producer-state").inner_text()
+                               .startswith("FAILED") or float(page.locator("#lag")
+                               .inner_text().split()[0]) >= 3.0, 30,
+                               "the page to show the producer behind")
+                    wait_until(lambda: len((page.locator("#lag-chart polyline")
+                                            .get_attribute("points") or "").split()) >= 3,
+                               15, "three points on the lag chart")
+                    shot = tmp_path / "ui-bootstrap.png"
+                    page.screenshot(path=str(shot), full_page=True)
+                    print(f"screenshot of the page: {shot}")
+                    assert not script_errors, script_errors
+                finally:
+                    browser.close()
+        finally:
+            bs.stop()

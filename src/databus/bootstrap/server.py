@@ -81,6 +81,7 @@ from databus.core.schema import SchemaRegistry
 from databus.serving.errors import EXCEPTION_HANDLERS
 from databus.serving.guard import principal, readable_ids
 from databus.serving.health import Check, health_routes
+from databus.serving.ui import ui_route
 from databus.serving.params import bool_param, int_param, source_ids_param
 
 MAX_BATCH = 1_000_000
@@ -343,6 +344,6 @@ def build_app(server: BootstrapServer, metrics: Callable[[], bytes] | None = Non
     routes = [Route("/openapi.json", openapi), Route("/sources", sources), Route("/register", register),
               Route("/startSCN", start_scn), Route("/targetSCN", target_scn),
               Route("/bootstrap", bootstrap), Route("/admin", admin),
-              Route("/metrics", metrics_endpoint),
+              Route("/metrics", metrics_endpoint), ui_route("bootstrap"),
               *health_routes("bootstrap", ready if ready is not None else list)]
     return Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS)

@@ -38,6 +38,7 @@ from databus.bootstrap.server import BootstrapServer, build_app
 from databus.bootstrap.store import BootstrapStore, key_bytes
 from databus.client.credentials import Credentials
 from databus.core.errors import DatabusError, ScnNotFoundError
+from databus.core.redact import redact_url
 from databus.core.window import Window
 from databus.serving.health import Check
 from databus.serving.service import HttpService
@@ -142,7 +143,9 @@ class BootstrapService(HttpService):
 
     def status(self) -> dict[str, Any]:
         return {"rebuilds": self.rebuilds,
-                "producer": {"last_scn": self.producer.last_scn,
+                "producer": {"relay": redact_url(self.config.relay.url),
+                             "last_scn": self.producer.last_scn,
+                             "lag_seconds": self.producer.lag_seconds(),
                              "windows": self.producer.windows,
                              "error": self.load_error or self.producer.error},
                 "applier": {"applied_scn": self.applier.applied_scn,

@@ -2,7 +2,7 @@
 
 Contract: :func:`openapi_document` is an OpenAPI 3.0 document of the server's own
 paths plus what every server shares: ``/health``, ``/health/live``, ``/health/ready`` and
-``/openapi.json`` (all open),
+``/openapi.json`` (all open), the operator's page ``/ui`` (HTML, behind the same token),
 bearer authentication for everything else, and the package's version. Every
 :func:`operation` lists, beside its answer, its typed errors and 401 and 403 with
 the JSON error body of :mod:`databus.serving.errors` (:data:`ERROR_SCHEMA`). The
@@ -71,5 +71,9 @@ def openapi_document(title: str, description: str,
                 " checks; needs no token", errors=(503,)), "security": []}},
             "/openapi.json": {"get": {**operation("This description; needs no token",
                                                   errors=()), "security": []}},
+            "/ui": {"get": operation(
+                "The operator's page: one self-contained HTML page that reads this"
+                " server's JSON endpoints (docs/operations.md, \"The page\")", errors=(),
+                ok={"text/html": {"schema": {"type": "string"}}})},
         },
     }

@@ -1,5 +1,6 @@
-"""The operator's page, ``GET /ui``: one self-contained HTML page a server serves
-(docs/operations.md, "The page").
+"""The operator's pages, ``GET /ui``: one self-contained HTML page a server serves
+(docs/operations.md, "The page"): ``ui.html`` on a relay, ``ui_bootstrap.html`` on a
+bootstrap server (its producer, applier and store, from its ``admin``).
 
 Contract:
 
@@ -44,16 +45,21 @@ _HEADERS = {
 }
 
 
+PAGES = {"relay": "ui.html", "bootstrap": "ui_bootstrap.html"}
+
+
 @cache
-def page_html() -> str:
-    """The page's HTML (the package resource, read once)."""
-    return resources.files("databus.serving").joinpath("ui.html").read_text(encoding="utf-8")
+def page_html(kind: str = "relay") -> str:
+    """The HTML of ``kind``'s page (the package resource, read once)."""
+    return resources.files("databus.serving").joinpath(PAGES[kind]).read_text(
+        encoding="utf-8")
 
 
-def _page(_: Request) -> Response:
-    return HTMLResponse(page_html(), headers=_HEADERS)
+def ui_route(kind: str = "relay") -> Route:
+    """``GET /ui``: ``kind``'s page (a key of :data:`PAGES`; see the module docstring)."""
+    html = page_html(kind)
 
+    def page(_: Request) -> Response:
+        return HTMLResponse(html, headers=_HEADERS)
 
-def ui_route() -> Route:
-    """``GET /ui``: the page (see the module docstring)."""
-    return Route("/ui", _page, methods=["GET"])
+    return Route("/ui", page, methods=["GET"])
