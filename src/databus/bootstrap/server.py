@@ -81,8 +81,8 @@ from databus.core.schema import SchemaRegistry
 from databus.serving.errors import EXCEPTION_HANDLERS
 from databus.serving.guard import principal, readable_ids
 from databus.serving.health import Check, health_routes
-from databus.serving.ui import ui_route
 from databus.serving.params import bool_param, int_param, source_ids_param
+from databus.serving.ui import ui_route
 
 MAX_BATCH = 1_000_000
 NO_END = (1 << 63) - 1  # snapshotEnd's default: no upper row id
