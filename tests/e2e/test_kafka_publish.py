@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.support.kafka import KafkaBroker, Published, published_position, read_published
@@ -124,6 +125,30 @@ def check_published(p: Pipeline, w: Writer) -> dict[str, int]:
             "tombstones": sum(len(v) for v in got.tombstones.values())}
 
 
+def check_publisher_metrics(p: Pipeline, url: str, changes: int) -> None:
+    """The publisher's ``--metrics-port`` once it published everything: ready, online,
+    every change counted, 0 windows behind; the relay lists it under the name it sends."""
+    def sample(text: str, name: str) -> float:
+        hits = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                if line.startswith(name + "{")]
+        assert len(hits) == 1, f"{name}: {hits} in {url}/metrics"
+        return hits[0]
+
+    def caught_up() -> bool:
+        text = httpx.get(f"{url}/metrics", timeout=10).text
+        return sample(text, "databus_consumer_lag_windows") == 0
+
+    p.wait("the publisher's own metrics to show it caught up", caught_up, 30, interval=0.5)
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    assert sample(text, "databus_consumer_events_total") >= changes
+    assert sample(text, "databus_consumer_lag_seconds") < 5
+    assert 'state="online"} 1.0' in text
+    ready = httpx.get(f"{url}/health/ready", timeout=10)
+    assert ready.status_code == 200, ready.text
+    names = [c["name"] for c in httpx.get(f"{p.url}/consumers", timeout=10).json()["consumers"]]
+    assert any(n.startswith("publish ") for n in names), names
+
+
 @pytest.mark.parametrize("batch", ["1", "100"], ids=["transaction-per-window", "batched"])
 def test_publisher_equivalence(pipeline: Pipeline, batch: str) -> None:
     """A random multi-table workload: a read_committed consumer rebuilds every table,
@@ -131,7 +156,8 @@ def test_publisher_equivalence(pipeline: Pipeline, batch: str) -> None:
     transaction metadata that counts the data; with a Kafka transaction per window and
     with up to 100 windows per transaction."""
     p = pipeline
-    p.publish_args = ["--batch-windows", batch]
+    metrics = free_port()  # its own numbers (docs/operations.md), against a real broker
+    p.publish_args = ["--batch-windows", batch, "--metrics-port", str(metrics)]
     p.start("relay")
     p.start("publish")
     with Writer(p.db, seed=31) as w:
@@ -140,6 +166,7 @@ def test_publisher_equivalence(pipeline: Pipeline, batch: str) -> None:
     p.wait_published()
     stats = check_published(p, w)
     assert stats["changes"] > 2000 and stats["tombstones"] > 200
+    check_publisher_metrics(p, f"http://127.0.0.1:{metrics}", stats["changes"])
     # idle now: heartbeats arrive on Debezium's heartbeat topic
     p.wait("a heartbeat", lambda: p.kafka.read_topic(f"__debezium-heartbeat.{p.prefix}"),
            timeout=30, interval=0.5)
