@@ -22,11 +22,10 @@ from typing import Any
 import httpx
 import pytest
 
-from databus.client import ClientConfig, Consumer, DatabusClient, DataEvent
-from databus.client.checkpoints import MemoryCheckpointStore
 from databus.relay.config import parse_config
 from databus.relay.relay import Relay
 from tests.support.bootstrap import make_bootstrap
+from tests.support.pulling import Pulling
 from tests.support.relays import make_relay
 from tests.support.shop import TABLES, Writer
 from tests.support.tls import add_token
@@ -49,44 +48,6 @@ def browser_driver() -> Callable[[], Any]:
     except ImportError:
         pytest.skip("no playwright Python package (the dev extra: pip install -e '.[dev]')")
     return sync_playwright
-
-
-class Gate(Consumer):
-    """Counts data events; blocks in the callback while ``open`` is clear."""
-
-    def __init__(self) -> None:
-        self.open = threading.Event()
-        self.open.set()
-        self.events = 0
-        self.waiting = threading.Event()
-
-    def on_data_event(self, event: DataEvent) -> None:
-        if not self.open.is_set():
-            self.waiting.set()
-            self.open.wait(60)
-        self.events += 1
-
-
-class Pulling:
-    """A :class:`DatabusClient` named ``name`` pulling from ``url`` on a thread of its own."""
-
-    def __init__(self, url: str, name: str) -> None:
-        self.gate = Gate()
-        cfg = ClientConfig(relay=url, poll_timeout=0.3, consumer_name=name,
-                           backoff_initial=0.05, backoff_max=0.2)
-        self.client = DatabusClient(cfg, self.gate, MemoryCheckpointStore())
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.client.run, kwargs={"stop": self.stop},
-                                       daemon=True)
-
-    def __enter__(self) -> Pulling:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.gate.open.set()
-        self.stop.set()
-        self.thread.join(30)
 
 
 def test_the_page_shows_both_consumers_marks_the_stalled_one_and_capture_running(

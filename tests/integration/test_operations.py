@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,8 +20,6 @@ import httpx
 import psycopg
 import pytest
 
-from databus.client import ClientConfig, Consumer, DatabusClient, DataEvent
-from databus.client.checkpoints import MemoryCheckpointStore
 from databus.client.metrics import readiness, render
 from databus.relay.config import parse_config
 from databus.relay.relay import Relay
@@ -31,6 +28,7 @@ from databus.serving.metrics_port import MetricsServer
 from tests.support.mariadb import MariaDB
 from tests.support.postgres import PostgreSQL
 from tests.support.procs import DATABUS
+from tests.support.pulling import Pulling
 from tests.support.relays import make_relay
 from tests.support.shop import Writer
 from tests.support.wait import wait_until
@@ -61,34 +59,12 @@ def row(url: str, name: str) -> dict[str, Any]:
     return rows[0]
 
 
-class Gate(Consumer):
-    """Counts data events; blocks in the callback while ``open`` is clear."""
-
-    def __init__(self) -> None:
-        self.open = threading.Event()
-        self.open.set()
-        self.events = 0
-        self.waiting = threading.Event()
-
-    def on_data_event(self, event: DataEvent) -> None:
-        if not self.open.is_set():
-            self.waiting.set()
-            self.open.wait(60)
-        self.events += 1
-
-
-class Running:
-    """A :class:`DatabusClient` pulling on a thread of its own, its numbers served on a
-    metrics port of its own (:attr:`metrics_url`) as the consumer commands serve them."""
+class Running(Pulling):
+    """A :class:`Pulling` consumer whose numbers are served on a metrics port of its own
+    (:attr:`metrics_url`) as the consumer commands serve them."""
 
     def __init__(self, url: str, name: str) -> None:
-        self.gate = Gate()
-        cfg = ClientConfig(relay=url, poll_timeout=0.3, consumer_name=name,
-                           backoff_initial=0.05, backoff_max=0.2)
-        self.client = DatabusClient(cfg, self.gate, MemoryCheckpointStore())
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.client.run, kwargs={"stop": self.stop},
-                                       daemon=True)
+        super().__init__(url, name)
         self.port = MetricsServer(
             "test", lambda: render([self.client.metrics()]),
             lambda: [Check(*c) for c in readiness([self.client.metrics()])])
@@ -104,13 +80,11 @@ class Running:
 
     def __enter__(self) -> Running:
         self.port.start()
-        self.thread.start()
+        super().__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.gate.open.set()
-        self.stop.set()
-        self.thread.join(30)
+        super().__exit__(*exc)
         self.port.stop()
 
 

@@ -48,11 +48,20 @@ _HEADERS = {
 PAGES = {"relay": "ui.html", "bootstrap": "ui_bootstrap.html"}
 
 
+_INCLUDE = "// @include ui_common.js\n"
+
+
 @cache
 def page_html(kind: str = "relay") -> str:
-    """The HTML of ``kind``'s page (the package resource, read once)."""
-    return resources.files("databus.serving").joinpath(PAGES[kind]).read_text(
-        encoding="utf-8")
+    """The HTML of ``kind``'s page (package resources, read once): the page with the
+    script both pages share (``ui_common.js``) put where its script says
+    ``// @include ui_common.js`` (one inline script: the CSP allows no other)."""
+    files = resources.files("databus.serving")
+    page = files.joinpath(PAGES[kind]).read_text(encoding="utf-8")
+    common = files.joinpath("ui_common.js").read_text(encoding="utf-8")
+    if page.count(_INCLUDE) != 1:
+        raise RuntimeError(f"{PAGES[kind]} must include ui_common.js once")
+    return page.replace(_INCLUDE, common)
 
 
 def ui_route(kind: str = "relay") -> Route:
