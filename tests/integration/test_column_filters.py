@@ -285,16 +285,7 @@ def _decode(windows: list[Window], registry: SchemaRegistry
 @pytest.fixture()
 def pgdb(postgres: PostgreSQL) -> Iterator[str]:
     with postgres.fresh_database("pgcols") as url:
-        name = url.rsplit("/", 1)[1]
-        try:
-            yield name
-        finally:
-            postgres.execute(
-                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
-                f" WHERE database = '{name}' AND active_pid IS NOT NULL")
-            time.sleep(0.2)
-            postgres.execute("SELECT pg_drop_replication_slot(slot_name) FROM"
-                             f" pg_replication_slots WHERE database = '{name}' AND NOT active")
+        yield url.rsplit("/", 1)[1]  # its slots are dropped with it
 
 
 def _pg(postgres: PostgreSQL, db: str) -> psycopg.Connection[Any]:

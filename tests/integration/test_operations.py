@@ -168,16 +168,7 @@ def test_mariadb_relay_idle_lag_and_a_stalled_consumer(mariadb: MariaDB,
 @pytest.fixture
 def pgdb(postgres: PostgreSQL) -> Iterator[str]:
     with postgres.fresh_database("ops") as url:
-        name = url.rsplit("/", 1)[1]
-        try:
-            yield name
-        finally:
-            postgres.execute(
-                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
-                f" WHERE database = '{name}' AND active_pid IS NOT NULL")
-            time.sleep(0.2)
-            postgres.execute("SELECT pg_drop_replication_slot(slot_name) FROM"
-                             f" pg_replication_slots WHERE database = '{name}' AND NOT active")
+        yield url.rsplit("/", 1)[1]  # its slots are dropped with it
 
 
 def test_postgres_relay_idle_lag_a_stalled_consumer_and_walsender(

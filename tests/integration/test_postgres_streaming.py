@@ -38,11 +38,7 @@ def server() -> Iterator[PostgreSQL]:
 @pytest.fixture()
 def db(server: PostgreSQL) -> Iterator[str]:
     with server.fresh_database("pgstream") as url:
-        name = url.rsplit("/", 1)[1]
-        try:
-            yield name
-        finally:
-            server.drop_slots(name)
+        yield url.rsplit("/", 1)[1]  # its slots are dropped with it
 
 
 def connect(server: PostgreSQL, db: str, autocommit: bool = True) -> psycopg.Connection[Any]:

@@ -164,12 +164,14 @@ class PostgreSQL:
 
     @contextmanager
     def fresh_database(self, prefix: str = "databus_test") -> Iterator[str]:
-        """Yields the URL of a new database; drops it (forcibly) at exit."""
+        """Yields the URL of a new database; at exit drops its replication slots (which
+        would keep its WAL, and refuse the drop), then the database (forcibly)."""
         name = f"{prefix}_{uuid.uuid4().hex[:12]}"
         self.execute(f"CREATE DATABASE {name}")
         try:
             yield self.url(name)
         finally:
+            self.drop_slots(name)
             self.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
     def source_url(self, db: str, user: str = "postgres") -> str:
