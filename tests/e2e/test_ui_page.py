@@ -5,7 +5,8 @@ callback while a writer writes) and a reader whose name is markup: the page list
 them (that name as text), marks the stalled one behind with its seconds behind
 growing, shows capture running and draws a chart per consumer. A screenshot is kept
 under the test's ``tmp_path`` (its path printed). A two-member cluster: a member's page
-lists both members, the leader among them.
+lists both members, the leader among them; the leader's lists its readers by kind (a
+chain relay, the follower, two clients).
 
 And without a browser: the page sits behind the same tokens as the API (a token in
 the URL is not read)."""
@@ -94,6 +95,7 @@ def test_the_page_shows_both_consumers_marks_the_stalled_one_and_capture_running
                     assert behind >= BEHIND_S, behind
                     assert "BEHIND" in slow_row.locator("td.name").inner_text()
                     assert slow_row.locator("td.state").inner_text() == "online"
+                    assert slow_row.locator("td.kind").inner_text() == "client"
                     # the one keeping up is not marked
                     assert "behind" not in (fast_row.get_attribute("class") or "")
                     assert float(fast_row.locator("td.seconds-behind").inner_text()) < BEHIND_S
@@ -167,10 +169,28 @@ def test_the_page_of_a_cluster_member_lists_the_members_and_the_leader(
             view = httpx.get(f"{m1.url}/admin", timeout=10).json()["cluster"].get("view")
             return bool(view) and len(view["members"]) == 2 and view["leader"] is not None
         wait_until(both_listed, 30, "both members and a leader in ZooKeeper")
-        with sync_playwright() as pw:
+        view = httpx.get(f"{m1.url}/admin", timeout=10).json()["cluster"]["view"]
+        leader = m1 if view["leader"]["id"] == "m1" else m2
+        chain = Relay(parse_config({  # a chain relay reading the leader
+            "name": "chain-ui", "source": {"url": f"databus+{leader.url}"},
+            "http": {"port": 0}, "state_dir": str(tmp_path / "chain")}))
+        with chain, Pulling(leader.url, "reader-a"), Pulling(leader.url, "reader-b"), \
+                sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True)
             try:
                 page = browser.new_page(viewport={"width": 1200, "height": 700})
+                # the leader's page: its readers, each of a kind (the topology around it)
+                page.goto(f"{leader.url}/ui")
+                kinds = {"reader-a": "client", "reader-b": "client",
+                         "relay chain-ui": "chain relay"}
+                for name, kind in kinds.items():
+                    row = page.locator(f'tr[data-consumer="{name}"]')
+                    row.wait_for(timeout=15_000)
+                    assert row.locator("td.kind").inner_text() == kind, name
+                follower = page.locator("#consumers tbody tr", has_text="(cluster member)")
+                follower.wait_for(timeout=15_000)
+                assert follower.locator("td.kind").inner_text() == "cluster follower"
+                page.screenshot(path=str(tmp_path / "ui-leader.png"), full_page=True)
                 page.goto(f"{m2.url}/ui")
                 rows = page.locator("#members tbody tr")
                 rows.nth(1).wait_for(timeout=15_000)  # (no wait_for_function: the CSP)
