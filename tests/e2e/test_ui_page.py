@@ -3,9 +3,9 @@ Debian's chromium, headless, driven by Playwright (``executable_path``: no brows
 downloaded). A SQLite relay, two consumers (one keeping up, one stalled in its
 callback while a writer writes) and a reader whose name is markup: the page lists
 them (that name as text), marks the stalled one behind with its seconds behind
-growing, shows capture running and draws a chart per consumer. A screenshot is kept
-under the test's ``tmp_path`` (its path printed). A two-member cluster: a member's page
-lists both members, the leader among them; the leader's lists its readers by kind (a
+growing, shows capture running and draws a chart per consumer. Screenshots are kept in
+``test-artifacts/`` (tests/support/artifacts.py; their paths printed). A two-member
+cluster: a member's page lists both members, the leader among them; the leader's lists its readers by kind (a
 chain relay, the follower, two clients).
 
 And without a browser: the page sits behind the same tokens as the API (a token in
@@ -25,6 +25,7 @@ import pytest
 
 from databus.relay.config import parse_config
 from databus.relay.relay import Relay
+from tests.support.artifacts import artifact
 from tests.support.bootstrap import make_bootstrap
 from tests.support.pulling import Pulling
 from tests.support.relays import make_relay
@@ -117,7 +118,7 @@ def test_the_page_shows_both_consumers_marks_the_stalled_one_and_capture_running
                     time.sleep(2.5)
                     later = float(slow_row.locator("td.seconds-behind").inner_text())
                     assert later > behind + 1.0, (behind, later)
-                    shot = tmp_path / "ui-page.png"
+                    shot = artifact("ui-page.png")
                     page.screenshot(path=str(shot), full_page=True)
                     print(f"screenshot of the page: {shot}")
                     assert shot.stat().st_size > 1000
@@ -190,7 +191,7 @@ def test_the_page_of_a_cluster_member_lists_the_members_and_the_leader(
                 follower = page.locator("#consumers tbody tr", has_text="(cluster member)")
                 follower.wait_for(timeout=15_000)
                 assert follower.locator("td.kind").inner_text() == "cluster follower"
-                page.screenshot(path=str(tmp_path / "ui-leader.png"), full_page=True)
+                page.screenshot(path=str(artifact("ui-cluster-leader.png")), full_page=True)
                 page.goto(f"{m2.url}/ui")
                 rows = page.locator("#members tbody tr")
                 rows.nth(1).wait_for(timeout=15_000)  # (no wait_for_function: the CSP)
@@ -202,7 +203,7 @@ def test_the_page_of_a_cluster_member_lists_the_members_and_the_leader(
                 assert any(t.startswith("m2 (this one)") for t in texts), texts
                 assert {t.split()[0] for t in texts} == {"m1", "m2"}
                 assert page.locator("#role").inner_text().startswith("cluster member m2")
-                shot = tmp_path / "ui-cluster.png"
+                shot = artifact("ui-cluster-member.png")
                 page.screenshot(path=str(shot), full_page=True)
                 print(f"screenshot of the page: {shot}")
             finally:
@@ -250,7 +251,7 @@ def test_the_bootstrap_servers_page_shows_producer_applier_and_lag(
                     wait_until(lambda: len((page.locator("#lag-chart polyline")
                                             .get_attribute("points") or "").split()) >= 3,
                                15, "three points on the lag chart")
-                    shot = tmp_path / "ui-bootstrap.png"
+                    shot = artifact("ui-bootstrap.png")
                     page.screenshot(path=str(shot), full_page=True)
                     print(f"screenshot of the page: {shot}")
                     assert not script_errors, script_errors
