@@ -186,6 +186,7 @@ class Applier:
         self.applied_scn = -1
         self.windows = 0
         self.error: str | None = None
+        self.state = "running"  # "retrying" (a transient error), "failed" (a terminal one)
 
     def step(self) -> int:
         """Apply one batch; the number of windows applied (0 = nothing new)."""
@@ -222,15 +223,18 @@ class Applier:
                     self._next_trim = time.monotonic() + self.trim_interval
                     self.trim()
                 self.error = None
+                self.state = "running"
                 delay = self.poll_interval
             except TransientError as exc:
                 self.error = str(exc)
+                self.state = "retrying"
                 log.warning("applier: %s; retrying in %.1fs", exc, delay)
                 stop.wait(delay)
                 delay = min(delay * 2, self.retry_max)
                 continue
             except DatabusError as exc:
                 self.error = str(exc)
+                self.state = "failed"
                 log.error("applier stopped: %s", exc)
                 raise
             if n == 0:

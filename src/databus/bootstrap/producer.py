@@ -54,6 +54,7 @@ class Producer:
         self.last_scn = -1
         self.windows = 0
         self.error: str | None = None
+        self.state = "running"  # "retrying" (a transient error), "failed" (a terminal one)
         self.relay_time_ns = 0  # the relay's captured-until at the last answer that was all
         self.window_ns = 0  # commit time of the newest window stored
         self.at_head = False  # the last answer left nothing the relay held
@@ -155,14 +156,17 @@ class Producer:
                         log.info("producer starting from %s", cp.to_json())
                     self.step(conn, state)
                     self.error = None
+                    self.state = "running"
                     delay = 0.2
                 except TransientError as exc:
                     self.error = str(exc)
+                    self.state = "retrying"
                     log.warning("producer: %s; retrying in %.1fs", exc, delay)
                     state = None  # start again from the stored checkpoint
                     stop.wait(delay)
                     delay = min(delay * 2, self.retry_max)
                 except DatabusError as exc:
                     self.error = f"{exc.code}: {exc}"
+                    self.state = "failed"
                     log.error("producer stopped: %s", self.error)
                     raise

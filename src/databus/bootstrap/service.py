@@ -147,9 +147,11 @@ class BootstrapService(HttpService):
                              "last_scn": self.producer.last_scn,
                              "lag_seconds": self.producer.lag_seconds(),
                              "windows": self.producer.windows,
+                             "state": "failed" if self.load_error else self.producer.state,
                              "error": self.load_error or self.producer.error},
                 "applier": {"applied_scn": self.applier.applied_scn,
-                            "windows": self.applier.windows, "error": self.applier.error}}
+                            "windows": self.applier.windows, "state": self.applier.state,
+                            "error": self.applier.error}}
 
     def _produce(self) -> None:
         rebuild = False

@@ -26,6 +26,7 @@ Contract:
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib import resources
 
@@ -48,20 +49,21 @@ _HEADERS = {
 PAGES = {"relay": "ui.html", "bootstrap": "ui_bootstrap.html"}
 
 
-_INCLUDE = "// @include ui_common.js\n"
+# a line of a page that stands for a shared file: "// @include F" or "/* @include F */"
+_INCLUDE = re.compile(r"^(?://|/\*) @include (ui_common\.(?:js|css))(?: \*/)?$", re.M)
 
 
 @cache
 def page_html(kind: str = "relay") -> str:
-    """The HTML of ``kind``'s page (package resources, read once): the page with the
-    script both pages share (``ui_common.js``) put where its script says
-    ``// @include ui_common.js`` (one inline script: the CSP allows no other)."""
+    """The HTML of ``kind``'s page (package resources, read once): the page with what
+    both pages share (``ui_common.css``, ``ui_common.js``) put where it says
+    ``@include`` (inline: the CSP allows no other style or script)."""
     files = resources.files("databus.serving")
     page = files.joinpath(PAGES[kind]).read_text(encoding="utf-8")
-    common = files.joinpath("ui_common.js").read_text(encoding="utf-8")
-    if page.count(_INCLUDE) != 1:
-        raise RuntimeError(f"{PAGES[kind]} must include ui_common.js once")
-    return page.replace(_INCLUDE, common)
+    found = _INCLUDE.findall(page)
+    if sorted(found) != ["ui_common.css", "ui_common.js"]:
+        raise RuntimeError(f"{PAGES[kind]} must include ui_common.css and .js once each")
+    return _INCLUDE.sub(lambda m: files.joinpath(m[1]).read_text(encoding="utf-8"), page)
 
 
 def ui_route(kind: str = "relay") -> Route:
