@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from pyspark.sql import SparkSession
 
@@ -54,5 +55,37 @@ def test_progress_names_the_relay_and_shows_the_lag(spark: SparkSession, tmp_pat
         # the run ends caught up
         assert int(last["consumedScn"]) == newest
         assert last["windowsBehindRelay"] == "0" and last["secondsBehindRelay"] == "0.000"
+    finally:
+        relay.stop()
+
+
+@pytest.mark.parametrize("fmt", ["databus-jvm", "databus-python"])
+def test_a_query_is_listed_by_the_relay_under_its_consumer_name(
+        spark: SparkSession, tmp_path: Path, fmt: str) -> None:
+    """``consumerName`` is the name the query's reads give the relay (both readers): the
+    relay's ``GET /consumers`` lists it, caught up once the run ended; a bad one is
+    refused naming the option."""
+    db = tmp_path / "shop.db"
+    create_shop(db)
+    relay = start_relay(db, tmp_path, TABLES)
+    try:
+        with Writer(db, seed=5) as w:
+            for _ in range(20):
+                w.transaction()
+        wait_relay(relay, db)
+        name = f"orders-etl {fmt}"
+        q = (spark.readStream.format(fmt).option("relay", relay.url)
+             .option("sources", "customers").option("consumerName", name).load()
+             .writeStream.format("noop").trigger(availableNow=True).start())
+        q.awaitTermination(180)
+        assert q.exception() is None
+        rows = [c for c in httpx.get(f"{relay.url}/consumers", timeout=10).json()["consumers"]
+                if c["name"] == name]
+        assert rows, f"{name} not in the relay's /consumers"
+        with pytest.raises(Exception, match="consumerName"):
+            (spark.readStream.format(fmt).option("relay", relay.url)
+             .option("sources", "customers").option("consumerName", "x" * 201).load()
+             .writeStream.format("noop").trigger(availableNow=True).start()
+             .awaitTermination(60))
     finally:
         relay.stop()

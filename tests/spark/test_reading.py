@@ -194,3 +194,12 @@ def test_http_timeout_bounds_a_relay_that_accepts_and_never_answers() -> None:
             list(read_bucket(opts, [1], 0, offset_of(-1, -1, 1)["buckets"]["0"], 10))
         took = time.monotonic() - started
     assert took < 3, f"httpTimeout=0.3 gave up after {took:.1f} s"
+
+
+def test_every_option_of_the_model_is_accepted_by_its_spark_name() -> None:
+    """Each field of the options model is reachable under its camelCase alias (an option
+    added to the model but not to the accepted names would be refused as unknown), and
+    no accepted name lacks a field."""
+    from databus.spark.options import _ALIASES, StreamOptions
+    fields = {f.alias or n for n, f in StreamOptions.model_fields.items()}
+    assert fields == set(_ALIASES.values())

@@ -86,6 +86,12 @@ class StreamOptions(BaseModel):
         None, alias="keyFile", description="PEM private key (unencrypted) of certFile;"
         " default: DATABUS_KEY_FILE.")
 
+    consumer_name: str | None = Field(
+        None, alias="consumerName", min_length=1, max_length=200, pattern=r"^[\x20-\x7e]+$",
+        description="The name this query's reads give the relay (X-Databus-Consumer: GET"
+        " /consumers, docs/operations.md); default spark@<host> (spark-jvm@<host> for the"
+        " JVM reader).")
+
     def access(self) -> RelayAccess:
         """The relay settings these options give, as every client describes a relay
         (:class:`databus.core.access.RelayAccess`: the same names, in camelCase here)."""
@@ -100,7 +106,7 @@ class StreamOptions(BaseModel):
         access = self.access()
         return RelayConnection(access.url, http_timeout=self.http_timeout,
                                credentials=Credentials.from_env(**access.credential_fields()),
-                               consumer=f"spark@{socket.gethostname()}")
+                               consumer=self.consumer_name or f"spark@{socket.gethostname()}")
 
     @property
     def source_scn(self) -> int | None:
@@ -108,11 +114,11 @@ class StreamOptions(BaseModel):
         return int(self.starting_position) if self.starting_position.lstrip("-").isdigit() else None
 
 
-_ALIASES = {name.lower(): name for name in (
+_ALIASES = {name.lower(): name for name in (  # every field's alias (a test checks)
     "relay", "sources", "partitions", "maxRowsPerBatch", "maxBytesPerBatch",
     "startingPosition", "valueFormat", "envelope", "fetchBytes", "rowsPerArrowBatch",
     "prefetchBatches", "httpTimeout", "relayRetrySeconds", "tokenFile", "caFile", "certFile",
-    "keyFile")}
+    "keyFile", "consumerName")}
 # "path" is what .load(url) passes; "url" reads naturally too
 _ALIASES["path"] = "relay"
 _ALIASES["url"] = "relay"

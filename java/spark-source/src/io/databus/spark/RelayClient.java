@@ -50,7 +50,7 @@ import javax.net.ssl.TrustManagerFactory;
 final class RelayClient {
     private static final ObjectMapper JSON = new ObjectMapper();
     private static final Map<String, HttpClient> CLIENTS = new HashMap<>();
-    /** The name every request gives the relay (X-Databus-Consumer: GET /consumers, docs/operations.md). */
+    /** The name requests give the relay by default (X-Databus-Consumer: GET /consumers, docs/operations.md). */
     static final String CONSUMER = "spark-jvm@" + hostName();
 
     /** A {@code /stream} body and the relay's newest window ({@code X-Databus-Max-Scn}). */
@@ -68,11 +68,15 @@ final class RelayClient {
     private final Duration httpTimeout;
 
     private final String what;  // "relay" or "bootstrap server", for messages
+    private String consumer = CONSUMER;  // the source's consumerName option, when given
     private final ZkCluster cluster;  // a zk:// address: its members are urls
 
     RelayClient(SourceOptions o) {
         this(o.relay, "relay", "databus source", "relay", o.tokenFile, o.caFile, o.certFile, o.keyFile,
             o.httpTimeout);
+        if (o.consumerName != null) {
+            consumer = o.consumerName;
+        }
     }
 
     /**
@@ -319,7 +323,7 @@ final class RelayClient {
         }
         HttpRequest.Builder b = HttpRequest.newBuilder(URI.create(q.toString()))
             .timeout(read != null ? read : httpTimeout).header("User-Agent", "databus-spark-jvm")
-            .header("X-Databus-Consumer", CONSUMER).GET();
+            .header("X-Databus-Consumer", consumer).GET();
         if (token != null) {
             b.header("Authorization", "Bearer " + token);
         }

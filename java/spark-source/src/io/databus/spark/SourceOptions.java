@@ -22,7 +22,7 @@ public final class SourceOptions implements Serializable {
         "relay", "sources", "partitions", "maxRowsPerBatch", "maxBytesPerBatch",
         "startingPosition", "valueFormat", "envelope", "fetchBytes", "rowsPerArrowBatch",
         "prefetchBatches", "httpTimeout", "relayRetrySeconds", "tokenFile", "caFile", "certFile",
-        "keyFile"};
+        "keyFile", "consumerName"};
 
     final String relay;
     final List<String> sources;
@@ -41,6 +41,7 @@ public final class SourceOptions implements Serializable {
     final String caFile;
     final String certFile;
     final String keyFile;
+    final String consumerName;  // X-Databus-Consumer; null: RelayClient's default
 
     private SourceOptions(Map<String, String> v) {
         List<String> problems = new ArrayList<>();
@@ -69,6 +70,10 @@ public final class SourceOptions implements Serializable {
         caFile = v.get("caFile");
         certFile = v.get("certFile");
         keyFile = v.get("keyFile");
+        consumerName = v.get("consumerName");
+        if (consumerName != null && !consumerName.matches("[\\x20-\\x7e]{1,200}")) {
+            problems.add("consumerName: 1 to 200 printable ASCII characters");
+        }
         if (!problems.isEmpty()) {
             throw DatabusSourceException.config(
                 "databus source: invalid options: " + String.join("; ", problems));
