@@ -6,7 +6,8 @@ them (that name as text), marks the stalled one behind with its seconds behind
 growing, shows capture running and draws a chart per consumer. Screenshots are kept in
 ``test-artifacts/`` (tests/support/artifacts.py; their paths printed). A two-member
 cluster: a member's page lists both members, the leader among them; the leader's lists its readers by kind (a
-chain relay, the follower, two clients).
+chain relay, the follower, two clients). A chain relay whose upstream stops: its page
+shows capture retrying and NOT READY. A bootstrap server's own page.
 
 And without a browser: the page sits behind the same tokens as the API (a token in
 the URL is not read)."""
@@ -206,6 +207,40 @@ def test_the_page_of_a_cluster_member_lists_the_members_and_the_leader(
                 shot = artifact("ui-cluster-member.png")
                 page.screenshot(path=str(shot), full_page=True)
                 print(f"screenshot of the page: {shot}")
+            finally:
+                browser.close()
+
+
+def test_the_page_shows_capture_stopped(shop_db: Path, tmp_path: Path) -> None:
+    """A chain relay whose upstream stops: its page turns capture from running to
+    retrying with the error, readiness to NOT READY naming the capture check, the lag
+    grows, and the error is listed."""
+    sync_playwright = browser_driver()
+    upstream = make_relay(shop_db, tmp_path)
+    with upstream, Writer(shop_db) as w:
+        w.transaction()
+        chain = Relay(parse_config({
+            "name": "chain-stops", "source": {"url": f"databus+{upstream.url}"},
+            "http": {"port": 0}, "state_dir": str(tmp_path / "chain")}))
+        with chain, sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+            try:
+                page = browser.new_page(viewport={"width": 1200, "height": 700})
+                page.goto(f"{chain.url}/ui")
+                wait_until(lambda: page.locator("#capture-state").inner_text()
+                           .startswith("running"), 20, "capture shown running")
+                assert page.locator("#ready").inner_text() == "ready"
+                upstream.stop()
+                wait_until(lambda: page.locator("#capture-state").inner_text()
+                           .startswith("retrying"), 30, "capture shown retrying")
+                assert page.locator("#capture-state").get_attribute("class") == "bad"
+                assert page.locator("#capture-error").inner_text() != ""
+                wait_until(lambda: page.locator("#ready").inner_text()
+                           .startswith("NOT READY capture"), 15, "NOT READY shown")
+                wait_until(lambda: float(page.locator("#lag").inner_text().split()[0]) > 2.0,
+                           15, "the lag growing")
+                assert "capture" in page.locator("#errors").inner_text()
+                page.screenshot(path=str(artifact("ui-capture-stopped.png")), full_page=True)
             finally:
                 browser.close()
 
