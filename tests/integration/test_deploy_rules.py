@@ -19,7 +19,6 @@ import yaml
 
 from databus.relay.relay import Relay
 from tests.support.prometheus import PROMETHEUS, PROMTOOL, prometheus, query
-from tests.support.relays import make_relay
 from tests.support.shop import Writer
 from tests.support.wait import wait_until
 
@@ -95,12 +94,6 @@ def test_the_dashboard_is_a_grafana_dashboard_on_a_prometheus_datasource_variabl
             assert all(t["datasource"]["uid"] == "${DS_PROMETHEUS}" for t in p["targets"])
     titles = {title for title, _ in panel_targets(d)}
     assert titles >= RELAY_PANELS
-
-
-@pytest.fixture
-def relay(shop_db: Path, tmp_path: Path) -> Iterator[Relay]:
-    with make_relay(shop_db, tmp_path) as r:
-        yield r
 
 
 def test_every_rule_and_panel_expression_evaluates_on_prometheus_scraping_a_relay(

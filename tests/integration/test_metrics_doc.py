@@ -8,11 +8,9 @@ from __future__ import annotations
 import re
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
 from databus.relay.config import parse_config
 from databus.relay.relay import Relay
@@ -20,7 +18,6 @@ from tests.support.bootstrap import make_bootstrap
 from tests.support.mariadb import MariaDB
 from tests.support.postgres import PostgreSQL
 from tests.support.procs import DATABUS, free_port, stop
-from tests.support.relays import make_relay
 from tests.support.wait import wait_until
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
@@ -85,26 +82,20 @@ def wait_capturing(url: str) -> None:
                60, f"{url} capturing")
 
 
-@pytest.fixture
-def sqlite_relay(shop_db: Path, tmp_path: Path) -> Iterator[Relay]:
-    with make_relay(shop_db, tmp_path) as r:
-        yield r
-
-
 def test_a_sqlite_relay_a_chain_relay_a_bootstrap_server_and_a_consumer(
-        sqlite_relay: Relay, shop_db: Path, tmp_path: Path) -> None:
-    wait_capturing(sqlite_relay.url)
+        relay: Relay, shop_db: Path, tmp_path: Path) -> None:
+    wait_capturing(relay.url)
     # a consumer listed, so the per-consumer series exist
     cp = '{"windowScn": -1, "windowOffset": -1}'
-    httpx.get(f"{sqlite_relay.url}/stream", params={"checkPoint": cp, "timeout": "0"},
+    httpx.get(f"{relay.url}/stream", params={"checkPoint": cp, "timeout": "0"},
               headers={"X-Databus-Consumer": "doc-test"}, timeout=10)
-    check(sqlite_relay.url, relay_want("sqlite"))
-    chain = Relay(parse_config({"source": {"url": f"databus+{sqlite_relay.url}"},
+    check(relay.url, relay_want("sqlite"))
+    chain = Relay(parse_config({"source": {"url": f"databus+{relay.url}"},
                                 "http": {"port": 0}, "state_dir": str(tmp_path / "chain")}))
     with chain:
         wait_capturing(chain.url)
         check(chain.url, relay_want("chain"))
-    with make_bootstrap(shop_db, tmp_path, sqlite_relay) as bs:
+    with make_bootstrap(shop_db, tmp_path, relay) as bs:
         check(bs.url, documented()["bootstrap"])
 
         def lag() -> float:
@@ -119,7 +110,7 @@ def test_a_sqlite_relay_a_chain_relay_a_bootstrap_server_and_a_consumer(
         assert [c["name"] for c in ready.json()["checks"]] == ["producer", "applier", "store"]
     port = free_port()
     with (tmp_path / "tail.log").open("wb") as log:
-        proc = subprocess.Popen([*DATABUS, "tail", "--relay", sqlite_relay.url, "--from-start",
+        proc = subprocess.Popen([*DATABUS, "tail", "--relay", relay.url, "--from-start",
                                  "--metrics-port", str(port)],
                                 stdout=subprocess.DEVNULL, stderr=log)
     try:
