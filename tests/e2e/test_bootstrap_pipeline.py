@@ -24,7 +24,7 @@ import yaml
 from tests.support.bootstrap import preload, replica_equal
 from tests.support.bulk import BulkWriter
 from tests.support.pipeline import (
-    ProcessPipeline,
+    BootstrapPipeline,
     http_url,
     relay_args,
     replicate_args,
@@ -36,16 +36,12 @@ from tests.support.wait import wait_until
 
 
 @dataclass
-class Pipeline(ProcessPipeline):
+class Pipeline(BootstrapPipeline):
     tmp: Path
     db: Path
     relay_port: int = field(default_factory=free_port)
     bs_port: int = field(default_factory=free_port)
     batch: int = 10_000
-
-    @property
-    def replica(self) -> Path:
-        return self.tmp / "replica.db"
 
     def args(self, name: str) -> list[str]:
         if name == "relay":
@@ -55,10 +51,6 @@ class Pipeline(ProcessPipeline):
         return replicate_args(http_url(self.relay_port), f"sqlite:///{self.replica}",
                               "--bootstrap", http_url(self.bs_port),
                               "--bootstrap-batch", str(self.batch))
-
-    def ready_url(self, name: str) -> str | None:
-        port = {"relay": self.relay_port, "bootstrap": self.bs_port}.get(name)
-        return f"http://127.0.0.1:{port}/admin" if port else None
 
     def relay_buffer(self, capacity: int) -> None:
         """Give the relay (not started yet) a buffer of ``capacity`` bytes."""
@@ -74,24 +66,11 @@ class Pipeline(ProcessPipeline):
     def bs_admin(self) -> dict[str, object]:
         return dict(httpx.get(f"http://127.0.0.1:{self.bs_port}/admin", timeout=10).json())
 
-    def consumer_checkpoint(self) -> dict[str, object] | None:
-        """The checkpoint committed in the replica (what survives a kill -9)."""
-        if not self.replica.exists():
-            return None
-        con = sqlite3.connect(self.replica, timeout=30)
-        try:
-            row = con.execute("SELECT checkpoint FROM databus_checkpoint").fetchone()
-        except sqlite3.OperationalError:
-            return None
-        finally:
-            con.close()
-        return None if row is None else dict(json.loads(row[0]))
-
     def wait_for(self, what: str, pred: Callable[[dict[str, object]], bool],
                  timeout: float = 120) -> dict[str, object]:
         """The consumer's committed checkpoint once ``pred`` holds for it."""
         def reached() -> dict[str, object] | None:
-            cp = self.consumer_checkpoint()
+            cp = self.replica_checkpoint()
             return cp if cp is not None and pred(cp) else None
 
         found: dict[str, object] = self.wait(f"the consumer to reach {what}", reached, timeout,
@@ -201,27 +180,27 @@ def test_kill9_consumer_and_bootstrap_service_at_each_phase(pipeline: Pipeline) 
         p.wait_for("the snapshot", lambda cp: _mode(cp) == "BOOTSTRAP_SNAPSHOT"
                    and int(str(cp["snapshot_offset"])) > 0)
         p.kill("replicate")
-        killed.append(f"consumer in {_mode(p.consumer_checkpoint() or {})}")
+        killed.append(f"consumer in {_mode(p.replica_checkpoint() or {})}")
         p.start("replicate")
         # 2. the bootstrap service (producer, applier, server), snapshot still going
-        first = p.consumer_checkpoint() or {}
+        first = p.replica_checkpoint() or {}
         p.wait_for("more snapshot", lambda cp: cp != first)
         p.kill("bootstrap")
         killed.append(f"bootstrap service while the consumer is in "
-                      f"{_mode(p.consumer_checkpoint() or {})}")
+                      f"{_mode(p.replica_checkpoint() or {})}")
         p.start("bootstrap")
         # 3. the consumer, in the catch-up
         p.wait_for("the catch-up", lambda cp: _mode(cp) == "BOOTSTRAP_CATCHUP")
         p.kill("replicate")
-        killed.append(f"consumer in {_mode(p.consumer_checkpoint() or {})}")
+        killed.append(f"consumer in {_mode(p.replica_checkpoint() or {})}")
         p.start("replicate")
         # 4. the consumer, right after the switch to the relay
         p.wait_for("the relay", lambda cp: _mode(cp) == "ONLINE_CONSUMPTION")
         p.kill("replicate")
-        killed.append(f"consumer in {_mode(p.consumer_checkpoint() or {})}")
+        killed.append(f"consumer in {_mode(p.replica_checkpoint() or {})}")
         p.start("replicate")
         # 5. the bootstrap service again, while it follows the relay
-        online = p.consumer_checkpoint() or {}
+        online = p.replica_checkpoint() or {}
         p.wait_for("more of the relay", lambda cp: cp != online)
         p.wait_produced()
         p.kill("bootstrap")

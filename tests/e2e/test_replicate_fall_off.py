@@ -10,10 +10,8 @@ process. The consumer falls off while it is stopped (SIGSTOP) and the writer goe
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -26,22 +24,18 @@ import yaml
 
 from tests.support.bootstrap import preload, replica_equal
 from tests.support.bulk import BulkWriter
-from tests.support.pipeline import ProcessPipeline
+from tests.support.pipeline import BootstrapPipeline
 from tests.support.procs import DATABUS, free_port
 from tests.support.shop import TABLES, create_shop
 
 
 @dataclass
-class Pipeline(ProcessPipeline):
+class Pipeline(BootstrapPipeline):
     tmp: Path
     db: Path
     relay_port: int = field(default_factory=free_port)
     bs_port: int = field(default_factory=free_port)
     bootstrap: bool = True
-
-    @property
-    def replica(self) -> Path:
-        return self.tmp / "replica.db"
 
     def args(self, name: str) -> list[str]:
         if name in ("relay", "bootstrap"):
@@ -50,22 +44,9 @@ class Pipeline(ProcessPipeline):
         return [*DATABUS, "replicate", "--relay", f"http://127.0.0.1:{self.relay_port}",
                 "--target", f"sqlite:///{self.replica}", *boot]
 
-    def ready_url(self, name: str) -> str | None:
-        port = {"relay": self.relay_port, "bootstrap": self.bs_port}.get(name)
-        return f"http://127.0.0.1:{port}/admin" if port else None
-
     def checkpoint(self) -> dict[str, object]:
         """The replica's committed checkpoint ({} before there is one)."""
-        if not self.replica.exists():
-            return {}
-        con = sqlite3.connect(self.replica, timeout=30)
-        try:
-            row = con.execute("SELECT checkpoint FROM databus_checkpoint").fetchone()
-        except sqlite3.OperationalError:
-            return {}
-        finally:
-            con.close()
-        return {} if row is None else dict(json.loads(row[0]))
+        return self.replica_checkpoint() or {}
 
     def online(self) -> bool:
         cp = self.checkpoint()

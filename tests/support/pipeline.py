@@ -15,6 +15,8 @@ from flags or a config file), :func:`write_config` (a component's YAML),
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -161,3 +163,34 @@ class RelayPipeline(ProcessPipeline):
 
     def max_scn(self) -> int:
         return relay_max_scn(self.url)
+
+
+class BootstrapPipeline(ProcessPipeline):
+    """A relay named ``relay`` on ``relay_port``, a bootstrap server named ``bootstrap``
+    on ``bs_port`` (fields of the subclass, like ``tmp``) and a SQLite replica
+    (``replica.db``) that ``replicate`` fills: both servers ready once ``/admin``
+    answers; the checkpoint the replica committed (what survives a kill -9)."""
+
+    relay_port: int
+    bs_port: int
+
+    @property
+    def replica(self) -> Path:
+        return self.tmp / "replica.db"
+
+    def ready_url(self, name: str) -> str | None:
+        port = {"relay": self.relay_port, "bootstrap": self.bs_port}.get(name)
+        return f"{http_url(port)}/admin" if port else None
+
+    def replica_checkpoint(self) -> dict[str, object] | None:
+        """The checkpoint committed in the replica; None before there is one."""
+        if not self.replica.exists():
+            return None
+        con = sqlite3.connect(self.replica, timeout=30)
+        try:
+            row = con.execute("SELECT checkpoint FROM databus_checkpoint").fetchone()
+        except sqlite3.OperationalError:
+            return None
+        finally:
+            con.close()
+        return None if row is None else dict(json.loads(row[0]))
