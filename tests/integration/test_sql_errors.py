@@ -10,7 +10,12 @@ import pytest
 import sqlalchemy as sa
 
 from databus.client.sql import translate_db_errors
-from databus.core.errors import SinkUnavailableError, SqlStatementError, StoreUnavailableError
+from databus.core.errors import (
+    SinkUnavailableError,
+    SqlStatementError,
+    StorageFullError,
+    StoreUnavailableError,
+)
 
 
 def _engine(url: str) -> sa.Engine:
@@ -92,3 +97,33 @@ def test_sqlite_busy_from_another_writer_is_transient(tmp_path: Path) -> None:
             t.join(10)
     finally:
         engine.dispose()
+
+
+def test_a_full_disk_is_storage_full_and_the_write_succeeds_once_space_returns() -> None:
+    """SQLite on a size-limited tmpfs filled up: the failing insert is StorageFull
+    (transient: its transaction rolled back whole, nothing half-written), and the same
+    insert succeeds once the space returns."""
+    from tests.support.faults import filled, mount_unavailable, small_disk
+
+    why = mount_unavailable()
+    if why:
+        pytest.skip(why)
+    with small_disk(8 << 20) as disk:
+        engine = sa.create_engine(f"sqlite:///{disk / 'store.db'}")
+        try:
+            with engine.begin() as conn:
+                conn.execute(sa.text("CREATE TABLE t (id INT PRIMARY KEY, v BLOB)"))
+            row = {"v": b"x" * (256 << 10)}
+            with filled(disk):
+                with pytest.raises(StorageFullError) as info, \
+                        translate_db_errors("writing t", engine, StoreUnavailableError), \
+                        engine.begin() as conn:
+                    for i in range(64):  # more than the space left, in one transaction
+                        conn.execute(sa.text("INSERT INTO t VALUES (:i, :v)"), {**row, "i": i})
+                assert info.value.retryable and "the disk is full" in str(info.value)
+                with engine.connect() as conn:  # nothing of it is there
+                    assert conn.execute(sa.text("SELECT count(*) FROM t")).scalar() == 0
+            with engine.begin() as conn:
+                conn.execute(sa.text("INSERT INTO t VALUES (:i, :v)"), {**row, "i": 0})
+        finally:
+            engine.dispose()

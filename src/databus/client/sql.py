@@ -4,7 +4,11 @@ store), for SQLite, PostgreSQL (psycopg) and MariaDB/MySQL (pymysql).
 
 An error that may pass (a lost connection, a lock or deadlock, a serialization
 failure, too many connections, a server shutting down) becomes the caller's transient
-type (``SinkUnavailableError``, ``StoreUnavailableError``): the caller retries. Every
+type (``SinkUnavailableError``, ``StoreUnavailableError``): the caller retries. A full
+disk or quota (SQLite ``SQLITE_FULL``, PostgreSQL ``53100 disk_full``, MariaDB/MySQL
+``ER_DISK_FULL``/``ER_RECORD_FILE_FULL``) becomes :class:`StorageFullError`, transient
+too: the statement's transaction was rolled back whole, and it succeeds once space
+returns. Every
 other error (syntax, a constraint, a missing table or column, access denied, a value
 that does not fit) becomes a terminal :class:`SqlStatementError` that keeps the
 operation, the target (URL without password), the driver's error code and SQLSTATE
@@ -19,7 +23,12 @@ from contextlib import contextmanager
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
-from databus.core.errors import SinkUnavailableError, SqlStatementError, TransientError
+from databus.core.errors import (
+    SinkUnavailableError,
+    SqlStatementError,
+    StorageFullError,
+    TransientError,
+)
 from databus.core.redact import redact_url
 
 # SQLSTATE classes and codes that may pass (PostgreSQL, and MySQL where it sets them)
@@ -49,6 +58,12 @@ SQLITE_LOCKED = 6
 SQLITE_IOERR = 10
 SQLITE_CANTOPEN = 14  # the file's directory or volume is not there (yet)
 _TRANSIENT_SQLITE = frozenset({SQLITE_BUSY, SQLITE_LOCKED, SQLITE_IOERR, SQLITE_CANTOPEN})
+# a full disk or quota, per driver: (module prefix, error number or SQLSTATE)
+SQLITE_FULL = 13
+ER_DISK_FULL = 1021
+ER_RECORD_FILE_FULL = 1114
+_FULL = frozenset({("sqlite3", SQLITE_FULL), ("pymysql", ER_DISK_FULL),
+                   ("pymysql", ER_RECORD_FILE_FULL), ("psycopg", "53100")})
 
 
 def make_engine(url: str) -> sa.Engine:
@@ -99,12 +114,24 @@ def is_transient(exc: BaseException) -> bool:
         exc, (sa_exc.OperationalError, sa_exc.InterfaceError))
 
 
+def is_full(exc: BaseException) -> bool:
+    """True for a full disk or quota (see the module docstring)."""
+    if not isinstance(exc, sa_exc.DBAPIError):
+        return False
+    number, sqlstate = driver_codes(exc)
+    module = type(exc.orig).__module__.split(".")[0]
+    return (module, number) in _FULL or (module, sqlstate) in _FULL
+
+
 def classify(exc: sa_exc.SQLAlchemyError, what: str, target: str,
              transient: type[TransientError]) -> TransientError | SqlStatementError:
     """The project's error for a SQLAlchemy error raised while doing ``what``."""
     number, sqlstate = driver_codes(exc)
     first = str(getattr(exc, "orig", None) or exc).splitlines()
     detail = first[0] if first else type(exc).__name__
+    if is_full(exc):
+        return StorageFullError(f"{what} failed on {target}: the disk is full:"
+                                f" {type(exc).__name__}: {detail}")
     if is_transient(exc):
         return transient(f"{what} failed on {target}: {type(exc).__name__}: {detail}")
     return SqlStatementError(what=what, target=target, driver_code=number, sqlstate=sqlstate,
