@@ -349,7 +349,10 @@ class ClusterMember:
             if current == upstream:
                 return
             log.info("cluster %s: following the leader at %s", self.address, upstream)
+            # a leader that stops answering silently counts as lost within the
+            # cluster's own deadline, not a chain relay's default 30 s
             chain = ChainSource(ChainSourceConfig(url=f"databus+{upstream}",
+                                                  network_timeout=self.config.follower_timeout(),
                                                   **self.config.credential_fields()),
                                 name=self.relay.capturer.name, member_id=self.member_id)
             self.relay.switch_source(chain)
