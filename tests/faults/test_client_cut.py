@@ -3,7 +3,7 @@
 Two ``databus relay`` processes capture one MariaDB (the same binlog: the same windows
 under the same SCNs); a client reads ``--relay URL1,URL2`` while a workload commits.
 Every packet to and from URL1's port is dropped (no reset) while the client waits on
-it: the client gives up on it within its deadline (``poll_timeout + http_timeout``),
+it, or those of one direction only (``to``: the requests; ``from``: the answers): the client gives up on it within its deadline (``poll_timeout + http_timeout``),
 moves to URL2 with its checkpoint, and its history stays whole: exactly the committed
 transactions, in order, each whole, at most the window in flight delivered again.
 """
@@ -65,7 +65,9 @@ def _writer(server: MariaDB) -> Any:
                            client_flag=CLIENT.MULTI_STATEMENTS, connect_timeout=10)
 
 
-def test_a_client_cut_off_from_one_relay_moves_to_the_other(tmp_path: Path) -> None:
+@pytest.mark.parametrize("direction", ["both", "to", "from"])
+def test_a_client_cut_off_from_one_relay_moves_to_the_other(
+        tmp_path: Path, direction: faults.Direction) -> None:
     server = MariaDB(tmp_path / "db")
     record = tmp_path / "recorded.jsonl"
     with server, TwoRelays(tmp_path, server, (free_port(), free_port())) as p:
@@ -92,7 +94,7 @@ def test_a_client_cut_off_from_one_relay_moves_to_the_other(tmp_path: Path) -> N
             with writing(w):
                 p.wait("the client to read from the first relay",
                        lambda: len(read_windows(record)) >= 50, 60)
-                with faults.cut(p.ports[0]):
+                with faults.cut(p.ports[0], direction):
                     t0 = time.monotonic()
                     seen = len(read_windows(record))
                     errors_before = client.stats.relay_errors
@@ -118,5 +120,5 @@ def test_a_client_cut_off_from_one_relay_moves_to_the_other(tmp_path: Path) -> N
         assert not errors, errors
         stats = check_delivery(read_windows(record), w.committed, w.rolled_back)
         assert stats["repeated_windows"] <= 1, stats  # at most the window in flight
-        print(f"client moved to the other relay {moved:.1f}s after a silent cut "
+        print(f"client moved to the other relay {moved:.1f}s after a silent cut ({direction}) "
               f"(deadline {POLL + HTTP:g}s); {stats}")

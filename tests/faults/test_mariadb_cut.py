@@ -2,7 +2,8 @@
 and from the server's TCP port dropped: no reset, no FIN), while the test's writer keeps
 committing through the server's unix socket.
 
-* Streaming: the relay notices within its deadline (the binlog stream's read timeout,
+* Streaming (the cut both ways, or one way only: the relay's packets to the server
+  dropped, ``to``, or the server's to the relay, ``from``): the relay notices within its deadline (the binlog stream's read timeout,
   five heartbeats), says so in ``/admin`` (capture ``retrying``, the error named), keeps
   serving what it holds, and after the heal continues from its newest window: a
   consumer ends with exactly the committed transactions, in order, each whole.
@@ -93,7 +94,9 @@ class Pipeline(RelayPipeline):
                           buffer_path=self.tmp / "relay.buf")
 
 
-def test_a_relay_cut_off_from_mariadb_notices_says_so_and_continues(tmp_path: Path) -> None:
+@pytest.mark.parametrize("direction", ["both", "to", "from"])
+def test_a_relay_cut_off_from_mariadb_notices_says_so_and_continues(
+        tmp_path: Path, direction: faults.Direction) -> None:
     server = MariaDB(tmp_path / "db")
     with server, Pipeline(tmp_path, server, free_port()) as p:
         server.execute(*SCHEMA)
@@ -104,7 +107,7 @@ def test_a_relay_cut_off_from_mariadb_notices_says_so_and_continues(tmp_path: Pa
         with writing(w):
             time.sleep(1.5)
             held_before = p.max_scn()
-            with faults.cut(server.port):
+            with faults.cut(server.port, direction):
                 t0 = time.monotonic()
                 noticed, error = _noticed(p.url, t0, NOTICE)
                 # it keeps serving what it holds while it cannot reach its source
@@ -128,7 +131,7 @@ def test_a_relay_cut_off_from_mariadb_notices_says_so_and_continues(tmp_path: Pa
         assert stats["repeated_windows"] == 0, stats  # the consumer was never cut
         log = p.log("relay").read_text()
         assert "retrying" in log  # the operator sees it in the log too
-        print(f"noticed a silent cut in {noticed:.1f}s ({error}); capture ran again "
+        print(f"noticed a silent cut ({direction}) in {noticed:.1f}s ({error}); capture ran again "
               f"{resumed:.1f}s after the heal; {stats}")
 
 

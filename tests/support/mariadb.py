@@ -187,3 +187,42 @@ class MariaDB:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(30)
+
+
+def replica_settings(server_id: int) -> dict[str, str | None]:
+    """Settings of a replica that can be promoted: its own server_id, its own binlog
+    (the same basename as the primary's: positions that look alike, on purpose) with
+    what it replicates logged too, GTIDs kept."""
+    return {**BINLOG_SETTINGS, "server-id": str(server_id), "log-slave-updates": None}
+
+
+def start_replication(replica: MariaDB, primary: MariaDB) -> None:
+    """Make ``replica`` replicate ``primary`` by GTID (``master_use_gtid=slave_pos``),
+    from the primary's first binlog event (both start from the same pristine data
+    directory, so the primary's binlog is its whole history)."""
+    replica.execute("STOP SLAVE", "RESET SLAVE ALL", "SET GLOBAL gtid_slave_pos = ''",
+                    f"CHANGE MASTER TO master_host='127.0.0.1', master_port={primary.port},"
+                    " master_user='root', master_password='', master_use_gtid=slave_pos,"
+                    " master_connect_retry=1",
+                    "START SLAVE")
+
+
+def replica_applied(replica: MariaDB) -> str:
+    """The GTID state the replica applied (``@@gtid_slave_pos``)."""
+    with replica.connect() as con, con.cursor() as cur:
+        cur.execute("SELECT @@gtid_slave_pos")
+        row = cur.fetchone()
+        return str(row[0]) if row else ""
+
+
+def wait_replicated(replica: MariaDB, primary: MariaDB, timeout: float = 60.0) -> None:
+    """Until ``replica`` applied every transaction ``primary`` logged so far."""
+    want = primary.gtid_pos()
+    wait_until(lambda: replica_applied(replica) == want, timeout,
+               f"the replica on port {replica.port} to apply {want}", interval=0.1)
+
+
+def promote(replica: MariaDB) -> None:
+    """Stop replicating and forget the primary: the replica takes writes as a primary
+    (its binlog continues the same GTID sequence)."""
+    replica.execute("STOP SLAVE", "RESET SLAVE ALL")

@@ -198,6 +198,8 @@ def build_app(relay: ServedRelay) -> ASGIApp:
     def admin(_: Request) -> Response:
         status = relay.fetcher_status()
         healthy = status["state"] in ("running", "starting", "retrying")
+        if relay.cluster is not None and relay.cluster.coordinator_problem() is not None:
+            healthy = False  # ZooKeeper unreachable past the session: role unconfirmed
         stats = relay.stats()
         return JSONResponse(
             {"status": "ok" if healthy else "degraded", "name": stats["name"],

@@ -73,6 +73,7 @@ from databus.relay.config import ClusterConfig
 from databus.relay.highwater import HighWater
 from databus.relay.identity import default_member_id
 from databus.relay.member import Member, idle_source, is_idle
+from databus.relay.zkwatch import ZkWatch
 from databus.sources.base import Source
 from databus.sources.chain import ChainSource
 from databus.sources.config import ChainSourceConfig
@@ -100,8 +101,7 @@ class ClusterMember:
         self._leader_changed = threading.Event()
         self._hw = HighWater(relay)
         self._contenders_stale = threading.Event()  # the election changed: read it again
-        self._view: dict[str, Any] = {}
-        self._view_at = 0.0
+        self._zk = ZkWatch(config.session_timeout)  # reachable? and /admin's view
         self._roles = threading.RLock()  # one role change at a time (election vs watch)
         self._lease: Lease | None = None  # a co-leader's
         self._failed_at = float("-inf")  # when capture as leader last failed (monotonic)
@@ -117,6 +117,7 @@ class ClusterMember:
         session = connect(self.address, session_timeout=self.config.session_timeout)
         self._session = session
         self._nodes = nodes = MemberNodes(session, self.address, self.member_id)
+        self._zk.attach(nodes)
         try:
             session.listen(on_lost=self._on_lost, on_connected=self._on_connected)
             nodes.ensure()
@@ -142,16 +143,20 @@ class ClusterMember:
         out: dict[str, Any] = {"address": str(self.address), "member": self.member_id,
                                "role": self.role, "epoch": self.epoch,
                                "leader_url": self.leader_url}
-        if self._nodes is not None:
-            now = time.monotonic()
-            if now - self._view_at > 1.0:  # /containerStats is polled: ask ZooKeeper once a second
-                try:
-                    self._view = {"view": self._nodes.status()}
-                except CoordinatorUnavailableError as exc:
-                    self._view = {"view_error": str(exc)}
-                self._view_at = now
-            out.update(self._view)
+        out["leads_now"] = self.role == "leader" and not self._zk.unreachable()
+        out.update(self._zk.view())  # never waits on ZooKeeper (the last view, its age)
         return out
+
+    def coordinator_problem(self) -> str | None:
+        """Why this member cannot act on its role now (ZooKeeper unreachable longer than
+        the session timeout: :mod:`databus.relay.zkwatch`), or None."""
+        down = self._zk.down_for()
+        if down <= self.config.session_timeout:
+            return None
+        what = ("it publishes nothing" if self.role == "leader"
+                else "its leader cannot publish")
+        return (f"ZooKeeper unreachable for {down:.1f} s (session timeout"
+                f" {self.config.session_timeout:g} s): {what} until it is back")
 
     # -- ZooKeeper callbacks (kazoo's threads) -----------------------------------------
 
@@ -235,6 +240,9 @@ class ClusterMember:
 
     def _publish_member(self) -> None:
         nodes = self._nodes
+        if self._zk.warn_once():
+            log.warning("cluster %s: member %s (%s): %s", self.address, self.member_id,
+                        self.role, self.coordinator_problem())
         if nodes is None or not nodes.session.connected:
             return
         try:
@@ -349,7 +357,10 @@ class ClusterMember:
             if current == upstream:
                 return
             log.info("cluster %s: following the leader at %s", self.address, upstream)
+            # a leader that stops answering silently counts as lost within the
+            # cluster's own deadline, not a chain relay's default 30 s
             chain = ChainSource(ChainSourceConfig(url=f"databus+{upstream}",
+                                                  network_timeout=self.config.follower_timeout(),
                                                   **self.config.credential_fields()),
                                 name=self.relay.capturer.name, member_id=self.member_id)
             self.relay.switch_source(chain)

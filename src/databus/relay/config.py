@@ -119,6 +119,11 @@ class ClusterConfig(RelayCredentials):
         " leader keeps its role; it bounds the failover time (a pause longer than this, GC"
         " or network, costs a failover). ZooKeeper grants 2 to 20 ticks (tickTime 2 s by"
         " default: 4 s to 40 s)")
+    upstream_timeout: float | None = Field(
+        None, ge=1, le=3600, description="seconds a follower's request to its leader may go"
+        " without an answer beyond its long poll (and to connect) before the leader counts"
+        " as lost: capture shows retrying, /health/ready 503, and it retries (a leader cut"
+        " off silently is noticed within it); default: session_timeout")
     leaders: int = Field(
         1, ge=1, le=16, description="members that capture from the database at once: the"
         " primary (elected) and leaders-1 co-leaders (leases taken by caught-up followers);"
@@ -140,6 +145,11 @@ class ClusterConfig(RelayCredentials):
 
     def zk_address(self) -> ZkAddress:
         return ZkAddress.parse(self.address)
+
+    def follower_timeout(self) -> float:
+        """A follower's deadline on its leader beyond the long poll (upstream_timeout)."""
+        return self.upstream_timeout if self.upstream_timeout is not None \
+            else self.session_timeout
 
 
 class RelayConfig(_Model):

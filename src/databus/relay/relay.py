@@ -328,7 +328,11 @@ class Relay(HttpService):
         what = "from its leader" if capture["reads"] == "upstream" and self.cluster else (
             "from its upstream relay" if capture["reads"] == "upstream" else "from the database")
         detail = f"capture {state}{why} {what} since {since:.1f} s"
-        return [Check("capture", ok, detail)]
+        checks = [Check("capture", ok, detail)]
+        problem = self.cluster.coordinator_problem() if self.cluster is not None else None
+        if problem is not None:  # it cannot know whether its role still holds
+            checks.append(Check("cluster", False, problem))
+        return checks
 
     def stats(self) -> dict[str, Any]:
         return {

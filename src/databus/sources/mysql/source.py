@@ -95,6 +95,7 @@ from databus.sources.mysql.connection import (
     master_status,
     server_facts,
 )
+from databus.sources.mysql.positions import PositionRecord
 from databus.sources.mysql.snapshots import SnapshotIO, encode_chunk
 from databus.sources.mysql.tables import Shape, meta_middle
 from databus.sources.mysql.versions import Versions, signature
@@ -157,6 +158,7 @@ class MysqlSource(Source):
         self._tv.internal(dd.SCHEMA_CHANGE_SCHEMA)
         self._tv.internal(NOTIFY_SCHEMA)
         self._records_path = state_dir / f"{name}.mysql-snapshot.json" if state_dir else None
+        self._positions = PositionRecord(state_dir, name)  # whose binlog a position is
         self._snapshotted = False  # a mode's own snapshot was started by this process
         self._new_filters: tuple[TableFilter, ColumnFilter] | None = None  # reconfigure()
         self._opened = False
@@ -334,6 +336,8 @@ class MysqlSource(Source):
             file, pos = master_status(self.url)
             gtid = None if at_end else self.start_gtid
         else:
+            self._positions.check(after_scn, self._origin, f"{self.url.host}:{self.url.port}",
+                                  self._gtid_pos if self.mariadb else None)
             file, pos = self._file_name(after_scn >> 32), after_scn & 0xFFFFFFFF
         self._base = file.rsplit(".", 1)[0]
         self._file = file  # with a GTID start, the server's first ROTATE names the file
@@ -358,6 +362,11 @@ class MysqlSource(Source):
     def _file_name(self, number: int) -> str:
         base = self._base or master_status(self.url)[0].rsplit(".", 1)[0]
         return f"{base}.{number:06d}"
+
+    def _gtid_pos(self, scn: int) -> str | None:
+        (row,) = self._sql.query("SELECT BINLOG_GTID_POS(%s, %s)",
+                                 (self._file_name(scn >> 32), scn & 0xFFFFFFFF))
+        return str(row[0]) if row[0] is not None else None
 
     def _scn(self, pos: int) -> int:
         return (int(self._file.rsplit(".", 1)[1]) << 32) | pos
@@ -407,6 +416,7 @@ class MysqlSource(Source):
                 break
             if window is not None:
                 self._stream_scn = self._last_scn = window.scn
+                self._positions.window(window.scn, self._origin)
                 self._last_out = time.monotonic()
                 out.append(window)
                 if self._done_snapshotting():
@@ -464,9 +474,11 @@ class MysqlSource(Source):
         elif t == be.EventType.MARIADB_GTID:
             self._reset_txn()
             self._gtid = be.parse_mariadb_gtid(body).text(h.server_id)
+            self._positions.gtid_read(self._gtid)
         elif t == be.EventType.MYSQL_GTID:
             self._reset_txn()
             self._gtid = be.parse_mysql_gtid(body)
+            self._positions.gtid_read(self._gtid)
         elif t == be.EventType.QUERY:
             db, sql = be.parse_query(body)
             word = sql.lstrip()[:8].upper()
@@ -592,6 +604,7 @@ class MysqlSource(Source):
             self._snaps.acknowledge(scn)
 
     def close(self) -> None:
+        self._positions.close()
         if self._stream is not None:
             self._stream.close()
             self._stream = None
