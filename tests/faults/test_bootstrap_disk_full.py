@@ -9,12 +9,8 @@ producer's checkpoint stays with the windows it covers) and the service says so
 (``/admin`` names the error, ``/health/ready`` 503). When space returns, it should go
 on by itself from its stored checkpoint, its log ending at the relay's newest window.
 
-**Known defect (xfail, strict):** SQLite's ``SQLITE_FULL`` (13) is classified terminal
-by ``databus.client.sql.is_transient`` (``_TRANSIENT_SQLITE``), so the producer and the
-applier stop for good (``SqlStatementError ... database or disk is full``) and never
-recover when space returns. Adding 13 to ``_TRANSIENT_SQLITE`` makes this test pass
-(noticed in 0.2 s, storing again 4.6 s after space returned); that module is outside
-this change's files. Remove the marker with the fix (strict: an unexpected pass fails).
+A full disk is ``StorageFull`` (``databus.client.sql``: SQLite's ``SQLITE_FULL``),
+transient: the producer and applier retry until space returns.
 """
 
 from __future__ import annotations
@@ -88,8 +84,6 @@ class Pipeline(ProcessPipeline):
         return httpx.get(f"{self.url('bootstrap')}/health/ready", timeout=10).status_code
 
 
-@pytest.mark.xfail(strict=True, reason="SQLITE_FULL is terminal in databus.client.sql"
-                   " (_TRANSIENT_SQLITE): the producer never recovers (see the docstring)")
 def test_a_full_bootstrap_store_refuses_loudly_and_recovers_when_space_returns(
         tmp_path: Path) -> None:
     db = tmp_path / "shop.db"
