@@ -8,9 +8,13 @@ alone can be dropped (``tests.support.faults``: no reset, no FIN). The follower'
 deadline on its leader is ``cluster.upstream_timeout``, by default the session timeout
 (it used to be a chain relay's 30 s): within it the follower counts the leader as lost,
 says so (``/admin`` capture ``retrying`` with the error, ``/health/ready`` 503), keeps
-serving what it holds, and after the heal copies again after its newest window. Its
-consumer (reading the follower by URL) ends with exactly the committed transactions;
-both members serve the same windows, byte for byte. Nobody changes role.
+serving what it holds. Two session timeouts later, the leader still listed in
+ZooKeeper, it leaves the election (docs/cluster.md), so the leader's high-water mark
+stops waiting for it and the leader's own consumers get new windows again while the cut
+lasts. After the heal it copies again after its newest window and joins the election
+once caught up. Its consumer (reading the follower by URL) ends with exactly the
+committed transactions; both members serve the same windows, byte for byte. Nobody
+changes role.
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ pytestmark = pytest.mark.slow
 
 MEMBERS = ("m1", "m2")
 NOTICE = SESSION + 0.5 + 6.0  # the deadline (default: the session timeout), long poll, slack
-CUT = NOTICE + 2.0
+LEAVE = NOTICE + 2 * SESSION + 4.0  # then out of the election (slack for the watch)
+CUT = LEAVE + 3.0
 
 
 @pytest.fixture(autouse=True)
@@ -112,19 +117,27 @@ def test_a_follower_cut_off_from_its_leader_notices_within_its_deadline_and_resu
             held = c.max_scn("m2")
             assert held > 0  # it serves what it holds
             leader_before, served_before = c.max_scn("m1"), c.served("m1")
+            # out of the election: the leader serves its consumers again, without it
+            c.wait("the cut follower to leave the election",
+                   lambda: "m2" not in c.contenders(), LEAVE, interval=0.2)
+            left = time.monotonic() - t0
+            served_at_leave = c.served("m1")
             time.sleep(max(0.0, CUT - (time.monotonic() - t0)))
             # nobody changed role: the leader still reaches ZooKeeper and captures
             assert c.admin("m1")["cluster"]["role"] == "leader"  # type: ignore[index]
             assert c.admin("m2")["cluster"]["role"] == "follower"  # type: ignore[index]
             assert c.max_scn("m1") > leader_before
             # what the leader's own consumers get meanwhile: windows every member in the
-            # election holds (docs/cluster.md): the cut follower holds it back
+            # election holds (docs/cluster.md); the cut follower is no longer in it
             served_during = c.served("m1") - served_before
+            assert c.served("m1") > served_at_leave, "the leader's consumers got nothing new"
         t_heal = time.monotonic()
         c.wait("the follower to copy again after the heal",
                lambda: c.admin("m2")["capture"]["state"] == "running"  # type: ignore[index]
                and c.ready("m2").status_code == 200, 60, interval=0.2)
         resumed = time.monotonic() - t_heal
+        c.wait("the follower to join the election again once caught up",
+               lambda: "m2" in c.contenders(), 60, interval=0.2)
         time.sleep(1.0)
     want = txlog_max(w.path)
 
@@ -141,8 +154,9 @@ def test_a_follower_cut_off_from_its_leader_notices_within_its_deadline_and_resu
     assert stats["repeated_windows"] == 0, stats
     print(f"follower cut off from its leader noticed it in {noticed:.1f}s"
           f" (session {SESSION:g}s; {capture['error']}); held scn {held} during the cut;"
+          f" left the election {left:.1f}s after the cut;"
           f" copied again {resumed:.1f}s after the heal; the leader's own consumers got"
-          f" {'no' if served_during <= 0 else 'more'} windows during the cut; {stats}")
+          f" {served_during} more windows during the cut; {stats}")
 
 
 def test_the_followers_deadline_is_the_setting_or_the_session_timeout() -> None:

@@ -96,6 +96,19 @@ class Cluster(ProcessPipeline):
         r = httpx.get(f"{self.url(member)}/admin", timeout=10)
         return dict(r.json())
 
+    def contenders(self) -> set[str]:
+        """The member ids in the cluster's election, read from ZooKeeper."""
+        from kazoo.client import KazooClient
+
+        zk = KazooClient(hosts=self.zk.hosts, timeout=10)
+        zk.start(timeout=10)
+        try:
+            return {str(c) for c in
+                    zk.Election(f"/databus/clusters/{self.name}/election").contenders()}
+        finally:
+            zk.stop()
+            zk.close()
+
     def leader(self) -> str | None:
         for m in self.members():
             try:

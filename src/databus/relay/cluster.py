@@ -105,6 +105,7 @@ class ClusterMember:
         self._roles = threading.RLock()  # one role change at a time (election vs watch)
         self._lease: Lease | None = None  # a co-leader's
         self._failed_at = float("-inf")  # when capture as leader last failed (monotonic)
+        self._cut_since: float | None = None  # a follower failing to read its leader since
         self._thread = threading.Thread(target=self._run, name="databus-cluster", daemon=True)
 
     # -- life cycle ------------------------------------------------------------------
@@ -284,6 +285,14 @@ class ClusterMember:
                 self._publish_member()
                 if self.role == "follower" and self._colead_ready():
                     break
+                if self._cut_from_leader():
+                    log.warning(
+                        "cluster %s: the leader at %s has not answered this member for %.0f"
+                        " s while it still leads: leaving the election, so the leader's"
+                        " high-water mark no longer waits for this member; joining again"
+                        " once caught up", self.address, self.leader_url,
+                        time.monotonic() - (self._cut_since or time.monotonic()))
+                    break
             election.cancel()
             # elected meanwhile: _lead runs until leadership ends (it never is cut short)
             while worker.is_alive() and not self._stop.is_set():
@@ -302,8 +311,9 @@ class ClusterMember:
             self._publish_member()
             source = self.relay.source
             told = source.cluster_hw if isinstance(source, ChainSource) else None
-            if told is not None and self.relay.buffer.max_scn >= told:
-                return  # caught up with what the leader said
+            reading = self.relay.capture_status()["state"] == "running"
+            if told is not None and self.relay.buffer.max_scn >= told and reading:
+                return  # caught up with what the leader said, and reading it
             if self.leader_url is None or told is None:
                 now = time.monotonic()
                 leaderless_since = leaderless_since or now
@@ -325,6 +335,23 @@ class ClusterMember:
                 self._leader_changed.clear()
                 self._follow()
             self._publish_member()
+
+    def _cut_from_leader(self) -> bool:
+        """A follower whose reads of a leader that ZooKeeper still lists have failed for
+        longer than two session timeouts: cut off from it while the leader lives (a dead
+        leader's node is gone by then, with a session timeout to spare). Such a member leaves the election (docs/cluster.md,
+        "Faults"): in it, it would hold back the leader's high-water mark, and with it
+        every consumer of the cluster, for as long as the cut lasts."""
+        failing = (self.role == "follower" and self.leader_url not in (None, self.url)
+                   and isinstance(self.relay.source, ChainSource)
+                   and self.relay.capture_status()["state"] == "retrying")
+        if not failing:
+            self._cut_since = None
+            return False
+        now = time.monotonic()
+        if self._cut_since is None:
+            self._cut_since = now
+        return now - self._cut_since > 2 * self.config.session_timeout
 
     def _contend(self, election: Election) -> None:
         try:
