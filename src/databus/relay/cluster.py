@@ -14,7 +14,9 @@ epoch starts (``epochs/<n>``: the SCN of the last window it holds), writes the
 right after the last window it holds, so a window has the same SCN on every
 member. Everyone else is a follower: its source is a chain source reading the
 leader's ``/stream`` (:mod:`databus.sources.chain`); when the ``leader`` node
-changes, it re-points.
+changes, it re-points. A follower contends only once it holds the leader's
+high-water mark; one that cannot read a leader ZooKeeper still lists for two session
+timeouts leaves the election (:meth:`ClusterMember._cut_from_leader`) until it can.
 
 **Fencing.** A leader publishes a batch of windows only after the session is
 connected and the ``epoch`` node, read in that session, still holds its own epoch
