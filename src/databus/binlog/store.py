@@ -46,6 +46,7 @@ files (a file may exceed ``rotate_bytes`` by one window).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import socket
@@ -421,7 +422,7 @@ class BinlogStore:
         pos = self._end.pos
         rot = ev.frame(EventType.ROTATE, ev.rotate(nxt), timestamp=ts,
                        server_id=self.server_id, start=pos)
-        os.pwrite(fd, rot, pos)
+        _pwrite_all(fd, rot, pos)
         # the in-use flag is outside the FDE's checksum (see events.py)
         os.pwrite(fd, (0).to_bytes(2, "little"), BIN_LOG_HEADER_SIZE + FLAGS_OFFSET)
         os.fsync(fd)
@@ -440,7 +441,7 @@ class BinlogStore:
     def _flush(self, fd: int, buf: bytearray) -> None:
         if not buf:
             return
-        os.pwrite(fd, buf, self._end.pos)
+        _pwrite_all(fd, buf, self._end.pos)
         os.fsync(fd)
 
     def _publish(self, end: End) -> None:
@@ -524,3 +525,15 @@ class BinlogStore:
             if p.name not in live and n != number and binfile.is_ours(p):
                 p.unlink()
         self._write_index()
+
+
+def _pwrite_all(fd: int, data: bytes | bytearray, pos: int) -> None:
+    """Write all of ``data`` at ``pos``: a short write (a file system filling up) is
+    continued, and one that writes nothing raises ENOSPC, never passes for whole (the
+    position map, written after, is what makes bytes visible)."""
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, pos)
+        if n <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view, pos = view[n:], pos + n
