@@ -193,3 +193,16 @@ def test_an_unknown_table_is_not_found(spark: SparkSession, shop: tuple[Relay, P
     cat = catalog(spark, relay)
     with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND"):
         spark.readStream.changes(f"{cat}.main.nosuchtable")
+
+
+def test_net_changes_from_the_first_window_are_the_source_table(
+        spark: SparkSession, shop: tuple[Relay, Path]) -> None:
+    """Spark's own post-processing over the reader's row identity (the key columns) and
+    versions: every key's net change since the relay's oldest window is an insert of its
+    current row, and deleted keys give nothing."""
+    relay, db = shop
+    cat = catalog(spark, relay)
+    rows = (spark.read.option("startingVersion", "0").option("deduplicationMode", "netChanges")
+            .changes(f"{cat}.{source_name(relay, 'customers')}").collect())
+    assert {r._change_type for r in rows} == {"insert"}
+    assert sorted(tuple(r[c] for c in COLUMNS) for r in rows) == table_rows(db, "customers")
