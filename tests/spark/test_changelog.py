@@ -206,3 +206,27 @@ def test_net_changes_from_the_first_window_are_the_source_table(
             .changes(f"{cat}.{source_name(relay, 'customers')}").collect())
     assert {r._change_type for r in rows} == {"insert"}
     assert sorted(tuple(r[c] for c in COLUMNS) for r in rows) == table_rows(db, "customers")
+
+
+def test_a_changes_query_restarted_from_its_checkpoint_loses_and_repeats_nothing(
+        spark: SparkSession, tmp_path: Path) -> None:
+    db = tmp_path / "shop.db"
+    create_shop(db)
+    relay = start_relay(db, tmp_path, TABLES)
+    try:
+        with Writer(db, seed=36) as w:
+            for _ in range(40):
+                w.transaction()
+            wait_relay(relay, db)
+            cat = catalog(spark, relay)
+            name = f"{cat}.{source_name(relay, 'customers')}"
+            first = got(drain(spark.readStream.changes(name), tmp_path / "q"))
+            for _ in range(40):
+                w.transaction()
+        wait_relay(relay, db)
+        both = got(drain(spark.readStream.changes(name), tmp_path / "q"))  # same checkpoint
+        assert len(both) > len(first)
+        assert both == expected(spark, relay)  # each change once
+        assert fold(both) == table_rows(db, "customers")
+    finally:
+        relay.stop()
