@@ -30,6 +30,11 @@ import org.apache.spark.sql.types.StructType;
  * thread; {@link #close} (also on a task kill) interrupts it, which aborts its request, and
  * waits for it to end.
  *
+ * <p>A changelog read (Spark 4.2's changelog API) decodes a window's events into the
+ * decoder's per-key net changes and returns that window's change rows at its end-of-window
+ * event ({@link RowDecoder#endWindow}); a batch starts and ends on window boundaries, so a
+ * window is never split between two batches.
+ *
  * <p>An unreachable relay is retried for {@code relayRetrySeconds}; a relay that serves
  * nothing though it holds the end window, or holds less than the batch for longer than that,
  * fails the task with a {@code RelayProtocolError}.
