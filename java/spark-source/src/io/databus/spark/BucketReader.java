@@ -32,8 +32,8 @@ import org.apache.spark.sql.types.StructType;
  *
  * <p>A changelog read (Spark 4.2's changelog API) decodes a window's events into the
  * decoder's per-key net changes and returns that window's change rows at its end-of-window
- * event ({@link RowDecoder#endWindow}); a batch starts and ends on window boundaries, so a
- * window is never split between two batches.
+ * event ({@link RowDecoder#endWindow}); the reader's batches start and end on window
+ * boundaries, and a checkpoint that starts inside a window is refused.
  *
  * <p>An unreachable relay is retried for {@code relayRetrySeconds}; a relay that serves
  * nothing though it holds the end window, or holds less than the batch for longer than that,
@@ -82,6 +82,12 @@ final class BucketReader implements PartitionReader<InternalRow> {
         index = b.windowOffset() >= 0 ? (int) b.windowOffset() : 0;
         SourceOptions o = f.opts();
         changelog = o.changelog;
+        if (changelog && b.windowOffset() >= 0) {
+            // a window's net changes need the whole window (this reader's offsets never split one)
+            throw DatabusSourceException.config("databus changelog: the checkpoint starts inside window "
+                + b.windowScn() + " (offset " + b.windowOffset() + "); a changelog read starts on a window "
+                + "boundary: use a new checkpointLocation");
+        }
         String filter = o.partitions > 1 ? modFilter(f.srcIds(), o.partitions, b.bucket()) : null;
         cursor = new Cursor(o, f.srcIds(), filter, b);
         // the fetch thread owns the cursor's client (a RelayClient is not thread-safe): a
