@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from databus.core.errors import ConfigError
-from databus.spark import lines
+from databus.spark import jvm, lines
 
 
 def test_each_line_names_its_bundles_and_refuses_what_it_lacks() -> None:
@@ -48,3 +49,16 @@ def test_the_properties_file_holds_the_lines_jars_and_extensions(tmp_path: Path)
     assert bad.stderr.strip().splitlines() == [
         "databus.spark.properties: unknown lakehouse formats "
         "['hudi'] (known: delta, iceberg)"]
+
+
+@pytest.mark.skipif(jvm.jar() is None, reason="no JDK here to build the JVM reader")
+def test_only_a_line_with_the_changelog_api_has_the_databus_catalog() -> None:
+    # Spark 4.1 has no Changelog interface: its jar is built without src-4.2's catalog
+    jar = jvm.jar()
+    assert jar is not None
+    with zipfile.ZipFile(jar) as z:
+        names = set(z.namelist())
+    has = {"io/databus/spark/DatabusCatalog.class",
+           "io/databus/spark/DatabusChangelog.class"} <= names
+    assert has == lines.current().changelog
+    assert "io/databus/spark/DatabusProvider.class" in names

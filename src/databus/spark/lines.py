@@ -8,8 +8,9 @@ the one of the pyspark this process imports; nothing is chosen by hand.
 * 4.2 (``.venv-spark42``, made by ``scripts/spark-line.sh``): Delta (``delta-4.2``) and
   Spark Declarative Pipelines (``pyspark.pipelines``, whose AUTO CDC flow Spark 4.2.1 runs
   only into a table with DSv2 row-level operations, which neither Delta 4.4.0 nor Parquet
-  has), and Spark's changelog API (``TableCatalog.loadChangelog``; databus does not
-  implement it yet); no Iceberg runtime exists for it (checked on Maven Central,
+  has), and Spark's changelog API (``TableCatalog.loadChangelog``: the JVM reader's
+  ``io.databus.spark.DatabusCatalog``, built only for this line); no Iceberg runtime
+  exists for it (checked on Maven Central,
   2026-11-28: ``iceberg-spark-runtime-4.1_2.13:1.12.0`` is the newest Spark line Iceberg
   builds, and it fails on 4.2 with ``IncompatibleClassChangeError``).
 

@@ -30,6 +30,11 @@ import org.apache.spark.sql.types.StructType;
  * thread; {@link #close} (also on a task kill) interrupts it, which aborts its request, and
  * waits for it to end.
  *
+ * <p>A changelog read (Spark 4.2's changelog API) decodes a window's events into the
+ * decoder's per-key net changes and returns that window's change rows at its end-of-window
+ * event ({@link RowDecoder#endWindow}); the reader's batches start and end on window
+ * boundaries, and a checkpoint that starts inside a window is refused.
+ *
  * <p>An unreachable relay is retried for {@code relayRetrySeconds}; a relay that serves
  * nothing though it holds the end window, or holds less than the batch for longer than that,
  * fails the task with a {@code RelayProtocolError}.
@@ -68,18 +73,28 @@ final class BucketReader implements PartitionReader<InternalRow> {
     private int off;
     private boolean done;
     private InternalRow current;
+    private final boolean changelog;
+    private List<InternalRow> ready;       // a changelog read: the last window's change rows
+    private int readyAt;
 
     BucketReader(Factory f, Bucket b) {
         endScn = b.endScn();
         index = b.windowOffset() >= 0 ? (int) b.windowOffset() : 0;
         SourceOptions o = f.opts();
+        changelog = o.changelog;
+        if (changelog && b.windowOffset() >= 0) {
+            // a window's net changes need the whole window (this reader's offsets never split one)
+            throw DatabusSourceException.config("databus changelog: the checkpoint starts inside window "
+                + b.windowScn() + " (offset " + b.windowOffset() + "); a changelog read starts on a window "
+                + "boundary: use a new checkpointLocation");
+        }
         String filter = o.partitions > 1 ? modFilter(f.srcIds(), o.partitions, b.bucket()) : null;
         cursor = new Cursor(o, f.srcIds(), filter, b);
         // the fetch thread owns the cursor's client (a RelayClient is not thread-safe): a
         // schema refresh, rare, takes a client of its own
         decoder = new RowDecoder(Registry.parse(f.registryJson()),
             () -> Registry.parse((o.prefetchBatches > 0 ? new RelayClient(o) : cursor.conn).register(f.srcIds())),
-            f.row(), o.flat);
+            f.row(), o.flat, o.changelog);
         done = cursor.finished;
         joinMillis = (long) (o.httpTimeout * 1000) + 2000;
         if (o.prefetchBatches > 0 && !done) {
@@ -104,6 +119,10 @@ final class BucketReader implements PartitionReader<InternalRow> {
 
     @Override
     public boolean next() {
+        if (ready != null && readyAt < ready.size()) {  // a changelog window's rows
+            current = ready.get(readyAt++);
+            return true;
+        }
         while (!done) {
             if (data == null || off >= data.length) {
                 data = take();
@@ -121,6 +140,14 @@ final class BucketReader implements PartitionReader<InternalRow> {
                 if (event.scn >= endScn) {
                     done = true;
                 }
+                if (changelog) {
+                    ready = decoder.endWindow(event.timestampNs);
+                    readyAt = 0;
+                    if (!ready.isEmpty()) {
+                        current = ready.get(readyAt++);
+                        return true;
+                    }
+                }
                 continue;
             }
             if (event.isControl()) {
@@ -128,6 +155,9 @@ final class BucketReader implements PartitionReader<InternalRow> {
             }
             current = decoder.decode(data, event, index);
             index++;
+            if (changelog) {
+                continue;  // folded into the window's net changes
+            }
             return true;
         }
         return false;

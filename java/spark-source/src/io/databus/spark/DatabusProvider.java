@@ -67,7 +67,15 @@ public class DatabusProvider implements TableProvider, DataSourceRegister {
     }
 
     static Plan makePlan(Map<String, String> options) {
+        return makePlan(options, false);
+    }
+
+    /** {@code changelog}: the plan of a read of Spark's changelog API (change rows). */
+    static Plan makePlan(Map<String, String> options, boolean changelog) {
         SourceOptions opts = SourceOptions.parse(options);
+        if (changelog) {
+            opts = opts.asChangelog();
+        }
         List<Integer> ids = new ArrayList<>();
         List<String> names = new ArrayList<>();
         String registry;
@@ -121,7 +129,9 @@ public class DatabusProvider implements TableProvider, DataSourceRegister {
             row = (StructType) t;
         }
         StructType schema;
-        if (opts.flat) {
+        if (opts.changelog) {
+            schema = changelogSchema(row, Registry.parse(registry).latest(ids.get(0)).name());
+        } else if (opts.flat) {
             List<String> clash = new ArrayList<>();
             for (String n : row.fieldNames()) {
                 if (n.equals("_op") || n.equals("_sequence")) {
@@ -143,6 +153,28 @@ public class DatabusProvider implements TableProvider, DataSourceRegister {
         Offsets.Identity identity = new Offsets.Identity(Offsets.Identity.address(opts.relay), origin,
             List.copyOf(names));
         return new Plan(opts, List.copyOf(ids), registry, schema, row, identity);
+    }
+
+    /** The names Spark's changelog API gives the change columns after the row's own. */
+    static final String[] CHANGE_COLUMNS = {"_change_type", "_commit_version", "_commit_timestamp"};
+
+    /** A changelog read's rows: the table's columns, then {@link #CHANGE_COLUMNS}. */
+    static StructType changelogSchema(StructType row, String table) {
+        List<String> clash = new ArrayList<>();
+        for (String n : row.fieldNames()) {
+            if (List.of(CHANGE_COLUMNS).contains(n)) {
+                clash.add("'" + n + "'");
+            }
+        }
+        if (!clash.isEmpty()) {
+            throw DatabusSourceException.config("databus changelog: " + table + " has columns " + clash
+                + " that Spark's changelog API reserves: read it with format(\"databus\")");
+        }
+        List<StructField> f = new ArrayList<>(List.of(row.fields()));
+        f.add(new StructField(CHANGE_COLUMNS[0], DataTypes.StringType, false, Metadata.empty()));
+        f.add(new StructField(CHANGE_COLUMNS[1], DataTypes.LongType, false, Metadata.empty()));
+        f.add(new StructField(CHANGE_COLUMNS[2], DataTypes.TimestampType, false, Metadata.empty()));
+        return new StructType(f.toArray(new StructField[0]));
     }
 
     /** The change envelope with {@code image} as before/after (databus.spark.arrow). */

@@ -16,6 +16,16 @@ import org.apache.spark.unsafe.types.UTF8String;
  * before, after) or, with {@code envelope=flat}, the row's columns (the after image, else
  * the before image), {@code _op} and {@code _sequence}.
  *
+ * <p>A changelog read (Spark's changelog API, {@link SourceOptions#changelog}) gives the
+ * row's columns and {@code _change_type}, {@code _commit_version} (the SCN) and
+ * {@code _commit_timestamp} (the window's time): an insert or snapshot read is one
+ * {@code insert} row (the after image), a delete one {@code delete} row (the before image),
+ * an update an {@code update_preimage} row (its before image, when the source sent one)
+ * then an {@code update_postimage} row (the after image). A key changed more than once in
+ * one window gives its net change for the window ({@link #endWindow}): {@link #decode}
+ * returns null for each data event and the reader takes a window's rows at its end. A
+ * truncate has no change-row form: it fails the read, naming the SCN.
+ *
  * <p>The payload is the after image, except for deletes where it is the before image; the
  * metadata part may carry an update's before image (checked even when not kept, as the
  * Python source decodes it). A table version is matched to the query's row by column name:
@@ -55,6 +65,7 @@ final class RowDecoder {
     private final Supplier<Registry> refresh;
     private boolean refreshed;
     private final boolean flat;
+    private final boolean changelog;
     private final boolean json;
     private final int ncols;
     private final Target[] targets;
@@ -65,9 +76,15 @@ final class RowDecoder {
 
     /** {@code row}: the query's row type; null for {@code valueFormat=json}. */
     RowDecoder(Registry registry, Supplier<Registry> refresh, StructType row, boolean flat) {
+        this(registry, refresh, row, flat, false);
+    }
+
+    /** {@code changelog}: change rows (see the class comment); needs {@code row}. */
+    RowDecoder(Registry registry, Supplier<Registry> refresh, StructType row, boolean flat, boolean changelog) {
         this.registry = registry;
         this.refresh = refresh;
         this.flat = flat;
+        this.changelog = changelog;
         json = row == null;
         ncols = json ? 0 : row.fields().length;
         targets = new Target[ncols];
@@ -166,7 +183,10 @@ final class RowDecoder {
         return UTF8String.fromString(JsonText.row(rec, vals));
     }
 
-    /** The row of the data event {@code e} (parsed from {@code buf}), window index {@code index}. */
+    /**
+     * The row of the data event {@code e} (parsed from {@code buf}), window index
+     * {@code index}; null in a changelog read (the event is folded into {@link #endWindow}).
+     */
     InternalRow decode(byte[] buf, Wire e, int index) {
         Plan p = plan(buf, e);
         if (p.error != null) {
@@ -214,6 +234,10 @@ final class RowDecoder {
                 }
             }
         }
+        if (changelog) {
+            change(p, buf, e, op, beforeOff, beforeLen);
+            return null;
+        }
         GenericInternalRow sequence = new GenericInternalRow(new Object[] {e.scn, index});
         if (flat) {
             Object[] vals = new Object[ncols + 2];
@@ -259,6 +283,89 @@ final class RowDecoder {
             gtid, serverId, rowNo, (e.attributes & Wire.ATTR_SNAPSHOT) != 0});
         return new GenericInternalRow(new Object[] {OPS[op], e.scn, sequence,
             Math.floorDiv(e.timestampNs, 1_000_000L), source, key(buf, e), before, after});
+    }
+
+    static final UTF8String INSERT = UTF8String.fromString("insert");
+    static final UTF8String DELETE = UTF8String.fromString("delete");
+    static final UTF8String PREIMAGE = UTF8String.fromString("update_preimage");
+    static final UTF8String POSTIMAGE = UTF8String.fromString("update_postimage");
+
+    /** One key's changes in the open window: its image before the window, and after. */
+    private static final class Net {
+        boolean existed;      // the key had a row before the window
+        Object[] before;      // that row (null: unknown, an update without a before image)
+        Object[] after;       // its row after the window's changes so far; null: none
+        long scn;
+    }
+
+    private final java.util.LinkedHashMap<UTF8String, Net> window = new java.util.LinkedHashMap<>();
+
+    /** Folds a data event into its key's net change in the open window. */
+    private void change(Plan p, byte[] buf, Wire e, int op, int beforeOff, int beforeLen) {
+        if (op == 5) {
+            throw DatabusSourceException.schema("databus changelog: " + p.label + " was truncated at SCN " + e.scn
+                + ": a truncate has no change-row form; read it with format(\"databus\")");
+        }
+        Object[] image = new Object[ncols + 3];
+        if (e.payloadLen > 0) {
+            row(p, buf, e.payloadOff, e.payloadLen, image);
+        }
+        Object[] before = null;
+        if (op == 2 && beforeOff >= 0) {
+            before = new Object[ncols + 3];
+            row(p, buf, beforeOff, beforeLen, before);
+        }
+        UTF8String k = key(buf, e);
+        Net n = window.get(k);
+        if (n == null) {
+            n = new Net();
+            n.existed = op == 2 || op == 3;
+            n.before = op == 3 ? image : before;
+            window.put(k, n);
+        }
+        if (n.existed && n.before == null && op == 3) {
+            n.before = image;  // the update that opened the key had no before image
+        }
+        n.after = op == 3 ? null : image;
+        n.scn = e.scn;
+    }
+
+    /**
+     * The open window's change rows, one change per key (the window's net change, Spark's
+     * "at most one change per row per commit version"), keys in their first change's order;
+     * the window is closed. A key inserted and deleted in the window gives nothing, one
+     * deleted then inserted gives an update. {@code commitNs}: the window's time (its
+     * end-of-window event's), every row's {@code _commit_timestamp}, so the rows of one
+     * commit version share one commit time in every partition.
+     */
+    List<InternalRow> endWindow(long commitNs) {
+        List<InternalRow> out = new ArrayList<>();
+        long micros = Math.floorDiv(commitNs, 1_000L);
+        for (Map.Entry<UTF8String, Net> en : window.entrySet()) {
+            Net n = en.getValue();
+            if (!n.existed) {
+                if (n.after != null) {
+                    out.add(changeRow(n.after, INSERT, n.scn, micros));
+                }
+            } else if (n.after == null) {
+                out.add(changeRow(n.before, DELETE, n.scn, micros));
+            } else {
+                if (n.before != null) {
+                    out.add(changeRow(n.before, PREIMAGE, n.scn, micros));
+                }
+                out.add(changeRow(n.after, POSTIMAGE, n.scn, micros));
+            }
+        }
+        window.clear();
+        return out;
+    }
+
+    private InternalRow changeRow(Object[] image, UTF8String kind, long scn, long micros) {
+        Object[] vals = image.clone();
+        vals[ncols] = kind;
+        vals[ncols + 1] = scn;
+        vals[ncols + 2] = micros;
+        return new GenericInternalRow(vals);
     }
 
     /** The event key as text: decimal, UTF-8, or 0x + hex. */

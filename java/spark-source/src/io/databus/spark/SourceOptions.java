@@ -42,8 +42,17 @@ public final class SourceOptions implements Serializable {
     final String certFile;
     final String keyFile;
     final String consumerName;  // X-Databus-Consumer; null: RelayClient's default
+    /**
+     * Rows are change rows ({@code _change_type}, {@code _commit_version},
+     * {@code _commit_timestamp}): set only by Spark's changelog API (the catalog of the
+     * Spark 4.2 line, {@link #asChangelog}), never by an option.
+     */
+    final boolean changelog;
+    private final TreeMap<String, String> given;
 
-    private SourceOptions(Map<String, String> v) {
+    private SourceOptions(Map<String, String> v, boolean changelog) {
+        this.changelog = changelog;
+        given = new TreeMap<>(v);
         List<String> problems = new ArrayList<>();
         relay = required(v, "relay", problems);
         sources = sourceList(v, problems);
@@ -97,7 +106,7 @@ public final class SourceOptions implements Serializable {
             }
             values.put(name, e.getValue());
         }
-        SourceOptions o = new SourceOptions(values);
+        SourceOptions o = new SourceOptions(values, false);
         if (o.flat && o.jsonValues) {
             throw DatabusSourceException.config("databus source: envelope=flat needs valueFormat=struct");
         }
@@ -116,6 +125,22 @@ public final class SourceOptions implements Serializable {
             b.append(b.length() > 1 ? ", " : "").append('\'').append(n).append('\'');
         }
         return b.append(']').toString();
+    }
+
+    /**
+     * These options read as change rows (Spark's changelog API): one source, struct
+     * values; {@code envelope} and {@code valueFormat} do not apply.
+     */
+    SourceOptions asChangelog() {
+        if (given.containsKey("envelope") || given.containsKey("valueFormat")) {
+            throw DatabusSourceException.config("databus changelog: envelope and valueFormat do not apply "
+                + "to a changelog read (its rows are the table's columns and _change_type, "
+                + "_commit_version, _commit_timestamp)");
+        }
+        if (sources.size() != 1) {
+            throw DatabusSourceException.config("databus changelog: a changelog reads exactly one source");
+        }
+        return new SourceOptions(given, true);
     }
 
     /** The SCN of {@code startingPosition} when it is a number, else null. */
