@@ -34,19 +34,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from databus.client.config import BatchConfig
-from databus.client.sinks.apply import Change
+from databus.client.sinks.apply import Writers
 from databus.core.errors import DatabusError, SinkUnavailableError
+from databus.core.event import Event
 
 log = logging.getLogger("databus.client.replicate")
 
 
 @dataclass
 class Batch:
-    """Whole windows, in order, and their row changes."""
+    """Whole windows, in order, their row changes (events) and the writer of each
+    event's :func:`~databus.client.sinks.apply.writer_key`."""
 
     started: float
     scns: list[int] = field(default_factory=list)
-    changes: list[Change] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    writers: Writers = field(default_factory=dict)
     nbytes: int = 0
 
     def describe(self) -> str:
@@ -79,8 +82,20 @@ class BatchPipeline:
 
     # -- the client's thread ----------------------------------------------------------
 
-    def add(self, scn: int, changes: list[Change], nbytes: int) -> None:
+    def add(self, scn: int, events: list[Event], nbytes: int,
+            writers: Writers | None = None) -> None:
         """Window ``scn`` (its row changes) into the open batch; see the module docstring."""
+        self.add_windows([scn], events, nbytes, writers)
+
+    def careful(self, scn: int) -> bool:
+        """Whether window ``scn`` is one a failed batch held: it must be added alone."""
+        return scn <= self._careful_until
+
+    def add_windows(self, scns: list[int], events: list[Event], nbytes: int,
+                    writers: Writers | None = None) -> None:
+        """Whole windows ``scns`` (``events``: their row changes, in order) into the open
+        batch, as one: sealed together (check :meth:`careful` before giving more than
+        one window)."""
         cfg = self.cfg
         with self._cv:
             self._raise()
@@ -90,11 +105,13 @@ class BatchPipeline:
             if batch is None:
                 batch = self._open = Batch(time.monotonic())
                 self._cv.notify_all()  # the writer times the linger from now
-            batch.scns.append(scn)
-            batch.changes += changes
+            batch.scns += scns
+            batch.events += events
+            if writers:
+                batch.writers.update(writers)
             batch.nbytes += nbytes
-            careful = scn <= self._careful_until
-            if careful or len(batch.changes) >= cfg.rows or batch.nbytes >= cfg.bytes:
+            careful = scns[0] <= self._careful_until
+            if careful or len(batch.events) >= cfg.rows or batch.nbytes >= cfg.bytes:
                 self._seal()
             if careful:
                 self._wait_idle()
