@@ -128,6 +128,8 @@ class ReplicateSink(Consumer, CheckpointStore):
         self._saved_at = (time.monotonic(), 0)  # last save: when, batches committed then
         self.windows_applied = 0
         self.windows_skipped = 0
+        self.windows_in_bulk = 0
+        """Windows added by :meth:`on_windows` in one piece (every table in shape)."""
         self._bootstrapping = False
         self._boot: list[Event] = []  # the bootstrap batch being gathered
         self._boot_writers: Writers = {}
@@ -270,6 +272,7 @@ class ReplicateSink(Consumer, CheckpointStore):
         nbytes = sum(map(len, map(_payload, events)))
         pipe.add_windows([w.scn for w in windows], events, nbytes,
                          {k: ready[k] for k in keys if k in ready})
+        self.windows_in_bulk += len(windows)
         return self._due_save()
 
     def _one_by_one(self, batch: WindowBatch) -> Result:
