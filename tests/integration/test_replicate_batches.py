@@ -160,6 +160,24 @@ def test_windows_of_tables_in_shape_go_in_bulk_as_the_source_committed(
     assert _checkpoint_scn(sql_url) == 95
 
 
+def test_copy_upserts_on_both_sides_of_a_truncate_in_one_batch(memrelay: MemoryRelay,
+                                                               sql_url: str) -> None:
+    """Enough rows for PostgreSQL's COPY before a truncate of their table and after it,
+    in one transaction: the rows before the truncate stay gone (the temporary table the
+    first COPY filled is emptied before the second)."""
+    s = Source()
+    memrelay.add_window(10, [s.put(10, 1, "a"), s.put_item(10, 1, 1, 1)])
+    sink = ReplicateSink(sql_url, batch=ONE_BATCH)
+    _client(memrelay, sink).run(max_windows=1)  # creates the tables
+    lines = range(1, COPY_MIN + 20)
+    memrelay.add_window(20, [s.put_item(20, 100, i, 1) for i in lines])
+    memrelay.add_window(30, [s.truncate_items(30), *[s.put_item(30, 200, i, 2) for i in lines]])
+    with sink:
+        _client(memrelay, sink).run(max_windows=2)
+        assert sink.batches_committed == 2 and sink.windows_in_bulk == 2
+    s.check(sql_url)
+
+
 def _random_windows(relay: MemoryRelay, s: Source, seed: int, n: int) -> list[int]:
     rng = random.Random(seed)
     scns = []

@@ -286,24 +286,50 @@ def writer_key(event: Event) -> bytes | int:
 Writers = dict[bytes | int, "TableWriter"]
 
 
+Step = tuple[int, "TableWriter", Any]
+"""One statement group of a plan: (``TRUNCATE``/``DELETE``/``UPSERT``, writer, keys or rows)."""
+TRUNCATE, DELETE, UPSERT = 0, 1, 2
+
+
 def apply_changes(conn: sa.Connection, events: list[Event], writers: Writers) -> None:
     """Apply ``events`` in ``conn``'s transaction (see the module docstring); ``writers``
     holds the writer of each event's :func:`writer_key`."""
+    run_plan(conn, plan_changes(events, writers))
+
+
+def run_plan(conn: sa.Connection, plan: list[Step]) -> None:
+    """Run the statements of ``plan`` (:func:`plan_changes`) in ``conn``'s transaction."""
+    used: set[str] = set()  # temporary tables filled in this transaction
+    for kind, writer, arg in plan:
+        if kind == UPSERT:
+            writer.upsert(conn, arg, used)
+        elif kind == DELETE:
+            writer.delete(conn, arg)
+        else:
+            writer.truncate(conn)
+
+
+def plan_changes(events: list[Event], writers: Writers) -> list[Step]:
+    """What applying ``events`` takes, in order: each table's net change between the
+    truncates (decoded, keys compared; no I/O, so it can run on another thread than the
+    statements)."""
+    plan: list[Step] = []
     ops = [e.attributes & ATTR_OPCODE_MASK for e in events]
     start = 0
     if _TRUNCATE in ops:
         for i, op in enumerate(ops):
             if op == _TRUNCATE:
-                _apply_net(conn, events[start:i], ops[start:i], writers)
-                writers[writer_key(events[i])].truncate(conn)
+                _plan_net(plan, events[start:i], ops[start:i], writers)
+                plan.append((TRUNCATE, writers[writer_key(events[i])], None))
                 start = i + 1
     if start:
         events, ops = events[start:], ops[start:]
-    _apply_net(conn, events, ops, writers)
+    _plan_net(plan, events, ops, writers)
+    return plan
 
 
-def _apply_net(conn: sa.Connection, events: list[Event], ops: list[int],
-               writers: Writers) -> None:
+def _plan_net(plan: list[Step], events: list[Event], ops: list[int],
+              writers: Writers) -> None:
     """Changes without a truncate: each table's net change per key."""
     if not events:
         return
@@ -324,14 +350,12 @@ def _apply_net(conn: sa.Connection, events: list[Event], ops: list[int],
             versions[-1] = (writer, sorted(versions[-1][1] + idx))
         else:
             versions.append((writer, idx))
-    used: set[str] = set()
     for versions in tables.values():
         if len(versions) == 1:
             writer, idx = versions[0]
-            if _apply_table(conn, writer, [events[i] for i in idx], [ops[i] for i in idx],
-                            used):
+            if _plan_table(plan, writer, [events[i] for i in idx], [ops[i] for i in idx]):
                 continue
-        _apply_ordered(conn, versions, events, ops, used)
+        _plan_ordered(plan, versions, events, ops)
 
 
 def _decode(writer: TableWriter, events: list[Event]) -> list[tuple[Any, ...]]:
@@ -356,8 +380,8 @@ def _moved(writer: TableWriter, events: list[Event], ops: list[int],
             if old != key_of(rows[i])}
 
 
-def _apply_table(conn: sa.Connection, writer: TableWriter, events: list[Event],
-                 ops: list[int], used: set[str]) -> bool:
+def _plan_table(plan: list[Step], writer: TableWriter, events: list[Event],
+                ops: list[int]) -> bool:
     """The net change of one table written by one version, in bulk: False (nothing
     done) when an update changed a key (the ordered path applies those)."""
     rows = _decode(writer, events)
@@ -368,17 +392,17 @@ def _apply_table(conn: sa.Connection, writer: TableWriter, events: list[Event],
     if _DELETE in ops:
         deletes = [k for k, i in last.items() if ops[i] == _DELETE]
         if deletes:
-            writer.delete(conn, deletes)
+            plan.append((DELETE, writer, deletes))
         upserts = [rows[i] for i in last.values() if ops[i] != _DELETE]
     else:
         upserts = [rows[i] for i in last.values()]
     if upserts:
-        writer.upsert(conn, upserts, used)
+        plan.append((UPSERT, writer, upserts))
     return True
 
 
-def _apply_ordered(conn: sa.Connection, versions: list[tuple[TableWriter, list[int]]],
-                   events: list[Event], ops: list[int], used: set[str]) -> None:
+def _plan_ordered(plan: list[Step], versions: list[tuple[TableWriter, list[int]]],
+                  events: list[Event], ops: list[int]) -> None:
     """One table's net change, change by change in commit order: several versions of
     it in one batch, or a key change."""
     rows: dict[int, tuple[Any, ...]] = {}
@@ -415,6 +439,6 @@ def _apply_ordered(conn: sa.Connection, versions: list[tuple[TableWriter, list[i
         else:
             upserts.setdefault(writer, []).append(image)
     if deletes and last is not None:
-        last.delete(conn, deletes)
+        plan.append((DELETE, last, deletes))
     for writer, group_rows in upserts.items():
-        writer.upsert(conn, group_rows, used)
+        plan.append((UPSERT, writer, group_rows))

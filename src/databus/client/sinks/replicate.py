@@ -75,7 +75,14 @@ from databus.client.checkpoints import CheckpointStore, SqlCheckpointStore
 from databus.client.config import BatchConfig
 from databus.client.consumer import Consumer, ConsumerResult, DataBatch, Result, WindowBatch
 from databus.client.dispatcher import schema_runs
-from databus.client.sinks.apply import TableWriter, Writers, apply_changes, writer_key
+from databus.client.sinks.apply import (
+    TableWriter,
+    Writers,
+    apply_changes,
+    plan_changes,
+    run_plan,
+    writer_key,
+)
 from databus.client.sinks.batches import Batch, BatchPipeline
 from databus.client.sinks.sqltypes import Converter, column_type
 from databus.client.sql import make_engine, redacted, translate_db_errors
@@ -117,7 +124,7 @@ class ReplicateSink(Consumer, CheckpointStore):
         self.store = SqlCheckpointStore(self.engine, name, checkpoint_table)
         self.drop_columns = drop_columns
         self.batch = batch if batch is not None else BatchConfig()
-        self._pipe = BatchPipeline(self._commit, self.batch, name)
+        self._pipe = BatchPipeline(self._commit, self.batch, name, prepare=self._plan)
         self._writers: dict[bytes, TableWriter] = {}
         self._shape: dict[str, bytes] = {}  # target table -> schema id it was last altered to
         # the window's runs: (writer when its table has that shape, schema, events)
@@ -314,9 +321,10 @@ class ReplicateSink(Consumer, CheckpointStore):
                 log.info("%s already applied (target checkpoint %d); skipped",
                          batch.describe(), done)
                 return
-            events = batch.events if len(new) == len(scns) else [
-                e for e in batch.events if e.scn > done]
-            apply_changes(conn, events, batch.writers)
+            if len(new) == len(scns) and batch.plan is not None:
+                run_plan(conn, batch.plan)
+            else:
+                apply_changes(conn, [e for e in batch.events if e.scn > done], batch.writers)
             cp = stored if stored is not None else Checkpoint.flexible()
             if len(new) > 1:
                 cp = cp.window_done(new[-2])
@@ -326,6 +334,15 @@ class ReplicateSink(Consumer, CheckpointStore):
             self.windows_skipped += len(scns) - len(new)
             log.info("%d windows of %s already applied (target checkpoint %d); skipped",
                      len(scns) - len(new), batch.describe(), done)
+
+    @staticmethod
+    def _plan(batch: Batch) -> None:
+        """A batch's statements, planned on the client's thread as it is sealed (the
+        writer thread meanwhile writes the batch before)."""
+        try:
+            batch.plan = plan_changes(batch.events, batch.writers)
+        except DatabusError:  # a bad event: the writer meets it and the window is named
+            batch.plan = None
 
     def on_rollback(self, scn: int) -> Result:
         self._pipe.discard()
