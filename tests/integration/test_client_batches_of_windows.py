@@ -9,8 +9,13 @@ from typing import Any
 
 import pytest
 
-from databus.client import ClientConfig, Consumer, DatabusClient, MemoryCheckpointStore
-from databus.client import WindowBatch
+from databus.client import (
+    ClientConfig,
+    Consumer,
+    DatabusClient,
+    MemoryCheckpointStore,
+    WindowBatch,
+)
 from databus.client.dispatcher import takes_many
 from databus.core.errors import RetriesExhaustedError
 from tests.support.memrelay import MemoryRelay, customer, item
