@@ -26,7 +26,10 @@ two UPDATEs, a DELETE and the re-INSERT of one id: four row changes). In order:
      PostgreSQL (``fsync`` on, ``synchronous_commit`` off), a second private MariaDB
      (``innodb_flush_log_at_trx_commit=2``, no binlog) or a SQLite file;
    * ``publish``: ``databus publish`` into a private Kafka broker (pinned bundle);
-   * ``bootstrap``: a ``databus bootstrap`` service (producer and applier, SQLite store).
+   * ``bootstrap``: a ``databus bootstrap`` service (producer and applier, SQLite store);
+   * ``binlog``: no consumer; a plain ``mysqlbinlog --read-from-remote-server
+     --stop-never`` into /dev/null instead of the relay's capture during the load: the
+     writers' ratio with the cheapest binlog reader there is (the floor for the relay's).
 
 4. **Apply from a full buffer** (``--full``): ``replicate()`` in this process into a new
    PostgreSQL database, from the relay's oldest window to its newest (the snapshot and
@@ -323,7 +326,43 @@ class Bench:
         finally:
             stop(proc)
 
+    def binlog_round(self, source: MariaDB) -> dict[str, Any]:
+        """The floor of what capture costs the writers: a plain ``mysqlbinlog
+        --read-from-remote-server --stop-never`` (decoding to text, into /dev/null)
+        reading the binlog from its current end while sysbench runs."""
+        engine = sa.create_engine(self.source_url(source))
+        try:
+            with engine.connect() as conn:
+                first = conn.exec_driver_sql("SHOW MASTER STATUS").fetchone()
+        finally:
+            engine.dispose()
+        assert first is not None
+        with open(os.devnull, "wb") as null:
+            proc = subprocess.Popen(
+                [shutil.which("mysqlbinlog") or "mysqlbinlog", "--read-from-remote-server",
+                 "--stop-never", "--stop-never-slave-server-id=3999999990", "-h", "127.0.0.1",
+                 "-P", str(source.port), "-u", "root", f"--start-position={first[1]}", str(first[0])],
+                stdout=null, stderr=subprocess.STDOUT)
+        try:
+            time.sleep(1.0)
+            if proc.poll() is not None:
+                raise RuntimeError(f"mysqlbinlog exited with {proc.returncode}")
+            pids = {"mariadbd": [self.source_pid], "mysqlbinlog": [proc.pid]}
+            cpu0 = {k: cpu_seconds(v) for k, v in pids.items()}
+            result, _, _ = self.load("binlog", source)
+            cpu1 = {k: cpu_seconds(v) for k, v in pids.items()}
+        finally:
+            proc.terminate()
+            proc.wait(30)
+        alone = self.results["alone"]
+        return {"tps": round(result.tps, 1), "writer_rows_per_s": round(result.rows_per_s, 1),
+                "tps_vs_alone": round(result.tps / alone["tps"], 3),
+                "cpu_s": {**{k: round(cpu1[k] - cpu0[k], 1) for k in pids},
+                          "sysbench": self.sysbench_cpu}}
+
     def round(self, kind: str, relay: Relay, source: MariaDB) -> dict[str, Any]:
+        if kind == "binlog":
+            return self.binlog_round(source)
         out: dict[str, Any] = {}
         with self.consumer(kind, relay, source) as c:
             top = relay.settled()

@@ -128,6 +128,56 @@ def test_one_batch_applies_what_the_source_committed(memrelay: MemoryRelay,
     assert _checkpoint_scn(sql_url) == 80
 
 
+def test_windows_of_tables_in_shape_go_in_bulk_as_the_source_committed(
+        memrelay: MemoryRelay, sql_url: str) -> None:
+    """The same changes once the tables exist: the answer's windows reach the sink in one
+    ``on_windows`` call and one batch (each table's net change in bulk, a key change and
+    a truncate keeping their order), and land as the source committed them."""
+    s = Source()
+    memrelay.add_window(10, [s.put(10, 1, "a"), s.put(10, 2, "b"), s.put_item(10, 1, 1, 5)])
+    sink = ReplicateSink(sql_url, batch=ONE_BATCH)
+    _client(memrelay, sink).run(max_windows=1)  # creates the tables
+    bulk = range(100, 100 + COPY_MIN + 50)
+    memrelay.add_window(15, [s.put(15, i, f"bulk{i}") for i in bulk])
+    memrelay.add_window(20, [s.put(20, 5, "a moved", before=1)])  # key 1 -> 5
+    memrelay.add_window(30, [s.delete(30, 2), s.put(30, 2, "b again")])
+    memrelay.add_window(40, [s.put_item(40, 1, 1, 6), s.delete_item(40, 1, 1),
+                             s.put_item(40, 1, 2, 6)])
+    memrelay.add_window(50, [s.put_item(50, 3, 1, 1), s.truncate_items(50),
+                             s.put_item(50, 2, 1, 7)])
+    memrelay.add_window(60, [s.put(60, 5, "a moved twice"),
+                             *[s.delete(60, i) for i in bulk if i % 2],
+                             s.put(60, 200, "updated")])
+    memrelay.add_window(70, [s.put(70, 1, "old key again"), s.delete(70, 2)])
+    memrelay.add_window(80, [s.put(80, 2, "re-inserted after its delete")])
+    memrelay.add_window(90, [s.put(90, i, f"again{i}") for i in bulk if not i % 2])
+    memrelay.add_window(95, [s.put(95, 300, "moved from 200", before=200)])
+    with sink:
+        _client(memrelay, sink).run(max_windows=10)
+        assert (sink.windows_applied, sink.batches_committed) == (11, 2)
+        assert sink.windows_in_bulk == 10
+    s.check(sql_url)
+    assert _checkpoint_scn(sql_url) == 95
+
+
+def test_copy_upserts_on_both_sides_of_a_truncate_in_one_batch(memrelay: MemoryRelay,
+                                                               sql_url: str) -> None:
+    """Enough rows for PostgreSQL's COPY before a truncate of their table and after it,
+    in one transaction: the rows before the truncate stay gone (the temporary table the
+    first COPY filled is emptied before the second)."""
+    s = Source()
+    memrelay.add_window(10, [s.put(10, 1, "a"), s.put_item(10, 1, 1, 1)])
+    sink = ReplicateSink(sql_url, batch=ONE_BATCH)
+    _client(memrelay, sink).run(max_windows=1)  # creates the tables
+    lines = range(1, COPY_MIN + 20)
+    memrelay.add_window(20, [s.put_item(20, 100, i, 1) for i in lines])
+    memrelay.add_window(30, [s.truncate_items(30), *[s.put_item(30, 200, i, 2) for i in lines]])
+    with sink:
+        _client(memrelay, sink).run(max_windows=2)
+        assert sink.batches_committed == 2 and sink.windows_in_bulk == 2
+    s.check(sql_url)
+
+
 def _random_windows(relay: MemoryRelay, s: Source, seed: int, n: int) -> list[int]:
     rng = random.Random(seed)
     scns = []
@@ -166,6 +216,7 @@ def test_random_windows_in_batches_equal_the_source(memrelay: MemoryRelay,
         _client(memrelay, sink, fetch_size=16 * 1024).run(max_windows=len(scns))
         assert sink.windows_applied == len(scns)
         assert 10 < sink.batches_committed < len(scns)  # batches of several windows
+        assert sink.windows_in_bulk > len(scns) // 2  # answers of tables in shape
     s.check(sql_url)
     assert _checkpoint_scn(sql_url) == scns[-1]
 

@@ -37,7 +37,13 @@ if TYPE_CHECKING:
     )
     from databus.client.client import DatabusClient
     from databus.client.config import ClientConfig
-    from databus.client.consumer import Consumer, ConsumerResult, DataBatch, DataEvent
+    from databus.client.consumer import (
+        Consumer,
+        ConsumerResult,
+        DataBatch,
+        DataEvent,
+        WindowBatch,
+    )
     from databus.client.group import ConsumerGroup
     from databus.client.metrics import ConsumerMetrics
     from databus.client.relay import RelayConnection
@@ -65,6 +71,7 @@ __all__ = [
     "ReplicateSink",
     "SinkUnavailableError",
     "SqlCheckpointStore",
+    "WindowBatch",
 ]
 
 __getattr__ = lazy_names(__name__, {
@@ -72,7 +79,8 @@ __getattr__ = lazy_names(__name__, {
                                    "MemoryCheckpointStore", "SqlCheckpointStore"],
     "databus.client.client": ["DatabusClient"],
     "databus.client.config": ["ClientConfig"],
-    "databus.client.consumer": ["Consumer", "ConsumerResult", "DataBatch", "DataEvent"],
+    "databus.client.consumer": ["Consumer", "ConsumerResult", "DataBatch", "DataEvent",
+                                "WindowBatch"],
     "databus.client.group": ["ConsumerGroup"],
     "databus.client.metrics": ["ConsumerMetrics"],
     "databus.client.relay": ["RelayConnection"],

@@ -459,6 +459,9 @@ class _Loop:
             self.asm.reset(self.consumed)
             self._relay_failed(exc)
             return
+        if self.dispatcher.many:
+            self._consume_many(windows)
+            return
         every = self.cfg.checkpoint_every_windows
         coalesce = self.coalesce
         dispatch = self.dispatcher.dispatch
@@ -497,6 +500,41 @@ class _Loop:
             self.watch.consumed(first.scn, first.timestamp_ns)
             self.watch.consumed(last.scn, last.timestamp_ns)
         self._due_checkpoint()
+
+    def _consume_many(self, windows: list[DecodedWindow]) -> None:
+        """The windows of an answer in one ``on_windows`` call, as one unit: a failure
+        replays them all from the persisted checkpoint."""
+        given = len(windows)
+        if self.max_windows is not None:
+            windows = windows[:max(self.max_windows - self.done, 0)]
+        if self.stop.is_set() or not windows:
+            self.asm.reset(self.consumed)  # the rest is fetched again next time
+            return
+        try:
+            out = self.dispatcher.dispatch_many(windows)
+        except (ConsumerCallbackError, TransientError) as exc:
+            self._window_failed(windows[0].scn, exc)
+            return
+        n = len(windows)
+        self._done_prev = windows[-2].scn if n > 1 else self._done_scn
+        self._done_scn, self._done_n = windows[-1].scn, self._done_n + n
+        self.unsaved += n
+        self.force |= out.force_checkpoint
+        if self.force or self.unsaved >= self.cfg.checkpoint_every_windows:
+            try:
+                self._checkpoint()
+            except (ConsumerCallbackError, TransientError) as exc:
+                self._window_failed(windows[-1].scn, exc)
+                return
+        stats = self.client.stats
+        stats.windows += n
+        stats.events += out.events
+        stats.last_scn = windows[-1].scn
+        self.done += n
+        self.watch.consumed(windows[0].scn, windows[0].timestamp_ns)
+        self.watch.consumed(windows[-1].scn, windows[-1].timestamp_ns)
+        if n < given:
+            self.asm.reset(self.consumed)  # the rest is fetched again next time
 
     def _due_checkpoint(self) -> bool:
         """Persist what the windows dispatched so far made due, when persisting is

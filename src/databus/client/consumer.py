@@ -37,6 +37,7 @@ each bootstrap sequence (a snapshot batch or a catch-up window).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,7 @@ from databus.core.envelope import envelope
 from databus.core.event import ATTR_OPCODE_MASK, Event, Op
 
 if TYPE_CHECKING:
+    from databus.client.window import DecodedWindow
     from databus.core.schema import MetadataCodec, SchemaRegistry, TableSchema
 
 
@@ -347,6 +349,23 @@ def _each(callback: Any, batch: DataBatch) -> Result:
     return out
 
 
+class WindowBatch:
+    """What :meth:`Consumer.on_windows` receives: ``windows``, whole windows in commit
+    order (each with its SCN and its data events, without the EOP), and ``view``,
+    the :class:`SchemaView` of any of their events. Handed to one thread; not kept
+    after the callback (a replay delivers a new one)."""
+
+    __slots__ = ("view", "windows")
+
+    def __init__(self, windows: list[DecodedWindow],
+                 view: Callable[[Event], SchemaView]) -> None:
+        self.windows = windows
+        self.view = view
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+
 class Consumer:
     """Base consumer: every callback does nothing and returns None (= SUCCESS).
 
@@ -401,6 +420,18 @@ class Consumer:
 
     def on_end_data_event_sequence(self, scn: int) -> Result:
         """Window ``scn`` has been delivered completely."""
+        return None
+
+    def on_windows(self, batch: WindowBatch) -> Result:
+        """Many whole windows at once (see :class:`WindowBatch`), for a consumer that
+        applies them in bulk. Override it and the client calls it once per relay
+        answer, with the answer's whole windows, INSTEAD of the per-window sequence
+        (no ``on_start_data_event_sequence``, source or data callbacks for them);
+        ``on_checkpoint`` and ``on_rollback`` are unchanged. The result counts for every
+        window of the batch: ERROR or an exception rolls back to the last persisted
+        checkpoint and replays them all; CHECKPOINT persists the position after the
+        last one. Not overridden, the per-window callbacks are called.
+        """
         return None
 
     def on_rollback(self, scn: int) -> Result:

@@ -21,6 +21,7 @@ from databus.client.consumer import (
     DataBatch,
     DataEvent,
     SchemaView,
+    WindowBatch,
 )
 from databus.client.window import DecodedWindow
 from databus.core.errors import (
@@ -114,10 +115,12 @@ def distinct_schemas(events: list[Event]) -> list[Event]:
     return list(firsts.values())
 
 
-def schema_runs(events: list[Event], views: SchemaViews) -> list[tuple[SchemaView, int, int]]:
+def schema_runs(events: list[Event], views: SchemaViews | Callable[[Event], SchemaView]
+                ) -> list[tuple[SchemaView, int, int]]:
     """``(view, start, end)`` of each run of ``events`` with the same schema view
-    (what one :class:`DataBatch` holds); a view lookup per change of schema only."""
-    view_of = views.view
+    (what one :class:`DataBatch` holds); a view lookup per change of schema only.
+    ``views``: the views, or the function giving an event's view."""
+    view_of = views.view if isinstance(views, SchemaViews) else views
     runs: list[tuple[SchemaView, int, int]] = []
     current: SchemaView | None = None
     last_sid = b""
@@ -152,10 +155,31 @@ def inherited(consumer: Consumer, name: str) -> bool:
     return getattr(fn, "__func__", None) is getattr(Consumer, name)
 
 
+_PER_WINDOW = ("on_start_data_event_sequence", "on_start_source", "on_data_event",
+               "on_data_events", "on_end_source", "on_end_data_event_sequence")
+
+
+def takes_many(consumer: Consumer) -> bool:
+    """Whether ``consumer`` is given many windows per call: it overrides ``on_windows``,
+    and no per-window callback is overridden below the class that did (a subclass that
+    changes one of them gets the per-window calls it expects) nor on the instance."""
+    own = getattr(consumer, "__dict__", {})
+    if inherited(consumer, "on_windows") or "on_windows" in own:
+        return False
+    mro = type(consumer).__mro__
+    owner = next(k for k in mro if "on_windows" in vars(k))
+    above = mro[mro.index(owner):]
+    for name in _PER_WINDOW:
+        if name in own or next(k for k in mro if name in vars(k)) not in above:
+            return False
+    return True
+
+
 class Dispatcher:
     """Delivers whole windows to one consumer (see :mod:`databus.client.consumer`).
 
-    A consumer that overrides ``on_data_events`` gets one :class:`DataBatch` per
+    A consumer that overrides ``on_windows`` gets the windows of an answer in one call
+    (:meth:`dispatch_many`). A consumer that overrides ``on_data_events`` gets one :class:`DataBatch` per
     run of one source (``batched``); any other gets ``on_data_event`` per event.
     Sequence, source and checkpoint callbacks the consumer inherits from
     :class:`Consumer` (which do nothing and return None, i.e. SUCCESS) are not
@@ -170,6 +194,8 @@ class Dispatcher:
         self._end_seq = not inherited(consumer, "on_end_data_event_sequence")
         self._sources = not (inherited(consumer, "on_start_source")
                              and inherited(consumer, "on_end_source"))
+        self.many = takes_many(consumer)
+        """Whether the consumer takes many whole windows per call (``on_windows``)."""
         self.checkpoint_observed = not inherited(consumer, "on_checkpoint")
         """Whether ``on_checkpoint`` is the consumer's own (it sees each checkpoint)."""
 
@@ -207,6 +233,14 @@ class Dispatcher:
             force |= call("on_end_data_event_sequence", c.on_end_data_event_sequence,
                           scn) is _CHECKPOINT
         return Dispatched(len(events), force)
+
+    def dispatch_many(self, windows: list[DecodedWindow]) -> Dispatched:
+        """``on_windows`` with ``windows`` (a consumer that overrides it: :attr:`many`)."""
+        first, last = windows[0].scn, windows[-1].scn
+        force = call("on_windows", self.consumer.on_windows,
+                     WindowBatch(windows, self.views.view),
+                     context=f"windows {first}..{last}") is _CHECKPOINT
+        return Dispatched(sum([len(w.events) for w in windows]), force)
 
     def _each(self, run: list[Event], view: SchemaView, scn: int, total: int, n: int) -> bool:
         """``on_data_event`` for each event of a run; True if one answered CHECKPOINT."""

@@ -53,6 +53,10 @@ class BufferConfig(_Model):
     recover: bool = Field(
         False, description="a persistent buffer whose windows fail validation keeps its valid"
         " prefix and reads the rest again from the source; false = refuse to start")
+    min_span_seconds: float = Field(
+        300.0, ge=0, description="warn (log, and the gauge databus_relay_buffer_span_short)"
+        " while the full buffer holds less source time than this: consumers stopped for"
+        " longer fall off; 0 = no warning")
 
 
 class RelayHttpConfig(HttpServerConfig):

@@ -41,6 +41,7 @@ from databus.core.errors import (
     TransientError,
 )
 from databus.core.window import Window
+from databus.relay.bufferspan import BufferSpanWatch
 from databus.relay.metrics import RelayMetrics
 from databus.relay.timeline import Timeline
 from databus.sources.base import Source
@@ -111,14 +112,17 @@ class Fetcher:
         guard: Callable[[], bool] | None = None,
         ack_limit: Callable[[], int] | None = None,
         timeline: Timeline | None = None,
+        span_watch: BufferSpanWatch | None = None,
     ) -> None:
         """``guard`` (a cluster leader's fencing): asked before each batch of windows is
         appended; False drops the batch and ends the run in state ``fenced``.
         ``ack_limit``: the source is never told more than this SCN is durable (a
         cluster leader must keep what its followers do not hold yet). ``timeline``: told
         the commit time of every window appended and when the source was caught up
-        (:mod:`databus.relay.timeline`)."""
+        (:mod:`databus.relay.timeline`). ``span_watch``: checked at each state write
+        (:mod:`databus.relay.bufferspan`)."""
         self._timeline = timeline if timeline is not None else Timeline()
+        self._span_watch = span_watch
         self._guard = guard
         self._ack_limit = ack_limit
         self._source = source
@@ -250,6 +254,10 @@ class Fetcher:
         if self._state_path is not None:
             state.save(self._state_path)
         self._timeline.trim(buf.min_scn)
+        if self._span_watch is not None:
+            self._span_watch.check(evicted=buf.stats()["evicted_windows"],
+                                   span_seconds=self._timeline.span_ns(buf.min_scn) / 1e9,
+                                   capacity=buf.capacity)
         trim = state.trim_scn
         if self._ack_limit is not None and trim >= 0:
             try:

@@ -46,6 +46,7 @@ class Observation:
     span_seconds: float
     source: dict[str, float]
     consumers: list[dict[str, Any]] = field(default_factory=list)
+    span_short: bool = False
 
 
 class RelayMetrics:
@@ -121,6 +122,8 @@ class _Live(Collector):
                                   " make room", value=b["evicted_windows"])
         yield _gauge("databus_relay_buffer_span_seconds", "Source time between the oldest and"
                      " the newest window held", o.span_seconds)
+        yield _gauge("databus_relay_buffer_span_short", "1 while the full buffer holds less"
+                     " source time than buffer.min_span_seconds", float(o.span_short))
         for name, value in sorted(o.source.items()):
             full = f"databus_relay_source_{name}"
             if name.endswith("_total"):

@@ -42,6 +42,7 @@ from databus.buffer import EventBuffer
 from databus.buffer.persist import HEADER_SIZE
 from databus.core.errors import BufferCorruptError, DatabusError
 from databus.relay.app import build_app as relay_app
+from databus.relay.bufferspan import BufferSpanWatch
 from databus.relay.cluster import ClusterMember
 from databus.relay.config import RelayConfig
 from databus.relay.consumers import ConsumerTable
@@ -72,6 +73,8 @@ class Relay(HttpService):
         self.config = config
         self.metrics = RelayMetrics()
         self.timeline = Timeline()
+        self.span_watch = BufferSpanWatch(config.buffer.min_span_seconds,
+                                          persistent=config.buffer.path is not None)
         self.consumers = ConsumerTable(config.consumers)
         self.identity = identity = resolve(config)
         self.state_dir = identity.state_dir
@@ -136,7 +139,8 @@ class Relay(HttpService):
                        flush_interval=config.buffer.flush_interval,
                        retry_initial=config.retry_initial, retry_max=config.retry_max,
                        protector=Protector(config.source.columns), guard=guard,
-                       ack_limit=ack_limit, timeline=self.timeline)
+                       ack_limit=ack_limit, timeline=self.timeline,
+                       span_watch=self.span_watch)
 
     def switch_source(self, source: Source, *, guard: Callable[[], bool] | None = None,
                       ack_limit: Callable[[], int] | None = None) -> None:
@@ -309,6 +313,7 @@ class Relay(HttpService):
             lag_seconds=lag, captured_until_ns=timeline.captured_until_ns,
             last_window_ns=timeline.last_window_ns, capture=self.capture_status(),
             buffer=buf, span_seconds=timeline.span_ns(buf["min_scn"]) / 1e9,
+            span_short=self.span_watch.short,
             source=self.source.stats(), consumers=rows)
 
     def readiness(self) -> list[Check]:

@@ -60,7 +60,6 @@ VALUES_CHUNK = 1000
 _DELETE, _UPDATE, _TRUNCATE = int(Op.DELETE), int(Op.UPDATE), int(Op.TRUNCATE)
 _META_ID = MetadataCodec.ID
 
-Change = tuple["TableWriter", Event]
 
 
 def _compose(convert: Converter | None, bind: Callable[[Any], Any] | None
@@ -80,7 +79,7 @@ class TableWriter:
     conversion of its type (:func:`databus.client.sinks.sqltypes.column_type`).
     """
 
-    __slots__ = ("_prepare", "_sql", "decoder", "dialect", "key", "key_of", "name", "names",
+    __slots__ = ("_key_index", "_prepare", "_sql", "decoder", "dialect", "key", "key_of", "name", "names",
                  "schema", "table")
 
     def __init__(self, table: sa.Table, schema: TableSchema, key: tuple[str, ...],
@@ -95,7 +94,7 @@ class TableWriter:
         if self.decoder.names != self.names:
             raise SchemaError(f"{schema.name}: the table's columns {self.names} are not the"
                               f" schema's {self.decoder.names}")
-        index = [self.names.index(k) for k in key]
+        index = self._key_index = [self.names.index(k) for k in key]
         self.key_of: Callable[[tuple[Any, ...]], Any] = itemgetter(*index)
         """A row's key: the value of a one-column key, else a tuple of the values."""
         self._prepare = [
@@ -110,6 +109,15 @@ class TableWriter:
         for values, prepare in zip(columns.values(), self._prepare, strict=True):
             lists.append(values if prepare is None else [prepare(v) for v in values])
         return list(zip(*lists, strict=True))
+
+    def keys(self, payloads: Sequence[bytes]) -> list[Any]:
+        """The keys of Avro ``payloads``, as :attr:`key_of` gives them from :meth:`rows`."""
+        columns = self.decoder.columns(payloads)
+        lists: list[list[Any]] = []
+        for k in self._key_index:
+            values, prepare = columns[self.names[k]], self._prepare[k]
+            lists.append(values if prepare is None else [prepare(v) for v in values])
+        return lists[0] if len(lists) == 1 else list(zip(*lists, strict=True))
 
     def delete(self, conn: sa.Connection, keys: list[Any]) -> None:
         sql = self._sql
@@ -269,78 +277,168 @@ def before_image(event: Event) -> bytes | None:
     return bytes(md[i:i + length])
 
 
-def apply_changes(conn: sa.Connection, changes: list[Change]) -> None:
-    """Apply ``changes`` in ``conn``'s transaction (see the module docstring)."""
-    start = 0
-    for i, (writer, event) in enumerate(changes):
-        if event.attributes & ATTR_OPCODE_MASK == _TRUNCATE:
-            _apply_net(conn, changes[start:i])
+def writer_key(event: Event) -> bytes | int:
+    """What :func:`apply_changes` finds an event's :class:`TableWriter` by: its schema
+    id, or its source id for an event without one (a truncate)."""
+    return event.schema_id or event.src_id
+
+
+Writers = dict[bytes | int, "TableWriter"]
+
+
+Step = tuple[int, "TableWriter", Any]
+"""One statement group of a plan: (``TRUNCATE``/``DELETE``/``UPSERT``, writer, keys or rows)."""
+TRUNCATE, DELETE, UPSERT = 0, 1, 2
+
+
+def apply_changes(conn: sa.Connection, events: list[Event], writers: Writers) -> None:
+    """Apply ``events`` in ``conn``'s transaction (see the module docstring); ``writers``
+    holds the writer of each event's :func:`writer_key`."""
+    run_plan(conn, plan_changes(events, writers))
+
+
+def run_plan(conn: sa.Connection, plan: list[Step]) -> None:
+    """Run the statements of ``plan`` (:func:`plan_changes`) in ``conn``'s transaction."""
+    used: set[str] = set()  # temporary tables filled in this transaction
+    for kind, writer, arg in plan:
+        if kind == UPSERT:
+            writer.upsert(conn, arg, used)
+        elif kind == DELETE:
+            writer.delete(conn, arg)
+        else:
             writer.truncate(conn)
-            start = i + 1
-    _apply_net(conn, changes[start:] if start else changes)
 
 
-def _apply_net(conn: sa.Connection, changes: list[Change]) -> None:
+def plan_changes(events: list[Event], writers: Writers) -> list[Step]:
+    """What applying ``events`` takes, in order: each table's net change between the
+    truncates (decoded, keys compared; no I/O, so it can run on another thread than the
+    statements)."""
+    plan: list[Step] = []
+    ops = [e.attributes & ATTR_OPCODE_MASK for e in events]
+    start = 0
+    if _TRUNCATE in ops:
+        for i, op in enumerate(ops):
+            if op == _TRUNCATE:
+                _plan_net(plan, events[start:i], ops[start:i], writers)
+                plan.append((TRUNCATE, writers[writer_key(events[i])], None))
+                start = i + 1
+    if start:
+        events, ops = events[start:], ops[start:]
+    _plan_net(plan, events, ops, writers)
+    return plan
+
+
+def _plan_net(plan: list[Step], events: list[Event], ops: list[int],
+              writers: Writers) -> None:
     """Changes without a truncate: each table's net change per key."""
-    if not changes:
+    if not events:
         return
-    n = len(changes)
-    rows: list[Any] = [None] * n
-    moved: dict[int, Any] = {}  # change index -> the old key an update moved its row from
-    groups: dict[TableWriter, list[int]] = {}
-    for i, (writer, _) in enumerate(changes):
-        group = groups.get(writer)
+    groups: dict[bytes | int, list[int]] = {}
+    for i, e in enumerate(events):
+        k = e.schema_id or e.src_id
+        group = groups.get(k)
         if group is None:
-            group = groups[writer] = []
+            group = groups[k] = []
         group.append(i)
-    for writer, idx in groups.items():
-        events = [changes[i][1] for i in idx]
-        payloads = [e.payload for e in events]
-        if not all(payloads):
-            e = events[payloads.index(next(p for p in payloads if not p))]
-            raise SchemaError(f"{e.op.name.lower()} on {writer.schema.name} at scn {e.scn}"
-                              " has no row")
-        for i, row in zip(idx, writer.rows(payloads), strict=True):
-            rows[i] = row
-        befores = [(i, b) for i, e in zip(idx, events, strict=True)
-                   if e.attributes & ATTR_OPCODE_MASK == _UPDATE
-                   and (b := before_image(e)) is not None]
-        if befores:
-            key_of = writer.key_of
-            old_rows = writer.rows([b for _, b in befores])
-            for (i, _), old in zip(befores, old_rows, strict=True):
-                old_key = key_of(old)
-                if old_key != key_of(rows[i]):
-                    moved[i] = old_key
-    # per table: key -> (writer, row to upsert, or None to delete), in last-change order
-    net: dict[str, dict[Any, tuple[TableWriter, tuple[Any, ...] | None]]] = {}
-    for i, (writer, event) in enumerate(changes):
-        table = net.get(writer.name)
-        if table is None:
-            table = net[writer.name] = {}
-        if moved and i in moved:
+    tables: dict[str, list[tuple[TableWriter, list[int]]]] = {}
+    for k, idx in groups.items():
+        writer = writers[k]
+        versions = tables.get(writer.name)
+        if versions is None:
+            tables[writer.name] = [(writer, idx)]
+        elif versions[-1][0] is writer:  # one version under two keys: one group
+            versions[-1] = (writer, sorted(versions[-1][1] + idx))
+        else:
+            versions.append((writer, idx))
+    for versions in tables.values():
+        if len(versions) == 1:
+            writer, idx = versions[0]
+            if _plan_table(plan, writer, [events[i] for i in idx], [ops[i] for i in idx]):
+                continue
+        _plan_ordered(plan, versions, events, ops)
+
+
+def _decode(writer: TableWriter, events: list[Event]) -> list[tuple[Any, ...]]:
+    payloads = [e.payload for e in events]
+    if not all(payloads):
+        e = events[payloads.index(next(p for p in payloads if not p))]
+        raise SchemaError(f"{e.op.name.lower()} on {writer.schema.name} at scn {e.scn}"
+                          " has no row")
+    return writer.rows(payloads)
+
+
+def _moved(writer: TableWriter, events: list[Event], ops: list[int],
+           rows: list[tuple[Any, ...]]) -> dict[int, Any]:
+    """Index -> old key, of the updates whose before image has another key."""
+    befores = [(i, b) for i, op in enumerate(ops) if op == _UPDATE
+               and (b := before_image(events[i])) is not None]
+    if not befores:
+        return {}
+    key_of = writer.key_of
+    old_keys = writer.keys([b for _, b in befores])  # decoding the key columns only
+    return {i: old for (i, _), old in zip(befores, old_keys, strict=True)
+            if old != key_of(rows[i])}
+
+
+def _plan_table(plan: list[Step], writer: TableWriter, events: list[Event],
+                ops: list[int]) -> bool:
+    """The net change of one table written by one version, in bulk: False (nothing
+    done) when an update changed a key (the ordered path applies those)."""
+    rows = _decode(writer, events)
+    if _UPDATE in ops and _moved(writer, events, ops, rows):
+        return False
+    # key -> the index of its last change
+    last = dict(zip(map(writer.key_of, rows), range(len(rows)), strict=True))
+    if _DELETE in ops:
+        deletes = [k for k, i in last.items() if ops[i] == _DELETE]
+        if deletes:
+            plan.append((DELETE, writer, deletes))
+        upserts = [rows[i] for i in last.values() if ops[i] != _DELETE]
+    else:
+        upserts = [rows[i] for i in last.values()]
+    if upserts:
+        plan.append((UPSERT, writer, upserts))
+    return True
+
+
+def _plan_ordered(plan: list[Step], versions: list[tuple[TableWriter, list[int]]],
+                  events: list[Event], ops: list[int]) -> None:
+    """One table's net change, change by change in commit order: several versions of
+    it in one batch, or a key change."""
+    rows: dict[int, tuple[Any, ...]] = {}
+    moved: dict[int, Any] = {}  # change index -> the old key an update moved its row from
+    writer_at: dict[int, TableWriter] = {}
+    for writer, idx in versions:
+        mine = [events[i] for i in idx]
+        my_ops = [ops[i] for i in idx]
+        decoded = _decode(writer, mine)
+        for j, i in enumerate(idx):
+            rows[i] = decoded[j]
+            writer_at[i] = writer
+        for j, old in _moved(writer, mine, my_ops, decoded).items():
+            moved[idx[j]] = old
+    # key -> (writer, row to upsert, or None to delete), in last-change order
+    net: dict[Any, tuple[TableWriter, tuple[Any, ...] | None]] = {}
+    for i in sorted(rows):
+        writer = writer_at[i]
+        if i in moved:
             old = moved[i]
-            table.pop(old, None)
-            table[old] = (writer, None)
+            net.pop(old, None)
+            net[old] = (writer, None)
         row = rows[i]
         key = writer.key_of(row)
-        table.pop(key, None)
-        table[key] = (writer, None if event.attributes & ATTR_OPCODE_MASK == _DELETE else row)
-    used: set[str] = set()
-    for table in net.values():
-        deletes: list[Any] = []
-        upserts: dict[TableWriter, list[tuple[Any, ...]]] = {}
-        last: TableWriter | None = None
-        for key, (writer, image) in table.items():
-            last = writer
-            if image is None:
-                deletes.append(key)
-            else:
-                group_rows = upserts.get(writer)
-                if group_rows is None:
-                    group_rows = upserts[writer] = []
-                group_rows.append(image)
-        if deletes and last is not None:
-            last.delete(conn, deletes)
-        for writer, group_rows in upserts.items():
-            writer.upsert(conn, group_rows, used)
+        net.pop(key, None)
+        net[key] = (writer, None if ops[i] == _DELETE else row)
+    deletes: list[Any] = []
+    upserts: dict[TableWriter, list[tuple[Any, ...]]] = {}
+    last: TableWriter | None = None
+    for key, (writer, image) in net.items():
+        last = writer
+        if image is None:
+            deletes.append(key)
+        else:
+            upserts.setdefault(writer, []).append(image)
+    if deletes and last is not None:
+        plan.append((DELETE, last, deletes))
+    for writer, group_rows in upserts.items():
+        plan.append((UPSERT, writer, group_rows))

@@ -7,7 +7,8 @@ its checkpoint in one target transaction):
 * **Batches.** :meth:`BatchPipeline.add` appends a whole window to the open batch. The
   batch is sealed (handed to the writer) when it holds ``rows`` row changes or ``bytes``
   bytes of rows, or, by the writer, when it is ``linger`` seconds old and the writer is
-  free. Batches are committed one at a time, in order. At most three are in memory:
+  free. A batch sealed by size is first given to ``prepare`` (when set), on the client's
+  thread and outside the lock: work done there overlaps the writer's statements. Batches are committed one at a time, in order. At most three are in memory:
   one written, one sealed, one open; :meth:`add` waits while a sealed one waits.
 * **Failures.** When ``commit`` raises, nothing after that batch is committed until
   :meth:`discard`: the error is raised by the next :meth:`add`, :meth:`check` or
@@ -34,20 +35,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from databus.client.config import BatchConfig
-from databus.client.sinks.apply import Change
+from databus.client.sinks.apply import Step, Writers
 from databus.core.errors import DatabusError, SinkUnavailableError
+from databus.core.event import Event
 
 log = logging.getLogger("databus.client.replicate")
 
 
 @dataclass
 class Batch:
-    """Whole windows, in order, and their row changes."""
+    """Whole windows, in order, their row changes (events) and the writer of each
+    event's :func:`~databus.client.sinks.apply.writer_key`."""
 
     started: float
     scns: list[int] = field(default_factory=list)
-    changes: list[Change] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    writers: Writers = field(default_factory=dict)
     nbytes: int = 0
+    plan: list[Step] | None = None
+    """Its statements, when planned on the client's thread as it was sealed."""
 
     def describe(self) -> str:
         first, last = self.scns[0], self.scns[-1]
@@ -58,8 +64,10 @@ class BatchPipeline:
     """See the module docstring."""
 
     def __init__(self, commit: Callable[[Batch], None], config: BatchConfig,
-                 name: str = "replicate") -> None:
+                 name: str = "replicate", prepare: Callable[[Batch], None] | None = None
+                 ) -> None:
         self._commit = commit
+        self._prepare = prepare
         self.cfg = config
         self.name = name
         self._cv = threading.Condition()
@@ -79,8 +87,20 @@ class BatchPipeline:
 
     # -- the client's thread ----------------------------------------------------------
 
-    def add(self, scn: int, changes: list[Change], nbytes: int) -> None:
+    def add(self, scn: int, events: list[Event], nbytes: int,
+            writers: Writers | None = None) -> None:
         """Window ``scn`` (its row changes) into the open batch; see the module docstring."""
+        self.add_windows([scn], events, nbytes, writers)
+
+    def careful(self, scn: int) -> bool:
+        """Whether window ``scn`` is one a failed batch held: it must be added alone."""
+        return scn <= self._careful_until
+
+    def add_windows(self, scns: list[int], events: list[Event], nbytes: int,
+                    writers: Writers | None = None) -> None:
+        """Whole windows ``scns`` (``events``: their row changes, in order) into the open
+        batch, as one: sealed together (check :meth:`careful` before giving more than
+        one window)."""
         cfg = self.cfg
         with self._cv:
             self._raise()
@@ -90,15 +110,27 @@ class BatchPipeline:
             if batch is None:
                 batch = self._open = Batch(time.monotonic())
                 self._cv.notify_all()  # the writer times the linger from now
-            batch.scns.append(scn)
-            batch.changes += changes
+            batch.scns += scns
+            batch.events += events
+            if writers:
+                batch.writers.update(writers)
             batch.nbytes += nbytes
-            careful = scn <= self._careful_until
-            if careful or len(batch.changes) >= cfg.rows or batch.nbytes >= cfg.bytes:
+            careful = scns[0] <= self._careful_until
+            full = len(batch.events) >= cfg.rows or batch.nbytes >= cfg.bytes
+            if careful or (full and self._prepare is None):
                 self._seal()
+            elif full:  # prepared outside the lock, while the writer writes the one before
+                self._open = None
             if careful:
                 self._wait_idle()
                 self._raise()
+                return
+            if not full or self._prepare is None:
+                return
+        self._prepare(batch)
+        with self._cv:
+            self._open = batch
+            self._seal()
 
     def check(self) -> None:
         """Raise the failure of a batch the writer could not commit, if any."""

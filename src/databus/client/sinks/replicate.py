@@ -67,14 +67,22 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from itertools import repeat
+from operator import attrgetter
 
 import sqlalchemy as sa
 
 from databus.client.checkpoints import CheckpointStore, SqlCheckpointStore
 from databus.client.config import BatchConfig
-from databus.client.consumer import Consumer, ConsumerResult, DataBatch, Result
-from databus.client.sinks.apply import Change, TableWriter, apply_changes
+from databus.client.consumer import Consumer, ConsumerResult, DataBatch, Result, WindowBatch
+from databus.client.dispatcher import schema_runs
+from databus.client.sinks.apply import (
+    TableWriter,
+    Writers,
+    apply_changes,
+    plan_changes,
+    run_plan,
+    writer_key,
+)
 from databus.client.sinks.batches import Batch, BatchPipeline
 from databus.client.sinks.sqltypes import Converter, column_type
 from databus.client.sql import make_engine, redacted, translate_db_errors
@@ -90,6 +98,7 @@ SAVE_EVERY = 5.0
 save waits until every batch is committed (the pipeline drains), and bounds what the
 client fetches again after a failure (windows the target holds, skipped)."""
 _READ = int(Op.READ)
+_payload = attrgetter("payload")
 
 
 class ReplicateSink(Consumer, CheckpointStore):
@@ -115,7 +124,7 @@ class ReplicateSink(Consumer, CheckpointStore):
         self.store = SqlCheckpointStore(self.engine, name, checkpoint_table)
         self.drop_columns = drop_columns
         self.batch = batch if batch is not None else BatchConfig()
-        self._pipe = BatchPipeline(self._commit, self.batch, name)
+        self._pipe = BatchPipeline(self._commit, self.batch, name, prepare=self._plan)
         self._writers: dict[bytes, TableWriter] = {}
         self._shape: dict[str, bytes] = {}  # target table -> schema id it was last altered to
         # the window's runs: (writer when its table has that shape, schema, events)
@@ -126,8 +135,11 @@ class ReplicateSink(Consumer, CheckpointStore):
         self._saved_at = (time.monotonic(), 0)  # last save: when, batches committed then
         self.windows_applied = 0
         self.windows_skipped = 0
+        self.windows_in_bulk = 0
+        """Windows added by :meth:`on_windows` in one piece (every table in shape)."""
         self._bootstrapping = False
-        self._boot: list[Change] = []  # the bootstrap batch being gathered
+        self._boot: list[Event] = []  # the bootstrap batch being gathered
+        self._boot_writers: Writers = {}
         self._reset: list[TableWriter] = []  # tables emptied with the next bootstrap save
 
     @property
@@ -171,10 +183,11 @@ class ReplicateSink(Consumer, CheckpointStore):
                 self.store.load_in(conn, for_update=True)
                 for writer in self._reset:
                     writer.truncate(conn)
-                apply_changes(conn, self._boot)
+                apply_changes(conn, self._boot, self._boot_writers)
                 self.store.save_in(conn, checkpoint)
         finally:
             self._boot = []
+            self._boot_writers = {}
         self._reset = []
 
     def close(self) -> None:
@@ -230,17 +243,54 @@ class ReplicateSink(Consumer, CheckpointStore):
                 log.info("window %d already applied; skipped", scn)
                 return None
             window = [(self._writer(schema), schema, events) for _, schema, events in window]
-        changes: list[Change] = []
+        changes: list[Event] = []
+        writers: Writers = {}
         nbytes = 0
         for writer, _, events in window:
             assert writer is not None
-            changes += zip(repeat(writer), events)
-            nbytes += sum([len(e.payload) for e in events])
-        self._pipe.add(scn, changes, nbytes)
+            changes += events
+            for e in events:
+                writers[writer_key(e)] = writer
+            nbytes += sum(map(len, map(_payload, events)))
+        self._pipe.add(scn, changes, nbytes, writers)
+        return self._due_save()
+
+    def _due_save(self) -> Result:
         when, committed = self._saved_at
         if self._pipe.committed != committed and time.monotonic() - when >= SAVE_EVERY:
             return ConsumerResult.CHECKPOINT  # the client saves: see the module docstring
         return None
+
+    def on_windows(self, batch: WindowBatch) -> Result:
+        """An answer's windows into the open batch at once, when every table they write
+        is in shape (the usual case); else window by window as the per-window callbacks
+        do (a table to create or alter, a window a failed batch held)."""
+        windows = batch.windows
+        pipe = self._pipe
+        ready = self._ready
+        keys = {e.schema_id for w in windows for e in w.events}
+        if (b"" in keys or pipe.careful(windows[-1].scn)
+                or not keys <= ready.keys() | self._unwanted):
+            return self._one_by_one(batch)
+        events = [e for w in windows for e in w.events]
+        if not keys.isdisjoint(self._unwanted):
+            unwanted = self._unwanted
+            events = [e for e in events if e.schema_id not in unwanted]
+        nbytes = sum(map(len, map(_payload, events)))
+        pipe.add_windows([w.scn for w in windows], events, nbytes,
+                         {k: ready[k] for k in keys if k in ready})
+        self.windows_in_bulk += len(windows)
+        return self._due_save()
+
+    def _one_by_one(self, batch: WindowBatch) -> Result:
+        out: Result = None
+        view = batch.view
+        for w in batch.windows:
+            for v, start, end in schema_runs(w.events, view):
+                self.on_data_events(DataBatch(w.scn, w.events[start:end], v))
+            if self.on_end_data_event_sequence(w.scn) is ConsumerResult.CHECKPOINT:
+                out = ConsumerResult.CHECKPOINT
+        return out
 
     def on_checkpoint(self, scn: int) -> Result:
         """Commit every window up to ``scn`` before the client persists its checkpoint,
@@ -271,9 +321,10 @@ class ReplicateSink(Consumer, CheckpointStore):
                 log.info("%s already applied (target checkpoint %d); skipped",
                          batch.describe(), done)
                 return
-            changes = batch.changes if len(new) == len(scns) else [
-                c for c in batch.changes if c[1].scn > done]
-            apply_changes(conn, changes)
+            if len(new) == len(scns) and batch.plan is not None:
+                run_plan(conn, batch.plan)
+            else:
+                apply_changes(conn, [e for e in batch.events if e.scn > done], batch.writers)
             cp = stored if stored is not None else Checkpoint.flexible()
             if len(new) > 1:
                 cp = cp.window_done(new[-2])
@@ -283,6 +334,15 @@ class ReplicateSink(Consumer, CheckpointStore):
             self.windows_skipped += len(scns) - len(new)
             log.info("%d windows of %s already applied (target checkpoint %d); skipped",
                      len(scns) - len(new), batch.describe(), done)
+
+    @staticmethod
+    def _plan(batch: Batch) -> None:
+        """A batch's statements, planned on the client's thread as it is sealed (the
+        writer thread meanwhile writes the batch before)."""
+        try:
+            batch.plan = plan_changes(batch.events, batch.writers)
+        except DatabusError:  # a bad event: the writer meets it and the window is named
+            batch.plan = None
 
     def on_rollback(self, scn: int) -> Result:
         self._pipe.discard()
@@ -329,12 +389,15 @@ class ReplicateSink(Consumer, CheckpointStore):
                     self.drop_columns = drop
         else:
             writer = self._writer(schema)
-        self._boot += [(writer, e) for e in events]
+        self._boot += events
+        for e in events:
+            self._boot_writers[writer_key(e)] = writer
         return None
 
     def on_bootstrap_rollback(self, scn: int) -> Result:
         self._reset = []
         self._boot = []
+        self._boot_writers = {}
         return self.on_rollback(scn)
 
     def on_end_bootstrap(self) -> Result:
