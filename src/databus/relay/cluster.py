@@ -26,6 +26,8 @@ nothing more (fetcher state ``fenced``) and becomes a follower. A member (old le
 or follower) that holds windows past the point where the newest epoch starts (it
 copied or captured windows the new leader never had) drops its buffer and copies the
 new leader's: its windows could otherwise differ from the cluster's.
+So does a follower the leader answers ``ScnNotFound`` (it fell off the leader's
+buffer): stopped, it would hold the leader's high-water mark at its position.
 
 **Capture failures.** A leader whose capture stopped on a terminal error (fetcher
 state ``failed``) does not stay leader while capturing nothing: it deletes its
@@ -69,7 +71,12 @@ from collections.abc import Callable
 from typing import Any
 
 from databus.coord import ClusterView, Election, Lease, MemberNodes, Session, connect
-from databus.core.errors import CoordinatorUnavailableError, DatabusError, RelayUnavailableError
+from databus.core.errors import (
+    CoordinatorUnavailableError,
+    DatabusError,
+    RelayUnavailableError,
+    SourcePositionLostError,
+)
 from databus.core.schema import SchemaRegistry
 from databus.relay.config import ClusterConfig
 from databus.relay.highwater import HighWater
@@ -285,6 +292,7 @@ class ClusterMember:
                     if self.role == "follower":
                         self._follow()
                 self._publish_member()
+                self._copy_again_if_lost()
                 if self.role == "follower" and self._colead_ready():
                     break
                 if self._cut_from_leader():
@@ -311,6 +319,7 @@ class ClusterMember:
                 self._leader_changed.clear()
                 self._follow()
             self._publish_member()
+            self._copy_again_if_lost()
             source = self.relay.source
             told = source.cluster_hw if isinstance(source, ChainSource) else None
             reading = self.relay.capture_status()["state"] == "running"
@@ -413,6 +422,26 @@ class ClusterMember:
                         " began: they may differ from the new leader's; dropping the buffer"
                         " and copying the leader's", self.address, after, n)
             self.relay.reset_buffer()
+
+    def _copy_again_if_lost(self) -> None:
+        """A follower whose copy stopped because the leader no longer holds its position
+        (the leader evicted it first: a follower paused, or one copying from the
+        leader's oldest window while the leader captures a backlog) drops its buffer and
+        copies the leader's again. Stopped, it would serve nothing, and in the election
+        it would hold the leader's high-water mark, and every consumer of the cluster,
+        at its position until their own positions were evicted (issue #35)."""
+        with self._roles:
+            status = self.relay.fetcher.status
+            if (self.role != "follower" or not isinstance(self.relay.source, ChainSource)
+                    or status["state"] != "failed"
+                    or not str(status["last_error"]).startswith(
+                        f"{SourcePositionLostError.code}:")):
+                return
+            log.warning("cluster %s: the leader no longer holds this member's position:"
+                        " dropping the buffer and copying the leader's again", self.address)
+            self.relay.switch_source(idle_source(self.relay.source.registry()))
+            self.relay.reset_buffer()
+        self._follow()  # a new chain source, from the leader's oldest window
 
     def _lead(self) -> None:
         """Called by the election when this member leads; returns when it no longer does."""
