@@ -194,6 +194,18 @@ def check_history(windows: list[Window], committed: list[Tx]) -> dict[str, Any]:
     return out
 
 
+def _lines(args: list[str]) -> Iterator[str]:
+    """The output lines of ``args`` as they come (a long soak's binlog is gigabytes of
+    text); raises if it fails."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    with proc:
+        yield from proc.stdout
+        err = proc.stderr.read() if proc.stderr is not None else ""
+    if proc.returncode != 0:
+        raise RuntimeError(f"{args[0]} exited with {proc.returncode}: {err.strip()}")
+
+
 def mariadb_committed(server: MariaDB, start: tuple[str, int], db: str) -> list[Tx]:
     """The transactions of ``db`` in ``server``'s binlog from ``start`` (file, position),
     read with ``mariadb-binlog`` (see the module docstring)."""
@@ -204,12 +216,10 @@ def mariadb_committed(server: MariaDB, start: tuple[str, int], db: str) -> list[
     ops = {"INSERT INTO": "c", "UPDATE": "u", "DELETE FROM": "d"}
     for f in files:
         more = [f"--start-position={start[1]}"] if f.name == start[0] else []
-        text = subprocess.run([_binary("mariadb-binlog"), "--base64-output=decode-rows", "-v",
-                               *more, str(f)], capture_output=True, text=True, check=True,
-                              timeout=1800).stdout
         gtid, changes, want_key = "", list[Change](), ""
         table = ""
-        for line in text.splitlines():
+        for line in _lines([_binary("mariadb-binlog"), "--base64-output=decode-rows", "-v",
+                            *more, str(f)]):
             if line.startswith("#") and "\tGTID " in line:
                 gtid, changes = line.split("\tGTID ", 1)[1].split()[0], []
             elif line.startswith("### "):
@@ -407,6 +417,7 @@ class Soak(Cluster):
     target: PostgreSQL = field(default=None)  # type: ignore[assignment]
     disk: Path = field(default=None)  # type: ignore[assignment]
     buffer_mb: int = 64
+    pg_shutdown_hangs: int = 0  # fast shutdowns that waited past 5 s (see _restart_source)
 
     def members(self) -> list[str]:
         return [m for m in ("m1", "m2") if m in self.procs]
@@ -475,9 +486,25 @@ class Soak(Cluster):
             time.sleep(hold)
             self.mariadb.start()
         else:
-            self.pg.shutdown("fast")
+            self._pg_fast_shutdown()
             time.sleep(hold)
             self.pg.start()
+
+    def _pg_fast_shutdown(self, wait: float = 5.0) -> None:
+        """``pg_ctl stop -m fast`` (SIGINT); if the server has not stopped after ``wait``
+        seconds, counted in :attr:`pg_shutdown_hangs` and finished as an immediate one
+        (SIGQUIT: the postmaster ends its children; the next start recovers from the
+        WAL). ``PostgreSQL.shutdown`` would SIGKILL the postmaster alone after 60 s,
+        leaving children that keep the next start from running."""
+        proc = self.pg.proc
+        assert proc is not None
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            self.pg_shutdown_hangs += 1
+            proc.send_signal(signal.SIGQUIT)
+            proc.wait(60)
 
     def _disk_full(self, name: str, hold: float) -> None:
         with faults.filled(self.disk):
@@ -579,6 +606,7 @@ def run_soak(tmp: Path, s: Settings, say: Callable[[str], None] = print) -> dict
         report.update(seed=s.seed, faults=nemesis.counts,
                       fault_log=[i.line() for i in nemesis.log],
                       sysbench_starts=bench.starts, pg_writer_errors=writer.errors,
+                      pg_fast_shutdown_hangs=p.pg_shutdown_hangs,
                       wall_s=round(time.monotonic() - t_start, 1))
         return report
 
