@@ -40,7 +40,7 @@ def markdown(report: dict[str, Any], args: argparse.Namespace, started: str) -> 
     lines = [
         "# The randomized soak (`bench.soak`, issue 35)", "",
         f"Run of {started} UTC: `flock /tmp/databus-bench.lock .venv/bin/python -m bench.soak"
-        f" --minutes {args.minutes:g} --seed {report['seed']}`; sysbench `oltp_write_only`"
+        f" {' '.join(sys.argv[1:])}` (seed {report['seed']}); sysbench `oltp_write_only`"
         f" {args.tables} tables x {args.table_size} rows, {args.threads} threads,"
         f" rate {args.rate or 'unpaced'}; PostgreSQL writer {args.pg_rate:g} tx/s."
         f" Wall {report['wall_s']:.0f} s. Result: **{'PASS' if report['ok'] else 'FAIL'}**.",
@@ -48,7 +48,13 @@ def markdown(report: dict[str, Any], args: argparse.Namespace, started: str) -> 
         *[f"| {k} | {n} |" for k, n in report["faults"].items()],
         f"| total | {sum(report['faults'].values())} |", "",
         f"sysbench was started {report['sysbench_starts']} times (a MariaDB restart ends it);"
-        f" the PostgreSQL writer met {report['pg_writer_errors']} errors.", "",
+        f" the PostgreSQL writer met {report['pg_writer_errors']} errors;"
+        f" {report['pg_fast_shutdown_hangs']} PostgreSQL fast shutdowns were still waiting"
+        " after 5 s (the relay acknowledges its buffer's trim point, not its newest window:"
+        " docs/postgresql.md) and were finished as immediate ones.", "",
+        f"Transactions checked: {sum(report['committed'].values())}"
+        f" ({report['committed']['my']} MariaDB, {report['committed']['pg']} PostgreSQL),"
+        f" each against every recorder of its source.", "",
         "## Histories", "",
         f"Committed: {report['committed']['my']} MariaDB transactions (binlog),"
         f" {report['committed']['pg']} PostgreSQL transactions (`marks`).", "",
