@@ -19,23 +19,32 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.soak import Settings, Tx, check_history, run_soak, unavailable
+from tests.support.soak import (
+    Change,
+    Settings,
+    Tx,
+    Window,
+    check_history,
+    rows_text,
+    run_soak,
+    unavailable,
+)
 
 SEED = int(os.environ.get("DATABUS_SOAK_SEED", "35"))
 
-COMMITTED = [Tx("0-1-1", [("t", "c", "1"), ("t", "c", "2")]),
-             Tx("0-1-2", [("t", "u", "1")]),
-             Tx("0-1-3", [("t", "d", "2"), ("u", "c", "7")])]
+CHANGES: list[list[Change]] = [[("t", "c", "1"), ("t", "c", "2")], [("t", "u", "1")],
+                               [("t", "d", "2"), ("u", "c", "7")]]
+COMMITTED = [Tx(f"0-1-{i + 1}", rows_text(c)) for i, c in enumerate(CHANGES)]
 
 
-def windows(*spec: tuple[int, list[int]]) -> list[tuple[int, list[str], list[tuple[str, ...]]]]:
+def windows(*spec: tuple[int, list[int]]) -> list[Window]:
     """Windows holding the committed transactions named by index."""
-    return [(scn, [COMMITTED[i].id for i in txs],
-             [c for i in txs for c in COMMITTED[i].changes]) for scn, txs in spec]
+    return [(scn, tuple(COMMITTED[i].id for i in txs),
+             rows_text([c for i in txs for c in CHANGES[i]])) for scn, txs in spec]
 
 
-def counts(history: list[tuple[int, list[str], list[tuple[str, ...]]]]) -> dict[str, int]:
-    r = check_history(history, COMMITTED)  # type: ignore[arg-type]
+def counts(history: list[Window]) -> dict[str, int]:
+    r = check_history(history, COMMITTED)
     return {k: r[k] for k in ("lost", "torn", "reordered", "duplicated", "phantom")}
 
 
@@ -52,16 +61,16 @@ def test_the_checker_passes_an_exact_history_and_counts_replayed_windows() -> No
 def test_the_checker_finds_loss_tears_reorders_and_phantoms() -> None:
     assert counts(windows((10, [0]), (30, [2]))) == {**ZERO, "lost": 1}
     torn = windows((10, [0]), (20, [1]), (30, [2]))
-    torn[2] = (30, torn[2][1], torn[2][2][:1])  # half of a transaction
+    torn[2] = (30, torn[2][1], rows_text(CHANGES[2][:1]))  # half of a transaction
     assert counts(torn) == {**ZERO, "torn": 1}
     assert counts(windows((10, [0]), (30, [2]), (20, [1])))["reordered"] == 2
     assert counts(windows((10, [0]), (20, [2]), (30, [1])))["reordered"] == 1
     assert counts(windows((10, [0]), (20, [0, 2])))["torn"] == 1  # not consecutive
     other = windows((10, [0]), (20, [1]), (30, [2]))
-    other.append((20, other[1][1], [("t", "u", "2")]))  # same SCN, other content
+    other.append((20, other[1][1], rows_text([("t", "u", "2")])))  # same SCN, other rows
     assert counts(other) == {**ZERO, "torn": 1}
     assert counts([*windows((10, [0]), (20, [1]), (30, [2])),
-                   (40, ["0-1-9"], [("t", "c", "9")])]) == {**ZERO, "phantom": 1}
+                   (40, ("0-1-9",), rows_text([("t", "c", "9")]))]) == {**ZERO, "phantom": 1}
 
 
 @pytest.mark.slow

@@ -73,13 +73,19 @@ from tests.support.relay_cluster import Cluster
 from tests.support.zookeeper import ZooKeeper
 
 Change = tuple[str, str, str]  # table (last part of its name), op letter, key as JSON
-Window = tuple[int, list[str], list[Change]]  # scn, transaction ids, changes
+Window = tuple[int, tuple[str, ...], str]  # scn, transaction ids, changes (as rows_text)
+
+
+def rows_text(changes: list[Change] | list[list[str]]) -> str:
+    """Changes as one canonical JSON text: a 30-minute soak records millions of windows,
+    and a string per window holds them in a fifth of the memory tuples would take."""
+    return json.dumps(changes)
 
 
 @dataclass(frozen=True)
 class Tx:
     id: str
-    changes: list[Change]
+    changes: str  # rows_text of its changes, in commit order
 
 
 # -- the recorder ---------------------------------------------------------------------
@@ -127,12 +133,16 @@ class History:
             return self.windows
         with self.path.open("rb") as f:
             f.seek(self.offset)
-            data = f.read()
-        whole = data.rfind(b"\n") + 1
-        for line in data[:whole].splitlines():
-            rec = json.loads(line)
-            self.windows.append((rec["scn"], rec["tx"], [tuple(e) for e in rec["events"]]))
-        self.offset += whole
+            while data := f.read(32 << 20):  # a long soak's file is gigabytes
+                whole = data.rfind(b"\n") + 1
+                if not whole:
+                    break
+                for line in data[:whole].splitlines():
+                    rec = json.loads(line)
+                    self.windows.append((rec["scn"], tuple(rec["tx"]),
+                                         rows_text(rec["events"])))
+                self.offset += whole
+                f.seek(self.offset)
         return self.windows
 
 
@@ -150,7 +160,7 @@ def check_history(windows: list[Window], committed: list[Tx]) -> dict[str, Any]:
         if len(problems) < 10:
             problems.append(msg)
 
-    first: dict[int, tuple[list[str], list[Change]]] = {}
+    first: dict[int, tuple[tuple[str, ...], str]] = {}
     order: list[int] = []
     top = -1
     for scn, txs, events in windows:
@@ -177,10 +187,12 @@ def check_history(windows: list[Window], committed: list[Tx]) -> dict[str, Any]:
             continue
         if known != list(range(known[0], known[0] + len(known))):
             bad("torn", f"window {scn}: transactions {txs} not consecutive")
-        want = [c for i in known for c in committed[i].changes]
+        want = committed[known[0]].changes if len(known) == 1 else rows_text(
+            [c for i in known for c in json.loads(committed[i].changes)])
         if events != want:
-            bad("torn", f"window {scn} ({txs}): {len(events)} rows, committed {len(want)}"
-                        f" ({events[:4]} against {want[:4]})")
+            got, should = json.loads(events), json.loads(want)
+            bad("torn", f"window {scn} ({txs}): {len(got)} rows, committed {len(should)}"
+                        f" ({got[:4]} against {should[:4]})")
         if known[0] <= last:
             bad("reordered", f"window {scn} ({txs}) after transaction #{last}")
         last = max(last, known[-1])
@@ -232,7 +244,7 @@ def mariadb_committed(server: MariaDB, start: tuple[str, int], db: str) -> list[
                     want_key = ""
             elif line.startswith("COMMIT") or (line.startswith("#") and "\tXid = " in line):
                 if changes and gtid:
-                    out.append(Tx(gtid, changes))
+                    out.append(Tx(gtid, rows_text(changes)))
                 gtid, changes = "", []
     return out
 
@@ -380,7 +392,7 @@ class PgWriter:
     def committed(self) -> list[Tx]:
         with self.connect() as con:
             rows = con.execute("SELECT tx, xid FROM marks ORDER BY tx").fetchall()
-        return [Tx(str(xid), self.attempts[tx]) for tx, xid in rows]
+        return [Tx(str(xid), rows_text(self.attempts[tx])) for tx, xid in rows]
 
 
 # -- the topology -------------------------------------------------------------------------
