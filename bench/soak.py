@@ -3,7 +3,7 @@ while sysbench's ``oltp_write_only`` writes a private MariaDB as fast as it goes
 paced writer writes a private PostgreSQL; then the checker of ``tests/support/soak.py``
 (the topology, the faults and what "committed" is read from are described there).
 
-Printed and written to ``bench/results/soak.md`` (``--out``): the seed, the faults
+Printed and appended to ``bench/results/soak.md`` (``--out``) as a dated section: the seed, the faults
 injected per kind (and each one's log line), the transactions committed and checked,
 and for each recorder the windows, lost, torn, reordered, phantom and duplicated
 (whole windows replayed after a restart from a checkpoint) counts; for each replicate
@@ -35,16 +35,27 @@ from tests.support.soak import Settings, run_soak, unavailable
 ROOT = Path(__file__).resolve().parents[1]
 
 
+HEADER = """# The randomized soak (`bench.soak`, issue 35)
+
+Faults picked at random (seeded) while sysbench writes MariaDB and a paced writer writes
+PostgreSQL; then every recorder's history is checked against what the databases
+committed and every replica against its source. The topology, the faults and the
+checks: `tests/support/soak.py` and docs/guarantees.md ("Soak"). One section per run,
+newest last.
+"""
+
+
 def markdown(report: dict[str, Any], args: argparse.Namespace, started: str) -> str:
     rec = report["recorders"]
     lines = [
-        "# The randomized soak (`bench.soak`, issue 35)", "",
-        f"Run of {started} UTC: `flock /tmp/databus-bench.lock .venv/bin/python -m bench.soak"
+        f"## Run of {started} UTC, seed {report['seed']}:"
+        f" {'PASS' if report['ok'] else 'FAIL'}", "",
+        f"Command: `flock /tmp/databus-bench.lock .venv/bin/python -m bench.soak"
         f" {' '.join(sys.argv[1:])}` (seed {report['seed']}); sysbench `oltp_write_only`"
         f" {args.tables} tables x {args.table_size} rows, {args.threads} threads,"
         f" rate {args.rate or 'unpaced'}; PostgreSQL writer {args.pg_rate:g} tx/s."
         f" Wall {report['wall_s']:.0f} s. Result: **{'PASS' if report['ok'] else 'FAIL'}**.",
-        "", "## Faults injected", "", "| kind | count |", "|---|---|",
+        "", "### Faults injected", "", "| kind | count |", "|---|---|",
         *[f"| {k} | {n} |" for k, n in report["faults"].items()],
         f"| total | {sum(report['faults'].values())} |", "",
         f"sysbench was started {report['sysbench_starts']} times (a MariaDB restart ends it);"
@@ -55,7 +66,7 @@ def markdown(report: dict[str, Any], args: argparse.Namespace, started: str) -> 
         f"Transactions checked: {sum(report['committed'].values())}"
         f" ({report['committed']['my']} MariaDB, {report['committed']['pg']} PostgreSQL),"
         f" each against every recorder of its source.", "",
-        "## Histories", "",
+        "### Histories", "",
         f"Committed: {report['committed']['my']} MariaDB transactions (binlog),"
         f" {report['committed']['pg']} PostgreSQL transactions (`marks`).", "",
         "| recorder | windows | lines | lost | torn | reordered | phantom | duplicated |",
@@ -68,8 +79,8 @@ def markdown(report: dict[str, Any], args: argparse.Namespace, started: str) -> 
     ]
     problems = [f"- {n}: {p}" for n, r in rec.items() for p in r["problems"]]
     if problems:
-        lines += ["## Problems found", "", *problems, ""]
-    lines += ["## Fault log", "", "```", *report["fault_log"], "```", ""]
+        lines += ["### Problems found", "", *problems, ""]
+    lines += ["### Fault log", "", "```", *report["fault_log"], "```", ""]
     return "\n".join(lines)
 
 
@@ -100,7 +111,10 @@ def main() -> None:
         buffer_mb=args.buffer_mb, catch_up=args.catch_up),
         say=lambda line: print(line, flush=True))
     text = markdown(report, args, started)
-    args.out.write_text(text)
+    if not args.out.exists():
+        args.out.write_text(HEADER)
+    with args.out.open("a") as f:  # each run a dated section at the end
+        f.write("\n" + text)
     print(text)
     if report["ok"] and not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)
