@@ -19,16 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.soak import (
-    Change,
-    Settings,
-    Tx,
-    Window,
-    check_history,
-    rows_text,
-    run_soak,
-    unavailable,
-)
+from tests.support.soak import Settings, run_soak, unavailable
+from tests.support.soak_check import Change, Tx, Window, check_history, rows_text
 
 SEED = int(os.environ.get("DATABUS_SOAK_SEED", "35"))
 
