@@ -78,6 +78,7 @@ def markdown(report: dict[str, Any], args: argparse.Namespace, started: str) -> 
           for n, r in report["replicates"].items()], "",
     ]
     problems = [f"- {n}: {p}" for n, r in rec.items() for p in r["problems"]]
+    problems += [f"- {n} died: {why}" for n, why in report["died"].items()]
     if problems:
         lines += ["### Problems found", "", *problems, ""]
     lines += ["### Fault log", "", "```", *report["fault_log"], "```", ""]

@@ -78,7 +78,7 @@ def test_a_paced_soak_loses_tears_and_reorders_nothing(tmp_path: Path) -> None:
 
     report = run_soak(tmp_path, Settings(seed=SEED, seconds=110.0), say=say)
     summary = json.dumps({k: report[k] for k in ("committed", "recorders", "replicates",
-                                                 "faults")}, indent=1)
+                                                 "faults", "died")}, indent=1)
     where = f"seed {SEED} (DATABUS_SOAK_SEED={SEED} runs it again); faults:\n" + "\n".join(
         report["fault_log"]) + f"\n{summary}"
     missing = [k for k, n in report["faults"].items() if n == 0]

@@ -478,7 +478,6 @@ def run_soak(tmp: Path, s: Settings, say: Callable[[str], None] = print) -> dict
         finally:
             bench.stop()
             writer.stop()
-        p.alive()
         report = _check(p, my, target, start, writer, s, say)
         report.update(seed=s.seed, faults=nemesis.counts,
                       fault_log=[i.line() for i in nemesis.log],
@@ -506,7 +505,10 @@ def _check(p: Soak, my: MariaDB, target: PostgreSQL, start: tuple[str, int],
     replicated: dict[str, dict[str, Any]] = {}
     t0 = time.monotonic()
     while True:
-        p.alive()
+        # a process that died (a consumer told it cannot go on) fails the run, but the
+        # histories are still checked: what they hold up to then is part of the finding
+        died = {n: f"exited with {q.returncode}: {_last_line(p.log(n))}"
+                for n, q in p.procs.items() if q.poll() is not None}
         for name, h in histories.items():
             recorders[name] = check_history(h.read(), committed[of[name]])
         for name, (src, dst, tabs) in replicas.items():
@@ -522,15 +524,29 @@ def _check(p: Soak, my: MariaDB, target: PostgreSQL, start: tuple[str, int],
             replicated[name] = {"equal": not differ, "tables_differing": differ}
         done = all(r["lost"] == 0 for r in recorders.values()) and all(
             r["equal"] for r in replicated.values())
-        if done or time.monotonic() - t0 > s.catch_up:
+        if done or died or time.monotonic() - t0 > s.catch_up:
             break
         time.sleep(2.0)
     say(f"soak: consumers {'caught up' if done else 'did NOT catch up'} in"
         f" {time.monotonic() - t0:.0f} s")
     bad = sum(r[k] for r in recorders.values()
               for k in ("lost", "torn", "reordered", "phantom"))
-    return {"ok": done and bad == 0, "committed": {k: len(v) for k, v in committed.items()},
-            "recorders": recorders, "replicates": replicated}
+    if died:
+        say(f"soak: processes died: {died}")
+    return {"ok": done and bad == 0 and not died,
+            "committed": {k: len(v) for k, v in committed.items()},
+            "recorders": recorders, "replicates": replicated, "died": died}
+
+
+def _last_line(log: Path) -> str:
+    """The last line of a process's log (its error, for one that died)."""
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+            lines = f.read().decode(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no log)"
+    return lines[-1][:500] if lines else "(empty log)"
 
 
 def main() -> None:
