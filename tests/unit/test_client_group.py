@@ -137,3 +137,32 @@ def test_shared_consumer_and_sizes() -> None:
         ConsumerGroup([one], threads=2)
     with pytest.raises(ValueError):
         ConsumerGroup([])
+
+
+def test_a_dynamic_group_fences_each_consumer_as_it_takes_windows() -> None:
+    """A group member's partition consumer keeps the way it takes windows: one with
+    per-window callbacks gets them (the fence must not turn it into an ``on_windows``
+    consumer whose inherited no-op drops every window), one that takes many gets its
+    ``on_windows`` with the ownership checked before and after each call."""
+    from databus.client.consumer import Consumer, WindowBatch
+    from databus.client.dispatcher import takes_many
+    from databus.client.membership import fenced
+
+    class PerWindow(Consumer):
+        def on_data_event(self, event: object) -> None:
+            pass
+
+    class Many(Consumer):
+        def __init__(self) -> None:
+            self.batches = 0
+
+        def on_windows(self, batch: WindowBatch) -> None:
+            self.batches += 1
+
+    checks: list[str] = []
+    assert not takes_many(fenced(PerWindow(), lambda: checks.append("x")))
+    many = Many()
+    f = fenced(many, lambda: checks.append("check"))
+    assert takes_many(f)
+    f.on_windows(WindowBatch([], lambda e: None))  # type: ignore[arg-type,return-value]
+    assert many.batches == 1 and checks == ["check", "check"]

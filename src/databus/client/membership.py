@@ -51,7 +51,8 @@ from typing import Any, Protocol
 from databus.client.checkpoints import CheckpointStore
 from databus.client.client import DatabusClient
 from databus.client.config import ClientConfig
-from databus.client.consumer import Consumer, Result
+from databus.client.consumer import Consumer, Result, WindowBatch
+from databus.client.dispatcher import takes_many
 from databus.coord import Session, ZkAddress, connect
 from databus.core.errors import (
     ConfigError,
@@ -112,8 +113,27 @@ def _delegate(name: str) -> Callable[..., Any]:
 
 
 for _name in _CALLBACKS:
-    if _name not in vars(_Fenced):
+    if _name not in vars(_Fenced) and _name != "on_windows":
         setattr(_Fenced, _name, _delegate(_name))
+
+
+class _FencedMany(_Fenced):
+    """:class:`_Fenced` of a consumer that takes many windows per call (``on_windows``:
+    :func:`databus.client.dispatcher.takes_many`): ownership checked around each call.
+    A plain :class:`_Fenced` does not define ``on_windows``, so its inner consumer gets
+    the per-window callbacks it expects."""
+
+    def on_windows(self, batch: WindowBatch) -> Result:
+        self.check()
+        result = self.inner.on_windows(batch)
+        self.check()  # before the windows (and their checkpoint) can be committed
+        return result
+
+
+def fenced(inner: Consumer, check: Callable[[], None]) -> _Fenced:
+    """``inner`` with its ownership checked around each window (or each batch of
+    windows, for a consumer that takes many)."""
+    return (_FencedMany if takes_many(inner) else _Fenced)(inner, check)
 
 
 class _Partition:
@@ -128,7 +148,7 @@ class _Partition:
         cfg = group.config.model_copy(update={"partitions": f"MOD:{n}", "member": p})
         cfg = ClientConfig.model_validate(cfg.model_dump())
         owner = Ownership(p, group.member_id, epoch)
-        consumer = _Fenced(group.consumer_factory(owner), lambda: group.check_owner(p, epoch))
+        consumer = fenced(group.consumer_factory(owner), lambda: group.check_owner(p, epoch))
         self.client = DatabusClient(cfg, consumer, group.store_factory(p))
         self.thread = threading.Thread(target=self._run, name=f"databus-partition-{p}",
                                        daemon=True)
