@@ -37,6 +37,7 @@ from typing import Any
 
 from databus.core.atomic import write_atomic
 from databus.core.errors import DatabusError, SourcePositionLostError
+from databus.sources.mysql.connection import SqlSession
 
 log = logging.getLogger("databus.sources.mysql")
 
@@ -134,3 +135,10 @@ class PositionRecord:
         if self.path is not None:
             data: dict[str, Any] = {"origin": self._origin, "at": self._pairs}
             write_atomic(self.path, json.dumps(data).encode())
+
+
+def gtid_at(sql: SqlSession, file_name: str, offset: int) -> str | None:
+    """The server's GTID state at ``file_name``:``offset`` of its binlog
+    (``BINLOG_GTID_POS``, MariaDB), None when it has none there."""
+    (row,) = sql.query("SELECT BINLOG_GTID_POS(%s, %s)", (file_name, offset))
+    return str(row[0]) if row[0] is not None else None

@@ -55,7 +55,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -95,9 +94,9 @@ from databus.sources.mysql.connection import (
     master_status,
     server_facts,
 )
-from databus.sources.mysql.positions import PositionRecord
+from databus.sources.mysql.positions import PositionRecord, gtid_at
 from databus.sources.mysql.snapshots import SnapshotIO, encode_chunk
-from databus.sources.mysql.tables import Shape, meta_middle
+from databus.sources.mysql.tables import PendingRows, Shape, meta_middle
 from databus.sources.mysql.versions import Versions, signature
 
 __all__ = ["NOTIFICATIONS", "SCHEMA_CHANGES", "MysqlSource"]
@@ -105,16 +104,6 @@ __all__ = ["NOTIFICATIONS", "SCHEMA_CHANGES", "MysqlSource"]
 log = logging.getLogger("databus.sources.mysql")
 
 BEHIND_EVERY = 5.0  # seconds between two reads of the binlog's end (binlog_behind_bytes)
-
-
-@dataclass
-class _Pending:
-    """A rows event waiting for its transaction's commit (encoded with the SCN)."""
-
-    shape: Shape
-    etype: int
-    body: memoryview
-    meta_mid: bytes
 
 
 class MysqlSource(Source):
@@ -317,7 +306,7 @@ class MysqlSource(Source):
 
     def _reset_txn(self) -> None:
         self._maps: dict[int, tuple[bytes, br.TableDef, str]] = {}
-        self._pending: list[_Pending] = []
+        self._pending: list[PendingRows] = []
         self._signals: list[tuple[str, str, str | None]] = []
         self._gtid: str | None = None
 
@@ -364,9 +353,7 @@ class MysqlSource(Source):
         return f"{base}.{number:06d}"
 
     def _gtid_pos(self, scn: int) -> str | None:
-        (row,) = self._sql.query("SELECT BINLOG_GTID_POS(%s, %s)",
-                                 (self._file_name(scn >> 32), scn & 0xFFFFFFFF))
-        return str(row[0]) if row[0] is not None else None
+        return gtid_at(self._sql, self._file_name(scn >> 32), scn & 0xFFFFFFFF)
 
     def _scn(self, pos: int) -> int:
         return (int(self._file.rsplit(".", 1)[1]) << 32) | pos
@@ -453,7 +440,7 @@ class MysqlSource(Source):
                 if name == self.signal_table:
                     self._signal_rows(td, t, body)
                 if self._filter(name):
-                    self._pending.append(_Pending(
+                    self._pending.append(PendingRows(
                         self._tv.shape(table_map, td, self._keep), t, body,
                         meta_middle(self._gtid, self._file, h.next_pos, self._gtid,
                                     h.server_id)))

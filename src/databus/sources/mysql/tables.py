@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from databus.core import event as ev
@@ -218,3 +219,13 @@ class Shape:
                 assert image is not None
                 event(_OPS[etype], self.key(image, index), image, None)
         return b"".join(out), len(out)
+
+
+@dataclass
+class PendingRows:
+    """A rows event waiting for its transaction's commit (encoded with the SCN)."""
+
+    shape: Shape
+    etype: int
+    body: memoryview
+    meta_mid: bytes
