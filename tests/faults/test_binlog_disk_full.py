@@ -27,18 +27,12 @@ from databus.core.errors import DatabusError
 from databus.core.mysqlwire import EventType
 from tests.support import faults
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("mount")]
 
 SMALL = Transaction([(EventType.TABLE_MAP, 0, b"\x01" * 20)])
 BIG = Transaction([(EventType.TABLE_MAP, 0, b"\x02" * 60_000)])  # more than is left free
 TS = 1_700_000_000_000_000
 
-
-@pytest.fixture(autouse=True)
-def _mount() -> None:
-    reason = faults.mount_unavailable()
-    if reason is not None:
-        pytest.skip(reason)
 
 
 def _whole(store: BinlogStore) -> int:

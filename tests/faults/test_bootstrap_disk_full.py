@@ -35,17 +35,11 @@ from tests.support.procs import DATABUS, free_port
 from tests.support.shop import TABLES, Writer, create_shop, txlog_max
 from tests.support.writers import Repeating
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("mount")]
 
 DISK = 2 << 20  # the store's tmpfs: a few hundred windows fit
 NOTICE = 30.0  # seconds for the producer to meet the full disk and say so
 
-
-@pytest.fixture(autouse=True)
-def _mount() -> None:
-    reason = faults.mount_unavailable()
-    if reason is not None:
-        pytest.skip(reason)
 
 
 @dataclass

@@ -34,18 +34,12 @@ from tests.support.shop import TABLES, Writer, create_shop, txlog_max
 from tests.support.verify import check_delivery, read_windows
 from tests.support.writers import Repeating
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("nft")]
 
 TIMEOUT = 3  # the chain relay's source.network_timeout
 NOTICE = TIMEOUT + 8.0  # seconds to say so: long poll, deadline, scheduling slack
 CUT = NOTICE + 2.0
 
-
-@pytest.fixture(autouse=True)
-def _nft() -> None:
-    reason = faults.nft_unavailable()
-    if reason is not None:
-        pytest.skip(reason)
 
 
 @dataclass

@@ -30,17 +30,11 @@ from tests.support.recorder import Recorder
 from tests.support.relay_cluster import writing
 from tests.support.verify import check_delivery, read_windows
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("nft")]
 
 POLL, HTTP = 1.0, 3.0  # the client's long poll and its HTTP deadline beyond it
 MOVED = POLL + HTTP + 6.0  # seconds to read from the other relay: deadline plus slack
 
-
-@pytest.fixture(autouse=True)
-def _nft() -> None:
-    reason = faults.nft_unavailable()
-    if reason is not None:
-        pytest.skip(reason)
 
 
 @dataclass

@@ -33,16 +33,10 @@ from tests.support.procs import free_port
 from tests.support.relay_cluster import writing
 from tests.support.verify import check_delivery, read_windows
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("mount")]
 
 DISK, BUFFER = 48 << 20, 16 << 20  # the tmpfs, the buffer file on it
 
-
-@pytest.fixture(autouse=True)
-def _mount() -> None:
-    reason = faults.mount_unavailable()
-    if reason is not None:
-        pytest.skip(reason)
 
 
 @dataclass

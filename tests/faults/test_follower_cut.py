@@ -39,19 +39,13 @@ from tests.support.verify import check_delivery, read_windows
 from tests.support.writers import Repeating
 from tests.support.zookeeper import ZooKeeper
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("nft")]
 
 MEMBERS = ("m1", "m2")
 NOTICE = SESSION + 0.5 + 6.0  # the deadline (default: the session timeout), long poll, slack
 LEAVE = NOTICE + 2 * SESSION + 4.0  # then out of the election (slack for the watch)
 CUT = LEAVE + 3.0
 
-
-@pytest.fixture(autouse=True)
-def _nft() -> None:
-    reason = faults.nft_unavailable()
-    if reason is not None:
-        pytest.skip(reason)
 
 
 @dataclass

@@ -34,16 +34,10 @@ from tests.support.shop import Writer, create_shop, txlog_max
 from tests.support.verify import check_delivery, read_windows
 from tests.support.zookeeper import ZooKeeper
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("nft")]
 
 MEMBERS = ("m1", "m2", "m3")
 
-
-@pytest.fixture(autouse=True)
-def _nft() -> None:
-    reason = faults.nft_unavailable()
-    if reason is not None:
-        pytest.skip(reason)
 
 
 @dataclass

@@ -35,17 +35,11 @@ from tests.support.procs import free_port
 from tests.support.relay_cluster import writing
 from tests.support.verify import check_delivery, read_windows
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("nft")]
 
 NOTICE = 15.0  # seconds: read timeout (5 heartbeats of 1 s) plus scheduling slack
 CUT = 12.0  # seconds the server stays unreachable: past the read and connect timeouts
 
-
-@pytest.fixture(autouse=True)
-def _nft() -> None:
-    reason = faults.nft_unavailable()
-    if reason is not None:
-        pytest.skip(reason)
 
 
 def _writer(server: MariaDB) -> Any:

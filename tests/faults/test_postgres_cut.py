@@ -31,18 +31,12 @@ from tests.support.shop import Change
 from tests.support.verify import check_delivery, read_windows
 from tests.support.writers import Repeating
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("nft")]
 
 TIMEOUT = 4  # the relay's source.network_timeout
 NOTICE = TIMEOUT + 8.0  # seconds to say so: the deadline plus scheduling slack
 CUT = NOTICE + 2.0  # seconds the server stays unreachable
 
-
-@pytest.fixture(autouse=True)
-def _nft() -> None:
-    reason = faults.nft_unavailable()
-    if reason is not None:
-        pytest.skip(reason)
 
 
 @dataclass
