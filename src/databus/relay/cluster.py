@@ -27,7 +27,9 @@ or follower) that holds windows past the point where the newest epoch starts (it
 copied or captured windows the new leader never had) drops its buffer and copies the
 new leader's: its windows could otherwise differ from the cluster's.
 So does a follower the leader answers ``ScnNotFound`` (it fell off the leader's
-buffer): stopped, it would hold the leader's high-water mark at its position.
+buffer): stopped, it would hold the leader's high-water mark at its position. A member
+that drops its buffer while contending leaves the election (elected in between, it steps
+back) until it holds the leader's mark again (:mod:`databus.relay.following`).
 
 **Capture failures.** A leader whose capture stopped on a terminal error (fetcher
 state ``failed``) does not stay leader while capturing nothing: it deletes its
@@ -115,6 +117,8 @@ class ClusterMember(Following):
         self._lease: Lease | None = None  # a co-leader's
         self._failed_at = float("-inf")  # when capture as leader last failed (monotonic)
         self._cut_since: float | None = None  # a follower failing to read its leader since
+        self._drops = 0  # buffers dropped (following.py); compared while contending
+        self._drops_contending = 0  # the count when this member joined the election
         self._thread = threading.Thread(target=self._run, name="databus-cluster", daemon=True)
 
     # -- life cycle ------------------------------------------------------------------
@@ -282,6 +286,7 @@ class ClusterMember(Following):
                 self._colead(lease)
                 continue
             election = nodes.election()
+            self._drops_contending = self._drops
             worker = threading.Thread(target=self._contend, args=(election,), daemon=True)
             worker.start()
             # follow the leader until elected (then _contend runs _lead) or stopped, or
@@ -294,6 +299,11 @@ class ClusterMember(Following):
                 self._publish_member()
                 self._copy_again_if_lost()
                 if self.role == "follower" and self._colead_ready():
+                    break
+                if self._drops != self._drops_contending:
+                    log.warning("cluster %s: this member dropped its buffer: leaving the"
+                                " election until it holds the leader's mark again",
+                                self.address)
                     break
                 if self._cut_from_leader():
                     log.warning(
@@ -353,6 +363,12 @@ class ClusterMember(Following):
         """Called by the election when this member leads; returns when it no longer does."""
         nodes = self._nodes
         assert nodes is not None
+        if self._drops != self._drops_contending:
+            # elected between dropping its buffer and leaving the election: it holds less
+            # than consumers may have read, so it steps back (the next contender leads)
+            log.warning("cluster %s: elected right after dropping its buffer: not leading",
+                        self.address)
+            return
         self._lost.clear()
         with self._roles:
             self.role = "leader"

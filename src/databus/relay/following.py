@@ -40,6 +40,7 @@ class Following:
     _failed_at: float
     _cut_since: float | None
     _synced_epoch: int
+    _drops: int  # buffers dropped so far (a contender that drops its own leaves)
 
     @property
     def url(self) -> str:
@@ -70,11 +71,26 @@ class Following:
             if self.leader_url is None or told is None:
                 now = time.monotonic()
                 leaderless_since = leaderless_since or now
-                if (self.leader_url is None and self.relay.buffer.max_scn >= self._hw.told) \
+                if (self.leader_url is None and self.relay.buffer.max_scn >= self._hw.told
+                        and self.relay.buffer.max_scn >= self._history()) \
                         or now - leaderless_since > 2 * self.config.session_timeout:
                     return
             else:
                 leaderless_since = None
+
+    def _history(self) -> int:
+        """Where the newest epoch began (-1: no epoch, or ZooKeeper unreadable now): a
+        member whose buffer ends before it lacks windows consumers may have read, so
+        with no leader it lets a member that holds them take over first (after two
+        session timeouts without one it contends anyway: a whole cluster restarted
+        without persistent buffers must still elect someone)."""
+        if self._nodes is None:
+            return -1
+        try:
+            newest = self._nodes.newest_epoch()
+        except DatabusError:
+            return -1
+        return newest[1] if newest is not None else -1
 
     def _after_failure(self) -> None:
         """Follow without contending for a while after capture failed as leader (see
@@ -124,6 +140,7 @@ class Following:
                         " began: they may differ from the new leader's; dropping the buffer"
                         " and copying the leader's", self.address, after, n)
             self.relay.reset_buffer()
+            self._drops += 1  # not a contender until caught up again (_catch_up)
 
     def _copy_again_if_lost(self) -> None:
         """A follower whose copy stopped because the leader no longer holds its position
@@ -143,4 +160,5 @@ class Following:
                         " dropping the buffer and copying the leader's again", self.address)
             self.relay.switch_source(idle_source(self.relay.source.registry()))
             self.relay.reset_buffer()
+            self._drops += 1  # not a contender until caught up again (_catch_up)
         self._follow()  # a new chain source, from the leader's oldest window
