@@ -68,12 +68,15 @@ def test_available_now_runs_continue_exactly_where_the_last_stopped(
     assert run_available_now(df, out, ckpt) == []
 
 
-def batches_while_writing(df: DataFrame, ckpt: Path, write: Callable[[], None]
+def batches_while_writing(df: DataFrame, ckpt: Path, write: Callable[[], int]
                           ) -> list[list[int]]:
     """The window SCNs of each batch's rows: a first batch, then ``write()`` while running.
 
-    On Spark 4.1 the first batch a reader plans is not capped (databus.spark.limits);
-    the windows written afterwards come in batches the limit shapes."""
+    ``write`` returns how many rows the query must have seen in all: the query runs
+    until then, since ``processAllAvailable`` can return while a trigger that planned
+    before the writes ended still reports no new data (seen on Spark 4.2). On Spark
+    4.1 the first batch a reader plans is not capped (databus.spark.limits); the
+    windows written afterwards come in batches the limit shapes."""
     seen: list[list[int]] = []
 
     def batch(b: DataFrame, _batch_id: int) -> None:
@@ -85,8 +88,10 @@ def batches_while_writing(df: DataFrame, ckpt: Path, write: Callable[[], None]
          .trigger(processingTime="20 milliseconds").start())
     try:
         q.processAllAvailable()
-        write()
-        q.processAllAvailable()
+        want = write()
+        deadline = time.monotonic() + 120
+        while sum(map(len, seen)) < want and time.monotonic() < deadline:
+            q.processAllAvailable()
     finally:
         q.stop()
     assert q.exception() is None
@@ -99,7 +104,7 @@ def test_max_rows_per_batch_splits_on_window_boundaries(
     w.transaction()
     wait_relay(relay, db)
 
-    def write() -> None:
+    def write() -> int:
         con = sqlite3.connect(db, isolation_level=None)
         for t in range(40):  # windows of 1..25 rows, committed faster than batches run
             con.execute("BEGIN")
@@ -109,6 +114,7 @@ def test_max_rows_per_batch_splits_on_window_boundaries(
             con.execute("COMMIT")
         con.close()
         wait_relay(relay, db)
+        return len(relay_events(relay.url, "orders"))
 
     df = stream(spark, relay, "orders", partitions=2, maxRowsPerBatch=40)
     batches = batches_while_writing(df, tmp_path / "ckpt", write)
