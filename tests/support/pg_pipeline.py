@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 
-from tests.support.pipeline import RelayPipeline, recorder_args, relay_args
+from tests.support.pipeline import RelayPipeline, recorder_args, relay_args, relay_max_scn
 from tests.support.postgres import PostgreSQL
 from tests.support.procs import free_port
 from tests.support.shop import Change
@@ -69,7 +70,18 @@ class Pipeline(RelayPipeline):
                 seen[scn] = len(events)
             return sum(seen.values()) >= changes
 
-        self.wait(f"{changes} changes recorded", done, timeout, interval=0.5)
+        try:
+            self.wait(f"{changes} changes recorded", done, timeout, interval=0.5)
+        except AssertionError as exc:
+            windows = dict(read_windows(self.record))
+            try:
+                held: object = relay_max_scn(self.url)
+            except httpx.HTTPError as why:
+                held = why
+            raise AssertionError(
+                f"recorded {sum(map(len, windows.values()))} changes in {len(windows)} windows"
+                f" up to scn {max(windows, default=-1)}; the relay holds up to scn {held};"
+                f" the slot is confirmed to {self.slot_confirmed()}\n{exc}") from None
 
 
 SCHEMA = [

@@ -125,7 +125,22 @@ class ProcessPipeline:
             self.alive()
             return pred()
 
-        return wait_until(alive_and, timeout, f"{what} (logs in {self.tmp})", interval=interval)
+        try:
+            return wait_until(alive_and, timeout, f"{what} (logs in {self.tmp})",
+                              interval=interval)
+        except AssertionError as exc:
+            # the temporary directory is gone by the time a CI failure is read
+            raise AssertionError(f"{exc}\n{self.log_tails()}") from None
+
+    def log_tails(self, lines: int = 12) -> str:
+        """The last ``lines`` lines of every process's log: a timed-out wait's post-mortem."""
+        out = []
+        for name in self.procs:
+            path = self.log(name)
+            text = path.read_text(errors="replace").splitlines() if path.exists() else []
+            out.append(f"--- {name} ({path.name}, last {lines} lines)")
+            out.extend(line[:300] for line in text[-lines:])
+        return "\n".join(out)
 
     def wait_dump(self, server: MariaDB, timeout: float = 120.0) -> None:
         """Until a relay's replication connection streams from ``server`` (a new relay
