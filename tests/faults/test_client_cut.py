@@ -59,7 +59,9 @@ def _writer(server: MariaDB) -> Any:
                            client_flag=CLIENT.MULTI_STATEMENTS, connect_timeout=10)
 
 
-@pytest.mark.parametrize("direction", ["both", "to", "from"])
+# one asymmetric cut here (the relay's requests dropped), the other in test_mariadb_cut:
+# each case costs about 20 s
+@pytest.mark.parametrize("direction", ["both", "to"])
 def test_a_client_cut_off_from_one_relay_moves_to_the_other(
         tmp_path: Path, direction: faults.Direction) -> None:
     server = MariaDB(tmp_path / "db")

@@ -88,7 +88,9 @@ class Pipeline(RelayPipeline):
                           buffer_path=self.tmp / "relay.buf")
 
 
-@pytest.mark.parametrize("direction", ["both", "to", "from"])
+# one asymmetric cut here (the server's answers dropped), the other in test_client_cut:
+# each case costs about 20 s
+@pytest.mark.parametrize("direction", ["both", "from"])
 def test_a_relay_cut_off_from_mariadb_notices_says_so_and_continues(
         tmp_path: Path, direction: faults.Direction) -> None:
     server = MariaDB(tmp_path / "db")
