@@ -17,18 +17,18 @@ from __future__ import annotations
 
 import re
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from databus.core.checkpoint import Checkpoint
 from tests.support.relay_cluster import Cluster
 from tests.support.shop import Writer, create_shop
+from tests.support.writers import Repeating
 from tests.support.zookeeper import ZooKeeper
 
 LEADS = re.compile(r"member (m\d) leads \(epoch (\d+)\) after scn (-?\d+)")
@@ -53,19 +53,7 @@ def _log(c: Cluster, member: str) -> str:
 def test_takeover_after_a_dropped_buffer_serves_the_takeover_scn(
         cluster: tuple[Cluster, Writer]) -> None:
     c, w = cluster
-    done, errors = threading.Event(), []
-
-    def write() -> None:
-        try:
-            while not done.is_set():
-                w.transaction()
-                done.wait(0.005)
-        except BaseException as exc:
-            errors.append(exc)
-
-    writer = threading.Thread(target=write)
-    writer.start()
-    try:
+    with Repeating(w.transaction, 0.005):
         c.wait("m2 to catch up and contend", lambda: "m2" in c.contenders(), 60)
         time.sleep(1.0)
         # the follower restarts: it drops its buffer and copies the leader's again
@@ -92,25 +80,15 @@ def test_takeover_after_a_dropped_buffer_serves_the_takeover_scn(
                       timeout=30)
         assert r.status_code == 200, r.text
         assert r.content, "nothing served after the takeover SCN"
-    finally:
-        done.set()
-        writer.join(30)
-    assert not errors, errors
 
 
 class SmallCluster(Cluster):
     """Members whose buffers hold 256 KiB (a few seconds of the writer)
     and whose ZooKeeper sessions last 10 s (a follower paused for less stays in the election)."""
 
-    def args(self, name: str) -> list[str]:
-        args = super().args(name)
-        conf = self.tmp / f"{name}.yaml"
-        if name in ("m1", "m2"):
-            data = yaml.safe_load(conf.read_text())
-            data["buffer"]["capacity_bytes"] = 256 << 10
-            data["cluster"]["session_timeout"] = 10.0
-            conf.write_text(yaml.safe_dump(data))
-        return args
+    def configure(self, member: str, config: dict[str, Any]) -> None:
+        config["buffer"]["capacity_bytes"] = 256 << 10
+        config["cluster"]["session_timeout"] = 10.0
 
 
 def _served(c: Cluster, member: str, after: int) -> bool:
@@ -135,19 +113,7 @@ def test_a_follower_that_fell_off_the_leaders_buffer_copies_again(
         c.start("m1")
         c.wait("m1 to lead", lambda: c.leader() == "m1", 60)
         c.start("m2")
-        done, errors = threading.Event(), []
-
-        def write() -> None:
-            try:
-                while not done.is_set():
-                    w.transaction()
-                    done.wait(0.002)
-            except BaseException as exc:
-                errors.append(exc)
-
-        writer = threading.Thread(target=write)
-        writer.start()
-        try:
+        with Repeating(w.transaction, 0.002):
             c.wait("m2 to catch up and contend", lambda: "m2" in c.contenders(), 60)
             time.sleep(1.0)
             c.procs["m2"].send_signal(signal.SIGSTOP)  # shorter than its session
@@ -167,7 +133,3 @@ def test_a_follower_that_fell_off_the_leaders_buffer_copies_again(
             assert "copying the leader's again" in _log(c, "m2")
             # and m2 holds the leader's windows again
             c.wait("m2 to copy the leader's windows", lambda: c.max_scn("m2") >= top, 30)
-        finally:
-            done.set()
-            writer.join(30)
-        assert not errors, errors
