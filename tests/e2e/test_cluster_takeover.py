@@ -19,6 +19,7 @@ import re
 import signal
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +35,23 @@ from tests.support.zookeeper import ZooKeeper
 LEADS = re.compile(r"member (m\d) leads \(epoch (\d+)\) after scn (-?\d+)")
 
 
-@pytest.fixture
-def cluster(tmp_path: Path, zookeeper: ZooKeeper) -> Iterator[tuple[Cluster, Writer]]:
+@contextmanager
+def _two_members(tmp_path: Path, zookeeper: ZooKeeper, kind: type[Cluster], name: str,
+                 seed: int) -> Iterator[tuple[Cluster, Writer]]:
+    """A SQLite shop and its writer (``seed``; not writing yet), and a cluster ``name``
+    of ``kind`` whose m1 leads and whose m2 has started."""
     db = tmp_path / "shop.db"
     create_shop(db)
-    with Writer(db, seed=35) as w, Cluster(tmp_path, db, zookeeper, "takeover") as c:
+    with Writer(db, seed=seed) as w, kind(tmp_path, db, zookeeper, name) as c:
         c.start("m1")
         c.wait("m1 to lead", lambda: c.leader() == "m1", 60)
         c.start("m2")
+        yield c, w
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, zookeeper: ZooKeeper) -> Iterator[tuple[Cluster, Writer]]:
+    with _two_members(tmp_path, zookeeper, Cluster, "takeover", seed=35) as (c, w):
         yield c, w
 
 
@@ -107,29 +117,24 @@ def test_a_follower_that_fell_off_the_leaders_buffer_copies_again(
     stopped for good while staying in the election, so the leader's high-water mark
     stayed at its position: consumers were served nothing and fell off the leader's
     buffer. Such a follower drops its buffer and copies the leader's again."""
-    db = tmp_path / "shop.db"
-    create_shop(db)
-    with Writer(db, seed=36) as w, SmallCluster(tmp_path, db, zookeeper, "fell-off") as c:
-        c.start("m1")
-        c.wait("m1 to lead", lambda: c.leader() == "m1", 60)
-        c.start("m2")
-        with Repeating(w.transaction, 0.002):
-            c.wait("m2 to catch up and contend", lambda: "m2" in c.contenders(), 60)
-            time.sleep(1.0)
-            c.procs["m2"].send_signal(signal.SIGSTOP)  # shorter than its session
-            try:
-                # m2 holds at most what m1 holds now (it copies m1's windows)
-                gone = Checkpoint.after(c.max_scn("m1")).to_json()
-                c.wait("m1 to evict m2's position", lambda: httpx.get(
-                    f"{c.url('m1')}/stream", params={"checkPoint": gone, "timeout": "0"},
-                    timeout=10).status_code == 410, 8.0, interval=0.05)
-            finally:
-                c.procs["m2"].send_signal(signal.SIGCONT)
-            time.sleep(2.0)
-            top = c.max_scn("m1")
-            # the leader's consumers are served past where m2 fell off
-            c.wait("m1's consumers to be served new windows",
-                   lambda: _served(c, "m1", top), 30, interval=0.5)
-            assert "copying the leader's again" in _log(c, "m2")
-            # and m2 holds the leader's windows again
-            c.wait("m2 to copy the leader's windows", lambda: c.max_scn("m2") >= top, 30)
+    with _two_members(tmp_path, zookeeper, SmallCluster, "fell-off", seed=36) as (c, w), \
+            Repeating(w.transaction, 0.002):
+        c.wait("m2 to catch up and contend", lambda: "m2" in c.contenders(), 60)
+        time.sleep(1.0)
+        c.procs["m2"].send_signal(signal.SIGSTOP)  # shorter than its session
+        try:
+            # m2 holds at most what m1 holds now (it copies m1's windows)
+            gone = Checkpoint.after(c.max_scn("m1")).to_json()
+            c.wait("m1 to evict m2's position", lambda: httpx.get(
+                f"{c.url('m1')}/stream", params={"checkPoint": gone, "timeout": "0"},
+                timeout=10).status_code == 410, 8.0, interval=0.05)
+        finally:
+            c.procs["m2"].send_signal(signal.SIGCONT)
+        time.sleep(2.0)
+        top = c.max_scn("m1")
+        # the leader's consumers are served past where m2 fell off
+        c.wait("m1's consumers to be served new windows",
+               lambda: _served(c, "m1", top), 30, interval=0.5)
+        assert "copying the leader's again" in _log(c, "m2")
+        # and m2 holds the leader's windows again
+        c.wait("m2 to copy the leader's windows", lambda: c.max_scn("m2") >= top, 30)

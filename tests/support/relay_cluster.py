@@ -122,15 +122,10 @@ class Cluster(ProcessPipeline):
             zk.close()
 
     def leader(self) -> str | None:
-        for m in self.members():
-            try:
-                if self.admin(m)["cluster"]["role"] == "leader":  # type: ignore[index]
-                    return m
-            except httpx.HTTPError:
-                continue
-        return None
+        """The member whose ``/admin`` says it leads (None while none does)."""
+        return self.leader_among(but=None)
 
-    def leader_among(self, but: str) -> str | None:
+    def leader_among(self, but: str | None) -> str | None:
         """The leader among the members other than ``but``."""
         for m in self.members():
             if m == but:
