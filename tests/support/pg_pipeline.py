@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
 import psycopg
 
@@ -79,12 +79,9 @@ class Pipeline(RelayPipeline):
         self.wait(f"{changes} changes recorded", done, timeout, interval=0.5)
 
 
-P = TypeVar("P", bound=Pipeline)
-
-
 @contextmanager
-def shop_pipeline(tmp: Path, kind: type[P] = Pipeline, *,  # type: ignore[assignment]
-                  shutdown: str = "smart") -> Iterator[P]:
+def shop_pipeline(tmp: Path, kind: type[Pipeline] = Pipeline, *,
+                  shutdown: str = "smart") -> Iterator[Pipeline]:
     """See the module docstring. After the block the pipeline stops, then the server
     (by a ``shutdown`` of that mode first: ``fast`` ends sessions a smart one waits for)."""
     with PostgreSQL(settings=SETTINGS) as server:
