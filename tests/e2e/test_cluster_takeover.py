@@ -17,31 +17,41 @@ from __future__ import annotations
 
 import re
 import signal
-import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from databus.core.checkpoint import Checkpoint
 from tests.support.relay_cluster import Cluster
 from tests.support.shop import Writer, create_shop
+from tests.support.writers import Repeating
 from tests.support.zookeeper import ZooKeeper
 
 LEADS = re.compile(r"member (m\d) leads \(epoch (\d+)\) after scn (-?\d+)")
 
 
-@pytest.fixture
-def cluster(tmp_path: Path, zookeeper: ZooKeeper) -> Iterator[tuple[Cluster, Writer]]:
+@contextmanager
+def _two_members(tmp_path: Path, zookeeper: ZooKeeper, kind: type[Cluster], name: str,
+                 seed: int) -> Iterator[tuple[Cluster, Writer]]:
+    """A SQLite shop and its writer (``seed``; not writing yet), and a cluster ``name``
+    of ``kind`` whose m1 leads and whose m2 has started."""
     db = tmp_path / "shop.db"
     create_shop(db)
-    with Writer(db, seed=35) as w, Cluster(tmp_path, db, zookeeper, "takeover") as c:
+    with Writer(db, seed=seed) as w, kind(tmp_path, db, zookeeper, name) as c:
         c.start("m1")
         c.wait("m1 to lead", lambda: c.leader() == "m1", 60)
         c.start("m2")
+        yield c, w
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, zookeeper: ZooKeeper) -> Iterator[tuple[Cluster, Writer]]:
+    with _two_members(tmp_path, zookeeper, Cluster, "takeover", seed=35) as (c, w):
         yield c, w
 
 
@@ -53,19 +63,7 @@ def _log(c: Cluster, member: str) -> str:
 def test_takeover_after_a_dropped_buffer_serves_the_takeover_scn(
         cluster: tuple[Cluster, Writer]) -> None:
     c, w = cluster
-    done, errors = threading.Event(), []
-
-    def write() -> None:
-        try:
-            while not done.is_set():
-                w.transaction()
-                done.wait(0.005)
-        except BaseException as exc:
-            errors.append(exc)
-
-    writer = threading.Thread(target=write)
-    writer.start()
-    try:
+    with Repeating(w.transaction, 0.005):
         c.wait("m2 to catch up and contend", lambda: "m2" in c.contenders(), 60)
         time.sleep(1.0)
         # the follower restarts: it drops its buffer and copies the leader's again
@@ -92,25 +90,15 @@ def test_takeover_after_a_dropped_buffer_serves_the_takeover_scn(
                       timeout=30)
         assert r.status_code == 200, r.text
         assert r.content, "nothing served after the takeover SCN"
-    finally:
-        done.set()
-        writer.join(30)
-    assert not errors, errors
 
 
 class SmallCluster(Cluster):
     """Members whose buffers hold 256 KiB (a few seconds of the writer)
     and whose ZooKeeper sessions last 10 s (a follower paused for less stays in the election)."""
 
-    def args(self, name: str) -> list[str]:
-        args = super().args(name)
-        conf = self.tmp / f"{name}.yaml"
-        if name in ("m1", "m2"):
-            data = yaml.safe_load(conf.read_text())
-            data["buffer"]["capacity_bytes"] = 256 << 10
-            data["cluster"]["session_timeout"] = 10.0
-            conf.write_text(yaml.safe_dump(data))
-        return args
+    def configure(self, member: str, config: dict[str, Any]) -> None:
+        config["buffer"]["capacity_bytes"] = 256 << 10
+        config["cluster"]["session_timeout"] = 10.0
 
 
 def _served(c: Cluster, member: str, after: int) -> bool:
@@ -129,45 +117,24 @@ def test_a_follower_that_fell_off_the_leaders_buffer_copies_again(
     stopped for good while staying in the election, so the leader's high-water mark
     stayed at its position: consumers were served nothing and fell off the leader's
     buffer. Such a follower drops its buffer and copies the leader's again."""
-    db = tmp_path / "shop.db"
-    create_shop(db)
-    with Writer(db, seed=36) as w, SmallCluster(tmp_path, db, zookeeper, "fell-off") as c:
-        c.start("m1")
-        c.wait("m1 to lead", lambda: c.leader() == "m1", 60)
-        c.start("m2")
-        done, errors = threading.Event(), []
-
-        def write() -> None:
-            try:
-                while not done.is_set():
-                    w.transaction()
-                    done.wait(0.002)
-            except BaseException as exc:
-                errors.append(exc)
-
-        writer = threading.Thread(target=write)
-        writer.start()
+    with _two_members(tmp_path, zookeeper, SmallCluster, "fell-off", seed=36) as (c, w), \
+            Repeating(w.transaction, 0.002):
+        c.wait("m2 to catch up and contend", lambda: "m2" in c.contenders(), 60)
+        time.sleep(1.0)
+        c.procs["m2"].send_signal(signal.SIGSTOP)  # shorter than its session
         try:
-            c.wait("m2 to catch up and contend", lambda: "m2" in c.contenders(), 60)
-            time.sleep(1.0)
-            c.procs["m2"].send_signal(signal.SIGSTOP)  # shorter than its session
-            try:
-                # m2 holds at most what m1 holds now (it copies m1's windows)
-                gone = Checkpoint.after(c.max_scn("m1")).to_json()
-                c.wait("m1 to evict m2's position", lambda: httpx.get(
-                    f"{c.url('m1')}/stream", params={"checkPoint": gone, "timeout": "0"},
-                    timeout=10).status_code == 410, 8.0, interval=0.05)
-            finally:
-                c.procs["m2"].send_signal(signal.SIGCONT)
-            time.sleep(2.0)
-            top = c.max_scn("m1")
-            # the leader's consumers are served past where m2 fell off
-            c.wait("m1's consumers to be served new windows",
-                   lambda: _served(c, "m1", top), 30, interval=0.5)
-            assert "copying the leader's again" in _log(c, "m2")
-            # and m2 holds the leader's windows again
-            c.wait("m2 to copy the leader's windows", lambda: c.max_scn("m2") >= top, 30)
+            # m2 holds at most what m1 holds now (it copies m1's windows)
+            gone = Checkpoint.after(c.max_scn("m1")).to_json()
+            c.wait("m1 to evict m2's position", lambda: httpx.get(
+                f"{c.url('m1')}/stream", params={"checkPoint": gone, "timeout": "0"},
+                timeout=10).status_code == 410, 8.0, interval=0.05)
         finally:
-            done.set()
-            writer.join(30)
-        assert not errors, errors
+            c.procs["m2"].send_signal(signal.SIGCONT)
+        time.sleep(2.0)
+        top = c.max_scn("m1")
+        # the leader's consumers are served past where m2 fell off
+        c.wait("m1's consumers to be served new windows",
+               lambda: _served(c, "m1", top), 30, interval=0.5)
+        assert "copying the leader's again" in _log(c, "m2")
+        # and m2 holds the leader's windows again
+        c.wait("m2 to copy the leader's windows", lambda: c.max_scn("m2") >= top, 30)

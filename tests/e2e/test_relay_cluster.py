@@ -19,7 +19,6 @@ import json
 import random
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +30,13 @@ import sqlalchemy as sa
 from tests.support.mariadb import BINLOG_SETTINGS, MariaDB
 from tests.support.mysql_workload import SCHEMA, Workload, connect_writer
 from tests.support.procs import DATABUS
-from tests.support.relay_cluster import Cluster, same_windows, wait_agreement, writing
+from tests.support.relay_cluster import (
+    Cluster,
+    same_windows,
+    settled,
+    wait_agreement,
+    writing,
+)
 from tests.support.shop import (
     TABLES,
     Writer,
@@ -39,9 +44,9 @@ from tests.support.shop import (
     create_shop,
     table_rows,
     target_rows,
-    txlog_max,
 )
 from tests.support.verify import check_delivery, read_windows
+from tests.support.writers import Repeating
 from tests.support.zookeeper import ZooKeeper
 
 
@@ -59,40 +64,15 @@ def cluster(tmp_path: Path, zookeeper: ZooKeeper,
         yield c, w
 
 
-def _settled(c: Cluster, w: Writer) -> None:
-    """Every member holds the source's newest change, and the recorder has it."""
-    want = txlog_max(w.path)
-
-    def done() -> bool:
-        tops = {c.max_scn(m) for m in c.members()}
-        recorded = read_windows(c.record)
-        return tops == {max(tops)} and max(tops) >= want and bool(recorded) \
-            and recorded[-1][0] == max(tops)
-
-    c.wait("every member and the recorder to hold the last change", done, 120, interval=0.5)
-
-
 @pytest.mark.slow
 def test_leader_killed_five_times_under_writes(cluster: tuple[Cluster, Writer]) -> None:
     c, w = cluster
     c.start("chain")
     c.start("replicate")
     c.start("bootstrap")
-    done, errors = threading.Event(), []
-
-    def write() -> None:
-        try:
-            while not done.is_set():
-                w.transaction()
-                done.wait(0.005)
-        except BaseException as exc:
-            errors.append(exc)
-
-    writer = threading.Thread(target=write)
-    writer.start()
     rng = random.Random(3)
     leaders = []
-    try:
+    with Repeating(w.transaction, 0.005):
         for _ in range(5):
             time.sleep(rng.uniform(1.0, 3.0))
             leader = c.wait("a leader", c.leader, 60)
@@ -103,11 +83,7 @@ def test_leader_killed_five_times_under_writes(cluster: tuple[Cluster, Writer]) 
                    and n, 60)
             c.start(leader)  # back as a member (its buffer may be dropped: it diverged)
         time.sleep(1.0)
-    finally:
-        done.set()
-        writer.join(30)
-    assert not errors, errors
-    _settled(c, w)
+    settled(c, w)
     stats = check_delivery(read_windows(c.record), w.committed, w.rolled_back)
     # at-least-once of the window in flight at each failover, nothing more
     assert stats["repeated_windows"] <= 5, stats
@@ -145,7 +121,7 @@ def test_a_paused_leader_publishes_nothing_after_losing_the_lead(
     c, w = cluster
     for _ in range(50):
         w.transaction()
-    _settled(c, w)
+    settled(c, w)
     old = c.wait("a leader", c.leader, 60)
     # roles and positions, as ZooKeeper shows them, from the command line
     out = subprocess.run([*DATABUS, "cluster", "status", c.address, "--json"],
@@ -168,7 +144,7 @@ def test_a_paused_leader_publishes_nothing_after_losing_the_lead(
         proc.send_signal(signal.SIGCONT)
     for _ in range(30):
         w.transaction()
-    _settled(c, w)
+    settled(c, w)
     admin = c.admin(old)
     assert admin["cluster"]["role"] == "follower", admin  # type: ignore[index]
     log = " ".join(c.log(old).read_text().split())  # the console log wraps long lines
@@ -199,7 +175,7 @@ def test_a_zookeeper_outage_of_ten_seconds(tmp_path: Path) -> None:
         c.start("recorder")
         for _ in range(50):
             w.transaction()
-        _settled(c, w)
+        settled(c, w)
         served_before = {m: c.body(m) for m in c.members()}
         zk.pause()
         try:
@@ -213,7 +189,7 @@ def test_a_zookeeper_outage_of_ten_seconds(tmp_path: Path) -> None:
             zk.resume()
         for _ in range(50):
             w.transaction()
-        _settled(c, w)
+        settled(c, w)
         check_delivery(read_windows(c.record), w.committed, w.rolled_back)
         same_windows(c)
         assert c.leader() is not None

@@ -18,7 +18,6 @@ import json
 import random
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,11 +33,13 @@ from tests.support.procs import DATABUS
 from tests.support.relay_cluster import (
     Cluster,
     same_windows,
+    settled,
     wait_agreement,
     writing,
 )
-from tests.support.shop import Change, Writer, create_shop, txlog_max
+from tests.support.shop import Change, Writer, create_shop
 from tests.support.verify import check_delivery, read_windows
+from tests.support.writers import Repeating
 from tests.support.zookeeper import ZooKeeper
 
 MEMBERS = ("m1", "m2", "m3", "m4")
@@ -97,38 +98,13 @@ def two_leaders(tmp_path: Path, zookeeper: ZooKeeper) -> Iterator[tuple[TwoLeade
         yield c, w
 
 
-def _settled(c: TwoLeaders, w: Writer) -> None:
-    want = txlog_max(w.path)
-
-    def done() -> bool:
-        tops = {c.max_scn(m) for m in c.members()}
-        recs = [read_windows(c.record), read_windows(c.record2)]
-        return tops == {max(tops)} and max(tops) >= want and all(
-            r and r[-1][0] == max(tops) for r in recs)
-
-    c.wait("every member and both recorders to hold the last change", done, 120,
-           interval=0.5)
-
-
 @pytest.mark.slow
 def test_two_leaders_killed_in_turn_under_writes(
         two_leaders: tuple[TwoLeaders, Writer]) -> None:
     c, w = two_leaders
-    done, errors = threading.Event(), []
-
-    def write() -> None:
-        try:
-            while not done.is_set():
-                w.transaction()
-                done.wait(0.005)
-        except BaseException as exc:
-            errors.append(exc)
-
-    writer = threading.Thread(target=write)
-    writer.start()
     rng = random.Random(5)
     killed: list[tuple[str, str]] = []
-    try:
+    with Repeating(w.transaction, 0.005):
         for i in range(6):
             time.sleep(rng.uniform(1.0, 3.0))
             role = ("leader", "coleader")[i % 2]
@@ -145,11 +121,7 @@ def test_two_leaders_killed_in_turn_under_writes(
             c.wait(f"a new {role}", lambda r=role, v=victim: c.with_role(r, but=v), 60)
             c.start(victim)  # back as a member
         time.sleep(1.0)
-    finally:
-        done.set()
-        writer.join(30)
-    assert not errors, errors
-    _settled(c, w)
+    settled(c, w, [c.record, c.record2])
     for record in (c.record, c.record2):
         stats = check_delivery(read_windows(record), w.committed, w.rolled_back)
         # at-least-once of the window in flight when a consumer's member died
@@ -193,7 +165,7 @@ def test_a_paused_coleader_publishes_nothing_after_losing_its_lease(
         proc.send_signal(signal.SIGCONT)
     for _ in range(30):
         w.transaction()
-    _settled(c, w)
+    settled(c, w, [c.record, c.record2])
     c.wait("the old co-leader to follow", lambda: c.roles().get(old) == "follower", 30)
     log = " ".join(c.log(old).read_text().split())  # the console log wraps long lines
     assert "this relay no longer leads its cluster" in log, log[-3000:]

@@ -45,7 +45,16 @@ from databus.sources.mysql.checks import parse_mysql_url
 from databus.sources.mysql.connection import BinlogStream, master_status
 from tests.support.mariadb import MariaDB
 from tests.support.postgres import PostgreSQL
-from tests.support.procs import DATABUS, ROOT, free_port, kill9, spawn, stop, wait_http
+from tests.support.procs import (
+    DATABUS,
+    ROOT,
+    free_port,
+    kill9,
+    served_lines,
+    spawn,
+    stop,
+    wait_http,
+)
 from tests.support.wait import wait_until
 from tests.support.zookeeper import ZooKeeper
 
@@ -122,26 +131,16 @@ def config_file(path: Path, raw: dict[str, Any]) -> list[str]:
 def served_rows(url: str, table: str) -> Rows:
     """Everything ``url`` serves of ``table``, folded by key: a consumer's copy."""
     rows: Rows = {}
-    scn: int | None = None
-    while True:
-        params = {"output": "json", "size": str(32 << 20), "timeout": "0"}
-        if scn is not None:
-            params["checkPoint"] = json.dumps({"windowScn": scn, "windowOffset": -1,
-                                               "consumption_mode": "ONLINE_CONSUMPTION"})
-        r = httpx.get(f"{url}/stream", params=params, timeout=30)
-        assert r.status_code == 200, r.text
-        if not r.text:
-            return rows
-        for line in r.text.splitlines():
-            e = json.loads(line)
-            if "op" not in e or e["source"]["table"] != table:
-                continue
-            image = e["after"] or e["before"]
-            if e["op"] == "d":
-                rows.pop(int(image["id"]), None)
-            else:
-                rows[int(image["id"])] = {k: e["after"][k] for k in ("id", "qty", "note")}
-        scn = int(r.headers["X-Databus-Last-Window-Scn"])
+    for line in served_lines(url):
+        e = json.loads(line)
+        if "op" not in e or e["source"]["table"] != table:
+            continue
+        image = e["after"] or e["before"]
+        if e["op"] == "d":
+            rows.pop(int(image["id"]), None)
+        else:
+            rows[int(image["id"])] = {k: e["after"][k] for k in ("id", "qty", "note")}
+    return rows
 
 
 # -- source databases -------------------------------------------------------------------

@@ -15,50 +15,32 @@ the URL is not read)."""
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
-import pytest
 
 from databus.relay.config import parse_config
 from databus.relay.relay import Relay
 from tests.support.artifacts import artifact
 from tests.support.bootstrap import make_bootstrap
+from tests.support.browser import open_page, require_browser
 from tests.support.pulling import Pulling
 from tests.support.relays import make_relay
 from tests.support.shop import TABLES, Writer
 from tests.support.tls import add_token
 from tests.support.wait import wait_until
+from tests.support.writers import Repeating
 from tests.support.zookeeper import ZooKeeper
 
-CHROMIUM = Path("/usr/bin/chromium")
 BEHIND_S = 5.0  # the page marks a consumer this many seconds behind (ui.html's BEHIND_S)
 HOSTILE = "<b id=injected>html</b>"  # a consumer name that is markup
 
 
-def browser_driver() -> Callable[[], Any]:
-    """Playwright's ``sync_playwright``, or the test skipped naming what is missing
-    (Debian's chromium, the playwright package); no browser is ever downloaded."""
-    if not CHROMIUM.exists():
-        pytest.skip(f"no {CHROMIUM} (Debian's chromium: scripts/setup.sh with"
-                    " DATABUS_SETUP_SERVERS=1)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("no playwright Python package (the dev extra: pip install -e '.[dev]')")
-    return sync_playwright
-
-
 def test_the_page_shows_both_consumers_marks_the_stalled_one_and_capture_running(
         shop_db: Path, tmp_path: Path) -> None:
-    sync_playwright = browser_driver()
-
+    require_browser()
     relay = make_relay(shop_db, tmp_path)
-    stop_writing = threading.Event()
     with relay, Writer(shop_db) as w, Pulling(relay.url, "keeps-up") as fast, \
             Pulling(relay.url, "stalled-one") as slow:
         url = relay.url
@@ -66,70 +48,54 @@ def test_the_page_shows_both_consumers_marks_the_stalled_one_and_capture_running
         wait_until(lambda: fast.gate.events > 0 and slow.gate.events > 0, 30,
                    "both consumers to consume the first change")
         slow.gate.open.clear()
-
-        def write() -> None:  # the source keeps changing while the page is open
-            while not stop_writing.wait(0.5):
-                w.transaction()
-
-        writer = threading.Thread(target=write, daemon=True)
-        writer.start()
-        try:
-            wait_until(slow.gate.waiting.is_set, 30, "the stalled consumer to block")
-            # a consumer name is the client's to choose: the page shows it as text
-            cp = json.dumps({"windowScn": -1, "windowOffset": -1})
-            httpx.get(f"{url}/stream", params={"checkPoint": cp, "timeout": "0"},
-                      headers={"X-Databus-Consumer": HOSTILE}, timeout=10)
-            with sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True)
-                try:
-                    page = browser.new_page(viewport={"width": 1200, "height": 800})
-                    script_errors: list[str] = []
-                    page.on("pageerror", lambda e: script_errors.append(str(e)))
-                    page.goto(f"{url}/ui")
-                    fast_row = page.locator('tr[data-consumer="keeps-up"]')
-                    slow_row = page.locator('tr[data-consumer="stalled-one"]')
-                    fast_row.wait_for(timeout=15_000)
-                    slow_row.wait_for(timeout=15_000)
-                    # the stalled one is marked once BEHIND_S behind; a refresh every 2 s
-                    page.locator('tr.behind[data-consumer="stalled-one"]').wait_for(
-                        timeout=25_000)
-                    behind = float(slow_row.locator("td.seconds-behind").inner_text())
-                    assert behind >= BEHIND_S, behind
-                    assert "BEHIND" in slow_row.locator("td.name").inner_text()
-                    assert slow_row.locator("td.state").inner_text() == "online"
-                    assert slow_row.locator("td.kind").inner_text() == "client"
-                    # the one keeping up is not marked
-                    assert "behind" not in (fast_row.get_attribute("class") or "")
-                    assert float(fast_row.locator("td.seconds-behind").inner_text()) < BEHIND_S
-                    # capture and the relay itself
-                    assert page.locator("#capture-state").inner_text().startswith("running")
-                    assert page.locator("#relay-name").inner_text() == relay.stats()["name"]
-                    assert page.locator("#source-kind").inner_text() == "sqlite"
-                    assert page.locator("#ready").inner_text() == "ready"
-                    assert page.locator("#snapshot").inner_text().startswith("none running")
-                    # a chart per consumer, the stalled one's line over several refreshes
-                    # (waited for from here: the page's CSP forbids evaluating strings)
-                    line = slow_row.locator("polyline")
-                    wait_until(lambda: len((line.get_attribute("points") or "").split()) >= 3,
-                               15, "three points on the stalled consumer's chart")
-                    assert page.locator("svg.chart").count() == 3
-                    assert page.locator("#injected").count() == 0
-                    assert page.get_by_text(HOSTILE).count() == 1
-                    # its seconds behind grow with the clock while it stays stalled
-                    time.sleep(2.5)
-                    later = float(slow_row.locator("td.seconds-behind").inner_text())
-                    assert later > behind + 1.0, (behind, later)
-                    shot = artifact("ui-page.png")
-                    page.screenshot(path=str(shot), full_page=True)
-                    print(f"screenshot of the page: {shot}")
-                    assert shot.stat().st_size > 1000
-                    assert not script_errors, script_errors
-                    assert page.locator("#errors").inner_text() == "none"
-                finally:
-                    browser.close()
+        try:  # the source keeps changing while the page is open
+            with Repeating(w.transaction, 0.5), open_page(1200, 800) as (page, script_errors):
+                wait_until(slow.gate.waiting.is_set, 30, "the stalled consumer to block")
+                # a consumer name is the client's to choose: the page shows it as text
+                cp = json.dumps({"windowScn": -1, "windowOffset": -1})
+                httpx.get(f"{url}/stream", params={"checkPoint": cp, "timeout": "0"},
+                          headers={"X-Databus-Consumer": HOSTILE}, timeout=10)
+                page.goto(f"{url}/ui")
+                fast_row = page.locator('tr[data-consumer="keeps-up"]')
+                slow_row = page.locator('tr[data-consumer="stalled-one"]')
+                fast_row.wait_for(timeout=15_000)
+                slow_row.wait_for(timeout=15_000)
+                # the stalled one is marked once BEHIND_S behind; a refresh every 2 s
+                page.locator('tr.behind[data-consumer="stalled-one"]').wait_for(
+                    timeout=25_000)
+                behind = float(slow_row.locator("td.seconds-behind").inner_text())
+                assert behind >= BEHIND_S, behind
+                assert "BEHIND" in slow_row.locator("td.name").inner_text()
+                assert slow_row.locator("td.state").inner_text() == "online"
+                assert slow_row.locator("td.kind").inner_text() == "client"
+                # the one keeping up is not marked
+                assert "behind" not in (fast_row.get_attribute("class") or "")
+                assert float(fast_row.locator("td.seconds-behind").inner_text()) < BEHIND_S
+                # capture and the relay itself
+                assert page.locator("#capture-state").inner_text().startswith("running")
+                assert page.locator("#relay-name").inner_text() == relay.stats()["name"]
+                assert page.locator("#source-kind").inner_text() == "sqlite"
+                assert page.locator("#ready").inner_text() == "ready"
+                assert page.locator("#snapshot").inner_text().startswith("none running")
+                # a chart per consumer, the stalled one's line over several refreshes
+                # (waited for from here: the page's CSP forbids evaluating strings)
+                line = slow_row.locator("polyline")
+                wait_until(lambda: len((line.get_attribute("points") or "").split()) >= 3,
+                           15, "three points on the stalled consumer's chart")
+                assert page.locator("svg.chart").count() == 3
+                assert page.locator("#injected").count() == 0
+                assert page.get_by_text(HOSTILE).count() == 1
+                # its seconds behind grow with the clock while it stays stalled
+                time.sleep(2.5)
+                later = float(slow_row.locator("td.seconds-behind").inner_text())
+                assert later > behind + 1.0, (behind, later)
+                shot = artifact("ui-page.png")
+                page.screenshot(path=str(shot), full_page=True)
+                print(f"screenshot of the page: {shot}")
+                assert shot.stat().st_size > 1000
+                assert not script_errors, script_errors
+                assert page.locator("#errors").inner_text() == "none"
         finally:
-            stop_writing.set()
-            writer.join(10)
             slow.gate.open.set()
 
 
@@ -154,7 +120,7 @@ def test_the_page_of_a_cluster_member_lists_the_members_and_the_leader(
     """Two members of one cluster (in this process, ZooKeeper private to the suite): the
     page of either shows the cluster section with both members, one of them the
     leader, and its own role."""
-    sync_playwright = browser_driver()
+    require_browser()
     address = f"zk://{zookeeper.hosts}/ui-{int(time.time() * 1000) % 10**9}"
 
     def member(name: str) -> Relay:
@@ -177,72 +143,62 @@ def test_the_page_of_a_cluster_member_lists_the_members_and_the_leader(
             "name": "chain-ui", "source": {"url": f"databus+{leader.url}"},
             "http": {"port": 0}, "state_dir": str(tmp_path / "chain")}))
         with chain, Pulling(leader.url, "reader-a"), Pulling(leader.url, "reader-b"), \
-                sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True)
-            try:
-                page = browser.new_page(viewport={"width": 1200, "height": 700})
-                # the leader's page: its readers, each of a kind (the topology around it)
-                page.goto(f"{leader.url}/ui")
-                kinds = {"reader-a": "client", "reader-b": "client",
-                         "relay chain-ui": "chain relay"}
-                for name, kind in kinds.items():
-                    row = page.locator(f'tr[data-consumer="{name}"]')
-                    row.wait_for(timeout=15_000)
-                    assert row.locator("td.kind").inner_text() == kind, name
-                follower = page.locator("#consumers tbody tr", has_text="(cluster member)")
-                follower.wait_for(timeout=15_000)
-                assert follower.locator("td.kind").inner_text() == "cluster follower"
-                page.screenshot(path=str(artifact("ui-cluster-leader.png")), full_page=True)
-                page.goto(f"{m2.url}/ui")
-                rows = page.locator("#members tbody tr")
-                rows.nth(1).wait_for(timeout=15_000)  # (no wait_for_function: the CSP)
-                assert page.locator("#cluster-section").is_visible()
-                assert rows.count() == 2
-                texts = [rows.nth(i).inner_text() for i in range(2)]
-                roles = sorted(rows.nth(i).locator("td.role").inner_text() for i in range(2))
-                assert roles == ["follower", "leader"], texts
-                assert any(t.startswith("m2 (this one)") for t in texts), texts
-                assert {t.split()[0] for t in texts} == {"m1", "m2"}
-                assert page.locator("#role").inner_text().startswith("cluster member m2")
-                shot = artifact("ui-cluster-member.png")
-                page.screenshot(path=str(shot), full_page=True)
-                print(f"screenshot of the page: {shot}")
-            finally:
-                browser.close()
+                open_page(1200, 700) as (page, _):
+            # the leader's page: its readers, each of a kind (the topology around it)
+            page.goto(f"{leader.url}/ui")
+            kinds = {"reader-a": "client", "reader-b": "client",
+                     "relay chain-ui": "chain relay"}
+            for name, kind in kinds.items():
+                row = page.locator(f'tr[data-consumer="{name}"]')
+                row.wait_for(timeout=15_000)
+                assert row.locator("td.kind").inner_text() == kind, name
+            follower = page.locator("#consumers tbody tr", has_text="(cluster member)")
+            follower.wait_for(timeout=15_000)
+            assert follower.locator("td.kind").inner_text() == "cluster follower"
+            page.screenshot(path=str(artifact("ui-cluster-leader.png")), full_page=True)
+            page.goto(f"{m2.url}/ui")
+            rows = page.locator("#members tbody tr")
+            rows.nth(1).wait_for(timeout=15_000)  # (no wait_for_function: the CSP)
+            assert page.locator("#cluster-section").is_visible()
+            assert rows.count() == 2
+            texts = [rows.nth(i).inner_text() for i in range(2)]
+            roles = sorted(rows.nth(i).locator("td.role").inner_text() for i in range(2))
+            assert roles == ["follower", "leader"], texts
+            assert any(t.startswith("m2 (this one)") for t in texts), texts
+            assert {t.split()[0] for t in texts} == {"m1", "m2"}
+            assert page.locator("#role").inner_text().startswith("cluster member m2")
+            shot = artifact("ui-cluster-member.png")
+            page.screenshot(path=str(shot), full_page=True)
+            print(f"screenshot of the page: {shot}")
 
 
 def test_the_page_shows_capture_stopped(shop_db: Path, tmp_path: Path) -> None:
     """A chain relay whose upstream stops: its page turns capture from running to
     retrying with the error, readiness to NOT READY naming the capture check, the lag
     grows, and the error is listed."""
-    sync_playwright = browser_driver()
+    require_browser()
     upstream = make_relay(shop_db, tmp_path)
     with upstream, Writer(shop_db) as w:
         w.transaction()
         chain = Relay(parse_config({
             "name": "chain-stops", "source": {"url": f"databus+{upstream.url}"},
             "http": {"port": 0}, "state_dir": str(tmp_path / "chain")}))
-        with chain, sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True)
-            try:
-                page = browser.new_page(viewport={"width": 1200, "height": 700})
-                page.goto(f"{chain.url}/ui")
-                wait_until(lambda: page.locator("#capture-state").inner_text()
-                           .startswith("running"), 20, "capture shown running")
-                assert page.locator("#ready").inner_text() == "ready"
-                upstream.stop()
-                wait_until(lambda: page.locator("#capture-state").inner_text()
-                           .startswith("retrying"), 30, "capture shown retrying")
-                assert page.locator("#capture-state").get_attribute("class") == "bad"
-                assert page.locator("#capture-error").inner_text() != ""
-                wait_until(lambda: page.locator("#ready").inner_text()
-                           .startswith("NOT READY capture"), 15, "NOT READY shown")
-                wait_until(lambda: float(page.locator("#lag").inner_text().split()[0]) > 2.0,
-                           15, "the lag growing")
-                assert "capture" in page.locator("#errors").inner_text()
-                page.screenshot(path=str(artifact("ui-capture-stopped.png")), full_page=True)
-            finally:
-                browser.close()
+        with chain, open_page(1200, 700) as (page, _):
+            page.goto(f"{chain.url}/ui")
+            wait_until(lambda: page.locator("#capture-state").inner_text()
+                       .startswith("running"), 20, "capture shown running")
+            assert page.locator("#ready").inner_text() == "ready"
+            upstream.stop()
+            wait_until(lambda: page.locator("#capture-state").inner_text()
+                       .startswith("retrying"), 30, "capture shown retrying")
+            assert page.locator("#capture-state").get_attribute("class") == "bad"
+            assert page.locator("#capture-error").inner_text() != ""
+            wait_until(lambda: page.locator("#ready").inner_text()
+                       .startswith("NOT READY capture"), 15, "NOT READY shown")
+            wait_until(lambda: float(page.locator("#lag").inner_text().split()[0]) > 2.0,
+                       15, "the lag growing")
+            assert "capture" in page.locator("#errors").inner_text()
+            page.screenshot(path=str(artifact("ui-capture-stopped.png")), full_page=True)
 
 
 def test_the_bootstrap_servers_page_shows_producer_applier_and_lag(
@@ -251,7 +207,7 @@ def test_the_bootstrap_servers_page_shows_producer_applier_and_lag(
     credentials blanked), the producer and applier running, the log's range, readiness,
     and the producer's lag near 0 on a chart; the relay stopped, the lag grows with the
     clock and the page says so."""
-    sync_playwright = browser_driver()
+    require_browser()
     relay = make_relay(shop_db, tmp_path)
     with relay, Writer(shop_db) as w:
         bs = make_bootstrap(shop_db, tmp_path, relay)
@@ -262,35 +218,28 @@ def test_the_bootstrap_servers_page_shows_producer_applier_and_lag(
             w.transaction()
             wait_until(lambda: httpx.get(f"{bs.url}/admin", timeout=10).json()
                        ["producer"]["windows"] >= 1, 30, "the producer's first window")
-            with sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True)
-                try:
-                    page = browser.new_page(viewport={"width": 1000, "height": 800})
-                    script_errors: list[str] = []
-                    page.on("pageerror", lambda e: script_errors.append(str(e)))
-                    page.goto(f"{bs.url}/ui")
-                    wait_until(lambda: page.locator("#producer-state").inner_text()
-                               == "running", 15, "the producer shown running")
-                    assert page.locator("#applier-state").inner_text() == "running"
-                    assert page.locator("#relay").inner_text() == relay.url
-                    assert page.locator("#log-range").inner_text().startswith("scn ")
-                    assert page.locator("#ready").inner_text() == "ready"
-                    wait_until(lambda: page.locator("#lag").inner_text().endswith(
-                        "behind the source"), 15, "the producer's lag shown")
-                    assert float(page.locator("#lag").inner_text().split()[0]) < BEHIND_S
-                    relay.stop()  # the producer can no longer read: its lag follows the clock
-                    wait_until(lambda: page.locator("#producer-state").inner_text()
-                               .startswith("retrying: ") and float(page.locator("#lag")
-                               .inner_text().split()[0]) >= 3.0, 30,
-                               "the page to show the producer retrying, behind")
-                    wait_until(lambda: len((page.locator("#lag-chart polyline")
-                                            .get_attribute("points") or "").split()) >= 3,
-                               15, "three points on the lag chart")
-                    shot = artifact("ui-bootstrap.png")
-                    page.screenshot(path=str(shot), full_page=True)
-                    print(f"screenshot of the page: {shot}")
-                    assert not script_errors, script_errors
-                finally:
-                    browser.close()
+            with open_page(1000, 800) as (page, script_errors):
+                page.goto(f"{bs.url}/ui")
+                wait_until(lambda: page.locator("#producer-state").inner_text()
+                           == "running", 15, "the producer shown running")
+                assert page.locator("#applier-state").inner_text() == "running"
+                assert page.locator("#relay").inner_text() == relay.url
+                assert page.locator("#log-range").inner_text().startswith("scn ")
+                assert page.locator("#ready").inner_text() == "ready"
+                wait_until(lambda: page.locator("#lag").inner_text().endswith(
+                    "behind the source"), 15, "the producer's lag shown")
+                assert float(page.locator("#lag").inner_text().split()[0]) < BEHIND_S
+                relay.stop()  # the producer can no longer read: its lag follows the clock
+                wait_until(lambda: page.locator("#producer-state").inner_text()
+                           .startswith("retrying: ") and float(page.locator("#lag")
+                           .inner_text().split()[0]) >= 3.0, 30,
+                           "the page to show the producer retrying, behind")
+                wait_until(lambda: len((page.locator("#lag-chart polyline")
+                                        .get_attribute("points") or "").split()) >= 3,
+                           15, "three points on the lag chart")
+                shot = artifact("ui-bootstrap.png")
+                page.screenshot(path=str(shot), full_page=True)
+                print(f"screenshot of the page: {shot}")
+                assert not script_errors, script_errors
         finally:
             bs.stop()

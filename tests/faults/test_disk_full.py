@@ -16,6 +16,8 @@ workload (a size-limited tmpfs, filled to its last byte).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,19 +72,28 @@ def _admin(url: str) -> dict[str, Any]:
     return dict(httpx.get(f"{url}/admin", timeout=10).json())
 
 
-def test_a_full_disk_under_the_buffer_costs_it_nothing(tmp_path: Path) -> None:
+@contextmanager
+def _capturing(tmp_path: Path, seed: int, *, state_on_disk: bool = False
+               ) -> Iterator[tuple[Pipeline, Workload]]:
+    """A relay (its buffer on a small tmpfs, ``p.disk``) capturing a private MariaDB
+    with the workload's schema, a recorder reading it, and the workload (``seed``) to
+    run; all stopped after the block."""
     server = MariaDB(tmp_path / "db")
     with server, faults.small_disk(DISK) as disk, \
-            Pipeline(tmp_path, disk, server, free_port()) as p:
+            Pipeline(tmp_path, disk, server, free_port(), state_on_disk=state_on_disk) as p:
         server.execute(*SCHEMA)
         p.start("relay")
         p.wait_dump(server)
         p.start("recorder")
-        w = Workload(connect_writer(server.port), seed=89)
+        yield p, Workload(connect_writer(server.port), seed=seed)
+
+
+def test_a_full_disk_under_the_buffer_costs_it_nothing(tmp_path: Path) -> None:
+    with _capturing(tmp_path, 89) as (p, w):
         with writing(w):
             time.sleep(1.0)
-            with faults.filled(disk, leave=0):
-                assert faults.free_bytes(disk) == 0
+            with faults.filled(p.disk, leave=0):
+                assert faults.free_bytes(p.disk) == 0
                 held = p.max_scn()
                 # the ring moves on through pages it never wrote before (every binlog
                 # byte is about one buffer byte): their blocks were reserved at start
@@ -105,17 +116,10 @@ def test_a_buffer_that_does_not_fit_is_refused_at_start() -> None:
 
 
 def test_a_full_state_directory_is_refused_loudly_and_recovered_from(tmp_path: Path) -> None:
-    server = MariaDB(tmp_path / "db")
-    with server, faults.small_disk(DISK) as disk, \
-            Pipeline(tmp_path, disk, server, free_port(), state_on_disk=True) as p:
-        server.execute(*SCHEMA)
-        p.start("relay")
-        p.wait_dump(server)
-        p.start("recorder")
-        w = Workload(connect_writer(server.port), seed=97)
+    with _capturing(tmp_path, 97, state_on_disk=True) as (p, w):
         with writing(w):
             time.sleep(1.0)
-            with faults.filled(disk, leave=0):
+            with faults.filled(p.disk, leave=0):
                 t0 = time.monotonic()
                 admin = p.wait("the relay to say its disk is full",
                                lambda: (a := _admin(p.url))["capture"]["state"] == "retrying"

@@ -24,17 +24,17 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from tests.support import faults
 from tests.support.netcut import Cuttable
-from tests.support.pipeline import recorder_args, write_config
+from tests.support.pipeline import recorder_args
 from tests.support.procs import free_port
-from tests.support.relay_cluster import SESSION, Cluster, same_windows
-from tests.support.shop import Writer, create_shop, txlog_max
+from tests.support.relay_cluster import SESSION, Cluster, same_windows, settled
+from tests.support.shop import Writer, create_shop
 from tests.support.verify import check_delivery, read_windows
 from tests.support.writers import Repeating
 from tests.support.zookeeper import ZooKeeper
@@ -58,13 +58,11 @@ class AdvertisedCluster(Cluster):
     def args(self, name: str) -> list[str]:
         if name == "recorder":
             return recorder_args(self.url("m2"), self.record, self.tmp / "rec.ckpt")
-        args = super().args(name)
-        if name in self.links:
-            conf = self.tmp / f"{name}.yaml"
-            config = yaml.safe_load(conf.read_text())
-            config["cluster"]["advertise_url"] = f"http://127.0.0.1:{self.links[name].port}"
-            write_config(conf, config)
-        return args
+        return super().args(name)
+
+    def configure(self, member: str, config: dict[str, Any]) -> None:
+        if member in self.links:
+            config["cluster"]["advertise_url"] = f"http://127.0.0.1:{self.links[member].port}"
 
     def served(self, member: str) -> int:
         """The newest window ``member`` serves a consumer now (its high-water mark)."""
@@ -133,16 +131,7 @@ def test_a_follower_cut_off_from_its_leader_notices_within_its_deadline_and_resu
         c.wait("the follower to join the election again once caught up",
                lambda: "m2" in c.contenders(), 60, interval=0.2)
         time.sleep(1.0)
-    want = txlog_max(w.path)
-
-    def caught_up() -> bool:
-        top = c.max_scn("m1")
-        recorded = read_windows(c.record)
-        return (top >= want and c.max_scn("m2") == top and bool(recorded)
-                and recorded[-1][0] == top)
-
-    c.wait("the follower and its consumer to hold the last window", caught_up, 120,
-           interval=0.5)
+    settled(c, w)  # the follower and its consumer hold the last window
     same_windows(c)  # the follower's windows are the leader's, byte for byte
     stats = check_delivery(read_windows(c.record), w.committed, w.rolled_back)
     assert stats["repeated_windows"] == 0, stats

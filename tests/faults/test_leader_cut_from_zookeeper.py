@@ -15,23 +15,22 @@ same windows.
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from tests.support import faults
 from tests.support.netcut import Cuttable
-from tests.support.pipeline import write_config
-from tests.support.relay_cluster import SESSION, Cluster, same_windows
-from tests.support.shop import Writer, create_shop, txlog_max
+from tests.support.relay_cluster import SESSION, Cluster, same_windows, settled
+from tests.support.shop import Writer, create_shop
 from tests.support.verify import check_delivery, read_windows
+from tests.support.writers import Repeating
 from tests.support.zookeeper import ZooKeeper
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("nft")]
@@ -46,14 +45,10 @@ class ForwardedCluster(Cluster):
 
     links: dict[str, Cuttable] = field(default_factory=dict)
 
-    def args(self, name: str) -> list[str]:
-        args = super().args(name)
-        if name in self.links:
-            conf = self.tmp / f"{name}.yaml"
-            config = yaml.safe_load(conf.read_text())
-            config["cluster"]["address"] = f"zk://127.0.0.1:{self.links[name].port}/{self.name}"
-            write_config(conf, config)
-        return args
+    def configure(self, member: str, config: dict[str, Any]) -> None:
+        if member in self.links:
+            config["cluster"]["address"] = (f"zk://127.0.0.1:{self.links[member].port}"
+                                            f"/{self.name}")
 
 
 def _wake(link: Cuttable) -> None:
@@ -82,34 +77,10 @@ def cluster(tmp_path: Path, zookeeper: ZooKeeper) -> Iterator[tuple[ForwardedClu
         yield c, w
 
 
-def _settled(c: Cluster, w: Writer) -> None:
-    want = txlog_max(w.path)
-
-    def done() -> bool:
-        tops = {c.max_scn(m) for m in c.members()}
-        recorded = read_windows(c.record)
-        return tops == {max(tops)} and max(tops) >= want and bool(recorded) \
-            and recorded[-1][0] == max(tops)
-
-    c.wait("every member and the recorder to hold the last change", done, 120, interval=0.5)
-
-
 def test_a_leader_cut_off_from_zookeeper_stops_leading_and_publishes_nothing_after(
         cluster: tuple[ForwardedCluster, Writer]) -> None:
     c, w = cluster
-    done, errors = threading.Event(), []
-
-    def write() -> None:
-        try:
-            while not done.is_set():
-                w.transaction()
-                done.wait(0.01)
-        except BaseException as exc:  # the thread's top: raised again below
-            errors.append(exc)
-
-    writer = threading.Thread(target=write)
-    writer.start()
-    try:
+    with Repeating(w.transaction, 0.01):
         time.sleep(1.5)
         old = c.wait("a leader", c.leader, 60)
         epoch_before = int(c.admin(old)["cluster"]["epoch"])  # type: ignore[index]
@@ -135,11 +106,7 @@ def test_a_leader_cut_off_from_zookeeper_stops_leading_and_publishes_nothing_aft
                == "follower", 60, interval=0.2)
         followed = time.monotonic() - t_heal
         time.sleep(1.0)
-    finally:
-        done.set()
-        writer.join(30)
-    assert not errors, errors
-    _settled(c, w)
+    settled(c, w)
     stats = check_delivery(read_windows(c.record), w.committed, w.rolled_back)
     same_windows(c)
     assert int(c.admin(new)["cluster"]["epoch"]) > epoch_before  # type: ignore[index]

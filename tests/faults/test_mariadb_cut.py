@@ -31,7 +31,7 @@ from tests.support import faults
 from tests.support.mariadb import MariaDB
 from tests.support.mysql_workload import SCHEMA, Workload
 from tests.support.pipeline import RelayPipeline, recorder_args, relay_args
-from tests.support.procs import free_port
+from tests.support.procs import free_port, served_lines
 from tests.support.relay_cluster import writing
 from tests.support.verify import check_delivery, read_windows
 
@@ -136,23 +136,10 @@ SQL_TIMEOUT = 3  # source.network_timeout: the deadline of each chunk query's an
 
 
 def _snapshot_keys(url: str) -> list[int]:
-    """The ``id`` of every ``r`` event the relay holds, page by page."""
-    keys: list[int] = []
-    scn = None
-    while True:
-        params = {"output": "json", "size": str(32 << 20), "timeout": "0"}
-        if scn is not None:
-            params["checkPoint"] = json.dumps({"windowScn": scn, "windowOffset": -1,
-                                               "consumption_mode": "ONLINE_CONSUMPTION"})
-        r = httpx.get(f"{url}/stream", params=params, timeout=60)
-        assert r.status_code == 200, r.text
-        if not r.text:
-            return keys
-        for line in r.text.splitlines():
-            row = json.loads(line)
-            if row.get("op") == "r" and row["source"]["table"] == "t":
-                keys.append(int(row["after"]["id"]))
-        scn = int(r.headers["X-Databus-Last-Window-Scn"])
+    """The ``id`` of every ``r`` event the relay holds."""
+    rows = (json.loads(line) for line in served_lines(url))
+    return [int(row["after"]["id"]) for row in rows
+            if row.get("op") == "r" and row["source"]["table"] == "t"]
 
 
 def _notices(url: str) -> list[dict[str, Any]]:

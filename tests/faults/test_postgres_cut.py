@@ -13,7 +13,6 @@ for as long as the kernel keeps an idle connection: hours.)
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,10 +23,8 @@ import psycopg
 import pytest
 
 from tests.support import faults
-from tests.support.pg_pipeline import SCHEMA, Pipeline, Writer
+from tests.support.pg_pipeline import Pipeline, Writer, shop_pipeline
 from tests.support.pipeline import relay_args, write_config
-from tests.support.postgres import SETTINGS, PostgreSQL
-from tests.support.shop import Change
 from tests.support.verify import check_delivery, read_windows
 from tests.support.writers import Repeating
 
@@ -67,41 +64,31 @@ def _capture(p: Pipeline) -> dict[str, Any]:
 
 
 def test_a_relay_cut_off_from_postgresql_notices_says_so_and_continues(tmp_path: Path) -> None:
-    with PostgreSQL(settings=SETTINGS) as server:
-        server.execute("CREATE DATABASE shop")
-        server.execute(*SCHEMA, db="shop")
-        with CutPipeline(tmp_path, server, "shop") as p:
-            p.start("relay")
-            p.wait_streaming()
-            p.start("recorder")
-            commits = threading.Lock()
-            committed: list[list[Change]] = []
-            rolled_back: list[list[Change]] = []
-            w = SocketWriter(server, "shop", 0, 13, commits, committed, rolled_back)
-            with Repeating(w.transaction, 0.005):
-                time.sleep(1.5)
-                held_before = p.max_scn()
-                with faults.cut(server.port):
-                    t0 = time.monotonic()
-                    capture = p.wait("the relay to notice the silent cut",
-                                     lambda: (c := _capture(p))["state"] == "retrying"
-                                     and c["error"] and c, NOTICE, interval=0.1)
-                    noticed = time.monotonic() - t0
-                    assert p.max_scn() >= held_before  # serving what it holds
-                    time.sleep(max(0.0, CUT - (time.monotonic() - t0)))
-                    in_cut = len(committed)
-                t_heal = time.monotonic()
-                p.wait("capture to run again after the heal",
-                       lambda: _capture(p)["state"] == "running", 60, interval=0.2)
-                resumed = time.monotonic() - t_heal
-                time.sleep(1.0)
-            assert len(committed) > in_cut > 0
-            p.wait_delivered(sum(len(t) for t in committed), 120)
-            stats = check_delivery(read_windows(p.record), committed, rolled_back)
-            assert stats["repeated_windows"] == 0, stats  # the consumer was never cut
-            w.con.close()
-            print(f"noticed a silent cut in {noticed:.1f}s ({capture['error']}); capture"
-                  f" ran again {resumed:.1f}s after the heal; {stats}")
-        # a session whose client closed during the cut (its FIN dropped) lingers on the
-        # server until its TCP keepalive (hours): a smart shutdown would wait for it
-        server.shutdown("fast")
+    # a session whose client closed during the cut (its FIN dropped) lingers on the
+    # server until its TCP keepalive (hours): a smart shutdown would wait for it
+    with shop_pipeline(tmp_path, CutPipeline, shutdown="fast") as p:
+        w = SocketWriter.recording(p.server, "shop", seed=13)
+        with Repeating(w.transaction, 0.005):
+            time.sleep(1.5)
+            held_before = p.max_scn()
+            with faults.cut(p.server.port):
+                t0 = time.monotonic()
+                capture = p.wait("the relay to notice the silent cut",
+                                 lambda: (c := _capture(p))["state"] == "retrying"
+                                 and c["error"] and c, NOTICE, interval=0.1)
+                noticed = time.monotonic() - t0
+                assert p.max_scn() >= held_before  # serving what it holds
+                time.sleep(max(0.0, CUT - (time.monotonic() - t0)))
+                in_cut = len(w.committed)
+            t_heal = time.monotonic()
+            p.wait("capture to run again after the heal",
+                   lambda: _capture(p)["state"] == "running", 60, interval=0.2)
+            resumed = time.monotonic() - t_heal
+            time.sleep(1.0)
+        assert len(w.committed) > in_cut > 0
+        p.wait_delivered(sum(len(t) for t in w.committed), 120)
+        stats = check_delivery(read_windows(p.record), w.committed, w.rolled_back)
+        assert stats["repeated_windows"] == 0, stats  # the consumer was never cut
+        w.con.close()
+        print(f"noticed a silent cut in {noticed:.1f}s ({capture['error']}); capture"
+              f" ran again {resumed:.1f}s after the heal; {stats}")

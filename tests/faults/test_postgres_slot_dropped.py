@@ -10,7 +10,6 @@ served as if they continued the old stream.
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -18,9 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.pg_pipeline import SCHEMA, Pipeline, Writer
-from tests.support.postgres import SETTINGS, PostgreSQL
-from tests.support.shop import Change
+from tests.support.pg_pipeline import Pipeline, Writer, shop_pipeline
+from tests.support.postgres import PostgreSQL
 from tests.support.verify import check_delivery, read_windows
 
 pytestmark = pytest.mark.slow
@@ -74,43 +72,35 @@ def _check_message(error: str) -> None:
 
 def test_a_dropped_slot_stops_capture_loudly_and_is_never_papered_over(
         tmp_path: Path) -> None:
-    with PostgreSQL(settings=SETTINGS) as server:
-        server.execute("CREATE DATABASE shop")
-        server.execute(*SCHEMA, db="shop")
-        with Pipeline(tmp_path, server, "shop") as p:
-            p.start("relay")
-            p.wait_streaming()
-            p.start("recorder")
-            commits = threading.Lock()
-            committed: list[list[Change]] = []
-            rolled_back: list[list[Change]] = []
-            w = Writer(server, "shop", 0, 7, commits, committed, rolled_back)
-            for _ in range(150):
-                w.transaction()
-            p.wait_delivered(sum(len(t) for t in committed), 60)
-            held = p.max_scn()
+    with shop_pipeline(tmp_path) as p:
+        server = p.server
+        w = Writer.recording(server, "shop", seed=7)
+        for _ in range(150):
+            w.transaction()
+        p.wait_delivered(sum(len(t) for t in w.committed), 60)
+        held = p.max_scn()
 
-            # dropped while the relay runs
-            _drop_slot(server)
-            capture = p.wait("the relay to stop on the lost slot",
-                             lambda: _stopped_on_lost_slot(p), 30, interval=0.2)
-            _check_message(str(capture["error"]))
-            before_drop = list(committed)
-            for _ in range(30):  # committed after the drop: never served
-                w.transaction()
-            time.sleep(2.0)
-            assert p.max_scn() == held
-            assert _slots(server) == 0, "a new slot would continue after a gap"
-            stats = check_delivery(read_windows(p.record), before_drop, rolled_back)
-            assert f"replication slot {SLOT} is gone" in p.log("relay").read_text()
+        # dropped while the relay runs
+        _drop_slot(server)
+        capture = p.wait("the relay to stop on the lost slot",
+                         lambda: _stopped_on_lost_slot(p), 30, interval=0.2)
+        _check_message(str(capture["error"]))
+        before_drop = list(w.committed)
+        for _ in range(30):  # committed after the drop: never served
+            w.transaction()
+        time.sleep(2.0)
+        assert p.max_scn() == held
+        assert _slots(server) == 0, "a new slot would continue after a gap"
+        stats = check_delivery(read_windows(p.record), before_drop, w.rolled_back)
+        assert f"replication slot {SLOT} is gone" in p.log("relay").read_text()
 
-            # and found gone by a restart (dropped while the relay was down)
-            p.kill("relay")
-            p.start("relay")
-            capture = p.wait("the restarted relay to refuse the lost slot",
-                             lambda: _stopped_on_lost_slot(p), 30, interval=0.2)
-            _check_message(str(capture["error"]))
-            assert p.max_scn() == held  # it serves what it holds, nothing new
-            assert _slots(server) == 0
-            w.con.close()
-            print(f"slot dropped: capture stopped with {capture['error']!r}; {stats}")
+        # and found gone by a restart (dropped while the relay was down)
+        p.kill("relay")
+        p.start("relay")
+        capture = p.wait("the restarted relay to refuse the lost slot",
+                         lambda: _stopped_on_lost_slot(p), 30, interval=0.2)
+        _check_message(str(capture["error"]))
+        assert p.max_scn() == held  # it serves what it holds, nothing new
+        assert _slots(server) == 0
+        w.con.close()
+        print(f"slot dropped: capture stopped with {capture['error']!r}; {stats}")

@@ -16,6 +16,7 @@
 * ``wait.wait_until``: the one deadline loop; ``relays.wait_persisted``: until a relay
   has flushed an SCN (instead of sleeping a flush interval).
 * ``writers.Repeating``: a background writer thread (a workload step every N seconds).
+* ``browser``: a headless chromium page for the page tests (``open_page``), or a skip.
 * ``tls``: certificates (``make_certs``) and tokens (``add_token``) a test makes itself.
 * ``shop``, ``bulk``, ``mysql_workload``, ``bootmysql``: writer workloads and checks.
 * ``typematrix``: the MySQL type matrix; ``sparkrelay``: relays for the Spark tests.

@@ -1,20 +1,27 @@
 """A relay process over a private PostgreSQL and a recorder reading it: the harness
-of the PostgreSQL e2e tests."""
+of the PostgreSQL e2e tests.
+
+``shop_pipeline(tmp)`` is the common start: a private server with database ``shop``
+holding ``SCHEMA``, a pipeline (``Pipeline`` or a subclass) whose relay streams from its
+slot and whose recorder runs. ``Writer.recording(...)`` is a writer with lists of its
+own; writers sharing lists are built with the constructor."""
 
 from __future__ import annotations
 
 import json
 import random
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 import psycopg
 
 from tests.support.pipeline import RelayPipeline, recorder_args, relay_args, relay_max_scn
-from tests.support.postgres import PostgreSQL
+from tests.support.postgres import SETTINGS, PostgreSQL
 from tests.support.procs import free_port
 from tests.support.shop import Change
 from tests.support.verify import read_windows
@@ -84,6 +91,22 @@ class Pipeline(RelayPipeline):
                 f" the slot is confirmed to {self.slot_confirmed()}\n{exc}") from None
 
 
+@contextmanager
+def shop_pipeline(tmp: Path, kind: type[Pipeline] = Pipeline, *,
+                  shutdown: str = "smart") -> Iterator[Pipeline]:
+    """See the module docstring. After the block the pipeline stops, then the server
+    (by a ``shutdown`` of that mode first: ``fast`` ends sessions a smart one waits for)."""
+    with PostgreSQL(settings=SETTINGS) as server:
+        server.execute("CREATE DATABASE shop")
+        server.execute(*SCHEMA, db="shop")
+        with kind(tmp, server, "shop") as p:
+            p.start("relay")
+            p.wait_streaming()
+            p.start("recorder")
+            yield p
+        server.shutdown(shutdown)
+
+
 SCHEMA = [
     "CREATE TABLE accounts (id int PRIMARY KEY, owner text NOT NULL, balance numeric(14,2),"
     " note text, n int NOT NULL)",
@@ -109,6 +132,11 @@ class Writer:
         self.keys: dict[str, list[Any]] = {t: [] for t in TABLES}
         self.next_id = 1
         self.con = self.connect()
+
+    @classmethod
+    def recording(cls, server: PostgreSQL, db: str, seed: int) -> Self:
+        """A writer (number 0) whose lock and ``committed``/``rolled_back`` are its own."""
+        return cls(server, db, 0, seed, threading.Lock(), [], [])
 
     def connect(self) -> psycopg.Connection[Any]:
         return psycopg.connect(f"host=127.0.0.1 port={self.server.port} user=postgres"

@@ -100,9 +100,10 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             kill9(proc)
 
 
-def snapshot_reads(url: str) -> int:
-    """``r`` events in the relay's whole buffer, read page by page."""
-    count, scn = 0, None
+def served_lines(url: str) -> Iterator[str]:
+    """The relay's whole buffer as its JSON output (``output=json``), one event a line,
+    read page by page from the oldest window (each page asserted served)."""
+    scn = None
     while True:
         params = {"output": "json", "size": str(32 << 20), "timeout": "0"}
         if scn is not None:
@@ -111,6 +112,11 @@ def snapshot_reads(url: str) -> int:
         r = httpx.get(f"{url}/stream", params=params, timeout=60)
         assert r.status_code == 200, r.text
         if not r.text:
-            return count
-        count += sum(1 for x in r.text.splitlines() if '"op":"r"' in x)
+            return
+        yield from r.text.splitlines()
         scn = int(r.headers["X-Databus-Last-Window-Scn"])
+
+
+def snapshot_reads(url: str) -> int:
+    """``r`` events in the relay's whole buffer."""
+    return sum(1 for x in served_lines(url) if '"op":"r"' in x)

@@ -1,5 +1,10 @@
 """A relay cluster of ``databus relay --cluster zk://...`` processes for e2e tests
-(members, a recorder on ``zk://``, and the clients the leader-kill tests run)."""
+(members, a recorder on ``zk://``, and the clients the leader-kill tests run).
+
+A subclass changes its members' relay config in ``configure`` (called before each
+member's config file is written). ``settled`` waits for every member and recorder to
+hold a SQLite shop's newest change; ``wait_agreement`` is the same for a binlog source
+(which moves on its own); ``writing`` runs a MariaDB workload meanwhile."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -22,7 +28,7 @@ from tests.support.pipeline import (
     write_config,
 )
 from tests.support.procs import DATABUS, free_port
-from tests.support.shop import TABLES
+from tests.support.shop import TABLES, Writer, txlog_max
 from tests.support.verify import read_windows
 from tests.support.writers import Repeating
 from tests.support.zookeeper import ZooKeeper
@@ -64,16 +70,22 @@ class Cluster(ProcessPipeline):
             return relay_args(port, source=f"databus+{self.address}", snapshot_mode=None,
                               buffer_path=self.tmp / "chain.buf")
         port = self.ports.setdefault(name, free_port())
-        conf = write_config(self.tmp / f"{name}.yaml", {
+        config: dict[str, Any] = {
             "name": "shop",
             "source": self.source or {"url": f"sqlite:///{self.db}", "tables": TABLES,
                                       "snapshot_mode": "no_data", "poll_interval": 0.01},
             "buffer": {"path": str(self.tmp / name / "relay.buf"), "capacity_bytes": 64 << 20},
             "http": {"port": port},
             "cluster": {"address": self.address, "member_id": name,
-                        "session_timeout": SESSION, "leaders": self.leaders}})
+                        "session_timeout": SESSION, "leaders": self.leaders}}
+        self.configure(name, config)
+        conf = write_config(self.tmp / f"{name}.yaml", config)
         (self.tmp / name).mkdir(exist_ok=True)
         return relay_args(port, config=conf)
+
+    def configure(self, member: str, config: dict[str, Any]) -> None:
+        """Change ``member``'s relay config before it is written: a subclass's hook (a
+        smaller buffer, another ZooKeeper address...); by default nothing."""
 
     def ready_url(self, name: str) -> str | None:
         return None if name in ("recorder", "replicate") else f"{self.url(name)}/health"
@@ -110,15 +122,10 @@ class Cluster(ProcessPipeline):
             zk.close()
 
     def leader(self) -> str | None:
-        for m in self.members():
-            try:
-                if self.admin(m)["cluster"]["role"] == "leader":  # type: ignore[index]
-                    return m
-            except httpx.HTTPError:
-                continue
-        return None
+        """The member whose ``/admin`` says it leads (None while none does)."""
+        return self.leader_among(but=None)
 
-    def leader_among(self, but: str) -> str | None:
+    def leader_among(self, but: str | None) -> str | None:
         """The leader among the members other than ``but``."""
         for m in self.members():
             if m == but:
@@ -136,6 +143,22 @@ class Cluster(ProcessPipeline):
     def body(self, member: str) -> bytes:
         return httpx.get(f"{self.url(member)}/stream", params={"size": str(64 << 20),
                                                               "timeout": "0"}, timeout=30).content
+
+
+def settled(c: Cluster, w: Writer, records: list[Path] | None = None) -> None:
+    """Wait until every member holds the shop's newest change (``w``'s txlog) and every
+    recorder (by default ``c.record``) has that window last."""
+    want = txlog_max(w.path)
+    recorders = [c.record] if records is None else records
+
+    def done() -> bool:
+        tops = {c.max_scn(m) for m in c.members()}
+        recorded = [read_windows(r) for r in recorders]
+        return tops == {max(tops)} and max(tops) >= want and all(
+            r and r[-1][0] == max(tops) for r in recorded)
+
+    c.wait("every member and the recorders to hold the last change", done, 120,
+           interval=0.5)
 
 
 def same_windows(c: Cluster) -> bytes:
