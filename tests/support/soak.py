@@ -213,7 +213,7 @@ class Soak(Cluster):
     def history(self, name: str) -> History | PublishedHistory | SparkHistory:
         if name == "publish":
             assert self.kafka is not None
-            return PublishedHistory(self.kafka, sysbench.DATABASE,
+            return PublishedHistory(self.kafka.bootstrap_servers, sysbench.DATABASE,
                                     [s.split(".")[1] for s in self.sources()])
         if name == "spark":
             return SparkHistory(self.tmp / "spark.out")

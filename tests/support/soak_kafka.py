@@ -15,9 +15,10 @@ is complete once every transaction in it has its END and exactly that many chang
 complete windows are handed to the checker in SCN order, only below the lowest window
 still incomplete (the topics are read one after another, and Kafka writes a
 transaction's commit markers to each partition separately: a window can be visible in
-one topic before another). Changes of a window already handed over are a second copy of
-it (the checker counts it ``duplicated`` when equal, ``torn`` when not; for ``publish``
-either is a failure). Within each topic partition the SCNs must never go down (no
+one topic before another). A change read again (the same window, transaction and
+``total_order``), before or after its window was handed over, starts a second copy of
+the window, handed over as a window of its own (the checker counts it ``duplicated``
+when equal, ``torn`` when not; for ``publish`` either is a failure). Within each topic partition the SCNs must never go down (no
 reorder per key: a key always lands in one partition); each time one does is counted in
 :attr:`PublishedHistory.reordered`. ``read(final=True)`` hands over what is still
 incomplete too (the checker then finds it torn or lost).
@@ -59,11 +60,12 @@ def _key(raw: bytes | None) -> str:
 
 class PublishedHistory:
     """See the module docstring: the windows ``publish`` wrote for ``tables`` of ``db``
-    under ``prefix``, read incrementally by one ``read_committed`` consumer."""
+    under ``prefix`` in the broker at ``bootstrap_servers``, read incrementally by one
+    ``read_committed`` consumer."""
 
-    def __init__(self, broker: KafkaBroker, db: str, tables: Sequence[str],
+    def __init__(self, bootstrap_servers: str, db: str, tables: Sequence[str],
                  prefix: str = PREFIX) -> None:
-        self.broker = broker
+        self.bootstrap_servers = bootstrap_servers
         self.tx_topic = f"{prefix}.transaction"
         self.topics = [f"{prefix}.{db}.{t}" for t in tables] + [self.tx_topic]
         self.windows: list[Window] = []
@@ -73,9 +75,10 @@ class PublishedHistory:
         self._consumer: Any = None
         self._pos: dict[tuple[str, int], int] = {}
         self._last_scn: dict[tuple[str, int], int] = {}
-        # scn -> txid -> (total_order, copy) -> (gtid, change)
-        self._pending: dict[int, dict[str, dict[tuple[int, int], tuple[str, list[str]]]]] = {}
-        self._ends: dict[str, int] = {}  # txid -> event_count of its END, until used
+        # scn -> the copies of the window read so far (one, unless it was published
+        # twice): txid -> total_order -> (gtid, change)
+        self._pending: dict[int, list[dict[str, dict[int, tuple[str, list[str]]]]]] = {}
+        self._ends: dict[str, list[int]] = {}  # txid -> event_count of each END, until used
         self._begun: dict[str, int] = {}  # txid -> rank of its BEGIN, until used
         self._rank = 0
         self._top = -1  # the highest SCN handed to the checker
@@ -86,7 +89,7 @@ class PublishedHistory:
 
         if self._consumer is None:
             self._consumer = Consumer({
-                "bootstrap.servers": self.broker.bootstrap_servers,
+                "bootstrap.servers": self.bootstrap_servers,
                 "group.id": f"soak-{uuid.uuid4().hex}", "enable.auto.commit": False,
                 "isolation.level": "read_committed", "auto.offset.reset": "earliest",
                 "fetch.max.bytes": 64 << 20})
@@ -142,7 +145,7 @@ class PublishedHistory:
                 self._rank += 1
                 self._begun[value["id"]] = self._rank
             else:
-                self._ends[value["id"]] = int(value["event_count"])
+                self._ends.setdefault(value["id"], []).append(int(value["event_count"]))
             return
         src, tx = value["source"], value["transaction"]
         scn = int(src["scn"])
@@ -154,44 +157,53 @@ class PublishedHistory:
         self._last_scn[(topic, part)] = max(last, scn)
         if scn <= self._top and scn not in self._pending:
             self._copies += 1  # a window handed over already: a second copy of it
-        txs = self._pending.setdefault(scn, {})
-        changes = txs.setdefault(str(tx["id"]), {})
-        order = (int(tx["total_order"]), 0)
-        while order in changes:  # the same change twice in one copy: both kept (torn)
-            order = (order[0], order[1] + 1)
+        copies = self._pending.setdefault(scn, [])
+        txid, order = str(tx["id"]), int(tx["total_order"])
+        for txs in copies:  # the first copy without this change takes it
+            if order not in txs.get(txid, {}):
+                break
+        else:
+            if copies:
+                self._copies += 1  # this change again: the window published twice
+            txs = {}
+            copies.append(txs)
         change = [str(src["table"]), str(value["op"]), _key(msg.key())]
-        changes[order] = (str(src.get("gtid") or tx["id"]), change)
+        txs.setdefault(txid, {})[order] = (str(src.get("gtid") or txid), change)
 
-    def _complete(self, txs: dict[str, dict[tuple[int, int], tuple[str, list[str]]]]
-                  ) -> bool:
-        return all(t in self._ends and t in self._begun and self._ends[t] == len(c)
-                   for t, c in txs.items())
+    def _complete(self, copies: list[dict[str, dict[int, tuple[str, list[str]]]]]) -> bool:
+        """Every copy has, for each of its transactions, a BEGIN and its own END whose
+        count it holds (the k-th copy the k-th END)."""
+        return all(t in self._begun and len(self._ends.get(t, ())) > k
+                   and self._ends[t][k] == len(c)
+                   for k, txs in enumerate(copies) for t, c in txs.items())
 
     def _hand_over(self, final: bool) -> None:
-        done = sorted(s for s, txs in self._pending.items() if final or self._complete(txs))
+        done = sorted(s for s, c in self._pending.items() if final or self._complete(c))
         ready = set(done)
         waiting = [s for s in self._pending if s not in ready]
         below = min(waiting) if waiting else None
         for scn in done:
             if below is not None and scn > below:
                 break  # after a window still incomplete: next time, in SCN order
-            txs = self._pending.pop(scn)
-            order = sorted(txs, key=lambda t: self._begun.get(t, 1 << 62))
-            gtids: list[str] = []
-            events: list[list[str]] = []
-            for t in order:
-                for _, (gtid, change) in sorted(txs[t].items()):
-                    if not gtids or gtids[-1] != gtid:
-                        gtids.append(gtid)
-                    events.append(change)
-                self._ends.pop(t, None)  # a second copy needs its own END
+            copies = self._pending.pop(scn)
+            for txs in copies:
+                order = sorted(txs, key=lambda t: self._begun.get(t, 1 << 62))
+                gtids: list[str] = []
+                events: list[list[str]] = []
+                for t in order:
+                    for _, (gtid, change) in sorted(txs[t].items()):
+                        if not gtids or gtids[-1] != gtid:
+                            gtids.append(gtid)
+                        events.append(change)
+                self.windows.append((scn, tuple(gtids), rows_text(events)))
+            for t in {t for txs in copies for t in txs}:
+                self._ends.pop(t, None)  # a later copy needs its own END
                 self._begun.pop(t, None)
-            self.windows.append((scn, tuple(gtids), rows_text(events)))
             self._top = max(self._top, scn)
 
     @property
     def copies(self) -> int:
-        """Windows read again after they were handed over (second copies)."""
+        """Second copies of windows (a change of a window read again)."""
         return self._copies
 
     def close(self) -> None:
