@@ -69,6 +69,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+import yaml
 
 from databus.client import ClientConfig, Consumer, DatabusClient, FileCheckpointStore
 from tests.support import faults, sysbench
@@ -89,6 +90,7 @@ from tests.support.soak_spark import (
     start_driver,
 )
 from tests.support.soak_writers import PG_SCHEMA, PgWriter, Sysbench
+from tests.support.wait import wait_until
 from tests.support.zookeeper import ZooKeeper
 
 # -- the recorder ---------------------------------------------------------------------
@@ -172,8 +174,13 @@ class Soak(Cluster):
         return [m for m in ("m1", "m2") if m in self.procs]
 
     def args(self, name: str) -> list[str]:
-        if name in ("m1", "m2"):
-            return super().args(name)
+        if name in ("m1", "m2"):  # Cluster's config, with the soak's buffer size
+            args = super().args(name)
+            conf = self.tmp / f"{name}.yaml"
+            member = yaml.safe_load(conf.read_text())
+            member["buffer"]["capacity_bytes"] = self.buffer_mb << 20
+            write_config(conf, member)
+            return args
         port = self.ports.setdefault(name, free_port())
         if name == "chain":
             conf = write_config(self.tmp / "chain.yaml", {
@@ -285,9 +292,14 @@ class Soak(Cluster):
             proc.wait(60)
 
     def _kill_spark(self, name: str, hold: float) -> None:
-        self.wait("the Spark query's first batch", lambda: first_batch_committed(
-            self.tmp / "spark.ckpt"), 600, interval=0.5)
-        self._kill(name, hold)
+        proc = self.procs[name]
+
+        def first() -> bool:  # a driver that died is the checker's finding, not ours
+            return proc.poll() is not None or first_batch_committed(self.tmp / "spark.ckpt")
+
+        wait_until(first, 600, "the Spark query's first batch", interval=0.5)
+        if proc.poll() is None:
+            self._kill(name, hold)
 
     def _disk_full(self, name: str, hold: float) -> None:
         with faults.filled(self.disk):
