@@ -91,3 +91,112 @@ def test_a_paced_soak_loses_tears_and_reorders_nothing(tmp_path: Path) -> None:
           f" {report['faults']}, duplicates "
           f"{ {n: r['duplicated'] for n, r in report['recorders'].items()} },"
           f" {report['wall_s']} s")
+
+
+# -- the full mix's readers (bench only), on messages and files made by hand -----------
+
+class _Msg:
+    """A Kafka message as confluent_kafka hands it to PublishedHistory."""
+
+    def __init__(self, topic: str, offset: int, key: object, value: object) -> None:
+        self._t, self._o = topic, offset
+        self._k = None if key is None else json.dumps(key).encode()
+        self._v = None if value is None else json.dumps(value).encode()
+
+    def topic(self) -> str:
+        return self._t
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return self._o
+
+    def key(self) -> bytes | None:
+        return self._k
+
+    def value(self) -> bytes | None:
+        return self._v
+
+
+def _published(order: list[tuple[int, list[int]]], split: int | None = None) -> dict[str, int]:
+    """What PublishedHistory makes of windows published as ``order`` says (window SCN,
+    committed transactions), one transaction each, with its BEGIN/END records; the data
+    topics are read up to message ``split`` first, the transaction topic after (as the
+    cross-topic race does)."""
+    from tests.support.soak_kafka import PublishedHistory
+
+    h = PublishedHistory("127.0.0.1:9", "main", ["t", "u"])  # never connects here
+    data: list[_Msg] = []
+    txs: list[_Msg] = []
+    offsets = {"soak.main.t": 0, "soak.main.u": 0, "soak.transaction": 0}
+
+    def put(out: list[_Msg], topic: str, key: object, value: object) -> None:
+        out.append(_Msg(topic, offsets[topic], key, value))
+        offsets[topic] += 1
+
+    for scn, idx in order:
+        for i in idx:
+            tx = COMMITTED[i]
+            put(txs, "soak.transaction", {"id": tx.id}, {"status": "BEGIN", "id": tx.id})
+            for n, (table, op, key) in enumerate(CHANGES[i], 1):
+                put(data, f"soak.main.{table}", {"id": json.loads(key)}, {
+                    "op": op, "source": {"scn": scn, "gtid": tx.id, "table": table},
+                    "transaction": {"id": tx.id, "total_order": n}})
+            put(txs, "soak.transaction", {"id": tx.id},
+                {"status": "END", "id": tx.id, "event_count": len(CHANGES[i])})
+    for m in [*data, *txs][:split]:
+        h._pos.setdefault((m.topic(), 0), 0)
+        h._one(m)
+    h._hand_over(False)
+    for m in [*data, *txs][split:] if split is not None else []:
+        h._pos.setdefault((m.topic(), 0), 0)
+        h._one(m)
+    h._hand_over(True)
+    r = check_history(h.windows, COMMITTED)
+    return {"lost": r["lost"], "torn": r["torn"], "duplicated": r["duplicated"],
+            "reordered": r["reordered"] + h.reordered, "copies": h.copies}
+
+
+def test_the_kafka_reader_rebuilds_windows_and_finds_copies_and_reorders() -> None:
+    none = {"lost": 0, "torn": 0, "duplicated": 0, "reordered": 0, "copies": 0}
+    assert _published([(10, [0]), (20, [1]), (30, [2])]) == none
+    # a window visible in one data topic before the others, or before its END: waits
+    assert _published([(10, [0]), (20, [1]), (30, [2])], split=3) == none
+    assert _published([(10, [0]), (20, [1]), (30, [2])], split=1) == none
+    assert _published([(10, [0]), (30, [2])])["lost"] == 1
+    copy = _published([(10, [0]), (20, [1]), (10, [0]), (30, [2])])
+    assert copy["duplicated"] == 1 and copy["copies"] == 1 and copy["reordered"] >= 1
+    assert _published([(10, [0]), (30, [2]), (20, [1])])["reordered"] >= 1
+
+
+def test_the_spark_reader_reads_only_the_files_the_sink_log_lists(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.support.soak_spark import COLUMNS, SparkHistory
+
+    def batch(name: str, spec: list[tuple[int, list[int]]]) -> str:
+        rows = [(scn, n, table, COMMITTED[i].id, op, key) for scn, idx in spec
+                for n, (i, (table, op, key)) in enumerate(
+                    (i, c) for i in idx for c in CHANGES[i])]
+        path = tmp_path / f"part-{name}.parquet"
+        pq.write_table(pa.table({c: [r[k] for r in rows]
+                                 for k, c in enumerate(COLUMNS)}), path)
+        return str(path)
+
+    log = tmp_path / "_spark_metadata"
+    log.mkdir()
+
+    def commit(n: int, *paths: str) -> None:
+        (log / str(n)).write_text("v1\n" + "".join(
+            json.dumps({"path": f"file://{p}", "action": "add"}) + "\n" for p in paths))
+
+    commit(0, batch("a", [(10, [0]), (20, [1])]))
+    batch("killed", [(30, [2])])  # written by a batch killed before its log entry
+    h = SparkHistory(tmp_path)
+    assert counts(h.read()) == {**ZERO, "lost": 1}
+    commit(1, batch("b", [(30, [2])]))
+    assert counts(h.read(final=True)) == ZERO and h.uncommitted == 1 and h.copies == 0
+    commit(2, batch("c", [(20, [1])]))  # a batch's windows twice
+    assert counts(h.read())["duplicated"] == 1 and h.copies == 1
