@@ -69,9 +69,9 @@ class StreamOptions(BaseModel):
         "above 0, a thread per partition fetches the next /stream page while the task "
         "decodes the current one (at most two pages, 2 x fetchBytes, per partition).")
     columnar_batch_rows: int = Field(
-        4096, alias="columnarBatchRows", ge=0, le=MAX_COLUMNAR_ROWS,
+        0, alias="columnarBatchRows", ge=0, le=MAX_COLUMNAR_ROWS,
         description="The JVM reader: rows per columnar batch (Spark column vectors) a "
-        "partition's read hands to Spark; 0: one row at a time. Accepted and unused by the "
+        "partition's read hands to Spark, e.g. 4096; 0 (the default): one row at a time. Accepted and unused by the "
         "Python source (its batches are Arrow: rowsPerArrowBatch).")
     http_timeout: float = Field(10.0, alias="httpTimeout", gt=0,
                                 description="Seconds before a relay request is abandoned.")

@@ -18,9 +18,9 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * ({@code windowOffset}). Deterministic for a given (start, end) while the relay holds those
  * windows: what makes a restart from Spark's checkpoint lose and repeat nothing.
  *
- * <p>This reader gives Spark one row at a time; with {@code columnarBatchRows} > 0 (the
- * default) the factory gives {@link ColumnarReader}s instead, the same rows in column
- * vectors (a changelog read always takes this one).
+ * <p>This reader gives Spark one row at a time (the default); with {@code columnarBatchRows}
+ * > 0 the factory gives {@link ColumnarReader}s instead, the same rows in column vectors (a
+ * changelog read always takes this one).
  *
  * <p>Fetching ahead: with {@code prefetchBatches} > 0 a thread of the read
  * ({@code databus-relay-fetch-<bucket>}, {@link EventWalk}) asks for the next {@code /stream}
@@ -55,7 +55,7 @@ final class BucketReader implements PartitionReader<InternalRow> {
             return new BucketReader(this, (Bucket) partition);
         }
 
-        /** Columnar batches unless {@code columnarBatchRows=0} or a changelog read (change rows). */
+        /** Columnar batches when {@code columnarBatchRows} > 0, but for a changelog read (change rows). */
         @Override
         public boolean supportColumnarReads(InputPartition partition) {
             return opts.columnarBatchRows > 0 && !opts.changelog;

@@ -77,7 +77,7 @@ public final class SourceOptions implements Serializable {
         fetchBytes = (int) integer(v, "fetchBytes", 8L * 1024 * 1024, 4096, Integer.MAX_VALUE, problems);
         rowsPerBatch = (int) integer(v, "rowsPerArrowBatch", 8192, 1, Integer.MAX_VALUE, problems);
         prefetchBatches = (int) integer(v, "prefetchBatches", 8, 0, Integer.MAX_VALUE, problems);
-        columnarBatchRows = (int) integer(v, "columnarBatchRows", 4096, 0, MAX_COLUMNAR_ROWS, problems);
+        columnarBatchRows = (int) integer(v, "columnarBatchRows", 0, 0, MAX_COLUMNAR_ROWS, problems);
         httpTimeout = number(v, "httpTimeout", 10.0, false, problems);
         relayRetrySeconds = number(v, "relayRetrySeconds", 30.0, true, problems);
         tokenFile = v.get("tokenFile");
