@@ -21,6 +21,7 @@ from databus.core.config import validate
 from databus.core.errors import ConfigError
 
 MAX_PARTITIONS = 1024
+MAX_COLUMNAR_ROWS = 1 << 20
 
 class StreamOptions(BaseModel):
     """Validated options (names as given to ``.option(name, value)``)."""
@@ -67,6 +68,11 @@ class StreamOptions(BaseModel):
         "while Spark sends the previous ones to the JVM (0: no thread). The JVM reader: "
         "above 0, a thread per partition fetches the next /stream page while the task "
         "decodes the current one (at most two pages, 2 x fetchBytes, per partition).")
+    columnar_batch_rows: int = Field(
+        0, alias="columnarBatchRows", ge=0, le=MAX_COLUMNAR_ROWS,
+        description="The JVM reader: rows per columnar batch (Spark column vectors) a "
+        "partition's read hands to Spark, e.g. 4096; 0 (the default): one row at a time. Accepted and unused by the "
+        "Python source (its batches are Arrow: rowsPerArrowBatch).")
     http_timeout: float = Field(10.0, alias="httpTimeout", gt=0,
                                 description="Seconds before a relay request is abandoned.")
     relay_retry_seconds: float = Field(
@@ -118,7 +124,7 @@ _ALIASES = {name.lower(): name for name in (  # every field's alias (a test chec
     "relay", "sources", "partitions", "maxRowsPerBatch", "maxBytesPerBatch",
     "startingPosition", "valueFormat", "envelope", "fetchBytes", "rowsPerArrowBatch",
     "prefetchBatches", "httpTimeout", "relayRetrySeconds", "tokenFile", "caFile", "certFile",
-    "keyFile", "consumerName")}
+    "keyFile", "consumerName", "columnarBatchRows")}
 # "path" is what .load(url) passes; "url" reads naturally too
 _ALIASES["path"] = "relay"
 _ALIASES["url"] = "relay"

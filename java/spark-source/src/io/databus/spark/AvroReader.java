@@ -9,7 +9,7 @@ import org.apache.spark.unsafe.types.UTF8String;
  * is a {@code SchemaError} naming {@link #what}, never a read out of bounds.
  */
 final class AvroReader {
-    private final byte[] buf;
+    final byte[] buf;
     int pos;
     private final int end;
     private final String what;
@@ -73,7 +73,7 @@ final class AvroReader {
     }
 
     /** The span of a string/bytes value: its length (the data starts at {@code pos - len}). */
-    private int span() {
+    int span() {
         long len = zlong();
         if (len < 0 || len > end - pos) {
             throw bad("bad length " + len);
@@ -105,6 +105,15 @@ final class AvroReader {
             throw bad("invalid UTF-8");
         }
         return UTF8String.fromBytes(buf, pos - n, n);
+    }
+
+    /** The span of a string value, checked UTF-8: its length (the data starts at {@code pos - len}). */
+    int utf8Span() {
+        int n = span();
+        if (!Utf8.valid(buf, pos - n, n)) {
+            throw bad("invalid UTF-8");
+        }
+        return n;
     }
 
     long blockCount() {

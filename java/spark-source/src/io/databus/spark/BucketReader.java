@@ -2,33 +2,35 @@ package io.databus.spark;
 
 import java.io.Serializable;
 import java.util.List;
-import java.util.concurrent.SynchronousQueue;
-import java.util.concurrent.TimeUnit;
-import org.apache.spark.TaskContext;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 /**
  * The executor side: one input partition reads one MOD bucket of a batch {@code (start, end]},
  * as {@code databus.spark.reading.read_bucket} does. The windows after the bucket's start
- * checkpoint through window {@code endScn}, in the relay's order; {@code sequence.index}
- * counts the bucket's data events inside each window. A response that ends inside a window
- * too large for the fetch budget resumes inside it ({@code windowOffset}). Deterministic for
- * a given (start, end) while the relay holds those windows: what makes a restart from
- * Spark's checkpoint lose and repeat nothing.
+ * checkpoint through window {@code endScn}, in the relay's order ({@link EventWalk});
+ * {@code sequence.index} counts the bucket's data events inside each window. A response
+ * that ends inside a window too large for the fetch budget resumes inside it
+ * ({@code windowOffset}). Deterministic for a given (start, end) while the relay holds those
+ * windows: what makes a restart from Spark's checkpoint lose and repeat nothing.
  *
- * <p>Fetching ahead: with {@code prefetchBatches} > 0 a thread of this reader
- * ({@code databus-relay-fetch-<bucket>}) asks for the next {@code /stream} page while the task
- * decodes the current one. The next page's checkpoint comes from the current page's event
- * headers alone ({@link Cursor#advance}), so the rows, their order and the offsets are those
- * of a read without the thread. The thread holds at most one page beyond the one decoded
- * (a hand-off, no queue): at most two pages of {@code fetchBytes} per partition read. Its
- * failures are thrown by {@link #next} in the task, the same exception as without the
- * thread; {@link #close} (also on a task kill) interrupts it, which aborts its request, and
- * waits for it to end.
+ * <p>This reader gives Spark one row at a time (the default); with {@code columnarBatchRows}
+ * > 0 the factory gives {@link ColumnarReader}s instead, the same rows in column vectors (a
+ * changelog read always takes this one).
+ *
+ * <p>Fetching ahead: with {@code prefetchBatches} > 0 a thread of the read
+ * ({@code databus-relay-fetch-<bucket>}, {@link EventWalk}) asks for the next {@code /stream}
+ * page while the task decodes the current one. The next page's checkpoint comes from the
+ * current page's event headers alone ({@link Cursor#advance}), so the rows, their order and
+ * the offsets are those of a read without the thread. The thread holds at most one page
+ * beyond the one decoded (a hand-off, no queue): at most two pages of {@code fetchBytes} per
+ * partition read. Its failures are thrown by {@link #next} in the task, the same exception
+ * as without the thread; {@link #close} (also on a task kill) interrupts it, which aborts
+ * its request, and waits for it to end.
  *
  * <p>A changelog read (Spark 4.2's changelog API) decodes a window's events into the
  * decoder's per-key net changes and returns that window's change rows at its end-of-window
@@ -52,34 +54,38 @@ final class BucketReader implements PartitionReader<InternalRow> {
         public PartitionReader<InternalRow> createReader(InputPartition partition) {
             return new BucketReader(this, (Bucket) partition);
         }
+
+        /** Columnar batches when {@code columnarBatchRows} > 0, but for a changelog read (change rows). */
+        @Override
+        public boolean supportColumnarReads(InputPartition partition) {
+            return opts.columnarBatchRows > 0 && !opts.changelog;
+        }
+
+        @Override
+        public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
+            return new ColumnarReader(this, (Bucket) partition);
+        }
+
+        /** A decoder of this read's events (its registry refreshed from the relay once when needed). */
+        RowDecoder decoder(EventWalk walk) {
+            SourceOptions o = opts;
+            // the fetch thread owns the cursor's client (a RelayClient is not thread-safe): a
+            // schema refresh, rare, takes a client of its own
+            return new RowDecoder(Registry.parse(registryJson),
+                () -> Registry.parse((o.prefetchBatches > 0 ? new RelayClient(o) : walk.cursor.conn)
+                    .register(srcIds)),
+                row, o.flat, o.changelog);
+        }
     }
 
-    /** What the fetch thread hands over: a page, the end ({@code data} null), or its failure. */
-    private record Page(byte[] data, Throwable error) {}
-
-    private static final Page END = new Page(null, null);
-
-    private final long endScn;
-    private final Cursor cursor;
+    private final EventWalk walk;
     private final RowDecoder decoder;
-    private final Wire event = new Wire();
-    private final Thread ahead;            // null: pages are fetched in the task's thread
-    private final SynchronousQueue<Page> handoff = new SynchronousQueue<>();
-    private final long joinMillis;
-    private boolean started;
-    private int index;                     // the next data event's index in its window
-    // the response being read
-    private byte[] data;
-    private int off;
-    private boolean done;
     private InternalRow current;
     private final boolean changelog;
     private List<InternalRow> ready;       // a changelog read: the last window's change rows
     private int readyAt;
 
     BucketReader(Factory f, Bucket b) {
-        endScn = b.endScn();
-        index = b.windowOffset() >= 0 ? (int) b.windowOffset() : 0;
         SourceOptions o = f.opts();
         changelog = o.changelog;
         if (changelog && b.windowOffset() >= 0) {
@@ -88,21 +94,8 @@ final class BucketReader implements PartitionReader<InternalRow> {
                 + b.windowScn() + " (offset " + b.windowOffset() + "); a changelog read starts on a window "
                 + "boundary: use a new checkpointLocation");
         }
-        String filter = o.partitions > 1 ? modFilter(f.srcIds(), o.partitions, b.bucket()) : null;
-        cursor = new Cursor(o, f.srcIds(), filter, b);
-        // the fetch thread owns the cursor's client (a RelayClient is not thread-safe): a
-        // schema refresh, rare, takes a client of its own
-        decoder = new RowDecoder(Registry.parse(f.registryJson()),
-            () -> Registry.parse((o.prefetchBatches > 0 ? new RelayClient(o) : cursor.conn).register(f.srcIds())),
-            f.row(), o.flat, o.changelog);
-        done = cursor.finished;
-        joinMillis = (long) (o.httpTimeout * 1000) + 2000;
-        if (o.prefetchBatches > 0 && !done) {
-            ahead = new Thread(this::fetchAhead, "databus-relay-fetch-" + b.bucket());
-            ahead.setDaemon(true);  // never keeps an executor JVM alive
-        } else {
-            ahead = null;
-        }
+        walk = new EventWalk(o, f.srcIds(), b);
+        decoder = f.decoder(walk);
     }
 
     static String modFilter(List<Integer> srcIds, int buckets, int bucket) {
@@ -123,23 +116,13 @@ final class BucketReader implements PartitionReader<InternalRow> {
             current = ready.get(readyAt++);
             return true;
         }
-        while (!done) {
-            if (data == null || off >= data.length) {
-                data = take();
-                off = 0;
-                if (data == null) {
-                    done = true;
-                    break;
-                }
-                continue;
+        while (true) {
+            EventWalk.Kind k = walk.step();
+            if (k == EventWalk.Kind.END) {
+                return false;
             }
-            event.parse(data, off, data.length);
-            off += event.total;
-            if (event.isEop()) {
-                index = 0;
-                if (event.scn >= endScn) {
-                    done = true;
-                }
+            Wire event = walk.event;
+            if (k == EventWalk.Kind.EOP) {
                 if (changelog) {
                     ready = decoder.endWindow(event.timestampNs);
                     readyAt = 0;
@@ -150,78 +133,11 @@ final class BucketReader implements PartitionReader<InternalRow> {
                 }
                 continue;
             }
-            if (event.isControl()) {
-                continue;
+            current = decoder.decode(walk.data, event, walk.index);
+            if (!changelog) {
+                return true;
             }
-            current = decoder.decode(data, event, index);
-            index++;
-            if (changelog) {
-                continue;  // folded into the window's net changes
-            }
-            return true;
-        }
-        return false;
-    }
-
-    /** The next page: from the fetch thread when there is one (started at the first call). */
-    private byte[] take() {
-        if (ahead == null) {
-            return cursor.next();
-        }
-        if (!started) {
-            started = true;
-            ahead.start();
-        }
-        while (true) {
-            Page p;
-            try {
-                p = handoff.poll(100, TimeUnit.MILLISECONDS);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-                throw new DatabusSourceException("RelayUnavailable", "interrupted", true, e);
-            }
-            if (p == null) {
-                // a killed task stops waiting here, as Spark's own iterators do between rows
-                TaskContext task = TaskContext.get();
-                if (task != null) {
-                    task.killTaskIfInterrupted();
-                }
-                if (!ahead.isAlive() && (p = handoff.poll()) == null) {
-                    throw new IllegalStateException("databus source: the fetch thread of this partition ended "
-                        + "without a page");
-                }
-                if (p == null) {
-                    continue;
-                }
-            }
-            if (p.error() instanceof RuntimeException e) {
-                throw e;
-            }
-            if (p.error() instanceof Error e) {
-                throw e;
-            }
-            return p.data();
-        }
-    }
-
-    /** The fetch thread: hands over every page of the read, then the end, or a failure. */
-    private void fetchAhead() {
-        try {
-            while (true) {
-                byte[] page = cursor.next();
-                handoff.put(page == null ? END : new Page(page, null));
-                if (page == null) {
-                    return;
-                }
-            }
-        } catch (InterruptedException e) {
-            // closed: nobody takes pages any more
-        } catch (Throwable e) {  // every failure is the task's to throw
-            try {
-                handoff.put(new Page(null, e));
-            } catch (InterruptedException closed) {
-                // closed while handing the failure over: the task no longer reads
-            }
+            // a changelog read: folded into the window's net changes
         }
     }
 
@@ -233,22 +149,7 @@ final class BucketReader implements PartitionReader<InternalRow> {
     /** Drops the page and stops the fetch thread: interrupted (its request aborted), joined. */
     @Override
     public void close() {
-        data = null;
-        if (ahead != null && started) {
-            ahead.interrupt();
-            boolean interrupted = false;
-            long until = System.nanoTime() + joinMillis * 1_000_000;
-            while (ahead.isAlive() && System.nanoTime() < until) {
-                try {
-                    ahead.join(Math.max(1, (until - System.nanoTime()) / 1_000_000));
-                } catch (InterruptedException e) {
-                    interrupted = true;  // a killed task's close: finish the join, keep the flag
-                }
-            }
-            if (interrupted) {
-                Thread.currentThread().interrupt();
-            }
-        }
+        walk.close();
     }
 
     /**

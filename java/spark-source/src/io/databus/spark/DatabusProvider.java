@@ -143,16 +143,28 @@ public class DatabusProvider implements TableProvider, DataSourceRegister {
                     + Registry.parse(registry).latest(ids.get(0)).name() + " has columns " + clash
                     + ": use envelope=full");
             }
-            List<StructField> f = new ArrayList<>(List.of(row.fields()));
-            f.add(field("_op", DataTypes.StringType));
-            f.add(field("_sequence", sequenceType()));
-            schema = new StructType(f.toArray(new StructField[0]));
+            schema = readSchema(row, true);
         } else {
-            schema = envelope(row == null ? DataTypes.StringType : row);
+            schema = readSchema(row, false);
         }
         Offsets.Identity identity = new Offsets.Identity(Offsets.Identity.address(opts.relay), origin,
             List.copyOf(names));
         return new Plan(opts, List.copyOf(ids), registry, schema, row, identity);
+    }
+
+    /**
+     * The rows of a read that is not a changelog one: the change envelope with {@code row}
+     * as before/after (JSON text when {@code row} is null), or with {@code flat} the row's
+     * columns, {@code _op} and {@code _sequence}.
+     */
+    static StructType readSchema(StructType row, boolean flat) {
+        if (!flat) {
+            return envelope(row == null ? DataTypes.StringType : row);
+        }
+        List<StructField> f = new ArrayList<>(List.of(row.fields()));
+        f.add(field("_op", DataTypes.StringType));
+        f.add(field("_sequence", sequenceType()));
+        return new StructType(f.toArray(new StructField[0]));
     }
 
     /** The names Spark's changelog API gives the change columns after the row's own. */

@@ -33,7 +33,7 @@ import org.apache.spark.unsafe.types.UTF8String;
  * null. A schema id the registry lacks makes it fetch the relay's schemas once.
  */
 final class RowDecoder {
-    private static final UTF8String[] OPS = new UTF8String[8];
+    static final UTF8String[] OPS = new UTF8String[8];
 
     static {
         String[] letters = {"", "c", "u", "d", "r", "t", "", ""};
@@ -43,13 +43,14 @@ final class RowDecoder {
     }
 
     /** How one table version's fields land in the query's row. */
-    private static final class Plan {
+    static final class Plan {
         final Registry.Version version;
         final int[] out;           // per Avro field: the row column (or -1 in json mode)
         final String error;        // non-null: a column the query lacks
         final UTF8String db;
         final UTF8String table;
         final String label;        // names the version in decode errors (built once, not per row)
+        Object vectors;            // the columnar reader's writers for this version (ColumnarDecoder)
 
         Plan(Registry.Version v, int[] out, String error) {
             this.version = v;
@@ -66,10 +67,10 @@ final class RowDecoder {
     private boolean refreshed;
     private final boolean flat;
     private final boolean changelog;
-    private final boolean json;
+    final boolean json;
     private final int ncols;
-    private final Target[] targets;
-    private final String[] columns;
+    final Target[] targets;
+    final String[] columns;
     private final Map<String, Plan> plans = new HashMap<>();
     private byte[] lastId = new byte[0];
     private Plan lastPlan;
@@ -94,7 +95,7 @@ final class RowDecoder {
         }
     }
 
-    private Plan plan(byte[] buf, Wire e) {
+    Plan plan(byte[] buf, Wire e) {
         // consecutive events mostly share a table version: compare the digest bytes before
         // building the map key (a hex string per event was a tenth of the decode time)
         if (lastPlan != null && java.util.Arrays.equals(buf, e.digestOff, e.digestOff + e.digestLen,
@@ -146,7 +147,7 @@ final class RowDecoder {
     }
 
     /** Decodes an Avro row into {@code vals[0, ncols)} (or only checks it when {@code vals} is null). */
-    private void row(Plan p, byte[] buf, int off, int len, Object[] vals) {
+    void row(Plan p, byte[] buf, int off, int len, Object[] vals) {
         AvroType rec = p.version.avro();
         AvroReader in = new AvroReader(buf, off, off + len, p.label);
         for (int f = 0; f < rec.children.length; f++) {
@@ -160,7 +161,7 @@ final class RowDecoder {
         // trailing bytes are ignored, as fastavro does
     }
 
-    private static AvroType natural(AvroType t, Object v) {
+    static AvroType natural(AvroType t, Object v) {
         if (t.kind != AvroType.Kind.UNION) {
             return t;
         }
@@ -173,7 +174,7 @@ final class RowDecoder {
     }
 
     /** An Avro row as JSON text ({@code valueFormat=json}). */
-    private UTF8String jsonRow(Plan p, byte[] buf, int off, int len) {
+    UTF8String jsonRow(Plan p, byte[] buf, int off, int len) {
         AvroType rec = p.version.avro();
         AvroReader in = new AvroReader(buf, off, off + len, p.label);
         Object[] vals = new Object[rec.children.length];
@@ -194,46 +195,10 @@ final class RowDecoder {
         }
         int op = e.attributes & 7;
         boolean delete = op == 3;
-        // metadata: before, txid, file, pos, gtid, server_id, row (each ["null", x])
-        int beforeOff = -1;
-        int beforeLen = 0;
-        Object file = null;
-        Object pos = null;
-        Object gtid = null;
-        Object serverId = null;
-        Object rowNo = null;
-        if (e.metaOff >= 0) {
-            AvroReader m = new AvroReader(buf, e.metaOff, e.metaOff + e.metaLen, "the metadata part");
-            for (int f = 0; f < 7; f++) {
-                long b = m.zlong();
-                if (b != 0 && b != 1) {
-                    throw m.bad("union branch " + b);
-                }
-                if (b == 0) {
-                    continue;
-                }
-                switch (f) {
-                    case 0: {
-                        byte[] before = m.bytes();
-                        beforeLen = before.length;
-                        beforeOff = m.pos - beforeLen;
-                        break;
-                    }
-                    case 1: m.utf8(); break;
-                    case 2: file = m.utf8(); break;
-                    case 3: pos = m.zlong(); break;
-                    case 4: gtid = m.utf8(); break;
-                    case 5: serverId = m.zlong(); break;
-                    default: {
-                        long r = m.zlong();
-                        if (r < Integer.MIN_VALUE || r > Integer.MAX_VALUE) {
-                            throw m.bad("row " + r);
-                        }
-                        rowNo = (int) r;
-                    }
-                }
-            }
-        }
+        Meta m = meta;
+        m.read(buf, e);
+        int beforeOff = m.beforeOff;
+        int beforeLen = m.beforeLen;
         if (changelog) {
             change(p, buf, e, op, beforeOff, beforeLen);
             return null;
@@ -279,10 +244,67 @@ final class RowDecoder {
             row(p, buf, beforeOff, beforeLen, vals);
             before = new GenericInternalRow(vals);
         }
-        GenericInternalRow source = new GenericInternalRow(new Object[] {p.db, p.table, e.scn, file, pos,
-            gtid, serverId, rowNo, (e.attributes & Wire.ATTR_SNAPSHOT) != 0});
+        GenericInternalRow source = new GenericInternalRow(new Object[] {p.db, p.table, e.scn, m.file, m.pos,
+            m.gtid, m.serverId, m.rowNo, (e.attributes & Wire.ATTR_SNAPSHOT) != 0});
         return new GenericInternalRow(new Object[] {OPS[op], e.scn, sequence,
             Math.floorDiv(e.timestampNs, 1_000_000L), source, key(buf, e), before, after});
+    }
+
+    private final Meta meta = new Meta();
+
+    /** The metadata part of a data event: before, txid, file, pos, gtid, server_id, row (each ["null", x]). */
+    static final class Meta {
+        int beforeOff;        // -1: no before image
+        int beforeLen;
+        UTF8String file;
+        Long pos;
+        UTF8String gtid;
+        Long serverId;
+        Integer rowNo;
+
+        /** Reads {@code e}'s metadata part (all null when it has none); a damaged part is a SchemaError. */
+        void read(byte[] buf, Wire e) {
+            beforeOff = -1;
+            beforeLen = 0;
+            file = null;
+            pos = null;
+            gtid = null;
+            serverId = null;
+            rowNo = null;
+            if (e.metaOff < 0) {
+                return;
+            }
+            AvroReader m = new AvroReader(buf, e.metaOff, e.metaOff + e.metaLen, "the metadata part");
+            for (int f = 0; f < 7; f++) {
+                long b = m.zlong();
+                if (b != 0 && b != 1) {
+                    throw m.bad("union branch " + b);
+                }
+                if (b == 0) {
+                    continue;
+                }
+                switch (f) {
+                    case 0: {
+                        byte[] before = m.bytes();
+                        beforeLen = before.length;
+                        beforeOff = m.pos - beforeLen;
+                        break;
+                    }
+                    case 1: m.utf8(); break;
+                    case 2: file = m.utf8(); break;
+                    case 3: pos = m.zlong(); break;
+                    case 4: gtid = m.utf8(); break;
+                    case 5: serverId = m.zlong(); break;
+                    default: {
+                        long r = m.zlong();
+                        if (r < Integer.MIN_VALUE || r > Integer.MAX_VALUE) {
+                            throw m.bad("row " + r);
+                        }
+                        rowNo = (int) r;
+                    }
+                }
+            }
+        }
     }
 
     static final UTF8String INSERT = UTF8String.fromString("insert");

@@ -22,7 +22,9 @@ public final class SourceOptions implements Serializable {
         "relay", "sources", "partitions", "maxRowsPerBatch", "maxBytesPerBatch",
         "startingPosition", "valueFormat", "envelope", "fetchBytes", "rowsPerArrowBatch",
         "prefetchBatches", "httpTimeout", "relayRetrySeconds", "tokenFile", "caFile", "certFile",
-        "keyFile", "consumerName"};
+        "keyFile", "consumerName", "columnarBatchRows"};
+    /** The most rows {@code columnarBatchRows} may ask for (its vectors are allocated whole). */
+    static final int MAX_COLUMNAR_ROWS = 1 << 20;
 
     final String relay;
     final List<String> sources;
@@ -35,6 +37,8 @@ public final class SourceOptions implements Serializable {
     final int fetchBytes;
     final int rowsPerBatch;
     final int prefetchBatches;
+    /** Rows per columnar batch handed to Spark ({@link ColumnarReader}); 0: the row reader. */
+    final int columnarBatchRows;
     final double httpTimeout;
     final double relayRetrySeconds;
     final String tokenFile;
@@ -73,6 +77,7 @@ public final class SourceOptions implements Serializable {
         fetchBytes = (int) integer(v, "fetchBytes", 8L * 1024 * 1024, 4096, Integer.MAX_VALUE, problems);
         rowsPerBatch = (int) integer(v, "rowsPerArrowBatch", 8192, 1, Integer.MAX_VALUE, problems);
         prefetchBatches = (int) integer(v, "prefetchBatches", 8, 0, Integer.MAX_VALUE, problems);
+        columnarBatchRows = (int) integer(v, "columnarBatchRows", 0, 0, MAX_COLUMNAR_ROWS, problems);
         httpTimeout = number(v, "httpTimeout", 10.0, false, problems);
         relayRetrySeconds = number(v, "relayRetrySeconds", 30.0, true, problems);
         tokenFile = v.get("tokenFile");
