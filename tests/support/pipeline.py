@@ -105,11 +105,14 @@ class ProcessPipeline:
     def log(self, name: str) -> Path:
         return self.tmp / f"{name}.log"
 
+    start_timeout = 30.0
+    """Seconds :meth:`start` waits for a process's ready URL."""
+
     def start(self, name: str) -> None:
         self.procs[name] = spawn(self.args(name), self.log(name))
         url = self.ready_url(name)
         if url is not None:
-            wait_http(url, self.procs[name])
+            wait_http(url, self.procs[name], self.start_timeout)
 
     def kill(self, name: str) -> None:
         kill9(self.procs[name])

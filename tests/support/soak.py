@@ -166,6 +166,10 @@ class Soak(Cluster):
     pg_shutdown_hangs: int = 0  # fast shutdowns that waited past 5 s (see _restart_source)
     kafka: KafkaBroker | None = None  # the full mix (publish and spark) when set
     tables: int = 2  # sysbench's: what publish and spark are checked on
+    # a restarted relay reads its whole persistent buffer back before it serves (the
+    # windows' index is rebuilt and checked): 14-21 s for 2 GiB under the full mix, and
+    # once past the default 30 s (the run of seed 3534 stopped on it)
+    start_timeout = 180.0
 
     def sources(self) -> list[str]:
         return [f"{sysbench.DATABASE}.sbtest{i}" for i in range(1, self.tables + 1)]
