@@ -1,5 +1,5 @@
-"""The JVM reader's columnar batches (``columnarBatchRows`` > 0, the default) against its
-row reader (``columnarBatchRows=0``): the same rows for every column type, the same
+"""The JVM reader's columnar batches (``columnarBatchRows`` > 0) against its row reader
+(``columnarBatchRows=0``, the default): the same rows for every column type, the same
 offsets, and a checkpoint that moves between the two (docs/spark.md, the JVM reader)."""
 
 from __future__ import annotations
@@ -16,10 +16,9 @@ from databus.relay.config import parse_config
 from databus.relay.relay import Relay
 from databus.spark import jvm
 from databus.spark.options import parse_options
-from tests.spark.test_jvm_source import drain, read
 from tests.support.mariadb import MariaDB
 from tests.support.shop import TABLES, Writer, create_shop
-from tests.support.sparkrelay import relay_events, start_relay, wait_relay
+from tests.support.sparkrelay import drain, read, relay_events, start_relay, wait_relay
 from tests.support.typematrix import COLUMNS, ROWS
 from tests.support.wait import wait_until
 

@@ -19,33 +19,13 @@ from databus.spark import jvm
 from tests.support.mariadb import MariaDB
 from tests.support.relays import make_relay
 from tests.support.shop import TABLES, Writer, create_shop
-from tests.support.sparkrelay import start_relay, wait_relay
+from tests.support.sparkrelay import drain, read, start_relay, wait_relay
 from tests.support.tls import make_certs
 from tests.support.typematrix import COLUMNS, ROWS
 from tests.support.wait import wait_until
 from tests.support.zookeeper import ZooKeeper
 
 pytestmark = pytest.mark.skipif(jvm.jar() is None, reason="no JDK here to build the JVM reader")
-
-
-def read(spark: SparkSession, fmt: str, url: str, source: str, **opts: object) -> DataFrame:
-    reader = spark.readStream.format(fmt).option("relay", url).option("sources", source)
-    for k, v in opts.items():
-        reader = reader.option(k, str(v))
-    return reader.load()
-
-
-def drain(df: DataFrame, out: Path) -> tuple[list[Any], list[str]]:
-    """One availableNow run into Parquet: the rows (sorted) and the offsets Spark logged."""
-    q = (df.writeStream.format("parquet").option("path", str(out / "data"))
-         .option("checkpointLocation", str(out / "ckpt")).trigger(availableNow=True).start())
-    q.awaitTermination(180)
-    assert q.exception() is None, q.exception()
-    spark = df.sparkSession
-    rows = sorted(spark.read.parquet(str(out / "data")).collect(), key=repr)
-    logged = [f for f in (out / "ckpt" / "offsets").iterdir() if f.name.isdigit()]
-    offsets = [f.read_text().splitlines()[-1] for f in sorted(logged, key=lambda f: int(f.name))]
-    return rows, offsets
 
 
 def _shop(tmp: Path) -> Any:

@@ -184,7 +184,10 @@ def test_sigkill_of_the_spark_driver_mid_stream(spark: SparkSession, tmp_path: P
                 try:
                     # session start takes seconds; then let it run a random while
                     def committed(proc: subprocess.Popen[bytes] = proc) -> bool:
-                        assert proc.poll() is None, "consumer died; see consumer.log"
+                        # the log's tail in the message: a CI run's tmp dir is gone when read
+                        assert proc.poll() is None, "consumer died: " + "\n".join(
+                            (tmp_path / "consumer.log").read_text(errors="replace")
+                            .splitlines()[-25:])
                         return (ckpt / "commits").is_dir() and any((ckpt / "commits").iterdir())
 
                     wait_until(committed, 120, "the consumer's first commit", interval=0.2)

@@ -66,6 +66,28 @@ def stream(spark: SparkSession, relay: Relay, source: str, **opts: object) -> Da
     return reader.load()
 
 
+def read(spark: SparkSession, fmt: str, url: str, source: str, **opts: object) -> DataFrame:
+    """A streaming read of ``source`` at the relay ``url`` in format ``fmt`` (``databus``
+    or ``databus-jvm``), with ``opts``."""
+    reader = spark.readStream.format(fmt).option("relay", url).option("sources", source)
+    for k, v in opts.items():
+        reader = reader.option(k, str(v))
+    return reader.load()
+
+
+def drain(df: DataFrame, out: Path) -> tuple[list[Any], list[str]]:
+    """One availableNow run into Parquet: the rows (sorted) and the offsets Spark logged."""
+    q = (df.writeStream.format("parquet").option("path", str(out / "data"))
+         .option("checkpointLocation", str(out / "ckpt")).trigger(availableNow=True).start())
+    q.awaitTermination(180)
+    assert q.exception() is None, q.exception()
+    spark = df.sparkSession
+    rows = sorted(spark.read.parquet(str(out / "data")).collect(), key=repr)
+    logged = [f for f in (out / "ckpt" / "offsets").iterdir() if f.name.isdigit()]
+    offsets = [f.read_text().splitlines()[-1] for f in sorted(logged, key=lambda f: int(f.name))]
+    return rows, offsets
+
+
 def relay_events(url: str, source_name: str,
                  credentials: Credentials | None = None) -> list[Seen]:
     """Every data event of one source the relay at ``url`` holds, read directly over HTTP."""
