@@ -21,6 +21,7 @@ from tests.support import sysbench
 from tests.support.mariadb import MariaDB
 from tests.support.postgres import PostgreSQL
 from tests.support.soak_check import Change, Tx, rows_text
+from tests.support.wait import wait_until
 
 
 class Sysbench:
@@ -77,6 +78,22 @@ class Sysbench:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()  # a transaction it was in is rolled back: not in the binlog
             self._proc.wait(30)
+        # ...unless its COMMIT had reached the server: that one still commits after the
+        # kill. The binlog is read for "what was committed" only once no session of
+        # sysbench is left (a paced run in CI once read it one transaction too early)
+        wait_until(self._sessions_gone, 60, "sysbench's sessions to end", interval=0.1)
+
+    def _sessions_gone(self) -> bool:
+        con = self.server.connect()
+        try:
+            with con.cursor() as cur:
+                cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST"
+                            " WHERE DB = %s AND COMMAND <> 'Binlog Dump'"
+                            " AND ID <> CONNECTION_ID()", (sysbench.DATABASE,))
+                row = cur.fetchone()
+        finally:
+            con.close()
+        return row is not None and int(row[0]) == 0
 
 
 PG_SCHEMA = ("CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)",
