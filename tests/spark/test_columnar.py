@@ -12,14 +12,13 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from databus.core.errors import ConfigError
-from databus.relay.config import parse_config
 from databus.relay.relay import Relay
 from databus.spark import jvm
 from databus.spark.options import parse_options
 from tests.support.mariadb import MariaDB
 from tests.support.shop import TABLES, Writer, create_shop
 from tests.support.sparkrelay import drain, read, relay_events, start_relay, wait_relay
-from tests.support.typematrix import COLUMNS, ROWS
+from tests.support.typematrix import ROWS, matrix_relay
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.skipif(jvm.jar() is None, reason="no JDK here to build the JVM reader")
@@ -39,46 +38,29 @@ def columnar(df: DataFrame) -> bool:
 
 def test_columnar_and_row_readers_give_the_same_rows_for_every_type(
         spark: SparkSession, tmp_path: Path, mariadb: MariaDB) -> None:
-    name = f"coltm_{abs(hash(tmp_path)) % 10**8}"
-    cols = ", ".join(f"`{c}` {t}" for c, t in COLUMNS)
-    mariadb.execute(f"CREATE DATABASE {name}", f"CREATE TABLE {name}.tm ({cols})")
-    cfg = parse_config({"source": {"url": f"{mariadb.url}/", "tables": [rf"{name}\.tm"],
-                                   "snapshot_mode": "no_data"},
-                        "http": {"port": 0}, "state_dir": str(tmp_path / "state")})
-    con = mariadb.connect(name)
-    con.autocommit(True)
-    cur = con.cursor()
-    try:
-        with Relay(cfg) as relay:
-            wait_until(lambda: mariadb.binlog_dumps() > 0, 60, "the relay's binlog dump")
-            marks = ", ".join(["%s"] * len(COLUMNS))
-            for row in ROWS:
-                cur.execute(f"INSERT INTO tm VALUES ({marks})", row)
-            cur.execute("UPDATE tm SET i = i - 1, vc = 'changed', d2 = NULL WHERE id = 2")
-            # a key change (a delete and an insert) of the row of nulls
-            cur.execute("UPDATE tm SET id = 30 WHERE id = 3")
-            cur.execute("DELETE FROM tm WHERE id = 1")
-            want = len(ROWS) + 4
+    with matrix_relay(mariadb, tmp_path, "coltm") as (relay, table, cur):
+        cur.execute("UPDATE tm SET i = i - 1, vc = 'changed', d2 = NULL WHERE id = 2")
+        # a key change (a delete and an insert) of the row of nulls
+        cur.execute("UPDATE tm SET id = 30 WHERE id = 3")
+        cur.execute("DELETE FROM tm WHERE id = 1")
+        want = len(ROWS) + 4
 
-            def held() -> int:
-                return int(batch_read(spark, relay.url, f"{name}.tm",
-                                      columnarBatchRows=0).count())
+        def held() -> int:
+            return int(batch_read(spark, relay.url, table,
+                                  columnarBatchRows=0).count())
 
-            wait_until(lambda: held() >= want, 60, "the relay to hold the changes")
-            for opts in ({"partitions": 1}, {"partitions": 2, "envelope": "flat"},
-                         {"valueFormat": "json"}):
-                rows = batch_read(spark, relay.url, f"{name}.tm", columnarBatchRows=0, **opts)
-                assert not columnar(rows)
-                expected = sorted(rows.collect(), key=repr)
-                assert len(expected) == want, opts
-                for size in (4096, 1):
-                    df = batch_read(spark, relay.url, f"{name}.tm", columnarBatchRows=size, **opts)
-                    assert columnar(df), (opts, size)
-                    assert df.schema == rows.schema
-                    assert sorted(df.collect(), key=repr) == expected, (opts, size)
-    finally:
-        con.close()
-        mariadb.execute(f"DROP DATABASE {name}")
+        wait_until(lambda: held() >= want, 60, "the relay to hold the changes")
+        for opts in ({"partitions": 1}, {"partitions": 2, "envelope": "flat"},
+                     {"valueFormat": "json"}):
+            rows = batch_read(spark, relay.url, table, columnarBatchRows=0, **opts)
+            assert not columnar(rows)
+            expected = sorted(rows.collect(), key=repr)
+            assert len(expected) == want, opts
+            for size in (4096, 1):
+                df = batch_read(spark, relay.url, table, columnarBatchRows=size, **opts)
+                assert columnar(df), (opts, size)
+                assert df.schema == rows.schema
+                assert sorted(df.collect(), key=repr) == expected, (opts, size)
 
 
 def _shop(tmp: Path) -> Any:

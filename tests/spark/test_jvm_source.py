@@ -21,7 +21,7 @@ from tests.support.relays import make_relay
 from tests.support.shop import TABLES, Writer, create_shop
 from tests.support.sparkrelay import drain, read, start_relay, wait_relay
 from tests.support.tls import make_certs
-from tests.support.typematrix import COLUMNS, ROWS
+from tests.support.typematrix import ROWS, matrix_relay
 from tests.support.wait import wait_until
 from tests.support.zookeeper import ZooKeeper
 
@@ -116,54 +116,37 @@ def test_bad_options_fail_load_with_the_python_sources_error(
 
 def test_the_type_matrix_reads_the_same_on_both_sources(
         spark: SparkSession, tmp_path: Path, mariadb: MariaDB) -> None:
-    name = f"jvmtm_{abs(hash(tmp_path)) % 10**8}"
-    cols = ", ".join(f"`{c}` {t}" for c, t in COLUMNS)
-    mariadb.execute(f"CREATE DATABASE {name}", f"CREATE TABLE {name}.tm ({cols})")
-    cfg = parse_config({"source": {"url": f"{mariadb.url}/", "tables": [rf"{name}\.tm"],
-                                   "snapshot_mode": "no_data"},
-                        "http": {"port": 0}, "state_dir": str(tmp_path / "state")})
-    con = mariadb.connect(name)
-    con.autocommit(True)
-    cur = con.cursor()
-    try:
-        with Relay(cfg) as relay:
-            wait_until(lambda: mariadb.binlog_dumps() > 0, 60, "the relay's binlog dump")
-            marks = ", ".join(["%s"] * len(COLUMNS))
-            for row in ROWS:
-                cur.execute(f"INSERT INTO tm VALUES ({marks})", row)
-            cur.execute("UPDATE tm SET i = i - 1, vc = 'changed' WHERE id = 2")
-            cur.execute("DELETE FROM tm WHERE id = 1")
+    with matrix_relay(mariadb, tmp_path, "jvmtm") as (relay, table, cur):
+        cur.execute("UPDATE tm SET i = i - 1, vc = 'changed' WHERE id = 2")
+        cur.execute("DELETE FROM tm WHERE id = 1")
 
-            def count() -> int:
-                with_rows = 0
-                from databus.client.relay import RelayConnection
-                from databus.core import event as ev
-                with RelayConnection(relay.url) as c:
-                    data = c.stream(None, None, size=1 << 24, timeout=0).data
-                    with_rows = sum(1 for e in ev.iter_events(data) if not e.is_control)
-                return with_rows
+        def count() -> int:
+            with_rows = 0
+            from databus.client.relay import RelayConnection
+            from databus.core import event as ev
+            with RelayConnection(relay.url) as c:
+                data = c.stream(None, None, size=1 << 24, timeout=0).data
+                with_rows = sum(1 for e in ev.iter_events(data) if not e.is_control)
+            return with_rows
 
-            wait_until(lambda: count() >= len(ROWS) + 2, 60, "the relay to hold the changes")
-            for opts in ({"partitions": 1}, {"partitions": 2, "envelope": "flat"},
-                         {"valueFormat": "json"}):
-                dfs = {fmt: read(spark, fmt, relay.url, f"{name}.tm", **opts)
-                       for fmt in ("databus-jvm", "databus-python")}
-                assert dfs["databus-jvm"].schema == dfs["databus-python"].schema, opts
-                tag = "-".join(f"{k}{v}" for k, v in opts.items())
-                jrows, _ = drain(dfs["databus-jvm"], tmp_path / f"jvm-{tag}")
-                prows, _ = drain(dfs["databus-python"], tmp_path / f"py-{tag}")
-                assert len(jrows) == len(ROWS) + 2
-                if opts.get("valueFormat") == "json":  # the same JSON values, not text
-                    def parsed(rows: list[Any]) -> list[Any]:
-                        return sorted(json.dumps([json.loads(r["before"] or "null"),
-                                                  json.loads(r["after"] or "null"), r["scn"]],
-                                                 sort_keys=True) for r in rows)
-                    assert parsed(jrows) == parsed(prows)
-                else:
-                    assert jrows == prows, opts
-    finally:
-        con.close()
-        mariadb.execute(f"DROP DATABASE {name}")
+        wait_until(lambda: count() >= len(ROWS) + 2, 60, "the relay to hold the changes")
+        for opts in ({"partitions": 1}, {"partitions": 2, "envelope": "flat"},
+                     {"valueFormat": "json"}):
+            dfs = {fmt: read(spark, fmt, relay.url, table, **opts)
+                   for fmt in ("databus-jvm", "databus-python")}
+            assert dfs["databus-jvm"].schema == dfs["databus-python"].schema, opts
+            tag = "-".join(f"{k}{v}" for k, v in opts.items())
+            jrows, _ = drain(dfs["databus-jvm"], tmp_path / f"jvm-{tag}")
+            prows, _ = drain(dfs["databus-python"], tmp_path / f"py-{tag}")
+            assert len(jrows) == len(ROWS) + 2
+            if opts.get("valueFormat") == "json":  # the same JSON values, not text
+                def parsed(rows: list[Any]) -> list[Any]:
+                    return sorted(json.dumps([json.loads(r["before"] or "null"),
+                                              json.loads(r["after"] or "null"), r["scn"]],
+                                             sort_keys=True) for r in rows)
+                assert parsed(jrows) == parsed(prows)
+            else:
+                assert jrows == prows, opts
 
 
 def _size(df: DataFrame) -> int:

@@ -1,8 +1,19 @@
 """The MySQL/MariaDB type matrix of the codec tests: every column type with the rows that
-exercise it (COLUMNS, ROWS) and the extra tables (EXTRA).
+exercise it (COLUMNS, ROWS) and the extra tables (EXTRA); :func:`matrix_relay`, a relay
+capturing a table of it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from databus.relay.config import parse_config
+from databus.relay.relay import Relay
+from tests.support.mariadb import MariaDB
+from tests.support.wait import wait_until
 
 COLUMNS = [
     ("id", "INT NOT NULL PRIMARY KEY"),
@@ -44,3 +55,30 @@ EXTRA = [  # zero dates, GEOMETRY, generated columns, a composite key with text
     ("dz", "DATE"), ("dtz", "DATETIME(3)"), ("g", "GEOMETRY"), ("n", "INT"),
     ("gv", "INT AS (n * 2) VIRTUAL"), ("gs", "INT AS (n + 1) STORED"),
 ]
+
+
+@contextmanager
+def matrix_relay(mariadb: MariaDB, tmp: Path, prefix: str) -> Iterator[tuple[Relay, str, Any]]:
+    """A database of its own on ``mariadb`` holding table ``tm`` of :data:`COLUMNS`, a
+    relay capturing it (started before any row: no snapshot) and :data:`ROWS` inserted:
+    yields the relay, the table's name and a cursor (autocommit) for more changes. The
+    database is dropped at exit."""
+    name = f"{prefix}_{abs(hash(tmp)) % 10**8}"
+    cols = ", ".join(f"`{c}` {t}" for c, t in COLUMNS)
+    mariadb.execute(f"CREATE DATABASE {name}", f"CREATE TABLE {name}.tm ({cols})")
+    cfg = parse_config({"source": {"url": f"{mariadb.url}/", "tables": [rf"{name}\.tm"],
+                                   "snapshot_mode": "no_data"},
+                        "http": {"port": 0}, "state_dir": str(tmp / "state")})
+    con = mariadb.connect(name)
+    con.autocommit(True)
+    try:
+        with Relay(cfg) as relay:
+            wait_until(lambda: mariadb.binlog_dumps() > 0, 60, "the relay's binlog dump")
+            cur = con.cursor()
+            marks = ", ".join(["%s"] * len(COLUMNS))
+            for row in ROWS:
+                cur.execute(f"INSERT INTO tm VALUES ({marks})", row)
+            yield relay, f"{name}.tm", cur
+    finally:
+        con.close()
+        mariadb.execute(f"DROP DATABASE {name}")
