@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
+import time
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from databus.relay.config import parse_config
 from databus.relay.relay import Relay
 from databus.spark import jvm
 from tests.support.mariadb import MariaDB
+from tests.support.procs import free_port
 from tests.support.relays import make_relay
 from tests.support.shop import TABLES, Writer, create_shop
 from tests.support.sparkrelay import drain, read, start_relay, wait_relay
@@ -112,6 +115,31 @@ def test_bad_options_fail_load_with_the_python_sources_error(
         message: str) -> None:
     with pytest.raises(error, match=message), jvm.errors():
         spark.readStream.format("databus-jvm").options(relay=shop.url, **options).load()
+
+
+@pytest.mark.parametrize("fmt", ["databus-jvm", "databus-python"])
+def test_load_waits_for_a_relay_that_comes_up_within_relay_retry_seconds(
+        spark: SparkSession, tmp_path: Path, fmt: str) -> None:
+    """A query (re)started while its relay restarts plans once the relay is back, and an
+    address where nothing comes up fails after ``relayRetrySeconds``, not before."""
+    db = tmp_path / "shop.db"
+    create_shop(db)
+    port = free_port()
+    relay = make_relay(db, tmp_path, http={"port": port})
+    late = threading.Timer(2.0, relay.start)
+    late.start()
+    try:
+        started = time.monotonic()
+        df = read(spark, fmt, f"http://127.0.0.1:{port}", "customers", relayRetrySeconds=60)
+        assert time.monotonic() - started >= 1.5
+        assert "after" in df.columns
+    finally:
+        late.join()
+        relay.stop()
+    started = time.monotonic()
+    with pytest.raises(Exception, match="unreachable"), jvm.errors():
+        read(spark, fmt, f"http://127.0.0.1:{free_port()}", "customers", relayRetrySeconds=3)
+    assert 2.5 <= time.monotonic() - started < 30
 
 
 def test_the_type_matrix_reads_the_same_on_both_sources(

@@ -178,7 +178,7 @@ def test_flat_envelope_gives_exactly_what_changes_makes_of_the_full_one(
     ({"sources": "customers", "envelope": "thin"}, "envelope"),
     ({"sources": "customers,orders", "envelope": "flat", "valueFormat": "json"},
      "envelope=flat needs valueFormat=struct"),
-    ({"sources": "customers", "relay": "UNREACHABLE"}, "unreachable"),
+    ({"sources": "customers", "relay": "UNREACHABLE", "relayRetrySeconds": "0"}, "unreachable"),
 ])
 def test_bad_options_fail_fast_with_a_clear_message(
         spark: SparkSession, tmp_path: Path, shop: tuple[Path, Relay, Writer],

@@ -77,7 +77,8 @@ class StreamOptions(BaseModel):
                                 description="Seconds before a relay request is abandoned.")
     relay_retry_seconds: float = Field(
         30.0, alias="relayRetrySeconds", ge=0,
-        description="How long a read retries an unreachable relay before failing the task.")
+        description="How long load(), a read or the driver's offset query retries an "
+        "unreachable relay (restarting) before failing; 0: fail at once.")
     token_file: str | None = Field(
         None, alias="tokenFile",
         description="File holding the relay's bearer token (read by the driver and every"

@@ -124,7 +124,7 @@ class Scan:
     rows: int
 
 
-def _retrying(call: Callable[[], T], retry_seconds: float) -> T:
+def retrying(call: Callable[[], T], retry_seconds: float) -> T:
     """``call()``, retrying a :class:`TransientError` (relay restarting) for ``retry_seconds``."""
     backoff = Backoff(0.2, 2.0)
     deadline = time.monotonic() + retry_seconds
@@ -148,7 +148,7 @@ def relay_top(conn: RelayConnection, src_ids: list[int], retry_seconds: float = 
     should not fail a running query), then the error propagates.
     """
     # a one-byte budget returns at most one event; only the header matters
-    return _retrying(lambda: conn.stream(None, src_ids, size=1, timeout=0.0).max_scn,
+    return retrying(lambda: conn.stream(None, src_ids, size=1, timeout=0.0).max_scn,
                      retry_seconds)
 
 
@@ -166,7 +166,7 @@ def scan_limit(conn: RelayConnection, src_ids: list[int], start: Checkpoint, top
     last, prev = start.window_scn, start.prev_scn
     while last < top:
         budget = fetch_bytes if max_bytes is None else max(min(fetch_bytes, max_bytes - used), 1)
-        data = _retrying(partial(_fetch, conn, cp, src_ids, budget), retry_seconds)
+        data = retrying(partial(_fetch, conn, cp, src_ids, budget), retry_seconds)
         if not data:
             break
         off, n, win_rows, win_bytes, ended = 0, len(data), 0, 0, False

@@ -49,6 +49,7 @@ from databus.spark.reading import (
     relay_catalog,
     relay_top,
     resolve_sources,
+    retrying,
     scan_limit,
 )
 
@@ -82,12 +83,16 @@ class _Plan:
 
     def __init__(self, options: dict[str, str]) -> None:
         self.opts: StreamOptions = parse_options(options)
+        retry = self.opts.relay_retry_seconds
         try:
             with self.opts.connection() as conn:
-                served, origin = relay_catalog(conn)
+                # a relay restarting when a query (re)starts is waited for as a running
+                # read waits for it: relayRetrySeconds, then the error
+                served, origin = retrying(lambda: relay_catalog(conn), retry)
                 self.sources = resolve_sources(conn, self.opts.sources, served)
                 self.src_ids = [i for i, _ in self.sources]
-                self.registry_json = conn.register(self.src_ids).to_json(self.src_ids)
+                registry = retrying(lambda: conn.register(self.src_ids), retry)
+                self.registry_json = registry.to_json(self.src_ids)
         except DatabusError as exc:
             msg = str(exc)
             raise type(exc)(msg if msg.startswith("databus source:")

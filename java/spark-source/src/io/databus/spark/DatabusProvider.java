@@ -82,7 +82,9 @@ public class DatabusProvider implements TableProvider, DataSourceRegister {
         String origin;
         try {
             RelayClient conn = new RelayClient(opts);
-            RelayClient.Catalog catalog = Planning.retrying(conn::catalog, 0);
+            // a relay restarting when a query (re)starts is waited for as a running read
+            // waits for it: relayRetrySeconds, then the error
+            RelayClient.Catalog catalog = Planning.retrying(conn::catalog, opts.relayRetrySeconds);
             List<Map.Entry<Integer, String>> known = catalog.sources();
             origin = catalog.origin();
             for (String w : opts.sources) {
@@ -110,7 +112,7 @@ public class DatabusProvider implements TableProvider, DataSourceRegister {
                 ids.add(match.get(0).getKey());
                 names.add(match.get(0).getValue());
             }
-            registry = conn.register(ids);
+            registry = Planning.retrying(() -> conn.register(ids), opts.relayRetrySeconds);
         } catch (DatabusSourceException e) {
             String m = e.getMessage();
             throw new DatabusSourceException(e.code(), m.startsWith("databus source:") ? m : "databus source: " + m,
