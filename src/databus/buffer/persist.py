@@ -28,6 +28,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from databus.buffer.select import scan_windows as compiled_scan
 from databus.core import event as ev
 from databus.core.errors import BufferCorruptError, ConfigError, CorruptEventError
 
@@ -212,9 +213,33 @@ def scan_windows(mem: memoryview | bytearray, head: int, tail: int, limit: int, 
     segments = [(head, limit), (0, tail)] if wrapped else [(head, tail)]
     res = ScanResult(end=head)
     last_scn = prev_scn
+    scan = compiled_scan or _scan_segment
     for seg_index, (start, stop) in enumerate(segments):
-        view = memoryview(mem)[:stop]
-        off = start
+        windows, end, error = scan(mem, start, stop, last_scn)
+        res.windows += windows
+        if windows:
+            last_scn = windows[-1][0]
+            res.end = end
+        if error is not None:
+            res.corrupt = True
+            res.report = (f"dropped everything from offset {end} on: {error};"
+                          f" kept {len(res.windows)} windows")
+            log.warning("buffer recovery: %s", res.report)
+            res.end = end
+            res.ended_before_wrap = wrapped and seg_index == 0
+            return res
+    if wrapped and not res.windows:
+        res.ended_before_wrap = True
+    return res
+
+
+def _scan_segment(mem: memoryview | bytearray, start: int, stop: int,
+                  last_scn: int) -> tuple[list[tuple[int, int, int]], int, str | None]:
+    """The windows of one segment: the Python twin of the compiled ``scan_windows``
+    (:mod:`databus.buffer.select`), used when the extension is not built."""
+    windows: list[tuple[int, int, int]] = []
+    off = start
+    with memoryview(mem)[:stop] as view:
         while off < stop:
             win_start, n, scn = off, 0, None
             try:
@@ -232,19 +257,8 @@ def scan_windows(mem: memoryview | bytearray, head: int, tail: int, limit: int, 
                         break
                     n += 1
             except CorruptEventError as exc:
-                res.corrupt = True
-                res.report = (f"dropped everything from offset {win_start} on: {exc};"
-                              f" kept {len(res.windows)} windows")
-                log.warning("buffer recovery: %s", res.report)
-                res.end = win_start
-                res.ended_before_wrap = wrapped and seg_index == 0
-                view.release()
-                return res
+                return windows, win_start, str(exc)
             assert scn is not None
-            res.windows.append((scn, win_start, n))
+            windows.append((scn, win_start, n))
             last_scn = scn
-            res.end = off
-        view.release()
-    if wrapped and not res.windows:
-        res.ended_before_wrap = True
-    return res
+    return windows, off, None

@@ -158,14 +158,6 @@ class Region:
         self.events += count
         self.appended += 1
 
-    def _index(self, scn: int, off: int) -> None:
-        """An index entry for the window at ``off`` when it is the first one starting
-        in its block (or the data wrapped before it)."""
-        if (len(self.ix_off) == self.ix_first or off // self.block != self.ix_off[-1] // self.block
-                or off < self.ix_off[-1]):
-            self.ix_scn.append(scn)
-            self.ix_off.append(off)
-
     def evict_one(self) -> None:
         end, n = self.window_end(self.head)
         self.prev_scn = ev.peek_scn(self.mem, self.head)
@@ -200,9 +192,15 @@ class Region:
                 self.wrapped = False
             if not self.wrapped:
                 self.limit = self.tail
-        for scn, off, n in found.windows:
-            self._index(scn, off)
-            self.events += n
+        # one pass with locals: a 2 GiB buffer holds millions of windows
+        ix_scn, ix_off, block = self.ix_scn, self.ix_off, self.block
+        last = ix_off[-1] if len(ix_off) > self.ix_first else -1
+        for scn, off, _n in found.windows:
+            if last < 0 or off // block != last // block or off < last:
+                ix_scn.append(scn)
+                ix_off.append(off)
+                last = off
+        self.events += sum(n for _s, _o, n in found.windows)
         self.windows = len(found.windows)
         if found.windows:
             self.min_scn = found.windows[0][0]

@@ -38,6 +38,15 @@ they fit in ``max_bytes`` together, at most ``max_windows``; ``end`` is where th
 last taken one ends (``off``, and ``last_scn`` -1, when none was). An event header
 that leaves ``mem`` or ``stop`` raises ValueError."""
 
+ScanWindows = Callable[[bytes | bytearray | memoryview, int, int, int],
+                       tuple[list[tuple[int, int, int]], int, str | None]]
+scan_windows: ScanWindows | None = None if _select is None else _select.scan_windows
+"""``scan_windows(mem, start, stop, last_scn)`` -> ``(windows, end, error)``: the
+valid windows ``(scn, offset, data_events)`` from ``start`` up to ``stop`` (both CRCs
+of every event checked, SCNs rising above ``last_scn``, one SCN per window); ``error``
+is None when all of it is valid, else why the window at ``end`` is not (the
+:func:`databus.buffer.persist.scan_windows` recovery, compiled)."""
+
 Span = tuple[int, int, int]
 """``(start, end, events)``: adjacent selected events of a window."""
 
