@@ -27,9 +27,12 @@ two UPDATEs, a DELETE and the re-INSERT of one id: four row changes). In order:
      (``innodb_flush_log_at_trx_commit=2``, no binlog) or a SQLite file;
    * ``publish``: ``databus publish`` into a private Kafka broker (pinned bundle);
    * ``bootstrap``: a ``databus bootstrap`` service (producer and applier, SQLite store);
-   * ``binlog``: no consumer; a plain ``mysqlbinlog --read-from-remote-server
-     --stop-never`` into /dev/null instead of the relay's capture during the load: the
-     writers' ratio with the cheapest binlog reader there is (the floor for the relay's).
+   * ``binlog``: a plain ``mysqlbinlog --read-from-remote-server --stop-never`` into
+     /dev/null, the only binlog reader: the writers' ratio with the cheapest binlog
+     reader there is (the floor for the relay's). It runs after ``alone`` and before the
+     relay starts, whatever its place in ``--rounds`` (the relay's capture would be a
+     second reader);
+   * ``capture``: the relay capturing, no consumer: what capture alone costs the writers.
 
 4. **Apply from a full buffer** (``--full``): ``replicate()`` in this process into a new
    PostgreSQL database, from the relay's oldest window to its newest (the snapshot and
@@ -360,9 +363,23 @@ class Bench:
                 "cpu_s": {**{k: round(cpu1[k] - cpu0[k], 1) for k in pids},
                           "sysbench": self.sysbench_cpu}}
 
+    def capture_round(self, relay: Relay, source: MariaDB) -> dict[str, Any]:
+        """What the relay's capture alone costs the writers: the load with the relay
+        capturing and no consumer."""
+        relay.settled()
+        pids = {"mariadbd": [self.source_pid], "relay": [relay.proc.pid]}
+        cpu0 = {k: cpu_seconds(v) for k, v in pids.items()}
+        result, _, _ = self.load("capture", source)
+        cpu1 = {k: cpu_seconds(v) for k, v in pids.items()}
+        alone = self.results["alone"]
+        return {"tps": round(result.tps, 1), "writer_rows_per_s": round(result.rows_per_s, 1),
+                "tps_vs_alone": round(result.tps / alone["tps"], 3),
+                "cpu_s": {**{k: round(cpu1[k] - cpu0[k], 1) for k in pids},
+                          "sysbench": self.sysbench_cpu}}
+
     def round(self, kind: str, relay: Relay, source: MariaDB) -> dict[str, Any]:
-        if kind == "binlog":
-            return self.binlog_round(source)
+        if kind == "capture":
+            return self.capture_round(relay, source)
         out: dict[str, Any] = {}
         with self.consumer(kind, relay, source) as c:
             top = relay.settled()
@@ -499,6 +516,13 @@ class Bench:
                       f" row changes/s, load {os.getloadavg()[0]:.1f}", flush=True)
             self.results["alone"] = max(alone, key=lambda a: a["tps"])
             self.results["alone_runs"] = alone
+            rounds = [k for k in args.rounds.split(",") if k]
+            if "binlog" in rounds:  # before the relay: mysqlbinlog the only reader
+                print("round binlog ...", flush=True)
+                out = self.binlog_round(source)
+                out["load_average"] = round(os.getloadavg()[0], 1)
+                self.results["binlog"] = out
+                print(f"  binlog: {json.dumps(out)}", flush=True)
             port = free_port()
             proc = spawn([*DATABUS, "relay", "--source", source.url, "--tables",
                           r"sbtest\..*", "--snapshot-mode", "initial", "--port", str(port),
@@ -511,7 +535,7 @@ class Bench:
             try:
                 wait_http(f"{relay.url}/admin", proc, timeout=60)
                 with self.postgres:
-                    for kind in [k for k in args.rounds.split(",") if k]:
+                    for kind in [k for k in rounds if k != "binlog"]:
                         print(f"round {kind} ...", flush=True)
                         out = self.round(kind, relay, source)
                         out["load_average"] = round(os.getloadavg()[0], 1)

@@ -3,6 +3,7 @@ fed by an in-memory Source, so it runs without any capture database."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,3 +126,53 @@ def test_client_on_the_real_relay(real_relay: tuple[Relay, ListSource], tmp_path
     _wait(relay, 159)
     with pytest.raises(ScnNotFoundError, match="bootstrap"):
         DatabusClient(cfg, Keep(), MemoryCheckpointStore(Checkpoint.after(10))).run()
+
+
+def _relay(tmp: Path, name: str, capacity: int) -> tuple[Relay, ListSource]:
+    cfg = parse_config({
+        "source": {"url": f"sqlite:///{tmp / 'unused.db'}", "poll_interval": 0.01},
+        "buffer": {"capacity_bytes": capacity, "flush_interval": 0.2},
+        "http": {"port": 0},
+        "state_dir": str(tmp / name),
+        "stream": {"default_timeout": 0.5},
+    })
+    src = ListSource()
+    return Relay(cfg, source=src), src
+
+
+def test_a_member_that_no_longer_holds_the_position_hands_over_to_one_that_does(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Members of a list (or a cluster) hold the same windows, not equally far back: the
+    read moves to a member that still holds the position; ScnNotFound only when none
+    does."""
+    small, small_src = _relay(tmp_path, "small", 64 * 1024)
+    large, large_src = _relay(tmp_path, "large", 256 * 1024)
+    with small, large:
+        for scn in range(10, 60):
+            events = [customer(scn, k, name="x" * 200) for k in range(10)]
+            small_src.add(scn, events)
+            large_src.add(scn, events)
+        _wait(small, 59)
+        _wait(large, 59)
+        assert small.buffer.min_scn > 11  # the small one evicted the position
+        cfg = ClientConfig(relay=f"{small.url},{large.url}", poll_timeout=0.2,
+                           backoff_initial=0.01, backoff_max=0.02)
+        keep = Keep()
+        caplog.set_level(logging.WARNING, logger="databus.client")
+        DatabusClient(cfg, keep, MemoryCheckpointStore(Checkpoint.after(10))).run(
+            max_windows=49)
+        assert [w[0] for w in keep.windows] == list(range(11, 60))
+        assert any("no longer holds this position" in r.getMessage() and large.url in
+                   r.getMessage() for r in caplog.records)
+        # neither holds it: the consumer falls off, as with one relay
+        for scn in range(60, 260):
+            events = [customer(scn, k, name="x" * 200) for k in range(10)]
+            small_src.add(scn, events)
+            large_src.add(scn, events)
+        _wait(small, 259)
+        _wait(large, 259)
+        cfg = ClientConfig(relay=f"{large.url},{small.url}", poll_timeout=0.2,
+                           backoff_initial=0.01, backoff_max=0.02)
+        with pytest.raises(ScnNotFoundError, match="bootstrap"):
+            DatabusClient(cfg, Keep(), MemoryCheckpointStore(Checkpoint.after(
+                large.buffer.min_scn - 30))).run()

@@ -142,6 +142,31 @@ def test_load_waits_for_a_relay_that_comes_up_within_relay_retry_seconds(
     assert 2.5 <= time.monotonic() - started < 30
 
 
+@pytest.mark.parametrize("fmt", ["databus-jvm", "databus-python"])
+def test_a_member_that_no_longer_holds_the_position_hands_over_to_one_that_does(
+        spark: SparkSession, tmp_path: Path, fmt: str) -> None:
+    """Two relays over one shop hold the same windows; the first, with a small buffer,
+    evicted the start: the read takes it from the second, row for row."""
+    db = tmp_path / "shop.db"
+    create_shop(db)
+    small = make_relay(db, tmp_path, state="small", capacity_bytes=64 * 1024)
+    large = make_relay(db, tmp_path, state="large")
+    with small, large:
+        w = Writer(db, seed=23, rollback_ratio=0.0)
+        while small.buffer.stats()["evicted_windows"] < 40:
+            w.transaction()
+            wait_relay(small, db)
+        w.close()
+        wait_relay(large, db)
+        start = large.buffer.min_scn
+        assert small.buffer.prev_scn > start  # the small relay no longer holds it
+        both, _ = drain(read(spark, fmt, f"{small.url},{large.url}", "customers",
+                             startingPosition=start), tmp_path / "both")
+        alone, _ = drain(read(spark, fmt, large.url, "customers", startingPosition=start),
+                         tmp_path / "alone")
+    assert both and both == alone
+
+
 def test_the_type_matrix_reads_the_same_on_both_sources(
         spark: SparkSession, tmp_path: Path, mariadb: MariaDB) -> None:
     with matrix_relay(mariadb, tmp_path, "jvmtm") as (relay, table, cur):

@@ -60,17 +60,20 @@ class Endpoints:
         self.urls = urls
         return urls
 
-    def advance(self) -> str:
+    def advance(self, avoid: frozenset[str] = frozenset()) -> str:
         """The member to try after :attr:`current` failed (the same one when it is the
-        only one)."""
+        only one), one not in ``avoid`` when there is one."""
         failed = self.current
         if self._address is not None:
             urls = self._resolve()
             others = [u for u in urls if u != failed]
-            self.current = others[0] if others else urls[0]
+            fresh = [u for u in others if u not in avoid]
+            self.current = fresh[0] if fresh else others[0] if others else urls[0]
         else:
             i = self.urls.index(failed) if failed in self.urls else -1
-            self.current = self.urls[(i + 1) % len(self.urls)]
+            order = self.urls[i + 1:] + self.urls[:i + 1]
+            fresh = [u for u in order if u not in avoid]
+            self.current = fresh[0] if fresh else order[0]
         if self.current != failed:
             log.info("relay %s failed: reading %s now", failed, self.current)
         return self.current

@@ -36,6 +36,7 @@ from databus.core.checkpoint import Checkpoint
 from databus.core.errors import (
     DatabusError,
     RelayUnavailableError,
+    ScnNotFoundError,
     TerminalError,
     TlsVerificationError,
     TransientError,
@@ -150,11 +151,12 @@ class RelayConnection:
         self._http.close()
         self.endpoints.close()
 
-    def _failed_over(self) -> None:
-        """After a relay failure: the next call goes to the next member, if any."""
+    def _failed_over(self, avoid: frozenset[str] = frozenset()) -> None:
+        """After a relay failure: the next call goes to the next member (one not in
+        ``avoid`` when there is one), if any."""
         if self.endpoints.several:
             try:
-                self.url = self.endpoints.advance()
+                self.url = self.endpoints.advance(avoid)
             except RelayUnavailableError as exc:
                 log.warning("no other relay to read: %s", exc)
                 return
@@ -210,10 +212,25 @@ class RelayConnection:
         # objects cost more per request than the rest of the request: bench.relay_fanout)
         query = stream_query(checkpoint, source_ids, size=size, filter_json=filter_json,
                              timeout=timeout, from_latest=from_latest)
-        base = self._http.base_url
-        url = base.copy_with(raw_path=base.raw_path + b"stream?" + query.encode("ascii"))
-        r = self._get("/stream", url=url, read_timeout=timeout + self.http_timeout,
-                      headers=headers)
+        tried: set[str] = set()
+        while True:
+            base = self._http.base_url
+            url = base.copy_with(raw_path=base.raw_path + b"stream?" + query.encode("ascii"))
+            try:
+                r = self._get("/stream", url=url, read_timeout=timeout + self.http_timeout,
+                              headers=headers)
+                break
+            except ScnNotFoundError as exc:
+                # Members hold the same windows but not as far back: one that has just
+                # dropped its buffer (a cluster member that diverged) or has a smaller
+                # one. The position is lost only when no member holds it.
+                tried.add(self.url)
+                missing = self.url
+                self._failed_over(frozenset(tried))
+                if self.url in tried:
+                    raise
+                log.warning("relay %s no longer holds this position (%s): reading %s,"
+                            " another member", missing, exc, self.url)
         found: dict[str, int | None] = {}
         for name, value in r.headers.raw:
             field = _POSITION_HEADERS.get(name.lower())

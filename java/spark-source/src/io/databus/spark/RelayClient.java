@@ -18,9 +18,11 @@ import java.security.cert.CertificateFactory;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.StringJoiner;
 import javax.net.ssl.KeyManager;
 import javax.net.ssl.SSLContext;
@@ -295,7 +297,26 @@ final class RelayClient {
             p.put("filters", filter);
         }
         Duration read = httpTimeout.plusMillis((long) (timeout * 1000));
-        HttpResponse<byte[]> r = get("/stream", p, read);
+        HttpResponse<byte[]> r;
+        Set<String> tried = new HashSet<>();
+        while (true) {
+            try {
+                r = get("/stream", p, read);
+                break;
+            } catch (DatabusSourceException e) {
+                // members hold the same windows, not equally far back (one that has just
+                // dropped its buffer, or a smaller one): the position is lost only when
+                // no member holds it
+                if (!"ScnNotFound".equals(e.code())) {
+                    throw e;
+                }
+                tried.add(url());
+                failedOver(tried);
+                if (tried.contains(url())) {
+                    throw e;
+                }
+            }
+        }
         long max = r.headers().firstValue("X-Databus-Max-Scn").map(v -> {
             try {
                 return Long.parseLong(v);
@@ -348,8 +369,21 @@ final class RelayClient {
     /** The member to try after the current one failed: the next URL of a list; for a
      * cluster, its members read again, another one than the failed one when there is one. */
     private void failedOver() {
+        failedOver(Set.of());
+    }
+
+    /** As {@link #failedOver()}, to a member not in {@code avoid} when there is one. */
+    private void failedOver(Set<String> avoid) {
         if (cluster == null) {
-            current = (current + 1) % urls.size();
+            int next = (current + 1) % urls.size();
+            for (int k = 1; k <= urls.size(); k++) {
+                int i = (current + k) % urls.size();
+                if (!avoid.contains(urls.get(i))) {
+                    next = i;
+                    break;
+                }
+            }
+            current = next;
             return;
         }
         String failed = urls.get(current);
@@ -363,12 +397,19 @@ final class RelayClient {
         urls.clear();
         urls.addAll(live);
         current = 0;
+        int other = -1;
         for (int i = 0; i < urls.size(); i++) {
             if (!urls.get(i).equals(failed)) {
-                current = i;
-                break;
+                if (other < 0) {
+                    other = i;
+                }
+                if (!avoid.contains(urls.get(i))) {
+                    current = i;
+                    return;
+                }
             }
         }
+        current = Math.max(other, 0);
     }
 
     private DatabusSourceException error(String path, HttpResponse<byte[]> r) {
