@@ -89,8 +89,11 @@ class SparkHistory:
         self._copies = 0
 
     def _committed_files(self) -> list[str]:
-        """The sink log's files, in log order (a ``N.compact`` holds every batch up to
-        N; the others one batch each; a file is listed once)."""
+        """The sink log's files in batch order: the newest ``N.compact`` (every batch up
+        to N, in order), then the batches after N one file each. Batch files up to N
+        that Spark has not deleted yet are left out: listed by name before the compact
+        file, their data would come before the batches they followed (a 30-minute soak
+        read batches 66-68 ahead of 0-65 so, and counted every later window reordered)."""
         log = self.out / "_spark_metadata"
         if not log.is_dir():
             return []
@@ -98,21 +101,25 @@ class SparkHistory:
         def batch(p: Path) -> int:
             return int(p.name.split(".")[0])
 
-        out: list[str] = []
-        seen: set[str] = set()
-        for f in sorted((p for p in log.iterdir() if p.name.split(".")[0].isdigit()
-                         and not p.name.endswith(".tmp")), key=batch):
+        while True:
+            logged = sorted((p for p in log.iterdir() if p.name.split(".")[0].isdigit()
+                             and not p.name.endswith(".tmp")), key=batch)
+            compacts = [p for p in logged if p.name.endswith(".compact")]
+            upto = batch(compacts[-1]) if compacts else -1
+            chosen = compacts[-1:] + [p for p in logged if batch(p) > upto]
+            out: list[str] = []
+            seen: set[str] = set()
             try:
-                lines = f.read_text().splitlines()[1:]  # the first line: the version
+                for f in chosen:
+                    for line in f.read_text().splitlines()[1:]:  # the first: the version
+                        entry = json.loads(line)
+                        path = unquote(urlparse(entry["path"]).path)
+                        if entry.get("action", "add") == "add" and path not in seen:
+                            seen.add(path)
+                            out.append(path)
             except FileNotFoundError:
-                continue  # compacted away while listed
-            for line in lines:
-                entry = json.loads(line)
-                path = unquote(urlparse(entry["path"]).path)
-                if entry.get("action", "add") == "add" and path not in seen:
-                    seen.add(path)
-                    out.append(path)
-        return out
+                continue  # compacted away while listed: a newer compact file holds it
+            return out
 
     def read(self, final: bool = False) -> list[Window]:
         """The windows of the files committed since the last call (``final``: the same;
