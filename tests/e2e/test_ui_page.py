@@ -6,7 +6,7 @@ them (that name as text), marks the stalled one behind with its seconds behind
 growing, shows capture running and draws a chart per consumer. Screenshots are kept in
 ``test-artifacts/`` (tests/support/artifacts.py; their paths printed). A two-member
 cluster: a member's page lists both members, the leader among them; the leader's lists its readers by kind (a
-chain relay, the follower, two clients). A chain relay whose upstream stops: its page
+chain relay, the follower, two clients) and marks the client stalled in its callback. A chain relay whose upstream stops: its page
 shows capture retrying and NOT READY. A bootstrap server's own page.
 
 And without a browser: the page sits behind the same tokens as the API (a token in
@@ -119,7 +119,9 @@ def test_the_page_of_a_cluster_member_lists_the_members_and_the_leader(
         shop_db: Path, tmp_path: Path, zookeeper: ZooKeeper) -> None:
     """Two members of one cluster (in this process, ZooKeeper private to the suite): the
     page of either shows the cluster section with both members, one of them the
-    leader, and its own role."""
+    leader, and its own role; the leader's lists its readers by kind (a chain relay, the
+    follower, two clients) and marks the client stalled in its callback while the source
+    writes, not the one keeping up."""
     require_browser()
     address = f"zk://{zookeeper.hosts}/ui-{int(time.time() * 1000) % 10**9}"
 
@@ -142,20 +144,30 @@ def test_the_page_of_a_cluster_member_lists_the_members_and_the_leader(
         chain = Relay(parse_config({  # a chain relay reading the leader
             "name": "chain-ui", "source": {"url": f"databus+{leader.url}"},
             "http": {"port": 0}, "state_dir": str(tmp_path / "chain")}))
-        with chain, Pulling(leader.url, "reader-a"), Pulling(leader.url, "reader-b"), \
-                open_page(1200, 700) as (page, _):
-            # the leader's page: its readers, each of a kind (the topology around it)
-            page.goto(f"{leader.url}/ui")
-            kinds = {"reader-a": "client", "reader-b": "client",
-                     "relay chain-ui": "chain relay"}
-            for name, kind in kinds.items():
-                row = page.locator(f'tr[data-consumer="{name}"]')
-                row.wait_for(timeout=15_000)
-                assert row.locator("td.kind").inner_text() == kind, name
-            follower = page.locator("#consumers tbody tr", has_text="(cluster member)")
-            follower.wait_for(timeout=15_000)
-            assert follower.locator("td.kind").inner_text() == "cluster follower"
-            page.screenshot(path=str(artifact("ui-cluster-leader.png")), full_page=True)
+        with chain, Writer(shop_db) as w, Pulling(leader.url, "reader-a") as a, \
+                Pulling(leader.url, "reader-b") as b, open_page(1200, 700) as (page, _):
+            w.transaction()
+            wait_until(lambda: a.gate.events > 0 and b.gate.events > 0, 30,
+                       "both readers to consume the first change")
+            b.gate.open.clear()  # reader-b stalls in its callback from its next change
+            with Repeating(w.transaction, 0.5):
+                # the leader's page: its readers, each of a kind (the topology around it)
+                page.goto(f"{leader.url}/ui")
+                kinds = {"reader-a": "client", "reader-b": "client",
+                         "relay chain-ui": "chain relay"}
+                for name, kind in kinds.items():
+                    row = page.locator(f'tr[data-consumer="{name}"]')
+                    row.wait_for(timeout=15_000)
+                    assert row.locator("td.kind").inner_text() == kind, name
+                # the stalled reader is marked behind; the one keeping up is not
+                page.locator('tr.behind[data-consumer="reader-b"]').wait_for(timeout=25_000)
+                kept_up = page.locator('tr[data-consumer="reader-a"]')
+                assert "behind" not in (kept_up.get_attribute("class") or "")
+                follower = page.locator("#consumers tbody tr", has_text="(cluster member)")
+                follower.wait_for(timeout=15_000)
+                assert follower.locator("td.kind").inner_text() == "cluster follower"
+                page.screenshot(path=str(artifact("ui-cluster-leader.png")), full_page=True)
+            b.gate.open.set()
             page.goto(f"{m2.url}/ui")
             rows = page.locator("#members tbody tr")
             rows.nth(1).wait_for(timeout=15_000)  # (no wait_for_function: the CSP)
