@@ -91,16 +91,16 @@ class ZkWatch:
         nodes = self._nodes
         if nodes is None:
             return {}
-        reader: threading.Thread | None = None
         with self._lock:
             now = time.monotonic()
             if now - self._tried_at >= VIEW_EVERY and self._reading is None:
                 self._tried_at = now
-                reader = self._reading = threading.Thread(
+                self._reading = threading.Thread(
                     target=self._read, args=(nodes,), name="databus-cluster-view", daemon=True)
+                # started under the lock: a concurrent read that finds it joins it, and
+                # joining a thread not yet started raises (a /consumers 500 under the page)
+                self._reading.start()
             running = self._reading
-        if reader is not None:
-            reader.start()
         if running is not None:
             running.join(VIEW_WAIT)
         with self._lock:
