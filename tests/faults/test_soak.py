@@ -200,3 +200,53 @@ def test_the_spark_reader_reads_only_the_files_the_sink_log_lists(tmp_path: Path
     assert counts(h.read(final=True)) == ZERO and h.uncommitted == 1 and h.copies == 0
     commit(2, batch("c", [(20, [1])]))  # a batch's windows twice
     assert counts(h.read())["duplicated"] == 1 and h.copies == 1
+
+
+def test_the_spark_reader_reads_a_compacted_log_in_batch_order(tmp_path: Path) -> None:
+    """Spark's sink log after a compaction: ``2.compact`` holds batches 0-2 (batch 2
+    wrote no file), the file of batch 1 is not deleted yet, batch 3 follows. Read in
+    batch order, nothing is out of order or read twice (read before the compact file,
+    batch 1 came ahead of batch 0, and a 30-minute soak counted every later window
+    reordered so)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.support.soak_spark import COLUMNS, SparkHistory
+
+    def batch(name: str, scn: int, i: int) -> str:
+        rows = [(scn, n, table, COMMITTED[i].id, op, key)
+                for n, (table, op, key) in enumerate(CHANGES[i])]
+        path = tmp_path / f"part-{name}.parquet"
+        pq.write_table(pa.table({c: [r[k] for r in rows]
+                                 for k, c in enumerate(COLUMNS)}), path)
+        return str(path)
+
+    log = tmp_path / "_spark_metadata"
+    log.mkdir()
+
+    def entry(*paths: str) -> str:
+        return "v1\n" + "".join(json.dumps({"path": f"file://{p}", "action": "add"}) + "\n"
+                                for p in paths)
+
+    a, b = batch("a", 10, 0), batch("b", 20, 1)
+    (log / "1").write_text(entry(b))
+    (log / "2.compact").write_text(entry(a, b))
+    (log / "3").write_text(entry(batch("c", 30, 2)))
+    h = SparkHistory(tmp_path)
+    assert counts(h.read(final=True)) == ZERO and h.copies == 0
+    assert [w[0] for w in h.windows] == [10, 20, 30]
+
+
+def test_a_query_whose_first_commits_spark_deleted_has_committed(tmp_path: Path) -> None:
+    """The soak kills the Spark driver only once its query committed a batch; Spark keeps
+    the newest 100 commit files, so ``commits/0`` is gone later in a long run and the
+    newer ones count (a 30-minute run waited 600 s for ``commits/0`` and stopped)."""
+    from tests.support.soak_spark import first_batch_committed
+
+    ckpt = tmp_path / "ckpt"
+    assert not first_batch_committed(ckpt)
+    (ckpt / "commits").mkdir(parents=True)
+    (ckpt / "commits" / ".0.crc").write_text("")
+    assert not first_batch_committed(ckpt)
+    (ckpt / "commits" / "305").write_text("v1\n")
+    assert first_batch_committed(ckpt)

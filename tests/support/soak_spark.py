@@ -70,10 +70,12 @@ def kill_driver(proc: subprocess.Popen[bytes]) -> None:
 
 
 def first_batch_committed(checkpoint: Path) -> bool:
-    """Whether the query committed its batch 0: Spark cannot restart a query killed
-    inside its very first batch ("offsets should be empty on batch 0", see
-    tests/spark/test_restart.py), which is Spark's limit, not the source's."""
-    return (checkpoint / "commits" / "0").exists()
+    """Whether the query committed a batch (its batch 0 first): Spark cannot restart a
+    query killed inside its very first batch ("offsets should be empty on batch 0", see
+    tests/spark/test_restart.py), which is Spark's limit, not the source's. Any commit
+    file counts: Spark deletes the oldest ones (it keeps 100 batches), ``0`` among them."""
+    commits = checkpoint / "commits"
+    return commits.is_dir() and any(p.name.isdigit() for p in commits.iterdir())
 
 
 class SparkHistory:
