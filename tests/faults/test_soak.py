@@ -170,35 +170,39 @@ def test_the_kafka_reader_rebuilds_windows_and_finds_copies_and_reorders() -> No
     assert _published([(10, [0]), (30, [2]), (20, [1])])["reordered"] >= 1
 
 
-def test_the_spark_reader_reads_only_the_files_the_sink_log_lists(tmp_path: Path) -> None:
+def _sink_file(out: Path, name: str, spec: list[tuple[int, list[int]]]) -> str:
+    """A Parquet file as Spark's sink writes it into ``out``: the windows of ``spec``
+    (SCN, the committed transactions by index), one row per change."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tests.support.soak_spark import COLUMNS, SparkHistory
+    from tests.support.soak_spark import COLUMNS
 
-    def batch(name: str, spec: list[tuple[int, list[int]]]) -> str:
-        rows = [(scn, n, table, COMMITTED[i].id, op, key) for scn, idx in spec
-                for n, (i, (table, op, key)) in enumerate(
-                    (i, c) for i in idx for c in CHANGES[i])]
-        path = tmp_path / f"part-{name}.parquet"
-        pq.write_table(pa.table({c: [r[k] for r in rows]
-                                 for k, c in enumerate(COLUMNS)}), path)
-        return str(path)
+    rows = [(scn, n, table, COMMITTED[i].id, op, key) for scn, idx in spec
+            for n, (i, (table, op, key)) in enumerate((i, c) for i in idx for c in CHANGES[i])]
+    path = out / f"part-{name}.parquet"
+    pq.write_table(pa.table({c: [r[k] for r in rows] for k, c in enumerate(COLUMNS)}), path)
+    return str(path)
 
-    log = tmp_path / "_spark_metadata"
-    log.mkdir()
 
-    def commit(n: int, *paths: str) -> None:
-        (log / str(n)).write_text("v1\n" + "".join(
-            json.dumps({"path": f"file://{p}", "action": "add"}) + "\n" for p in paths))
+def _sink_log(out: Path, name: str, *paths: str) -> None:
+    """Entry ``name`` (a batch number, or ``N.compact``) of the sink log, adding ``paths``."""
+    log = out / "_spark_metadata"
+    log.mkdir(exist_ok=True)
+    (log / name).write_text("v1\n" + "".join(
+        json.dumps({"path": f"file://{p}", "action": "add"}) + "\n" for p in paths))
 
-    commit(0, batch("a", [(10, [0]), (20, [1])]))
-    batch("killed", [(30, [2])])  # written by a batch killed before its log entry
+
+def test_the_spark_reader_reads_only_the_files_the_sink_log_lists(tmp_path: Path) -> None:
+    from tests.support.soak_spark import SparkHistory
+
+    _sink_log(tmp_path, "0", _sink_file(tmp_path, "a", [(10, [0]), (20, [1])]))
+    _sink_file(tmp_path, "killed", [(30, [2])])  # a batch killed before its log entry
     h = SparkHistory(tmp_path)
     assert counts(h.read()) == {**ZERO, "lost": 1}
-    commit(1, batch("b", [(30, [2])]))
+    _sink_log(tmp_path, "1", _sink_file(tmp_path, "b", [(30, [2])]))
     assert counts(h.read(final=True)) == ZERO and h.uncommitted == 1 and h.copies == 0
-    commit(2, batch("c", [(20, [1])]))  # a batch's windows twice
+    _sink_log(tmp_path, "2", _sink_file(tmp_path, "c", [(20, [1])]))  # a batch's windows twice
     assert counts(h.read())["duplicated"] == 1 and h.copies == 1
 
 
@@ -208,30 +212,12 @@ def test_the_spark_reader_reads_a_compacted_log_in_batch_order(tmp_path: Path) -
     batch order, nothing is out of order or read twice (read before the compact file,
     batch 1 came ahead of batch 0, and a 30-minute soak counted every later window
     reordered so)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    from tests.support.soak_spark import SparkHistory
 
-    from tests.support.soak_spark import COLUMNS, SparkHistory
-
-    def batch(name: str, scn: int, i: int) -> str:
-        rows = [(scn, n, table, COMMITTED[i].id, op, key)
-                for n, (table, op, key) in enumerate(CHANGES[i])]
-        path = tmp_path / f"part-{name}.parquet"
-        pq.write_table(pa.table({c: [r[k] for r in rows]
-                                 for k, c in enumerate(COLUMNS)}), path)
-        return str(path)
-
-    log = tmp_path / "_spark_metadata"
-    log.mkdir()
-
-    def entry(*paths: str) -> str:
-        return "v1\n" + "".join(json.dumps({"path": f"file://{p}", "action": "add"}) + "\n"
-                                for p in paths)
-
-    a, b = batch("a", 10, 0), batch("b", 20, 1)
-    (log / "1").write_text(entry(b))
-    (log / "2.compact").write_text(entry(a, b))
-    (log / "3").write_text(entry(batch("c", 30, 2)))
+    a, b = _sink_file(tmp_path, "a", [(10, [0])]), _sink_file(tmp_path, "b", [(20, [1])])
+    _sink_log(tmp_path, "1", b)
+    _sink_log(tmp_path, "2.compact", a, b)
+    _sink_log(tmp_path, "3", _sink_file(tmp_path, "c", [(30, [2])]))
     h = SparkHistory(tmp_path)
     assert counts(h.read(final=True)) == ZERO and h.copies == 0
     assert [w[0] for w in h.windows] == [10, 20, 30]
