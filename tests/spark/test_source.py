@@ -112,8 +112,11 @@ def test_max_rows_per_batch_splits_on_window_boundaries(
                 con.execute("INSERT INTO orders VALUES (?,?,?,?,?)",
                             (50_000 + t * 100 + i, 1, "x", b"", t))
             con.execute("COMMIT")
+            # one window each: SQLite's relay puts the transactions committed between two
+            # of its polls in one window (docs/sqlite.md), and a CI run once got two
+            # windows of hundreds of rows, too few batches for the limit to shape
+            wait_relay(relay, db)
         con.close()
-        wait_relay(relay, db)
         return len(relay_events(relay.url, "orders"))
 
     df = stream(spark, relay, "orders", partitions=2, maxRowsPerBatch=40)
