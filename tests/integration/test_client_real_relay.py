@@ -147,13 +147,16 @@ def test_a_member_that_no_longer_holds_the_position_hands_over_to_one_that_does(
     does."""
     small, small_src = _relay(tmp_path, "small", 64 * 1024)
     large, large_src = _relay(tmp_path, "large", 256 * 1024)
-    with small, large:
-        for scn in range(10, 60):
+    def same_windows(scns: range) -> None:  # both relays get them, as members of one
+        for scn in scns:
             events = [customer(scn, k, name="x" * 200) for k in range(10)]
             small_src.add(scn, events)
             large_src.add(scn, events)
-        _wait(small, 59)
-        _wait(large, 59)
+        _wait(small, scns[-1])
+        _wait(large, scns[-1])
+
+    with small, large:
+        same_windows(range(10, 60))
         assert small.buffer.min_scn > 11  # the small one evicted the position
         cfg = ClientConfig(relay=f"{small.url},{large.url}", poll_timeout=0.2,
                            backoff_initial=0.01, backoff_max=0.02)
@@ -165,12 +168,7 @@ def test_a_member_that_no_longer_holds_the_position_hands_over_to_one_that_does(
         assert any("no longer holds this position" in r.getMessage() and large.url in
                    r.getMessage() for r in caplog.records)
         # neither holds it: the consumer falls off, as with one relay
-        for scn in range(60, 260):
-            events = [customer(scn, k, name="x" * 200) for k in range(10)]
-            small_src.add(scn, events)
-            large_src.add(scn, events)
-        _wait(small, 259)
-        _wait(large, 259)
+        same_windows(range(60, 260))
         cfg = ClientConfig(relay=f"{large.url},{small.url}", poll_timeout=0.2,
                            backoff_initial=0.01, backoff_max=0.02)
         with pytest.raises(ScnNotFoundError, match="bootstrap"):
