@@ -13,7 +13,9 @@ timed from the first start to the last end) from two inputs:
   publisher's topic ``bench.main.<table>``, the envelope parsed with ``from_json`` into the
   change shape of the relay source (``tests.support.kafka.spark_kafka_changes``: row
   columns, ``_op``, ``_sequence`` = (``source.scn``, ``transaction.total_order``));
-* ``relay``: ``format("databus")`` on the relay (``envelope=flat``, ``partitions`` 2).
+* ``relay``: ``format("databus")`` on the relay (``envelope=flat``, ``partitions`` 2);
+* ``relay-newest``: the same with ``newestPerKey=true`` (one row per key per batch, the
+  key's newest change: docs/spark.md).
 
 Rounds alternate the inputs; each input's best time counts; every table is checked equal
 to its SQLite table. Then the lag: a writer commits ``--rate`` changes/s to one table
@@ -118,10 +120,11 @@ def main() -> None:
                 for t in TABLES}
 
         def source(kind: str, t: str) -> DataFrame:
-            if kind == "relay":
+            if kind.startswith("relay"):
                 return (spark.readStream.format("databus").option("relay", relay.url)
                         .option("sources", t).option("partitions", 2)
-                        .option("envelope", "flat").load())
+                        .option("envelope", "flat")
+                        .option("newestPerKey", str(kind == "relay-newest").lower()).load())
             df: DataFrame = spark_kafka_changes(spark.readStream,
                                                 bootstrap_servers=broker.bootstrap_servers,
                                                 topic=f"{PREFIX}.main.{t}", row_ddl=ROW_DDL,
@@ -142,7 +145,7 @@ def main() -> None:
                 qq.awaitTermination()
                 if qq.exception() is not None:
                     raise SystemExit(f"{name} failed: {qq.exception()}")
-                if kind == "relay":
+                if kind.startswith("relay"):
                     served.add(jvm.served_by(qq))
                 inside += sum(p["durationMs"].get("triggerExecution", 0)
                               for p in qq.recentProgress) / 1000
@@ -154,26 +157,30 @@ def main() -> None:
                 got = sorted(tuple(r) for r in df.select(*COLS).collect())
                 assert got == want[t], f"{name} {t}: table differs from the source"
 
-        times: dict[str, list[tuple[float, float]]] = {"kafka": [], "relay": []}
+        times: dict[str, list[tuple[float, float]]] = {"kafka": [], "relay": [],
+                                                       "relay-newest": []}
         if not args.skip_throughput:
             # JIT, Python workers, the sources' imports: not timed
             run("relay", "warmrelay")
+            run("relay-newest", "warmnewest")
             run("kafka", "warmkafka")
         for round_ in range(0 if args.skip_throughput else args.repeat):
-            for kind in ("kafka", "relay") if round_ % 2 == 0 else ("relay", "kafka"):
-                name = f"{kind}{round_}"
+            order = ("kafka", "relay", "relay-newest")
+            for kind in order if round_ % 2 == 0 else order[::-1]:
+                name = f"{kind.replace('-', '')}{round_}"
                 secs, inside = run(kind, name)
                 check(name)
                 times[kind].append((secs, inside))
                 print(f"round {round_}: {kind} {secs:.2f}s ({inside:.2f}s in batches)"
                       + (f", served by the {'/'.join(map(str, sorted(served, key=str)))} reader"
-                         if kind == "relay" else ""), flush=True)
+                         if kind.startswith("relay") else ""), flush=True)
         n = args.changes
         print(f"\n{'input -> apply_changes -> Delta':<44} | {'best s':>7} | {'changes/s':>10} |"
               f" {'in batches':>10} | all runs (s)")
         best = {}
         for kind, label in (("kafka", "Spark Kafka source (publish -> Kafka)"),
-                            ("relay", f"format(\"databus\") (relay, {'/'.join(map(str, served))})")):
+                            ("relay", f"format(\"databus\") (relay, {'/'.join(map(str, served))})"),
+                            ("relay-newest", "the same, newestPerKey=true")):
             if not times[kind]:
                 continue
             secs, inside = min(times[kind])
@@ -191,6 +198,7 @@ def main() -> None:
         if best:
             print(f"\nrows/s relay / Kafka: {best['kafka'] / best['relay']:.2f}x"
                   " (same apply_changes, same Delta, best of each)")
+            print(f"rows/s relay newestPerKey / Kafka: {best['kafka'] / best['relay-newest']:.2f}x")
             print(f"ratio relay/kafka: {best['kafka'] / best['relay']:.2f}")
     finally:
         broker.close()

@@ -188,6 +188,14 @@ def test_a_range_the_relay_cannot_serve_is_refused_saying_why(
         read(spark, f"{cat}.{source_name(relay, 'customers')}").collect()
 
 
+def test_newest_per_key_is_refused_by_a_changelog_read(
+        spark: SparkSession, shop: tuple[Relay, Path]) -> None:
+    relay, _ = shop
+    cat = catalog(spark, relay, newestPerKey="true")
+    with pytest.raises(Exception, match="newestPerKey does not apply to a changelog read"):
+        spark.readStream.changes(f"{cat}.{source_name(relay, 'customers')}")
+
+
 def test_an_unknown_table_is_not_found(spark: SparkSession, shop: tuple[Relay, Path]) -> None:
     relay, _ = shop
     cat = catalog(spark, relay)

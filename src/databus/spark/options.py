@@ -73,6 +73,13 @@ class StreamOptions(BaseModel):
         description="The JVM reader: rows per columnar batch (Spark column vectors) a "
         "partition's read hands to Spark, e.g. 4096; 0 (the default): one row at a time. Accepted and unused by the "
         "Python source (its batches are Arrow: rowsPerArrowBatch).")
+    newest_per_key: bool = Field(
+        False, alias="newestPerKey",
+        description="The JVM reader: each partition's read gives one row per key, the key's "
+        "newest change in the micro-batch (and every truncate), in the order of those changes, "
+        "instead of every change: what apply_changes SCD1 keeps anyway, read and shuffled "
+        "once per key. The rows are held until the partition's read ends; columnarBatchRows "
+        "is not used. Refused by the Python source.")
     http_timeout: float = Field(10.0, alias="httpTimeout", gt=0,
                                 description="Seconds before a relay request is abandoned.")
     relay_retry_seconds: float = Field(
@@ -125,7 +132,7 @@ _ALIASES = {name.lower(): name for name in (  # every field's alias (a test chec
     "relay", "sources", "partitions", "maxRowsPerBatch", "maxBytesPerBatch",
     "startingPosition", "valueFormat", "envelope", "fetchBytes", "rowsPerArrowBatch",
     "prefetchBatches", "httpTimeout", "relayRetrySeconds", "tokenFile", "caFile", "certFile",
-    "keyFile", "consumerName", "columnarBatchRows")}
+    "keyFile", "consumerName", "columnarBatchRows", "newestPerKey")}
 # "path" is what .load(url) passes; "url" reads naturally too
 _ALIASES["path"] = "relay"
 _ALIASES["url"] = "relay"

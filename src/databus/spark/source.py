@@ -83,6 +83,10 @@ class _Plan:
 
     def __init__(self, options: dict[str, str]) -> None:
         self.opts: StreamOptions = parse_options(options)
+        if self.opts.newest_per_key:
+            raise ConfigError(
+                "databus source: newestPerKey is read by the JVM reader only (format(\"databus\")"
+                " once its jar is built: docs/spark.md); this is the Python source")
         retry = self.opts.relay_retry_seconds
         try:
             with self.opts.connection() as conn:

@@ -37,6 +37,15 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * event ({@link RowDecoder#endWindow}); the reader's batches start and end on window
  * boundaries, and a checkpoint that starts inside a window is refused.
  *
+ * <p>With {@code newestPerKey} the reader reads its whole share of the batch before giving the
+ * first row, keeping per (source, key) only the newest change's row (each kept row a copy,
+ * not a view of a page) and every truncate, and gives them in the order of those events: a
+ * consumer that applies rows in order, or keeps the newest per key (apply_changes SCD1), ends
+ * with the same table as from every change. Each key's changes are in one partition (MOD
+ * buckets of the key), so there is one row per key per batch. It holds those rows in memory
+ * until the read ends (bound a batch with {@code maxRowsPerBatch} / {@code maxBytesPerBatch})
+ * and always reads rows ({@code columnarBatchRows} is not used).
+ *
  * <p>An unreachable relay is retried for {@code relayRetrySeconds}; a relay that serves
  * nothing though it holds the end window, or holds less than the batch for longer than that,
  * fails the task with a {@code RelayProtocolError}.
@@ -55,10 +64,11 @@ final class BucketReader implements PartitionReader<InternalRow> {
             return new BucketReader(this, (Bucket) partition);
         }
 
-        /** Columnar batches when {@code columnarBatchRows} > 0, but for a changelog read (change rows). */
+        /** Columnar batches when {@code columnarBatchRows} > 0, but for a changelog read (change rows)
+         * and for {@code newestPerKey}. */
         @Override
         public boolean supportColumnarReads(InputPartition partition) {
-            return opts.columnarBatchRows > 0 && !opts.changelog;
+            return opts.columnarBatchRows > 0 && !opts.changelog && !opts.newestPerKey;
         }
 
         @Override
@@ -84,6 +94,14 @@ final class BucketReader implements PartitionReader<InternalRow> {
     private final boolean changelog;
     private List<InternalRow> ready;       // a changelog read: the last window's change rows
     private int readyAt;
+    private final boolean newest;          // newestPerKey
+    private java.util.Iterator<InternalRow> kept;  // newestPerKey: the rows kept, once read
+
+    /** A key of one source (an integer key, else its bytes). */
+    private record Key(int src, long intKey, java.nio.ByteBuffer bytes) {}
+
+    /** The n-th truncate of the read: never replaced by a later one. */
+    private record Truncate(long n) {}
 
     BucketReader(Factory f, Bucket b) {
         SourceOptions o = f.opts();
@@ -94,6 +112,7 @@ final class BucketReader implements PartitionReader<InternalRow> {
                 + b.windowScn() + " (offset " + b.windowOffset() + "); a changelog read starts on a window "
                 + "boundary: use a new checkpointLocation");
         }
+        newest = o.newestPerKey;
         walk = new EventWalk(o, f.srcIds(), b);
         decoder = f.decoder(walk);
     }
@@ -112,6 +131,16 @@ final class BucketReader implements PartitionReader<InternalRow> {
 
     @Override
     public boolean next() {
+        if (newest) {
+            if (kept == null) {
+                kept = readNewest();
+            }
+            if (!kept.hasNext()) {
+                return false;
+            }
+            current = kept.next();
+            return true;
+        }
         if (ready != null && readyAt < ready.size()) {  // a changelog window's rows
             current = ready.get(readyAt++);
             return true;
@@ -138,6 +167,35 @@ final class BucketReader implements PartitionReader<InternalRow> {
                 return true;
             }
             // a changelog read: folded into the window's net changes
+        }
+    }
+
+    /** newestPerKey: the whole read, the newest row per key and every truncate, in event order. */
+    private java.util.Iterator<InternalRow> readNewest() {
+        // access order: replacing a key's row moves it last, so the map iterates in the order
+        // of each key's newest change
+        java.util.LinkedHashMap<Object, InternalRow> rows = new java.util.LinkedHashMap<>(1024, 0.75f, true);
+        long truncates = 0;
+        while (true) {
+            EventWalk.Kind k = walk.step();
+            if (k == EventWalk.Kind.END) {
+                return rows.values().iterator();
+            }
+            if (k == EventWalk.Kind.EOP) {
+                continue;
+            }
+            Wire e = walk.event;
+            InternalRow row = decoder.decode(walk.data, e, walk.index).copy();  // not a view of the page
+            Object key;
+            if ((e.attributes & 7) == 5) {
+                key = new Truncate(truncates++);
+            } else if (e.keyBytes) {
+                key = new Key(e.srcId, 0, java.nio.ByteBuffer.wrap(
+                    java.util.Arrays.copyOfRange(walk.data, e.keyOff, e.keyOff + e.keyLen)));
+            } else {
+                key = new Key(e.srcId, e.intKey, null);
+            }
+            rows.put(key, row);
         }
     }
 

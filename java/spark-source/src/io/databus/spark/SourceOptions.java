@@ -22,7 +22,7 @@ public final class SourceOptions implements Serializable {
         "relay", "sources", "partitions", "maxRowsPerBatch", "maxBytesPerBatch",
         "startingPosition", "valueFormat", "envelope", "fetchBytes", "rowsPerArrowBatch",
         "prefetchBatches", "httpTimeout", "relayRetrySeconds", "tokenFile", "caFile", "certFile",
-        "keyFile", "consumerName", "columnarBatchRows"};
+        "keyFile", "consumerName", "columnarBatchRows", "newestPerKey"};
     /** The most rows {@code columnarBatchRows} may ask for (its vectors are allocated whole). */
     static final int MAX_COLUMNAR_ROWS = 1 << 20;
 
@@ -39,6 +39,11 @@ public final class SourceOptions implements Serializable {
     final int prefetchBatches;
     /** Rows per columnar batch handed to Spark ({@link ColumnarReader}); 0: the row reader. */
     final int columnarBatchRows;
+    /**
+     * Each partition's read gives one row per key, the key's newest change in the batch (and
+     * every truncate), instead of every change ({@link BucketReader}).
+     */
+    final boolean newestPerKey;
     final double httpTimeout;
     final double relayRetrySeconds;
     final String tokenFile;
@@ -78,6 +83,7 @@ public final class SourceOptions implements Serializable {
         rowsPerBatch = (int) integer(v, "rowsPerArrowBatch", 8192, 1, Integer.MAX_VALUE, problems);
         prefetchBatches = (int) integer(v, "prefetchBatches", 8, 0, Integer.MAX_VALUE, problems);
         columnarBatchRows = (int) integer(v, "columnarBatchRows", 0, 0, MAX_COLUMNAR_ROWS, problems);
+        newestPerKey = bool(v, "newestPerKey", problems);
         httpTimeout = number(v, "httpTimeout", 10.0, false, problems);
         relayRetrySeconds = number(v, "relayRetrySeconds", 30.0, true, problems);
         tokenFile = v.get("tokenFile");
@@ -145,6 +151,10 @@ public final class SourceOptions implements Serializable {
         if (sources.size() != 1) {
             throw DatabusSourceException.config("databus changelog: a changelog reads exactly one source");
         }
+        if (newestPerKey) {
+            throw DatabusSourceException.config("databus changelog: newestPerKey does not apply to a "
+                + "changelog read (its rows are each window's net change per key already)");
+        }
         return new SourceOptions(given, true);
     }
 
@@ -160,6 +170,19 @@ public final class SourceOptions implements Serializable {
         } catch (NumberFormatException e) {
             return null;
         }
+    }
+
+    private static final List<String> TRUE = List.of("true", "1", "yes", "on", "t", "y");
+    private static final List<String> FALSE = List.of("false", "0", "no", "off", "f", "n");
+
+    /** The boolean option {@code name}, default false: the words the Python source's
+     * options accept (pydantic's), any case. */
+    static boolean bool(Map<String, String> v, String name, List<String> problems) {
+        String s = v.getOrDefault(name, "false").trim().toLowerCase(Locale.ROOT);
+        if (!TRUE.contains(s) && !FALSE.contains(s)) {
+            problems.add(name + ": Input should be a valid boolean");
+        }
+        return TRUE.contains(s);
     }
 
     /** The non-empty text option {@code name}, or null with its problem added. */

@@ -1,0 +1,141 @@
+"""The JVM reader's ``newestPerKey``: one row per key per micro-batch, the key's newest
+change, and every truncate (docs/spark.md): the same rows as the newest per key of a read
+of every change, and apply_changes from it ends with the source's table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from databus.core.errors import ConfigError
+from databus.spark import apply_changes, changes, jvm, read_lakehouse
+from databus.spark.lakehouse import Format
+from tests.spark.lines import FORMATS
+from tests.spark.test_lakehouse import KeyWriter, current, target_of
+from tests.support.mariadb import MariaDB
+from tests.support.sparkrelay import read, rows, start_relay, stream, wait_relay
+from tests.support.typematrix import matrix_relay
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.skipif(jvm.jar() is None, reason="no JDK here to build the JVM reader")
+
+
+def batch(spark: SparkSession, url: str, source: str, **opts: object) -> list[Any]:
+    reader = spark.read.format("databus-jvm").option("relay", url).option("sources", source)
+    for k, v in opts.items():
+        reader = reader.option(k, str(v))
+    return reader.load().collect()
+
+
+def newest(every: list[Any]) -> list[Any]:
+    """What newestPerKey should give of ``every`` change (full envelope rows): per key its
+    newest change, and every truncate, in sequence order."""
+    by_key: dict[Any, Any] = {}
+    truncates = []
+    for r in every:
+        if r["op"] == "t":
+            truncates.append(r)
+        else:
+            old = by_key.get(r["key"])
+            if old is None or tuple(r["sequence"]) > tuple(old["sequence"]):
+                by_key[r["key"]] = r
+    return sorted([*by_key.values(), *truncates], key=lambda r: tuple(r["sequence"]))
+
+
+def test_each_keys_newest_change_once_across_pages_and_buckets(
+        spark: SparkSession, tmp_path: Path) -> None:
+    db = tmp_path / "acc.db"
+    w = KeyWriter(db, seed=11)
+    relay = start_relay(db, tmp_path, ["accounts"])
+    try:
+        for _ in range(150):
+            w.transaction()
+        wait_relay(relay, db)
+        assert w.key_changes > 5
+        # small pages: rows kept from a page must outlive it
+        opts = {"partitions": 2, "fetchBytes": 4096}
+        every = batch(spark, relay.url, "accounts", **opts)
+        got = batch(spark, relay.url, "accounts", newestPerKey="true", **opts)
+        want = newest(every)
+        assert len(got) < len(every) / 2  # keys changed many times: far fewer rows
+        assert len({r["key"] for r in got}) == len(got)
+        assert sorted(got, key=lambda r: tuple(r["sequence"])) == want
+        # a partition gives its rows in the order of their changes (one partition: all; a
+        # sequence's index counts the bucket's events in its window, so this read's own)
+        flat = batch(spark, relay.url, "accounts", envelope="flat", newestPerKey="yes")
+        one = newest(batch(spark, relay.url, "accounts"))
+        assert [tuple(r["_sequence"]) for r in flat] == [tuple(r["sequence"]) for r in one]
+        assert [r["id"] for r in flat] == [(r["after"] or r["before"])["id"] for r in one]
+    finally:
+        relay.stop()
+
+
+def test_a_truncate_is_kept_between_the_changes_it_orders(
+        spark: SparkSession, tmp_path: Path, mariadb: MariaDB) -> None:
+    with matrix_relay(mariadb, tmp_path, "npk") as (relay, table, cur):
+        cur.execute("UPDATE tm SET vc = 'before' WHERE id = 2")
+        cur.execute("TRUNCATE TABLE tm")
+        cur.execute("INSERT INTO tm (id, vc) VALUES (2, 'after'), (5, 'new')")
+        cur.execute("UPDATE tm SET vc = 'after2' WHERE id = 2")
+
+        def held() -> list[Any]:
+            return batch(spark, relay.url, table, partitions=2)
+
+        wait_until(lambda: any(r["op"] == "t" for r in held())
+                   and len(held()) >= 4, 60, "the relay to hold the truncate and after")
+        every = held()
+        got = batch(spark, relay.url, table, partitions=2, newestPerKey="true")
+        assert sorted(got, key=lambda r: tuple(r["sequence"])) == newest(every)
+        assert [r["op"] for r in got].count("t") == 1
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_apply_changes_from_the_newest_per_key_equals_the_source(
+        spark: SparkSession, tmp_path: Path, fmt: Format) -> None:
+    db = tmp_path / "acc.db"
+    w = KeyWriter(db, seed=23)
+    relay = start_relay(db, tmp_path, ["accounts"])
+    target = target_of(fmt, tmp_path, "npk")
+    try:
+        read_rows = []
+        for _round in range(2):
+            for _ in range(80):
+                w.transaction()
+            wait_relay(relay, db)
+            src = changes(stream(spark, relay, "accounts", partitions=2, newestPerKey="true"))
+            q = apply_changes(target=target, source=src, keys=["id"], format=fmt,
+                              checkpoint_location=str(tmp_path / "ckpt"),
+                              trigger={"availableNow": True}, sequence_by="_sequence",
+                              apply_as_deletes="_op = 'd'",
+                              except_column_list=["_op", "_sequence"])
+            assert q.awaitTermination(180)
+            assert q.exception() is None
+            read_rows.append(sum(p["numInputRows"] for p in q.recentProgress))
+            want = rows(db, "SELECT id, v, note FROM accounts ORDER BY id")
+            assert current(read_lakehouse(spark, target, fmt)) == want
+        # at most one row per key per batch (119 keys at most), far fewer than the changes
+        assert all(0 < n <= 119 for n in read_rows), read_rows
+    finally:
+        relay.stop()
+
+
+def test_the_python_source_and_bad_values_refuse_it(
+        spark: SparkSession, tmp_path: Path) -> None:
+    db = tmp_path / "acc.db"
+    KeyWriter(db, seed=1).transaction()
+    relay = start_relay(db, tmp_path, ["accounts"])
+    try:
+        wait_relay(relay, db)
+        with pytest.raises(ConfigError, match="newestPerKey is read by the JVM reader only"), \
+                jvm.errors():
+            read(spark, "databus-python", relay.url, "accounts", newestPerKey="true")
+        with pytest.raises(ConfigError, match="newestPerKey"), jvm.errors():
+            read(spark, "databus-jvm", relay.url, "accounts", newestPerKey="maybe")
+        # false is every change, as without the option
+        assert len(batch(spark, relay.url, "accounts", newestPerKey="false")) == len(
+            batch(spark, relay.url, "accounts"))
+    finally:
+        relay.stop()
