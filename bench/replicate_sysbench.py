@@ -92,6 +92,16 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
+def renice(pids: list[int], niceness: int) -> None:
+    """Every thread of ``pids`` at ``niceness`` (Linux's niceness is per thread; threads and
+    processes started later by them inherit it)."""
+    for pid in pids:
+        with suppress(OSError):
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                with suppress(OSError):
+                    os.setpriority(os.PRIO_PROCESS, int(task.name), niceness)
+
+
 def family(pid: int) -> list[int]:
     """``pid`` and its children (a PostgreSQL server's backends)."""
     out = [pid]
@@ -201,6 +211,10 @@ class Bench:
         if args.batch_linger is not None:
             self.batch["linger"] = args.batch_linger
 
+    def niced(self, cmd: list[str]) -> list[str]:
+        """``cmd`` at ``--nice`` (the capture side of the machine: relay, consumer, target)."""
+        return ["nice", "-n", str(self.args.nice), *cmd] if self.args.nice else cmd
+
     def batch_flags(self) -> list[str]:
         out = []
         if "rows" in self.batch:
@@ -239,8 +253,9 @@ class Bench:
                     run = [DATABUS[0], "-m", "cProfile", "-o",
                            str(Path(self.args.profile) / f"replicate-{kind}.prof"), "-m",
                            "databus"]
-                proc = spawn([*run, "replicate", "--relay", relay.url, "--target", url,
-                              *self.batch_flags()], self.tmp / f"replicate-{kind}.log")
+                proc = spawn(self.niced([*run, "replicate", "--relay", relay.url, "--target",
+                                         url, *self.batch_flags()]),
+                             self.tmp / f"replicate-{kind}.log")
                 src = self.source_url(source)
                 try:
                     yield Consumer(
@@ -270,6 +285,8 @@ class Bench:
             m = MariaDB(self.tmp / "target-mariadb", settings={
                 "innodb-flush-log-at-trx-commit": "2", "skip-log-bin": None})
             with m:
+                assert m.proc is not None
+                renice([m.proc.pid], self.args.nice)
                 m.execute("CREATE DATABASE replica")
                 assert m.proc is not None
                 pid = m.proc.pid
@@ -288,8 +305,11 @@ class Bench:
             kafka = {"bootstrap.servers": broker.bootstrap_servers,
                      "log_level": "0"}  # the broker stops at the end: no log lines
             admins = [AdminClient(dict(kafka))]  # dropped before the broker stops
-            proc = spawn([*DATABUS, "publish", "--relay", relay.url, "--bootstrap-servers",
-                          broker.bootstrap_servers, "--topic-prefix", "sb", "--name", "sb"],
+            assert broker.proc is not None
+            renice([broker.proc.pid], self.args.nice)
+            proc = spawn(self.niced([*DATABUS, "publish", "--relay", relay.url,
+                                     "--bootstrap-servers", broker.bootstrap_servers,
+                                     "--topic-prefix", "sb", "--name", "sb"]),
                          self.tmp / "publish.log")
             last = [-1, 0.0]
 
@@ -314,7 +334,8 @@ class Bench:
         conf.write_text(yaml.safe_dump({
             "relay": relay.url, "store": {"url": f"sqlite:///{self.tmp / 'bs.db'}"},
             "http": {"port": port}, "poll_timeout": 0.5}))
-        proc = spawn([*DATABUS, "bootstrap", "--config", str(conf)], self.tmp / "bootstrap.log")
+        proc = spawn(self.niced([*DATABUS, "bootstrap", "--config", str(conf)]),
+                     self.tmp / "bootstrap.log")
         url = f"http://127.0.0.1:{port}"
         wait_http(f"{url}/admin", proc)
         seen: dict[str, Any] = {}
@@ -341,10 +362,10 @@ class Bench:
             engine.dispose()
         assert first is not None
         with open(os.devnull, "wb") as null:
-            proc = subprocess.Popen(
+            proc = subprocess.Popen(self.niced(
                 [shutil.which("mysqlbinlog") or "mysqlbinlog", "--read-from-remote-server",
                  "--stop-never", "--stop-never-slave-server-id=3999999990", "-h", "127.0.0.1",
-                 "-P", str(source.port), "-u", "root", f"--start-position={first[1]}", str(first[0])],
+                 "-P", str(source.port), "-u", "root", f"--start-position={first[1]}", str(first[0])]),
                 stdout=null, stderr=subprocess.STDOUT)
         try:
             time.sleep(1.0)
@@ -524,10 +545,11 @@ class Bench:
                 self.results["binlog"] = out
                 print(f"  binlog: {json.dumps(out)}", flush=True)
             port = free_port()
-            proc = spawn([*DATABUS, "relay", "--source", source.url, "--tables",
-                          r"sbtest\..*", "--snapshot-mode", "initial", "--port", str(port),
-                          "--buffer-path", str(self.tmp / "relay.buf"), "--buffer-size",
-                          str(args.buffer_mb << 20)], self.tmp / "relay.log")
+            proc = spawn(self.niced([
+                *DATABUS, "relay", "--source", source.url, "--tables", r"sbtest\..*",
+                "--snapshot-mode", "initial", "--port", str(port), "--buffer-path",
+                str(self.tmp / "relay.buf"), "--buffer-size", str(args.buffer_mb << 20)]),
+                self.tmp / "relay.log")
             relay = Relay(f"http://127.0.0.1:{port}", proc)
             self.postgres = PostgreSQL(settings={
                 "fsync": "on", "synchronous_commit": "off", "shared_buffers": "128MB",
@@ -535,6 +557,8 @@ class Bench:
             try:
                 wait_http(f"{relay.url}/admin", proc, timeout=60)
                 with self.postgres:
+                    assert self.postgres.proc is not None
+                    renice(family(self.postgres.proc.pid), args.nice)
                     for kind in [k for k in rounds if k != "binlog"]:
                         print(f"round {kind} ...", flush=True)
                         out = self.round(kind, relay, source)
@@ -565,6 +589,10 @@ def main() -> None:
                    " a log flush per commit)")
     p.add_argument("--batch-rows", type=int, default=0)
     p.add_argument("--batch-linger", type=float, default=None)
+    p.add_argument("--nice", type=int, default=0, choices=range(0, 20), metavar="0-19",
+                   help="the niceness of everything but the source and sysbench: the relay,"
+                   " mysqlbinlog, the consumer and its target server (docs/operations.md,"
+                   " capture on the database's own host)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     p.add_argument("--profile", help="directory: replicate processes (and the full-buffer apply) run under"
                    " cProfile")
@@ -579,7 +607,7 @@ def main() -> None:
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             print(f"kept {tmp}")
-    print("RESULT " + json.dumps({"started": started, "seconds": args.seconds,
+    print("RESULT " + json.dumps({"started": started, "seconds": args.seconds, "nice": args.nice,
                                   "batch": bench.batch, **bench.results}))
 
 
