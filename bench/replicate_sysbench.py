@@ -92,14 +92,17 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
-def renice(pids: list[int], niceness: int) -> None:
-    """Every thread of ``pids`` at ``niceness`` (Linux's niceness is per thread; threads and
-    processes started later by them inherit it)."""
+def renice(pids: list[int], niceness: int, idle: bool = False) -> None:
+    """Every thread of ``pids`` at ``niceness``, or under ``SCHED_IDLE`` (both are per
+    thread in Linux; threads and processes started later by them inherit them)."""
     for pid in pids:
         with suppress(OSError):
             for task in Path(f"/proc/{pid}/task").iterdir():
                 with suppress(OSError):
-                    os.setpriority(os.PRIO_PROCESS, int(task.name), niceness)
+                    if idle:
+                        os.sched_setscheduler(int(task.name), os.SCHED_IDLE, os.sched_param(0))
+                    else:
+                        os.setpriority(os.PRIO_PROCESS, int(task.name), niceness)
 
 
 def family(pid: int) -> list[int]:
@@ -212,7 +215,10 @@ class Bench:
             self.batch["linger"] = args.batch_linger
 
     def niced(self, cmd: list[str]) -> list[str]:
-        """``cmd`` at ``--nice`` (the capture side of the machine: relay, consumer, target)."""
+        """``cmd`` at ``--nice`` or under ``--sched-idle`` (the capture side of the machine:
+        relay, consumer, target)."""
+        if self.args.sched_idle:
+            return ["chrt", "--idle", "0", *cmd]
         return ["nice", "-n", str(self.args.nice), *cmd] if self.args.nice else cmd
 
     def batch_flags(self) -> list[str]:
@@ -283,10 +289,11 @@ class Bench:
                 yield url, lambda: family(pid)
         elif kind == "mariadb":
             m = MariaDB(self.tmp / "target-mariadb", settings={
-                "innodb-flush-log-at-trx-commit": "2", "skip-log-bin": None})
+                "innodb-flush-log-at-trx-commit": "2" if self.args.target_sync else "0",
+                "skip-log-bin": None})
             with m:
                 assert m.proc is not None
-                renice([m.proc.pid], self.args.nice)
+                renice([m.proc.pid], self.args.nice, self.args.sched_idle)
                 m.execute("CREATE DATABASE replica")
                 assert m.proc is not None
                 pid = m.proc.pid
@@ -306,7 +313,7 @@ class Bench:
                      "log_level": "0"}  # the broker stops at the end: no log lines
             admins = [AdminClient(dict(kafka))]  # dropped before the broker stops
             assert broker.proc is not None
-            renice([broker.proc.pid], self.args.nice)
+            renice([broker.proc.pid], self.args.nice, self.args.sched_idle)
             proc = spawn(self.niced([*DATABUS, "publish", "--relay", relay.url,
                                      "--bootstrap-servers", broker.bootstrap_servers,
                                      "--topic-prefix", "sb", "--name", "sb"]),
@@ -552,13 +559,13 @@ class Bench:
                 self.tmp / "relay.log")
             relay = Relay(f"http://127.0.0.1:{port}", proc)
             self.postgres = PostgreSQL(settings={
-                "fsync": "on", "synchronous_commit": "off", "shared_buffers": "128MB",
+                "fsync": "on" if args.target_sync else "off", "synchronous_commit": "off", "shared_buffers": "128MB",
                 "max_connections": "50"})
             try:
                 wait_http(f"{relay.url}/admin", proc, timeout=60)
                 with self.postgres:
                     assert self.postgres.proc is not None
-                    renice(family(self.postgres.proc.pid), args.nice)
+                    renice(family(self.postgres.proc.pid), args.nice, args.sched_idle)
                     for kind in [k for k in rounds if k != "binlog"]:
                         print(f"round {kind} ...", flush=True)
                         out = self.round(kind, relay, source)
@@ -593,6 +600,13 @@ def main() -> None:
                    help="the niceness of everything but the source and sysbench: the relay,"
                    " mysqlbinlog, the consumer and its target server (docs/operations.md,"
                    " capture on the database's own host)")
+    p.add_argument("--sched-idle", action="store_true",
+                   help="like --nice, under Linux's SCHED_IDLE policy instead (chrt --idle 0):"
+                   " any other runnable thread goes first")
+    p.add_argument("--no-target-sync", dest="target_sync", action="store_false",
+                   help="the targets flush nothing to disk (PostgreSQL fsync=off, MariaDB"
+                   " innodb_flush_log_at_trx_commit=0): what the target's disk writes cost"
+                   " the writers when it shares the source's disk")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     p.add_argument("--profile", help="directory: replicate processes (and the full-buffer apply) run under"
                    " cProfile")
@@ -608,6 +622,8 @@ def main() -> None:
         else:
             print(f"kept {tmp}")
     print("RESULT " + json.dumps({"started": started, "seconds": args.seconds, "nice": args.nice,
+                                  "sched_idle": args.sched_idle,
+                                  "target_sync": args.target_sync,
                                   "batch": bench.batch, **bench.results}))
 
 
