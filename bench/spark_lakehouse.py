@@ -78,10 +78,11 @@ FLAT = {"sequence_by": "_sequence", "apply_as_deletes": "_op = 'd'",
         "except_column_list": ["_op", "_sequence"]}
 
 
-def write_changes(db: Path, n: int, seed: int = 1) -> None:
-    """``n`` changes spread over the tables: first inserts, then updates and 10% deletes."""
+def write_changes(db: Path, n: int, seed: int = 1, per_key: int = 4) -> None:
+    """``n`` changes spread over the tables: first inserts, then updates and 10% deletes,
+    about ``per_key`` changes per key."""
     rng = random.Random(seed)
-    keys = max(1, n // (4 * len(TABLES)))
+    keys = max(1, n // (per_key * len(TABLES)))
     con = sqlite3.connect(db, isolation_level=None)
     con.execute("PRAGMA synchronous=OFF")
     live: dict[str, set[int]] = {t: set() for t in TABLES}
@@ -142,6 +143,8 @@ def main() -> None:
     ap.add_argument("--steady", type=float, default=30.0, help="seconds of the steady phase")
     ap.add_argument("--rate", type=int, default=2000, help="changes/s in the steady phase")
     ap.add_argument("--inputs", default="parquet,relay,relay-python,kafka-way")
+    ap.add_argument("--changes-per-key", type=int, default=4,
+                    help="changes per key (the tables hold changes/this/3 keys each)")
     args = ap.parse_args()
     inputs = args.inputs.split(",")
     formats = args.formats.split(",")
@@ -154,7 +157,7 @@ def main() -> None:
     t0 = time.perf_counter()
     relay = RelayProcess(db, tmp, TABLES)
     try:
-        write_changes(db, args.changes)
+        write_changes(db, args.changes, per_key=args.changes_per_key)
         top = sqlite3.connect(db).execute("SELECT max(scn) FROM _databus_txlog").fetchone()[0]
         while relay.max_scn() < top:
             time.sleep(0.1)
