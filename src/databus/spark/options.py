@@ -78,8 +78,8 @@ class StreamOptions(BaseModel):
         description="The JVM reader: each partition's read gives one row per key, the key's "
         "newest change in the micro-batch (and every truncate), in the order of those changes, "
         "instead of every change: what apply_changes SCD1 keeps anyway, read and shuffled "
-        "once per key. The rows are held until the partition's read ends; columnarBatchRows "
-        "is not used. Refused by the Python source.")
+        "once per key. The pages holding those changes are held until the partition's read "
+        "ends; columnarBatchRows is not used. Refused by the Python source.")
     http_timeout: float = Field(10.0, alias="httpTimeout", gt=0,
                                 description="Seconds before a relay request is abandoned.")
     relay_retry_seconds: float = Field(

@@ -37,14 +37,17 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * event ({@link RowDecoder#endWindow}); the reader's batches start and end on window
  * boundaries, and a checkpoint that starts inside a window is refused.
  *
- * <p>With {@code newestPerKey} the reader reads its whole share of the batch before giving the
- * first row, keeping per (source, key) only the newest change's row (each kept row a copy,
- * not a view of a page) and every truncate, and gives them in the order of those events: a
+ * <p>With {@code newestPerKey} the reader walks its whole share of the batch before giving the
+ * first row, keeping per (source, key) only where the newest change is (its page and offset)
+ * and every truncate, then decodes those events alone, in the order they were committed: a
  * consumer that applies rows in order, or keeps the newest per key (apply_changes SCD1), ends
  * with the same table as from every change. Each key's changes are in one partition (MOD
- * buckets of the key), so there is one row per key per batch. It holds those rows in memory
- * until the read ends (bound a batch with {@code maxRowsPerBatch} / {@code maxBytesPerBatch})
- * and always reads rows ({@code columnarBatchRows} is not used).
+ * buckets of the key), so there is one row per key per batch. An event a newer change of its
+ * key replaces is checked as every event is ({@link Wire#parse}: header, lengths, checksum)
+ * but its row is never decoded. The pages holding a kept event stay in memory until the read
+ * ends (at most the partition's share of the batch: bound it with {@code maxRowsPerBatch} /
+ * {@code maxBytesPerBatch}); rows are given one at a time ({@code columnarBatchRows} is not
+ * used).
  *
  * <p>An unreachable relay is retried for {@code relayRetrySeconds}; a relay that serves
  * nothing though it holds the end window, or holds less than the batch for longer than that,
@@ -170,22 +173,27 @@ final class BucketReader implements PartitionReader<InternalRow> {
         }
     }
 
-    /** newestPerKey: the whole read, the newest row per key and every truncate, in event order. */
+    /** Where a kept event is: its page, its offset there, its index in its window. */
+    private record At(byte[] page, int off, int index) {}
+
+    /**
+     * newestPerKey: the whole read walked, then the rows of each key's newest event and of
+     * every truncate, decoded one by one as Spark asks, in the order of those events.
+     */
     private java.util.Iterator<InternalRow> readNewest() {
-        // access order: replacing a key's row moves it last, so the map iterates in the order
-        // of each key's newest change
-        java.util.LinkedHashMap<Object, InternalRow> rows = new java.util.LinkedHashMap<>(1024, 0.75f, true);
+        // access order: a key's newer event moves it last, so the map iterates in the order
+        // of each key's newest event
+        java.util.LinkedHashMap<Object, At> kept = new java.util.LinkedHashMap<>(1024, 0.75f, true);
         long truncates = 0;
         while (true) {
             EventWalk.Kind k = walk.step();
             if (k == EventWalk.Kind.END) {
-                return rows.values().iterator();
+                break;
             }
             if (k == EventWalk.Kind.EOP) {
                 continue;
             }
             Wire e = walk.event;
-            InternalRow row = decoder.decode(walk.data, e, walk.index).copy();  // not a view of the page
             Object key;
             if ((e.attributes & 7) == 5) {
                 key = new Truncate(truncates++);
@@ -195,8 +203,23 @@ final class BucketReader implements PartitionReader<InternalRow> {
             } else {
                 key = new Key(e.srcId, e.intKey, null);
             }
-            rows.put(key, row);
+            kept.put(key, new At(walk.data, walk.eventOffset(), walk.index));
         }
+        java.util.Iterator<At> events = kept.values().iterator();
+        Wire w = new Wire();
+        return new java.util.Iterator<>() {
+            @Override
+            public boolean hasNext() {
+                return events.hasNext();
+            }
+
+            @Override
+            public InternalRow next() {
+                At a = events.next();
+                w.parse(a.page(), a.off(), a.page().length);
+                return decoder.decode(a.page(), w, a.index());
+            }
+        };
     }
 
     @Override

@@ -93,6 +93,11 @@ final class EventWalk {
         return Kind.END;
     }
 
+    /** Where in {@link #data} the event {@link #step} stopped at starts. */
+    int eventOffset() {
+        return off - event.total;
+    }
+
     /** The next page: from the fetch thread when there is one (started at the first call). */
     private byte[] take() {
         if (ahead == null) {
