@@ -14,7 +14,7 @@ from databus.core.errors import ConfigError
 from databus.spark import apply_changes, changes, jvm, read_lakehouse
 from databus.spark.lakehouse import Format
 from tests.spark.lines import FORMATS
-from tests.spark.test_lakehouse import KeyWriter, current, target_of
+from tests.support.accounts import KeyWriter, current, target_of
 from tests.support.mariadb import MariaDB
 from tests.support.sparkrelay import read, rows, start_relay, stream, wait_relay
 from tests.support.typematrix import matrix_relay
