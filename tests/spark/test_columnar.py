@@ -17,18 +17,11 @@ from databus.spark import jvm
 from databus.spark.options import parse_options
 from tests.support.mariadb import MariaDB
 from tests.support.shop import TABLES, Writer, create_shop
-from tests.support.sparkrelay import drain, read, relay_events, start_relay, wait_relay
+from tests.support.sparkrelay import batch_read, drain, read, relay_events, start_relay, wait_relay
 from tests.support.typematrix import ROWS, matrix_relay
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.skipif(jvm.jar() is None, reason="no JDK here to build the JVM reader")
-
-
-def batch_read(spark: SparkSession, url: str, source: str, **opts: object) -> DataFrame:
-    reader = spark.read.format("databus-jvm").option("relay", url).option("sources", source)
-    for k, v in opts.items():
-        reader = reader.option(k, str(v))
-    return reader.load()
 
 
 def columnar(df: DataFrame) -> bool:

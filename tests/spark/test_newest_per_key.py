@@ -16,7 +16,7 @@ from databus.spark.lakehouse import Format
 from tests.spark.lines import FORMATS
 from tests.support.accounts import KeyWriter, current, target_of
 from tests.support.mariadb import MariaDB
-from tests.support.sparkrelay import read, rows, start_relay, stream, wait_relay
+from tests.support.sparkrelay import batch_read, read, rows, start_relay, stream, wait_relay
 from tests.support.typematrix import matrix_relay
 from tests.support.wait import wait_until
 
@@ -24,10 +24,7 @@ pytestmark = pytest.mark.skipif(jvm.jar() is None, reason="no JDK here to build 
 
 
 def batch(spark: SparkSession, url: str, source: str, **opts: object) -> list[Any]:
-    reader = spark.read.format("databus-jvm").option("relay", url).option("sources", source)
-    for k, v in opts.items():
-        reader = reader.option(k, str(v))
-    return reader.load().collect()
+    return batch_read(spark, url, source, **opts).collect()
 
 
 def newest(every: list[Any]) -> list[Any]:

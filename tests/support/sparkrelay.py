@@ -66,6 +66,14 @@ def stream(spark: SparkSession, relay: Relay, source: str, **opts: object) -> Da
     return reader.load()
 
 
+def batch_read(spark: SparkSession, url: str, source: str, **opts: object) -> DataFrame:
+    """A batch read of ``source`` at the relay ``url`` through the JVM reader, with ``opts``."""
+    reader = spark.read.format("databus-jvm").option("relay", url).option("sources", source)
+    for k, v in opts.items():
+        reader = reader.option(k, str(v))
+    return reader.load()
+
+
 def read(spark: SparkSession, fmt: str, url: str, source: str, **opts: object) -> DataFrame:
     """A streaming read of ``source`` at the relay ``url`` in format ``fmt`` (``databus``
     or ``databus-jvm``), with ``opts``."""
