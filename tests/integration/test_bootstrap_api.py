@@ -194,9 +194,15 @@ def test_a_store_without_the_relay_yet_answers_too_old(tmp_path: Path) -> None:
         "relay": f"http://127.0.0.1:{free_port()}",  # nobody listens there
         "store": {"url": f"sqlite:///{tmp_path / 'bs.db'}"}, "http": {"port": 0}}))
     with bs:
-        for path in ("/startSCN", "/sources", "/targetSCN"):
+        for path in ("/startSCN", "/sources", "/register", "/targetSCN"):
             r = get(bs, path)
             assert r.status_code == 409 and r.json()["error"] == "BootstrapTooOld", r.text
+        # a source listed without its schemas (a store an older producer wrote between
+        # its two writes) is "not yet" too, not an unknown source a client gives up on
+        bs.store.put("sources", json.dumps([{"id": 1, "name": "shop.orders"}]))
+        r = get(bs, "/register")
+        assert r.status_code == 409 and r.json()["error"] == "BootstrapTooOld", r.text
+        assert "no schemas of source ids [1]" in r.json()["message"], r.text
         wait_until(lambda: get(bs, "/admin").json()["producer"]["error"], 10,
                    "the producer to report its error",
                    interval=0.05)

@@ -72,8 +72,10 @@ class Producer:
     def _refresh_schemas(self, conn: RelayConnection) -> None:
         sources = conn.sources()
         self.registry = conn.register()
-        self.store.put("sources", json.dumps([{"id": i, "name": n} for i, n in sources]))
-        self.store.put("registry", self.registry.to_json())
+        # together: the server answers /register for every source it lists, so a
+        # reader must never see a new source before its schemas (a 404 to a client)
+        self.store.put_all({"registry": self.registry.to_json(),
+                            "sources": json.dumps([{"id": i, "name": n} for i, n in sources])})
 
     def _split(self, data: bytes, pending: bytearray, pending_count: int
                ) -> tuple[list[tuple[int, bytes]], int, int, bool]:

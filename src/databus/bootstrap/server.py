@@ -315,7 +315,12 @@ def build_app(server: BootstrapServer, metrics: Callable[[], bytes] | None = Non
 
     def register(request: Request) -> Response:
         ids = [s for s, _ in server.requested(request)]
-        return Response(server.registry().to_json(ids), media_type="application/json")
+        reg = server.registry()
+        missing = sorted(set(ids) - set(reg.source_ids()))
+        if missing:  # listed before its schemas were stored (a store an older producer wrote)
+            raise BootstrapTooOldError(f"the bootstrap store has no schemas of source ids "
+                                       f"{missing} yet (its producer is storing them)")
+        return Response(reg.to_json(ids), media_type="application/json")
 
     def start_scn(request: Request) -> Response:
         return JSONResponse(server.start_scn(request))

@@ -195,8 +195,13 @@ class BootstrapStore:
             return self._get(conn, self.meta, key)
 
     def put(self, key: str, value: str) -> None:
-        with self._tx(f"writing {key}") as conn:
-            self._set(conn, key, value)
+        self.put_all({key: value})
+
+    def put_all(self, items: dict[str, str]) -> None:
+        """Write every key in one transaction: a reader sees all of them or none."""
+        with self._tx(f"writing {', '.join(items)}") as conn:
+            for key, value in items.items():
+                self._set(conn, key, value)
 
     def state(self) -> StoreState:
         with self._tx("reading the store positions", read=True) as conn:
