@@ -42,7 +42,8 @@ two UPDATEs, a DELETE and the re-INSERT of one id: four row changes). In order:
 
     flock /tmp/databus-bench.lock .venv/bin/python -m bench.replicate_sysbench
         [--seconds 60] [--alone 2] [--rounds postgresql,mariadb,sqlite,publish,bootstrap]
-        [--full] [--batch-rows N] [--batch-linger S]
+        [--full [--full-batch-rows N,M] [--full-repeat R]] [--batch-rows N]
+        [--batch-linger S]
 
 The last line is machine-readable (``RESULT {...}``).
 """
@@ -458,12 +459,44 @@ class Bench:
     # -- apply from a full buffer -----------------------------------------------------
 
     def full(self, relay: Relay, source: MariaDB) -> dict[str, Any]:
+        """Apply the whole buffer into a new database per run: each of ``--full-batch-rows``
+        (the batch settings otherwise) ``--full-repeat`` times, alternating, then ``COPY``
+        of the final rows; the ratio of each setting's best run against ``COPY``'s best."""
         buf = relay.buffer()
         windows, events = int(buf["windows"]), int(buf["events"])
         out: dict[str, Any] = {"windows": windows, "row_changes": events}
-        with self.postgres.fresh_database("sysbench_full") as url:
-            cfg = ReplicateConfig(relay=relay.url, **REPLICATE_DEFAULTS,
-                                  batch=BatchConfig(**self.batch))
+        sizes: list[int | None] = ([int(x) for x in self.args.full_batch_rows.split(",")]
+                                   if self.args.full_batch_rows else [None])
+        runs: dict[str, list[dict[str, Any]]] = {}
+        for rep in range(self.args.full_repeat):
+            for n, rows in enumerate(sizes):
+                batch = dict(self.batch)
+                if rows is not None:
+                    batch["rows"] = rows
+                    batch.setdefault("bytes", 1 << 30)  # rows alone bound the batch
+                label = "default" if rows is None else str(rows)
+                last = rep == self.args.full_repeat - 1 and n == len(sizes) - 1
+                run = self._full_run(relay, source, BatchConfig(**batch), rep, out if last else None)
+                print(f"  full buffer, batch rows {label}, run {rep + 1}: {json.dumps(run)}",
+                      flush=True)
+                runs.setdefault(label, []).append(run)
+        out["settings"] = {}
+        for label, rs in runs.items():
+            best = max(rs, key=lambda r: r["rate"])
+            out["settings"][label] = {**best, "ratio": round(best["rate"] / out["copy"]["rate"], 3),
+                                      "rates": [r["rate"] for r in rs]}
+        first = out["settings"][next(iter(runs))]
+        out.update({k: first[k] for k in ("seconds", "rate", "cpu_s", "equal", "ratio")})
+        return out
+
+    def _full_run(self, relay: Relay, source: MariaDB, batch: BatchConfig, rep: int,
+                  copy_into: dict[str, Any] | None) -> dict[str, Any]:
+        """One apply of the whole buffer into a new database; with ``copy_into``, then
+        ``COPY`` into tables defined as that replica's (its ``"copy"``)."""
+        events = int(relay.buffer()["events"])
+        windows = int(relay.buffer()["windows"])
+        with self.postgres.fresh_database(f"sysbench_full_{rep}") as url:
+            cfg = ReplicateConfig(relay=relay.url, **REPLICATE_DEFAULTS, batch=batch)
             assert self.postgres.proc is not None
             pg = family(self.postgres.proc.pid)
             pg0, relay0, me0 = cpu_seconds(pg), cpu_seconds([relay.proc.pid]), time.process_time()
@@ -475,18 +508,18 @@ class Bench:
             elapsed = time.monotonic() - t0
             if profiler is not None:
                 profiler.disable()
-                profiler.dump_stats(str(Path(self.args.profile) / "replicate-full.prof"))
-            out.update({"seconds": round(elapsed, 2),
-                        "rate": round(events / elapsed),
-                        "cpu_s": {"replicate": round(time.process_time() - me0, 1),
-                                  "postgres": round(cpu_seconds(family(
-                                      self.postgres.proc.pid)) - pg0, 1),
-                                  "relay": round(cpu_seconds([relay.proc.pid]) - relay0, 1)}})
-            out["equal"] = table_digest(url, self.tables) == table_digest(
-                self.source_url(source), self.tables)
-            out["copy"] = self.copy_baseline(url, source)
-            out["ratio"] = round(out["rate"] / out["copy"]["rate"], 3)
-        return out
+                profiler.dump_stats(str(Path(self.args.profile)
+                                        / f"replicate-full-{batch.rows}-{rep}.prof"))
+            run = {"seconds": round(elapsed, 2), "rate": round(events / elapsed),
+                   "cpu_s": {"replicate": round(time.process_time() - me0, 1),
+                             "postgres": round(cpu_seconds(family(
+                                 self.postgres.proc.pid)) - pg0, 1),
+                             "relay": round(cpu_seconds([relay.proc.pid]) - relay0, 1)},
+                   "equal": table_digest(url, self.tables) == table_digest(
+                       self.source_url(source), self.tables)}
+            if copy_into is not None:
+                copy_into["copy"] = self.copy_baseline(url, source)
+            return run
 
     def copy_baseline(self, url: str, source: MariaDB) -> dict[str, Any]:
         """COPY of the final rows into tables defined as the replica's, best of 3."""
@@ -596,6 +629,11 @@ def main() -> None:
                    " a log flush per commit)")
     p.add_argument("--batch-rows", type=int, default=0)
     p.add_argument("--batch-linger", type=float, default=None)
+    p.add_argument("--full-batch-rows", default="",
+                   help="comma-separated batch.rows values the full-buffer apply compares,"
+                   " alternating on the same buffer (batch.bytes then unbounded)")
+    p.add_argument("--full-repeat", type=int, default=1,
+                   help="runs of the full-buffer apply per setting (best reported)")
     p.add_argument("--nice", type=int, default=0, choices=range(0, 20), metavar="0-19",
                    help="the niceness of everything but the source and sysbench: the relay,"
                    " mysqlbinlog, the consumer and its target server (docs/operations.md,"
