@@ -167,6 +167,20 @@ class MariaDB:
             row = cur.fetchone()
             return int(row[0]) if row else 0
 
+    def binlog_position(self) -> tuple[str, int]:
+        """The binlog's end (``SHOW MASTER STATUS``): its file and position."""
+        with self.connect() as con, con.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            row = cur.fetchone()
+        assert row is not None, "the server has no binlog"
+        return str(row[0]), int(row[1])
+
+    def binlog_end_scn(self) -> int:
+        """The SCN the MariaDB source gives the last transaction committed now (its
+        binlog file's number and the position after its commit event)."""
+        name, pos = self.binlog_position()
+        return (int(name.rsplit(".", 1)[1]) << 32) | pos
+
     def gtid_pos(self) -> str:
         """The server's binlog GTID state (``@@gtid_binlog_pos``), e.g. ``0-1-12``."""
         with self.connect() as con, con.cursor() as cur:

@@ -323,14 +323,6 @@ class Soak(Cluster):
                   if self.kafka is not None else [])]
 
 
-def binlog_position(server: MariaDB) -> tuple[str, int]:
-    with server.connect() as con, con.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        row = cur.fetchone()
-    assert row is not None, "the server has no binlog"
-    return str(row[0]), int(row[1])
-
-
 def table_rows(url: str, table: str, cols: str, key: str) -> list[tuple[str, ...]]:
     """Every row of ``table`` ordered by ``key``, values as text (CHAR padding cut)."""
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
@@ -376,7 +368,7 @@ def run_soak(tmp: Path, s: Settings, say: Callable[[str], None] = print) -> dict
                  source={"url": my.url, "tables": [r"sbtest\..*"], "snapshot_mode": "no_data",
                          "network_timeout": TIMEOUT}) as p:
         my.execute(f"CREATE DATABASE {sysbench.DATABASE}")
-        start = binlog_position(my)  # before any table: every row change is after it
+        start = my.binlog_position()  # before any table: every row change is after it
         pg.execute("CREATE DATABASE soak")
         pg.execute(*PG_SCHEMA, db="soak")
         target.execute("CREATE DATABASE rep_mariadb", "CREATE DATABASE rep_pg")
