@@ -465,7 +465,8 @@ class Bench:
         buf = relay.buffer()
         windows, events = int(buf["windows"]), int(buf["events"])
         out: dict[str, Any] = {"windows": windows, "row_changes": events}
-        sizes: list[int | None] = ([int(x) for x in self.args.full_batch_rows.split(",")]
+        sizes: list[int | None] = ([None if x == "default" else int(x)
+                                    for x in self.args.full_batch_rows.split(",")]
                                    if self.args.full_batch_rows else [None])
         runs: dict[str, list[dict[str, Any]]] = {}
         for rep in range(self.args.full_repeat):
@@ -631,7 +632,8 @@ def main() -> None:
     p.add_argument("--batch-linger", type=float, default=None)
     p.add_argument("--full-batch-rows", default="",
                    help="comma-separated batch.rows values the full-buffer apply compares,"
-                   " alternating on the same buffer (batch.bytes then unbounded)")
+                   " alternating on the same buffer (batch.bytes then unbounded); 'default':"
+                   " the batch settings as given")
     p.add_argument("--full-repeat", type=int, default=1,
                    help="runs of the full-buffer apply per setting (best reported)")
     p.add_argument("--nice", type=int, default=0, choices=range(0, 20), metavar="0-19",
