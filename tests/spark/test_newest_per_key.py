@@ -4,15 +4,18 @@ of every change, and apply_changes from it ends with the source's table."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from databus.core.errors import ConfigError
 from databus.spark import apply_changes, changes, jvm, read_lakehouse
 from databus.spark.lakehouse import Format
+from databus.spark.perkey import one_row_per_key
 from tests.spark.lines import FORMATS
 from tests.support.accounts import KeyWriter, current, target_of
 from tests.support.mariadb import MariaDB
@@ -91,7 +94,11 @@ def test_a_truncate_is_kept_between_the_changes_it_orders(
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_apply_changes_from_the_newest_per_key_equals_the_source(
-        spark: SparkSession, tmp_path: Path, fmt: Format) -> None:
+        spark: SparkSession, tmp_path: Path, fmt: Format,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Flat, one source, keyed by its primary key: apply_changes runs no window of its
+    own (the log says so), and the table still ends equal to the source."""
+    caplog.set_level(logging.INFO, logger="databus.spark")
     db = tmp_path / "acc.db"
     w = KeyWriter(db, seed=23)
     relay = start_relay(db, tmp_path, ["accounts"])
@@ -102,7 +109,8 @@ def test_apply_changes_from_the_newest_per_key_equals_the_source(
             for _ in range(80):
                 w.transaction()
             wait_relay(relay, db)
-            src = changes(stream(spark, relay, "accounts", partitions=2, newestPerKey="true"))
+            src = stream(spark, relay, "accounts", partitions=2, newestPerKey="true",
+                         envelope="flat")
             q = apply_changes(target=target, source=src, keys=["id"], format=fmt,
                               checkpoint_location=str(tmp_path / "ckpt"),
                               trigger={"availableNow": True}, sequence_by="_sequence",
@@ -115,6 +123,43 @@ def test_apply_changes_from_the_newest_per_key_equals_the_source(
             assert current(read_lakehouse(spark, target, fmt)) == want
         # at most one row per key per batch (119 keys at most), far fewer than the changes
         assert all(0 < n <= 119 for n in read_rows), read_rows
+        skipped = [r.getMessage() for r in caplog.records if "no newest-per-key window"
+                   in r.getMessage()]
+        assert len(skipped) == 2, skipped  # once per query started
+    finally:
+        relay.stop()
+
+
+def test_the_window_is_skipped_only_where_one_row_per_key_is_shown(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """one_row_per_key reads the plan: every way a batch could repeat a key keeps the
+    window (docs/spark.md lists them)."""
+    db = tmp_path / "acc.db"
+    KeyWriter(db, seed=5).transaction()
+    relay = start_relay(db, tmp_path, ["accounts"])
+    try:
+        wait_relay(relay, db)
+
+        def flat(**opts: object) -> DataFrame:
+            return stream(spark, relay, "accounts", partitions=2, envelope="flat",
+                          **{"newestPerKey": "true", **opts})
+
+        ok = flat()
+        assert one_row_per_key(ok, ["id"])
+        # projections and filters that pass the key through keep it shown
+        assert one_row_per_key(ok.where("v > 0").select("id", "v", "_op", "_sequence")
+                               .withColumn("x", F.lit(1)), ["id"])
+        assert not one_row_per_key(ok, ["v"])  # not the primary key
+        assert not one_row_per_key(ok, ["id", "v"])
+        assert not one_row_per_key(ok.withColumn("id", F.col("id") % 3), ["id"])  # computed
+        assert not one_row_per_key(  # another column named as the key
+            ok.drop("id").withColumnRenamed("v", "id"), ["id"])
+        assert not one_row_per_key(ok.union(flat()), ["id"])  # two streams
+        assert not one_row_per_key(flat(newestPerKey="false"), ["id"])
+        assert not one_row_per_key(  # every change, flattened by changes()
+            changes(stream(spark, relay, "accounts", newestPerKey="true")), ["id"])
+        assert not one_row_per_key(
+            stream(spark, relay, "accounts", envelope="flat"), ["id"])
     finally:
         relay.stop()
 

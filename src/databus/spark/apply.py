@@ -41,6 +41,7 @@ from databus.core.atomic import write_atomic
 from databus.core.errors import ConfigError
 from databus.spark import jvm
 from databus.spark.lakehouse import EvolvingQuery, TableApplier, query_app_id
+from databus.spark.perkey import one_row_per_key
 from databus.spark.scd import reduce_scd1, reduce_scd2
 from databus.spark.spec import BUCKET, ApplySpec
 
@@ -208,6 +209,8 @@ def apply_changes(
         with jvm.errors():  # the JVM reader's load() failures as the DatabusError they stand for
             df = source() if callable(source) else source
         spec.columns(df)  # fail before starting on unknown columns
+        if isinstance(fn, TableApplier) and spec.stored_as_scd_type == 1:
+            fn.one_row_per_key = one_row_per_key(df, spec.keys)
         writer = df.writeStream.foreachBatch(fn).option("checkpointLocation", checkpoint_location)
         if trigger:
             writer = writer.trigger(**trigger)

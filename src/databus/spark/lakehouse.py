@@ -133,6 +133,9 @@ class TableApplier:
         self._fits: tuple[StructType, list[str]] | None = None
         self._iceberg_last: dict[str, int | None] = {}
         self._created = False  # this applier created the table: it holds no batch yet
+        self.one_row_per_key = False
+        """Set when the query starts: its source gives at most one row per key per batch
+        (:func:`databus.spark.perkey.one_row_per_key`), so SCD1 needs no window."""
 
     # -- the batch ---------------------------------------------------------------
 
@@ -304,8 +307,11 @@ class TableApplier:
         part = [F.col(q(k)) for k in keys]
         if truncates:  # a truncate competes with truncates only, never with a key's changes
             part.append(F.col("__kind") == "t")
-        w = Window.partitionBy(*part).orderBy(F.col(SEQ).desc())
-        top = changes.withColumn("__n", F.row_number().over(w)).where("__n = 1").drop("__n")
+        if self.one_row_per_key:  # the reader kept each key's newest change already
+            top = changes
+        else:
+            w = Window.partitionBy(*part).orderBy(F.col(SEQ).desc())
+            top = changes.withColumn("__n", F.row_number().over(w)).where("__n = 1").drop("__n")
         if self._must_cache(spark):
             top = top.persist()
             cached.append(top)
