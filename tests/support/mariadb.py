@@ -105,8 +105,13 @@ class MariaDB:
         if not (self.datadir / "mysql").exists():
             self.install()
         opts = [f"--{k}={v}" if v is not None else f"--{k}" for k, v in self.settings.items()]
+        # its own temporary files beside its data, not in /tmp with every other server's
+        # (a CI run lost one there mid-query: "Error on delete of '/tmp/#sql-temptable-..'")
+        tmpdir = self.datadir.with_name(self.datadir.name + ".tmp")
+        tmpdir.mkdir(parents=True, exist_ok=True)
         args = [_binary("mariadbd"), "--no-defaults",
                 f"--datadir={self.datadir}", f"--port={self.port}", f"--socket={self.socket}",
+                f"--tmpdir={tmpdir}",
                 "--bind-address=127.0.0.1", f"--pid-file={self.datadir / 'mariadbd.pid'}",
                 "--skip-name-resolve", "--innodb-buffer-pool-size=64M",
                 *INSTALL_SETTINGS, *opts,
