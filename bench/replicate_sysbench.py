@@ -477,7 +477,8 @@ class Bench:
                     batch.setdefault("bytes", 1 << 30)  # rows alone bound the batch
                 label = "default" if rows is None else str(rows)
                 last = rep == self.args.full_repeat - 1 and n == len(sizes) - 1
-                run = self._full_run(relay, source, BatchConfig(**batch), rep, out if last else None)
+                run = self._full_run(relay, source, BatchConfig(**batch), rep, windows, events,
+                                     out if last else None)
                 print(f"  full buffer, batch rows {label}, run {rep + 1}: {json.dumps(run)}",
                       flush=True)
                 runs.setdefault(label, []).append(run)
@@ -491,11 +492,11 @@ class Bench:
         return out
 
     def _full_run(self, relay: Relay, source: MariaDB, batch: BatchConfig, rep: int,
-                  copy_into: dict[str, Any] | None) -> dict[str, Any]:
-        """One apply of the whole buffer into a new database; with ``copy_into``, then
-        ``COPY`` into tables defined as that replica's (its ``"copy"``)."""
-        events = int(relay.buffer()["events"])
-        windows = int(relay.buffer()["windows"])
+                  windows: int, events: int, copy_into: dict[str, Any] | None
+                  ) -> dict[str, Any]:
+        """One apply of the whole buffer (``windows`` holding ``events``) into a new
+        database; with ``copy_into``, then ``COPY`` into tables defined as that replica's
+        (its ``"copy"``)."""
         with self.postgres.fresh_database(f"sysbench_full_{rep}") as url:
             cfg = ReplicateConfig(relay=relay.url, **REPLICATE_DEFAULTS, batch=batch)
             assert self.postgres.proc is not None

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pymysql
 
+from databus.sources.mysql.positions import binlog_scn
 from tests.support.procs import free_port
 from tests.support.wait import wait_until
 
@@ -183,8 +184,7 @@ class MariaDB:
     def binlog_end_scn(self) -> int:
         """The SCN the MariaDB source gives the last transaction committed now (its
         binlog file's number and the position after its commit event)."""
-        name, pos = self.binlog_position()
-        return (int(name.rsplit(".", 1)[1]) << 32) | pos
+        return binlog_scn(*self.binlog_position())
 
     def gtid_pos(self) -> str:
         """The server's binlog GTID state (``@@gtid_binlog_pos``), e.g. ``0-1-12``."""

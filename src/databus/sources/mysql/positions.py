@@ -41,6 +41,11 @@ from databus.sources.mysql.connection import SqlSession
 
 log = logging.getLogger("databus.sources.mysql")
 
+def binlog_scn(file: str, pos: int) -> int:
+    """The SCN of a binlog position: the file's number above, the offset below."""
+    return (int(file.rsplit(".", 1)[1]) << 32) | pos
+
+
 KEEP = 32  # pairs kept: one a second, so the newest half a minute of positions
 EVERY = 1.0  # seconds between writes while windows flow
 

@@ -94,7 +94,7 @@ from databus.sources.mysql.connection import (
     master_status,
     server_facts,
 )
-from databus.sources.mysql.positions import PositionRecord, gtid_at
+from databus.sources.mysql.positions import PositionRecord, binlog_scn, gtid_at
 from databus.sources.mysql.snapshots import SnapshotIO, encode_chunk
 from databus.sources.mysql.tables import PendingRows, Shape, meta_middle
 from databus.sources.mysql.versions import Versions, signature
@@ -356,7 +356,7 @@ class MysqlSource(Source):
         return gtid_at(self._sql, self._file_name(scn >> 32), scn & 0xFFFFFFFF)
 
     def _scn(self, pos: int) -> int:
-        return (int(self._file.rsplit(".", 1)[1]) << 32) | pos
+        return binlog_scn(self._file, pos)
 
     def read(self, after_scn: int, stop: threading.Event, timeout: float) -> list[Window]:
         try:
