@@ -680,7 +680,15 @@ def test_a_leader_whose_capture_stopped_gives_up_and_the_other_member_leads(
                 return leader if leader and leader["id"] == "m2" and leader["healthy"] else None
 
             wait_until(m2_leads, 60, "m2 to lead, healthy")
-            shown = status(m.address)  # `databus cluster status --json`
+
+            def m1_failed() -> dict[str, Any] | None:
+                # m1 follows m2 once m2 leads: its capture reads m2 ("running") until
+                # the same window, too large for its buffer, fails it again
+                shown = status(m.address)  # `databus cluster status --json`
+                record = {r["id"]: r for r in shown["members"]}
+                return shown if record["m1"]["capture"]["state"] == "failed" else None
+
+            shown = wait_until(m1_failed, 60, "m1's capture to fail following m2")
             assert shown["leader"]["id"] == "m2" and shown["leader"]["healthy"]
             record = {r["id"]: r for r in shown["members"]}
             assert record["m1"]["role"] == "follower"
