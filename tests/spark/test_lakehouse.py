@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from databus.core.errors import ConfigError, SchemaError
 from databus.relay.config import parse_config
@@ -148,6 +149,48 @@ def test_a_truncate_removes_older_rows_and_keeps_later_changes(
     assert len(table_versions(spark, target, fmt)) == before
     assert sorted((r["id"], r["name"]) for r in read_lakehouse(spark, target, fmt).collect()) \
         == sorted([*want, (4, "d")])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_first_batch_into_a_new_table_is_inserted_and_a_failed_one_merged_again(
+        spark: SparkSession, tmp_path: Path, fmt: Format) -> None:
+    """SCD1's first batch into the table the applier creates is an INSERT of each key's
+    newest change that is not a delete (no MERGE against an empty table); once a first
+    attempt has failed, the batch is merged (whatever the failure left in the table)."""
+    schema = "id int, name string, op string, seq long"
+    first = [(1, "a", "u", 1), (2, "b", "u", 2), (1, "a2", "u", 3), (2, "b", "d", 4),
+             (3, "c", "d", 5), (4, "d", "u", 6), (4, "d", "d", 7), (4, "d2", "u", 8)]
+    want = [(1, "a2"), (4, "d2")]
+
+    def applier(name: str) -> tuple[str, TableApplier]:
+        target = target_of(fmt, tmp_path, name)
+        spec = ApplySpec(target=target, keys=("id",), sequence_by="seq",
+                         apply_as_deletes="op = 'd'", except_column_list=("op", "seq"))
+        return target, TableApplier(spec, fmt, lambda: f"app-{name}")
+
+    def written(target: str) -> list[str]:
+        return [c["operation"] for c in table_versions(spark, target, fmt)
+                if c["operation"] != "CREATE TABLE"]
+
+    target, a = applier("first")
+    assert a.apply(spark.createDataFrame(first, schema), 0)
+    assert sorted((r["id"], r["name"]) for r in read_lakehouse(spark, target, fmt).collect()) \
+        == want
+    assert written(target) == (["WRITE"] if fmt == "delta" else ["append"])
+    assert a.apply(spark.createDataFrame([(1, "a3", "u", 9), (5, "e", "u", 10)], schema), 1)
+    assert written(target)[1:] == (["MERGE"] if fmt == "delta" else ["overwrite"])
+    # a first batch that fails (a row it cannot convert), then the same batch again:
+    # merged, and equal
+    target, a = applier("failed")
+    bad = spark.createDataFrame(first, schema).withColumn(
+        "name", F.when(F.col("seq") == 8, F.raise_error(F.lit("boom"))).otherwise(F.col("name")))
+    with pytest.raises(Exception, match="boom"):
+        a.apply(bad, 0)
+    assert a.apply(spark.createDataFrame(first, schema), 0)
+    assert sorted((r["id"], r["name"]) for r in read_lakehouse(spark, target, fmt).collect()) \
+        == want
+    # (Iceberg names a MERGE into an empty table an append too: only Delta tells them apart)
+    assert written(target) == (["MERGE"] if fmt == "delta" else ["append"])
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -33,6 +33,14 @@ commit and the checkpoint. The commit carries the query's identity
 The ``__seq`` guard (a change not newer than the stored row does nothing)
 makes a batch replayed by any other path harmless for SCD1 too.
 
+**A first batch into a new table.** SCD1's first batch into a table this applier
+has just created (no row yet) is an ``INSERT`` of each key's newest change that
+is not a delete, not a ``MERGE``: the same rows, without the join to an empty
+target and Delta's materialized copy of the source (about a third of a
+one-batch initial load, bench/RESULTS.md spark_lakehouse). Only its first
+attempt: a batch run again after any failure merges, which the ``__seq`` guard
+makes harmless whatever the failed attempt committed.
+
 **Schema evolution.** A column the batch has and the table lacks is added
 (``ALTER TABLE ... ADD COLUMNS``) before the merge; a column the table has and
 the batch lacks (dropped at the source) is kept and written as null by later
@@ -133,6 +141,7 @@ class TableApplier:
         self._fits: tuple[StructType, list[str]] | None = None
         self._iceberg_last: dict[str, int | None] = {}
         self._created = False  # this applier created the table: it holds no batch yet
+        self._empty = False  # created here and no batch tried yet: SCD1 inserts
         self.one_row_per_key = False
         """Set when the query starts: its source gives at most one row per key per batch
         (:func:`databus.spark.perkey.one_row_per_key`), so SCD1 needs no window."""
@@ -159,9 +168,11 @@ class TableApplier:
             self.skipped += 1
             return False
         cached: list[DataFrame] = []  # unpersisted once the MERGE has committed
+        empty, self._empty = self._empty, False  # a batch run again merges (see above)
         try:
             if self.spec.stored_as_scd_type == 1:
-                source, sql = self._scd1(spark, changes, columns, dropped, cached)
+                source, sql = self._scd1(spark, changes, columns, dropped, cached,
+                                         empty=empty)
             else:
                 changes = changes.persist()  # read more than once: read the batch once
                 cached.append(changes)
@@ -242,7 +253,7 @@ class TableApplier:
             wanted += [(START, seq_type), (END, seq_type)]
         if not self._exists(spark):
             self._create(spark, wanted)
-            self._created = True
+            self._created = self._empty = True
             return []
         table = spark.table(self.ident)
         props = self._properties(spark)
@@ -292,8 +303,10 @@ class TableApplier:
     # -- SCD1 --------------------------------------------------------------------
 
     def _scd1(self, spark: SparkSession, changes: DataFrame, columns: list[str],
-              dropped: list[str], cached: list[DataFrame]) -> tuple[DataFrame, str]:
-        """The newest change per key and the MERGE that applies it (``{src}`` = it).
+              dropped: list[str], cached: list[DataFrame], *,
+              empty: bool = False) -> tuple[DataFrame, str]:
+        """The newest change per key and the MERGE that applies it (``{src}`` = it);
+        into a table known ``empty``, the INSERT of its rows that are not deletes.
 
         One pass over the batch: the newest change per key, and with truncates
         also the newest truncate, are computed in the job that persists them; the
@@ -312,7 +325,7 @@ class TableApplier:
         else:
             w = Window.partitionBy(*part).orderBy(F.col(SEQ).desc())
             top = changes.withColumn("__n", F.row_number().over(w)).where("__n = 1").drop("__n")
-        if self._must_cache(spark):
+        if self._must_cache(spark) and (truncates or not empty):  # an INSERT reads it once
             top = top.persist()
             cached.append(top)
         trunc = None
@@ -321,11 +334,14 @@ class TableApplier:
             top = top.where(F.col("__kind") != "t")
             if trunc is not None:
                 top = top.where(F.col(SEQ) > F.lit(trunc))
+        names = ", ".join(q(c) for c in [*columns, SEQ])
+        values = ", ".join(f"s.{q(c)}" for c in [*columns, SEQ])
+        if empty:  # nothing to match: the MERGE would insert exactly these
+            return top, (f"INSERT INTO {self.ident} ({names}) "
+                         f"SELECT {values} FROM {{src}} s WHERE s.__kind = 'u'")
         on = " AND ".join(f"t.{q(k)} <=> s.{q(k)}" for k in keys)
         sets = ", ".join([f"{q(c)} = s.{q(c)}" for c in [*columns, SEQ]]
                          + [f"{q(c)} = NULL" for c in dropped])
-        names = ", ".join(q(c) for c in [*columns, SEQ])
-        values = ", ".join(f"s.{q(c)}" for c in [*columns, SEQ])
         sql = (f"MERGE INTO {self.ident} t USING {{src}} s ON {on} "
                f"WHEN MATCHED AND s.{SEQ} > t.{SEQ} AND s.__kind = 'd' THEN DELETE "
                f"WHEN MATCHED AND s.{SEQ} > t.{SEQ} THEN UPDATE SET {sets} "
