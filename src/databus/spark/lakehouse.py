@@ -36,8 +36,9 @@ makes a batch replayed by any other path harmless for SCD1 too.
 **A first batch into a new table.** SCD1's first batch into a table this applier
 has just created (no row yet) is an ``INSERT`` of each key's newest change that
 is not a delete, not a ``MERGE``: the same rows, without the join to an empty
-target and Delta's materialized copy of the source (about a third of a
-one-batch initial load, bench/RESULTS.md spark_lakehouse). Only its first
+target and Delta's materialized copy of the source (a one-batch initial load
+of 1M changes took 1.2x less time into Delta, 1.2-1.4x into Iceberg: bench/RESULTS.md,
+spark_lakehouse). Only its first
 attempt: a batch run again after any failure merges, which the ``__seq`` guard
 makes harmless whatever the failed attempt committed.
 
