@@ -37,6 +37,10 @@ two UPDATEs, a DELETE and the re-INSERT of one id: four row changes). In order:
    With ``--round-repeat N`` each round runs N times (a new consumer and a new target
    each time) and its best writers' rate is reported against the best ``alone``: both
    sides best-of, as the single round against the best of ``--alone`` runs was not.
+   With ``--alone-after N``, sysbench runs N more times alone after the rounds, the relay
+   stopped (SIGSTOP, then SIGCONT: it catches up after), against the server as the rounds
+   left it (its binlog and tables as long-lived as theirs): each round is also reported
+   against that baseline and against the best of both (``tps_vs_best_alone``).
 
 4. **Apply from a full buffer** (``--full``): ``replicate()`` in this process into a new
    PostgreSQL database, from the relay's oldest window to its newest (the snapshot and
@@ -61,6 +65,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -253,6 +258,32 @@ class Bench:
 
     def source_url(self, source: MariaDB) -> str:
         return source.url_of(sysbench.DATABASE)
+
+    def alone_after(self, relay: Relay, source: MariaDB, kinds: list[str]) -> None:
+        """``--alone-after``: sysbench alone again, the relay stopped meanwhile."""
+        assert relay.proc.pid is not None
+        runs = []
+        os.kill(relay.proc.pid, signal.SIGSTOP)
+        try:
+            for i in range(self.args.alone_after):
+                result, _, _ = self.load(f"alone-after{i}", source)
+                runs.append({"tps": round(result.tps, 1),
+                             "rows_per_s": round(result.rows_per_s, 1)})
+                print(f"alone after the rounds {i + 1}: {result.tps:,.1f} tx/s, load"
+                      f" {os.getloadavg()[0]:.1f}", flush=True)
+        finally:
+            os.kill(relay.proc.pid, signal.SIGCONT)
+        late = max(r["tps"] for r in runs)
+        best = max(late, self.results["alone"]["tps"])
+        self.results["alone_after_runs"] = runs
+        for kind in kinds:
+            out = self.results.get(kind)
+            if out and "tps" in out:
+                out["tps_vs_alone_after"] = round(out["tps"] / late, 3)
+                out["tps_vs_best_alone"] = round(out["tps"] / best, 3)
+                print(f"  {kind}: {out['tps_vs_alone']} of the first alone, "
+                      f"{out['tps_vs_alone_after']} of the alone after, "
+                      f"{out['tps_vs_best_alone']} of the best of both", flush=True)
 
     # -- rounds ------------------------------------------------------------------------
 
@@ -620,6 +651,8 @@ class Bench:
                         if len(outs) > 1:
                             best["tps_vs_alone_runs"] = [o.get("tps_vs_alone") for o in outs]
                         self.results[kind] = best
+                    if args.alone_after:
+                        self.alone_after(relay, source, [k for k in rounds if k != "binlog"])
                     if args.full:
                         out = self.full(relay, source)
                         out["load_average"] = round(os.getloadavg()[0], 1)
@@ -637,6 +670,8 @@ def main() -> None:
     p.add_argument("--table-size", type=int, default=20_000)
     p.add_argument("--threads", type=int, default=4)
     p.add_argument("--rounds", default="postgresql,mariadb,sqlite,publish,bootstrap")
+    p.add_argument("--alone-after", type=int, default=0,
+                   help="runs of sysbench alone after the rounds, the relay stopped (best)")
     p.add_argument("--round-repeat", type=int, default=1,
                    help="runs of each round, each with a new consumer and target (best)")
     p.add_argument("--full", action="store_true", help="apply from a full buffer vs COPY")
