@@ -133,6 +133,7 @@ def test_with_bootstrap_it_catches_up_from_the_snapshot_and_ends_equal(
            interval=0.5)
     log = p.log("replicate").read_text()
     assert "no longer holds checkpoint" in log and "switching to the bootstrap server" in log
+    assert "a new consumer starts at the relay's oldest window" not in log  # it bootstrapped
 
 
 def test_without_bootstrap_the_error_names_the_remedy(pipeline: Pipeline) -> None:
@@ -163,3 +164,6 @@ def test_without_bootstrap_the_error_names_the_remedy(pipeline: Pipeline) -> Non
         assert remedy in error
     warning = log.index("of source time ahead of the oldest window relay")
     assert warning < log.index("databus: ScnNotFound")
+    # it started on a buffer that had dropped windows already: said once, at its start
+    assert log.count("a new consumer starts at the relay's oldest window, and the relay no"
+                     " longer holds the windows up to scn") == 1

@@ -167,6 +167,8 @@ class Loop:
         client._lag.answer(windows, resp.source_time_ns, resp.windows_behind, client.stats.events)
         if self.from_latest and position.is_flexible:
             self._pin_latest(resp.data, resp.max_scn)
+        elif position.is_flexible and resp.data and resp.prev_scn >= 0:
+            self._started_after_a_gap(resp.prev_scn)
         if not resp.data:
             if self.unsaved:
                 try:
@@ -190,6 +192,20 @@ class Loop:
         self.consumed = self.client.persisted
         self.unsaved = 0
         self.from_latest = False
+
+    def _started_after_a_gap(self, prev_scn: int) -> None:
+        """A new consumer (no checkpoint, ``from_start``) starts at the relay's oldest
+        window, and the relay said it no longer holds the windows up to ``prev_scn``:
+        changes made only in those are missing from what this consumer receives (a
+        replica lacks their rows). Said once, as a warning: a target loaded by other
+        means may need nothing more."""
+        log.warning(
+            "%s: a new consumer starts at the relay's oldest window, and the relay no longer"
+            " holds the windows up to scn %d: what changed only in those is missing from"
+            " what this consumer receives (a new replica lacks those rows). To start"
+            " complete: a bootstrap server (bootstrap_url, --bootstrap URL), or a relay"
+            " whose buffer still holds its first windows (a larger --buffer-size, a"
+            " persistent buffer: --buffer-path)", self.cfg.relay.url, prev_scn)
 
     def _pin_latest(self, data: bytes, max_scn: int) -> None:
         """``from_start=False``: fix "from now on" to a real position at the first answer.

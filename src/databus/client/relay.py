@@ -63,6 +63,7 @@ class StreamResponse:
     partial_count: int = -1
     source_time_ns: int = -1  # the relay's "captured until" (docs/operations.md)
     windows_behind: int = -1  # windows the relay holds after this answer's
+    prev_scn: int = -1  # to a flexible read: the newest window the relay no longer holds
 
 
 # the position headers, lowercase, -> StreamResponse field
@@ -72,7 +73,8 @@ _POSITION_HEADERS = {b"x-databus-max-scn": "max_scn", b"x-databus-min-scn": "min
                      b"x-databus-partial-scn": "partial_scn",
                      b"x-databus-partial-count": "partial_count",
                      b"x-databus-source-time-ns": "source_time_ns",
-                     b"x-databus-windows-behind": "windows_behind"}
+                     b"x-databus-windows-behind": "windows_behind",
+                     b"x-databus-prev-scn": "prev_scn"}
 
 CONSUMER_HEADER = "X-Databus-Consumer"
 """The request header naming the consumer (the relay lists it at ``GET /consumers``)."""

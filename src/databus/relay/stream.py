@@ -328,6 +328,9 @@ class StreamEndpoint:
             headers.append((b"x-databus-windows-behind", b"%d" % relay.timeline.behind(at)))
         if query.member and relay.cluster is not None:
             headers.append((b"x-databus-cluster-hw", b"%d" % relay.cluster.serve_limit()))
+        if query.cp.is_flexible and relay.buffer.prev_scn >= 0:
+            # a new reader starts at the oldest window: the windows up to this one are gone
+            headers.append((b"x-databus-prev-scn", b"%d" % relay.buffer.prev_scn))
         return headers
 
     async def _answer(self, query: _Query, result: ReadResult) -> HeldResponse:
