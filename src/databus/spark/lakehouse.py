@@ -37,10 +37,10 @@ makes a batch replayed by any other path harmless for SCD1 too.
 has just created (no row yet) is an ``INSERT`` of each key's newest change that
 is not a delete, not a ``MERGE``: the same rows, without the join to an empty
 target and Delta's materialized copy of the source (a one-batch initial load
-of 1M changes took 1.2x less time into Delta, 1.2-1.4x into Iceberg: bench/RESULTS.md,
-spark_lakehouse). Only its first
-attempt: a batch run again after any failure merges, which the ``__seq`` guard
-makes harmless whatever the failed attempt committed.
+of 1M changes took 1.2x less time into Delta, 1.2-1.4x into Iceberg:
+bench/RESULTS.md, spark_lakehouse). Only its first attempt: a batch run again
+after any failure merges, which the ``__seq`` guard makes harmless whatever the
+failed attempt committed.
 
 **Schema evolution.** A column the batch has and the table lacks is added
 (``ALTER TABLE ... ADD COLUMNS``) before the merge; a column the table has and
