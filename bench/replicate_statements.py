@@ -35,6 +35,7 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 from tests.support.mariadb import MariaDB
 from tests.support.postgres import PostgreSQL
 
+from bench.replicate_sysbench import cpu_seconds, family
 from databus.client.sinks.apply import TableWriter
 from databus.core.schema import ColumnSpec, TableSchema, table_schema
 
@@ -120,18 +121,26 @@ def forms(engine: sa.Engine, table: sa.Table) -> dict[str, Callable[[sa.Connecti
     def sink(conn: sa.Connection, rows: list[Row]) -> None:
         writer.upsert(conn, rows, set())
 
+    if name == "postgresql":
+        def sink_copy(conn: sa.Connection, rows: list[Row]) -> None:
+            writer._copy_upsert(conn, rows, set())  # whatever the size: COPY_MIN's choice
+        out["the sink's COPY at any size"] = sink_copy
+
     return {"SQLAlchemy executemany (before)": sa_many, "driver executemany": driver_many,
             **out, "the sink (TableWriter.upsert)": sink}
 
 
-def measure(url: str, total: int, batches: list[int], rounds: int) -> None:
+def measure(url: str, total: int, batches: list[int], rounds: int,
+            server: Callable[[], float] | None = None) -> None:
+    """Each form's best of ``rounds``; ``server``: the server's CPU seconds so far (its
+    CPU per row is reported beside the client's)."""
     engine = sa.create_engine(url)
     table = _table()
     base = _rows(total, 1)
     try:
         for batch in batches:
             for name, fn in forms(engine, table).items():
-                best_rate, best_cpu = 0.0, 0.0
+                best_rate, best_cpu, best_server = 0.0, 0.0, 0.0
                 for r in range(rounds):
                     with engine.begin() as conn:
                         table.drop(conn, checkfirst=True)
@@ -141,14 +150,18 @@ def measure(url: str, total: int, batches: list[int], rounds: int) -> None:
                                                       for x in base[: total // 2]])
                     new = _rows(total, 2 + r)
                     t0, c0 = time.monotonic(), time.process_time()
+                    s0 = server() if server is not None else 0.0
                     for i in range(0, total, batch):
                         with engine.begin() as conn:
                             fn(conn, new[i:i + batch])
                     took, cpu = time.monotonic() - t0, time.process_time() - c0
+                    srv = (server() - s0) if server is not None else 0.0
                     if total / took > best_rate:
                         best_rate, best_cpu = total / took, cpu / total * 1e6
+                        best_server = srv / total * 1e6
+                extra = f" | {best_server:5.1f} us/row server CPU" if server is not None else ""
                 print(f"  batch {batch:>6,} | {name:<32} | {best_rate:>9,.0f} rows/s |"
-                      f" {best_cpu:5.1f} us/row client CPU", flush=True)
+                      f" {best_cpu:5.1f} us/row client CPU{extra}", flush=True)
     finally:
         engine.dispose()
 
@@ -158,20 +171,31 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=20_000)
     p.add_argument("--batch", default="1000,5000")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--dialects", default="postgresql,mariadb,sqlite")
     args = p.parse_args()
     batches = [int(b) for b in args.batch.split(",")]
+    dialects = args.dialects.split(",")
     with tempfile.TemporaryDirectory(prefix="databus-stmts-") as tmp:
-        print("PostgreSQL", flush=True)
-        with PostgreSQL(settings={"fsync": "on", "synchronous_commit": "off"}) as pg, \
-                pg.fresh_database("stmts") as url:
-            measure(url, args.rows, batches, args.rounds)
-        print("MariaDB", flush=True)
-        with MariaDB(Path(tmp) / "mariadb", settings={
-                "innodb-flush-log-at-trx-commit": "2"}) as m:
-            m.execute("CREATE DATABASE stmts")
-            measure(m.url_of("stmts"), args.rows, batches, args.rounds)
-        print("SQLite", flush=True)
-        measure(f"sqlite:///{Path(tmp) / 'stmts.db'}", args.rows, batches, args.rounds)
+        if "postgresql" in dialects:
+            print("PostgreSQL", flush=True)
+            with PostgreSQL(settings={"fsync": "on", "synchronous_commit": "off"}) as pg, \
+                    pg.fresh_database("stmts") as url:
+                assert pg.proc is not None
+                pid = pg.proc.pid
+                measure(url, args.rows, batches, args.rounds,
+                        lambda: cpu_seconds(family(pid)))
+        if "mariadb" in dialects:
+            print("MariaDB", flush=True)
+            with MariaDB(Path(tmp) / "mariadb", settings={
+                    "innodb-flush-log-at-trx-commit": "2"}) as m:
+                m.execute("CREATE DATABASE stmts")
+                assert m.proc is not None
+                mpid = m.proc.pid
+                measure(m.url_of("stmts"), args.rows, batches, args.rounds,
+                        lambda: cpu_seconds([mpid]))
+        if "sqlite" in dialects:
+            print("SQLite", flush=True)
+            measure(f"sqlite:///{Path(tmp) / 'stmts.db'}", args.rows, batches, args.rounds)
 
 
 if __name__ == "__main__":

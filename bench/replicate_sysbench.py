@@ -102,6 +102,28 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
+def machine() -> dict[str, float]:
+    """The machine's counters so far: CPU seconds by kind (all cores; ``/proc/stat``) and
+    the root disk's writes and flushes (``/proc/diskstats``), to see what a load cost
+    beyond the processes measured one by one."""
+    cpu = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    names = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+    out = {f"cpu_{n}": int(v) / TICK for n, v in zip(names, cpu[:8], strict=True)}
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    out["cpu_bench"] = me.ru_utime + me.ru_stime  # this process: its sampler
+    dev = os.stat("/").st_dev
+    for line in Path("/proc/diskstats").read_text().splitlines():
+        f = line.split()
+        if os.makedev(int(f[0]), int(f[1])) == dev:
+            out["disk_writes"] = int(f[7])
+            out["disk_write_mib"] = int(f[9]) * 512 / 2**20
+            out["disk_write_ms"] = int(f[10])
+            if len(f) >= 17:
+                out["disk_flushes"] = int(f[15])
+                out["disk_flush_ms"] = int(f[16])
+    return out
+
+
 def renice(pids: list[int], niceness: int, idle: bool = False) -> None:
     """Every thread of ``pids`` at ``niceness``, or under ``SCHED_IDLE`` (both are per
     thread in Linux; threads and processes started later by them inherit them)."""
@@ -133,12 +155,21 @@ def family(pid: int) -> list[int]:
 class Relay:
     url: str
     proc: subprocess.Popen[bytes]
+    # one kept-alive connection: the sampler asks 20 times a second, during the load
+    http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=10))
 
     def buffer(self) -> dict[str, Any]:
-        return dict(httpx.get(f"{self.url}/containerStats/buffer", timeout=10).json())
+        return dict(self.http.get(f"{self.url}/containerStats/buffer").json())
 
     def max_scn(self) -> int:
-        return int(httpx.get(f"{self.url}/containerStats/buffer/max_scn", timeout=10).json())
+        return int(self.http.get(f"{self.url}/containerStats/buffer/max_scn").json())
+
+    def stream_requests(self) -> int:
+        """``/stream`` requests the relay answered so far (its metrics)."""
+        text = self.http.get(f"{self.url}/metrics").text
+        return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                       if line.startswith("databus_relay_requests_total{")
+                       and 'endpoint="stream"' in line))
 
     def settled(self, quiet: float = 1.0, timeout: float = 600) -> int:
         """The newest window once it stayed the newest for ``quiet`` seconds."""
@@ -244,14 +275,18 @@ class Bench:
 
     def load(self, name: str, source: MariaDB) -> tuple[sysbench.Result, float, float]:
         """One sysbench run; (its result, wall time it started, wall time it ended).
-        ``self.sysbench_cpu``: its CPU seconds (it is the one child waited for)."""
+        ``self.sysbench_cpu``: its CPU seconds (it is the one child waited for);
+        ``self.machine``: the machine's counters over it (:func:`machine`)."""
         log = self.tmp / f"sysbench-{name}.log"
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        m0 = machine()
         t0 = time.monotonic()
         proc = sysbench.start(source, self.workload, self.args.seconds, log)
         result = sysbench.finish(proc, log)
         t_end = time.monotonic()
+        m1 = machine()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.machine = {k: round(m1[k] - m0[k], 1) for k in m0}
         self.sysbench_cpu = round(after.ru_utime + after.ru_stime
                                   - before.ru_utime - before.ru_stime, 1)
         return result, t0, t_end
@@ -268,7 +303,8 @@ class Bench:
             for i in range(self.args.alone_after):
                 result, _, _ = self.load(f"alone-after{i}", source)
                 runs.append({"tps": round(result.tps, 1),
-                             "rows_per_s": round(result.rows_per_s, 1)})
+                             "rows_per_s": round(result.rows_per_s, 1),
+                             "machine": self.machine})
                 print(f"alone after the rounds {i + 1}: {result.tps:,.1f} tx/s, load"
                       f" {os.getloadavg()[0]:.1f}", flush=True)
         finally:
@@ -426,7 +462,7 @@ class Bench:
         return {"tps": round(result.tps, 1), "writer_rows_per_s": round(result.rows_per_s, 1),
                 "tps_vs_alone": round(result.tps / alone["tps"], 3),
                 "cpu_s": {**{k: round(cpu1[k] - cpu0[k], 1) for k in pids},
-                          "sysbench": self.sysbench_cpu}}
+                          "sysbench": self.sysbench_cpu}, "machine": self.machine}
 
     def capture_round(self, relay: Relay, source: MariaDB) -> dict[str, Any]:
         """What the relay's capture alone costs the writers: the load with the relay
@@ -440,7 +476,7 @@ class Bench:
         return {"tps": round(result.tps, 1), "writer_rows_per_s": round(result.rows_per_s, 1),
                 "tps_vs_alone": round(result.tps / alone["tps"], 3),
                 "cpu_s": {**{k: round(cpu1[k] - cpu0[k], 1) for k in pids},
-                          "sysbench": self.sysbench_cpu}}
+                          "sysbench": self.sysbench_cpu}, "machine": self.machine}
 
     def round(self, kind: str, relay: Relay, source: MariaDB) -> dict[str, Any]:
         if kind == "capture":
@@ -454,6 +490,9 @@ class Bench:
             done = threading.Event()
 
             def sample() -> None:
+                if self.args.sched_idle:  # below the writers, like what it watches
+                    os.sched_setscheduler(threading.get_native_id(), os.SCHED_IDLE,
+                                          os.sched_param(0))
                 while not done.is_set():
                     with suppress(Exception):
                         samples.append((time.monotonic(), relay.max_scn(), c.position()))
@@ -462,9 +501,11 @@ class Bench:
             assert relay.proc.pid is not None
             pids = {"mariadbd": [self.source_pid], "relay": [relay.proc.pid], **c.pids()}
             cpu0 = {k: cpu_seconds(v) for k, v in pids.items()}
+            requests0 = relay.stream_requests()
             sampler.start()
             result, t0, t_end = self.load(kind, source)
             cpu1 = {k: cpu_seconds(v) for k, v in pids.items()}
+            stream_requests = relay.stream_requests() - requests0
             final = relay.settled(quiet=1.0)
             c.wait(final, timeout=1800)
             done.set()
@@ -481,6 +522,8 @@ class Bench:
                 "consumer_rate_over_writers": round((t_end - t0) / (caught - t0), 3),
                 "cpu_s": {**{k: round(cpu1[k] - cpu0[k], 1) for k in pids},
                           "sysbench": self.sysbench_cpu},
+                "machine": self.machine,
+                "stream_requests_per_s": round(stream_requests / (t_end - t0), 1),
             })
             if c.check is not None:
                 ok = False
@@ -610,7 +653,7 @@ class Bench:
                               "rows_per_s": round(result.rows_per_s, 1),
                               "cpu_s": {"mariadbd": round(cpu_seconds([self.source_pid])
                                                           - cpu0, 1),
-                                        "sysbench": self.sysbench_cpu}})
+                                        "sysbench": self.sysbench_cpu}, "machine": self.machine})
                 print(f"alone {i + 1}: {result.tps:,.1f} tx/s, {result.rows_per_s:,.0f}"
                       f" row changes/s, load {os.getloadavg()[0]:.1f}", flush=True)
             self.results["alone"] = max(alone, key=lambda a: a["tps"])
