@@ -20,7 +20,12 @@ two UPDATEs, a DELETE and the re-INSERT of one id: four row changes). In order:
    sample at which the consumer held the relay's final window; goal: <= 5 s), its rate
    as the row changes of the load over the time from the load's start to that moment,
    over the writers' rate (1.0: kept up), the CPU seconds of each process during the
-   load, and for replicate rounds whether every table equals MariaDB's.
+   load, the machine's (``machine``: CPU seconds by kind over both cores, this bench's
+   own, the root disk's writes), the relay's ``/stream`` requests per second, and for
+   replicate rounds whether every table equals MariaDB's. The sampler asks over one
+   kept-alive connection and, with ``--sched-idle``, runs under ``SCHED_IDLE`` like what
+   it watches: until 2026-11-29 13:12 it opened a connection per sample at normal
+   priority and took about 9 CPU seconds per 60 s round from the writers.
 
    * ``postgresql``, ``mariadb``, ``sqlite``: ``databus replicate`` into a private
      PostgreSQL (``fsync`` on, ``synchronous_commit`` off), a second private MariaDB
@@ -37,6 +42,11 @@ two UPDATEs, a DELETE and the re-INSERT of one id: four row changes). In order:
    With ``--round-repeat N`` each round runs N times (a new consumer and a new target
    each time) and its best writers' rate is reported against the best ``alone``: both
    sides best-of, as the single round against the best of ``--alone`` runs was not.
+   With ``--interleave``, the ``--round-repeat`` repetitions run as cycles: every round
+   once (the order reversed every other cycle), then sysbench alone (relay stopped); each
+   round is reported against the mean of the ``alone`` runs around its cycle, as the
+   server's own rate drifts during a run (up to +12% from the first ``alone`` to the
+   last in the runs of 2026-11-29), which favoured whichever round ran last.
    With ``--alone-after N``, sysbench runs N more times alone after the rounds, the relay
    stopped (SIGSTOP, then SIGCONT: it catches up after), against the server as the rounds
    left it (its binlog and tables as long-lived as theirs): each round is also reported
@@ -320,6 +330,48 @@ class Bench:
                 print(f"  {kind}: {out['tps_vs_alone']} of the first alone, "
                       f"{out['tps_vs_alone_after']} of the alone after, "
                       f"{out['tps_vs_best_alone']} of the best of both", flush=True)
+
+    def interleaved(self, relay: Relay, source: MariaDB, kinds: list[str]) -> None:
+        """``--interleave``: ``--round-repeat`` cycles, each running every round once
+        (in the given order, reversed every other cycle) and then sysbench alone with the
+        relay stopped; each round against the mean of the ``alone`` runs on either side
+        of its cycle (the last one before the cycles for the first), so a baseline that
+        drifts during the run (the server warming up) is shared fairly by all rounds."""
+        assert relay.proc.pid is not None
+        alones = [self.results["alone_runs"][-1]["tps"]]
+        cycles: list[dict[str, Any]] = []
+        for rep in range(self.args.round_repeat):
+            self.rep = rep  # names each round's target
+            order = kinds if rep % 2 == 0 else kinds[::-1]
+            cycle: dict[str, Any] = {}
+            for kind in order:
+                print(f"round {kind} (cycle {self.rep + 1}/{self.args.round_repeat}) ...",
+                      flush=True)
+                out = self.round(kind, relay, source)
+                out["load_average"] = round(os.getloadavg()[0], 1)
+                cycle[kind] = out
+                print(f"  {kind}: {json.dumps(out)}", flush=True)
+            os.kill(relay.proc.pid, signal.SIGSTOP)
+            try:
+                result, _, _ = self.load(f"alone-cycle{self.rep}", source)
+            finally:
+                os.kill(relay.proc.pid, signal.SIGCONT)
+            alones.append(round(result.tps, 1))
+            base = (alones[-2] + alones[-1]) / 2
+            print(f"alone after cycle {self.rep + 1}: {result.tps:,.1f} tx/s", flush=True)
+            for kind, out in cycle.items():
+                out["tps_vs_neighbour_alone"] = round(out["tps"] / base, 3)
+                print(f"  {kind}: {out['tps_vs_neighbour_alone']} of the alone runs around"
+                      f" it ({alones[-2]:,.1f}, {alones[-1]:,.1f})", flush=True)
+            cycles.append(cycle)
+        self.results["interleaved_alone_tps"] = alones
+        for kind in kinds:
+            ratios = sorted(c[kind]["tps_vs_neighbour_alone"] for c in cycles)
+            best = max((c[kind] for c in cycles), key=lambda o: o["tps_vs_neighbour_alone"])
+            self.results[kind] = {**best, "tps_vs_neighbour_alone_runs": ratios,
+                                  "median_vs_neighbour_alone": ratios[len(ratios) // 2]}
+            print(f"{kind}: against the alone runs around each: best {ratios[-1]}, median"
+                  f" {ratios[len(ratios) // 2]} ({ratios})", flush=True)
 
     # -- rounds ------------------------------------------------------------------------
 
@@ -680,6 +732,9 @@ class Bench:
                 with self.postgres:
                     assert self.postgres.proc is not None
                     renice(family(self.postgres.proc.pid), args.nice, args.sched_idle)
+                    if args.interleave:
+                        self.interleaved(relay, source, [k for k in rounds if k != "binlog"])
+                        rounds = []
                     for kind in [k for k in rounds if k != "binlog"]:
                         outs: list[dict[str, Any]] = []
                         for self.rep in range(args.round_repeat):
@@ -715,6 +770,9 @@ def main() -> None:
     p.add_argument("--rounds", default="postgresql,mariadb,sqlite,publish,bootstrap")
     p.add_argument("--alone-after", type=int, default=0,
                    help="runs of sysbench alone after the rounds, the relay stopped (best)")
+    p.add_argument("--interleave", action="store_true",
+                   help="--round-repeat cycles of every round then sysbench alone; each"
+                        " round against the alone runs around it")
     p.add_argument("--round-repeat", type=int, default=1,
                    help="runs of each round, each with a new consumer and target (best)")
     p.add_argument("--full", action="store_true", help="apply from a full buffer vs COPY")
