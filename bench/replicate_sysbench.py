@@ -51,6 +51,8 @@ two UPDATEs, a DELETE and the re-INSERT of one id: four row changes). In order:
    stopped (SIGSTOP, then SIGCONT: it catches up after), against the server as the rounds
    left it (its binlog and tables as long-lived as theirs): each round is also reported
    against that baseline and against the best of both (``tps_vs_best_alone``).
+   ``--nice N`` / ``--sched-idle`` run the capture side (relay, consumers, target
+   databases; ``--targets-normal``: not the targets) below the source and sysbench.
 
 4. **Apply from a full buffer** (``--full``): ``replicate()`` in this process into a new
    PostgreSQL database, from the relay's oldest window to its newest (the snapshot and
@@ -418,7 +420,8 @@ class Bench:
                 "skip-log-bin": None})
             with m:
                 assert m.proc is not None
-                renice([m.proc.pid], self.args.nice, self.args.sched_idle)
+                if not self.args.targets_normal:
+                    renice([m.proc.pid], self.args.nice, self.args.sched_idle)
                 m.execute("CREATE DATABASE replica")
                 assert m.proc is not None
                 pid = m.proc.pid
@@ -731,7 +734,8 @@ class Bench:
                 wait_http(f"{relay.url}/admin", proc, timeout=60)
                 with self.postgres:
                     assert self.postgres.proc is not None
-                    renice(family(self.postgres.proc.pid), args.nice, args.sched_idle)
+                    if not args.targets_normal:
+                        renice(family(self.postgres.proc.pid), args.nice, args.sched_idle)
                     if args.interleave:
                         self.interleaved(relay, source, [k for k in rounds if k != "binlog"])
                         rounds = []
@@ -795,6 +799,9 @@ def main() -> None:
     p.add_argument("--sched-idle", action="store_true",
                    help="like --nice, under Linux's SCHED_IDLE policy instead (chrt --idle 0):"
                    " any other runnable thread goes first")
+    p.add_argument("--targets-normal", action="store_true",
+                   help="the target databases at normal priority (--nice and --sched-idle"
+                        " then apply to the relay and the consumers only)")
     p.add_argument("--no-target-sync", dest="target_sync", action="store_false",
                    help="the targets flush nothing to disk (PostgreSQL fsync=off, MariaDB"
                    " innodb_flush_log_at_trx_commit=0): what the target's disk writes cost"
