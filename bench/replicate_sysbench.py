@@ -45,7 +45,7 @@ two UPDATEs, a DELETE and the re-INSERT of one id: four row changes). In order:
    With ``--interleave``, the ``--round-repeat`` repetitions run as cycles: every round
    once (the order reversed every other cycle), then sysbench alone (relay stopped); each
    round is reported against the mean of the ``alone`` runs around its cycle, as the
-   server's own rate drifts during a run (up to +12% from the first ``alone`` to the
+   server's own rate drifts during a run (+4% to +19% from the first ``alone`` to the
    last in the runs of 2026-11-29), which favoured whichever round ran last.
    With ``--alone-after N``, sysbench runs N more times alone after the rounds, the relay
    stopped (SIGSTOP, then SIGCONT: it catches up after), against the server as the rounds
