@@ -306,21 +306,27 @@ class Bench:
     def source_url(self, source: MariaDB) -> str:
         return source.url_of(sysbench.DATABASE)
 
-    def alone_after(self, relay: Relay, source: MariaDB, kinds: list[str]) -> None:
-        """``--alone-after``: sysbench alone again, the relay stopped meanwhile."""
+    def alone_relay_stopped(self, relay: Relay, source: MariaDB, name: str) -> sysbench.Result:
+        """One sysbench run alone, the relay stopped (SIGSTOP) meanwhile; it catches up
+        after (SIGCONT)."""
         assert relay.proc.pid is not None
-        runs = []
         os.kill(relay.proc.pid, signal.SIGSTOP)
         try:
-            for i in range(self.args.alone_after):
-                result, _, _ = self.load(f"alone-after{i}", source)
-                runs.append({"tps": round(result.tps, 1),
-                             "rows_per_s": round(result.rows_per_s, 1),
-                             "machine": self.machine})
-                print(f"alone after the rounds {i + 1}: {result.tps:,.1f} tx/s, load"
-                      f" {os.getloadavg()[0]:.1f}", flush=True)
+            result, _, _ = self.load(name, source)
         finally:
             os.kill(relay.proc.pid, signal.SIGCONT)
+        return result
+
+    def alone_after(self, relay: Relay, source: MariaDB, kinds: list[str]) -> None:
+        """``--alone-after``: sysbench alone again, the relay stopped meanwhile."""
+        runs = []
+        for i in range(self.args.alone_after):
+            result = self.alone_relay_stopped(relay, source, f"alone-after{i}")
+            runs.append({"tps": round(result.tps, 1),
+                         "rows_per_s": round(result.rows_per_s, 1),
+                         "machine": self.machine})
+            print(f"alone after the rounds {i + 1}: {result.tps:,.1f} tx/s, load"
+                  f" {os.getloadavg()[0]:.1f}", flush=True)
         late = max(r["tps"] for r in runs)
         best = max(late, self.results["alone"]["tps"])
         self.results["alone_after_runs"] = runs
@@ -339,7 +345,6 @@ class Bench:
         relay stopped; each round against the mean of the ``alone`` runs on either side
         of its cycle (the last one before the cycles for the first), so a baseline that
         drifts during the run (the server warming up) is shared fairly by all rounds."""
-        assert relay.proc.pid is not None
         alones = [self.results["alone_runs"][-1]["tps"]]
         cycles: list[dict[str, Any]] = []
         for rep in range(self.args.round_repeat):
@@ -353,11 +358,7 @@ class Bench:
                 out["load_average"] = round(os.getloadavg()[0], 1)
                 cycle[kind] = out
                 print(f"  {kind}: {json.dumps(out)}", flush=True)
-            os.kill(relay.proc.pid, signal.SIGSTOP)
-            try:
-                result, _, _ = self.load(f"alone-cycle{self.rep}", source)
-            finally:
-                os.kill(relay.proc.pid, signal.SIGCONT)
+            result = self.alone_relay_stopped(relay, source, f"alone-cycle{rep}")
             alones.append(round(result.tps, 1))
             base = (alones[-2] + alones[-1]) / 2
             print(f"alone after cycle {self.rep + 1}: {result.tps:,.1f} tx/s", flush=True)
@@ -736,10 +737,10 @@ class Bench:
                     assert self.postgres.proc is not None
                     if not args.targets_normal:
                         renice(family(self.postgres.proc.pid), args.nice, args.sched_idle)
+                    kinds = [k for k in rounds if k != "binlog"]
                     if args.interleave:
-                        self.interleaved(relay, source, [k for k in rounds if k != "binlog"])
-                        rounds = []
-                    for kind in [k for k in rounds if k != "binlog"]:
+                        self.interleaved(relay, source, kinds)
+                    for kind in [] if args.interleave else kinds:
                         outs: list[dict[str, Any]] = []
                         for self.rep in range(args.round_repeat):
                             print(f"round {kind} ({self.rep + 1}/{args.round_repeat}) ...",
@@ -754,7 +755,7 @@ class Bench:
                             best["tps_vs_alone_runs"] = [o.get("tps_vs_alone") for o in outs]
                         self.results[kind] = best
                     if args.alone_after:
-                        self.alone_after(relay, source, [k for k in rounds if k != "binlog"])
+                        self.alone_after(relay, source, kinds)
                     if args.full:
                         out = self.full(relay, source)
                         out["load_average"] = round(os.getloadavg()[0], 1)
