@@ -6,7 +6,9 @@ equals the source; each table's topic holds exactly the committed changes of tha
 table, in commit order, once (no loss, no duplicate); a tombstone follows every delete;
 the transaction metadata's BEGIN/END records count the data messages. The broker is the
 session's (``kafka`` fixture); each test has its own topic prefix and relay. Every test
-here is in one xdist group, so one worker starts one broker for them.
+here is in one xdist group, so one worker starts one broker for them. The claim tests at
+the end drive a :class:`~databus.kafka.publisher.Publisher` in the test's process against
+that broker (no relay: empty windows) to put two instances of one name in a chosen order.
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from databus.core.errors import KafkaFencedError, KafkaUnavailableError
+from databus.kafka.config import PublishConfig
+from databus.kafka.offsets import write_claim
+from databus.kafka.publisher import Publisher
 from tests.support.kafka import KafkaBroker, Published, published_position, read_published
 from tests.support.pipeline import (
     RelayPipeline,
@@ -271,3 +277,93 @@ def test_a_second_publisher_of_the_same_name_fences_the_first(pipeline: Pipeline
         assert "KafkaFenced" in p.log("publish").read_text()
     p.wait_published()
     check_published(p, w)
+
+
+# -- who keeps the name: the newest claim (databus.kafka.offsets) ------------------------------
+
+def _publisher(kafka: KafkaBroker, name: str) -> Publisher:
+    return Publisher(PublishConfig(relay="http://127.0.0.1:9", topic_prefix=name,
+                                   bootstrap_servers=kafka.bootstrap_servers,
+                                   heartbeat_interval=0, batch_windows=1))
+
+
+def _window(publisher: Publisher, scn: int) -> None:
+    """An empty window ``scn`` published and committed, as the client's callbacks do."""
+    publisher._publish(scn)
+    publisher._commit_batch()
+
+
+@pytest.mark.parametrize("learns", ["unknown outcome", "fenced"])
+def test_a_publisher_whose_name_was_claimed_after_it_stops_instead_of_taking_it_back(
+        kafka: KafkaBroker, learns: str) -> None:
+    """The first publisher learns that it lost the name either as a fencing error or, as
+    seen in CI, as an EndTxn answered UNKNOWN (a commit of unknown outcome, after which it
+    makes a new producer): either way the newer claim stops it, and its new producer
+    never fences the second publisher back."""
+    name = f"claim-{learns.replace(' ', '-')}"
+    first, second = _publisher(kafka, name), _publisher(kafka, name)
+    try:
+        first.load()
+        _window(first, 1)
+        second.load()  # claims the name, then fences the first's producer
+        if learns == "unknown outcome":
+            first._drop_producer()  # what _failed does after an EndTxn answered UNKNOWN
+            with pytest.raises(KafkaFencedError, match=f"another publisher named {name}"):
+                first._publish(2)
+        else:
+            with pytest.raises(KafkaFencedError, match=f"another publisher named {name}"):
+                _window(first, 2)
+        assert first.stats.producers == 1  # no new producer: the second was not fenced
+        _window(second, 2)
+        assert published_position(kafka, name) == 2
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_publisher_fenced_without_a_newer_claim_takes_the_name_back(
+        kafka: KafkaBroker) -> None:
+    """Fenced by an instance that claimed the name before it (one that was making a new
+    producer at the moment this one started), the newest claimant replays with a new
+    producer: transient, not a stop."""
+    from confluent_kafka import Producer
+
+    name = "claim-older"
+    first = _publisher(kafka, name)
+    try:
+        first.load()
+        _window(first, 1)
+        older = Producer({"bootstrap.servers": kafka.bootstrap_servers,
+                          "transactional.id": f"databus-publish-{name}"})
+        older.init_transactions(30)  # fences the first; no claim after the first's
+        for _attempt in range(3):
+            try:
+                _window(first, 2)
+                break
+            except KafkaUnavailableError:  # transient: the client replays the window
+                continue
+        else:
+            raise AssertionError("the newest claimant did not take its name back")
+        assert first.stats.producers == 2
+        assert published_position(kafka, name) == 2
+    finally:
+        first.close()
+
+
+def test_a_claim_is_read_only_after_it(kafka: KafkaBroker) -> None:
+    """Claims older than the publisher's own do not stop it (every start claims anew)."""
+    name = "claim-restart"
+    first = _publisher(kafka, name)
+    try:
+        first._ensure_topic(first.cfg.offsets_topic, partitions=1,
+                            config={"cleanup.policy": "compact"})
+        write_claim({"bootstrap.servers": kafka.bootstrap_servers}, first.cfg.offsets_topic,
+                    name, "an-earlier-run")
+        first.load()
+        _window(first, 1)
+        first._drop_producer()
+        _window(first, 2)
+        assert first.stats.producers == 2
+        assert published_position(kafka, name) == 2
+    finally:
+        first.close()

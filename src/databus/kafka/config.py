@@ -59,7 +59,8 @@ class PublishConfig(ConfigModel):
     offsets_topic: str = Field(
         "databus-publish-offsets",
         description="compacted topic holding each publisher's last published checkpoint,"
-        " written in the transaction of the window it follows (created if missing)")
+        " written in the transaction of the window it follows, and the newest claim of each"
+        " name (created if missing)")
     tombstones_on_delete: bool = Field(
         True, description="after each delete, a message with the same key and a null value"
         " (lets Kafka's log compaction drop the key)")

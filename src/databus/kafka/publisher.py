@@ -26,9 +26,18 @@ drives it; it never reaches into a relay), and is its own checkpoint store:
   (a commit that could not be confirmed, an abort that failed), the producer is
   dropped and a new one is made for the replay: its ``init_transactions`` settles the
   old transaction, the checkpoint is read again, and a replayed window at or before it
-  is skipped. A fenced publisher (another with the same name started; any fatal
-  producer error) stops with :class:`~databus.core.errors.KafkaFencedError` instead of
-  fencing the other back.
+  is skipped.
+* **One name, one publisher: the newest claim wins.** Before its first
+  ``init_transactions`` a publisher writes its claim of the name to the offsets topic
+  (:func:`~databus.kafka.offsets.write_claim`). Before every later one (a new producer
+  after an unknown outcome), and when fenced (or any fatal producer error), it reads
+  the claims written since: a newer claim by another instance stops it with
+  :class:`~databus.core.errors.KafkaFencedError` instead of fencing the other back;
+  none (the fencing came from an instance that claimed before it, in the moment that
+  instance was making its own new producer) makes it replay with a new producer like
+  any transient failure. The broker's answer to a fenced producer is not always a
+  fencing error (an ``EndTxn`` answered ``UNKNOWN`` was seen), which is why the claim,
+  and not the error code, decides.
 * **Heartbeats** go from a second, non-transactional producer on a thread, outside
   the exactly-once contract: one per ``heartbeat_interval`` while no window is
   published.
@@ -43,6 +52,7 @@ import logging
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +69,7 @@ from databus.core.errors import (
     ConsumerFatalError,
     DatabusError,
     KafkaContext,
+    KafkaFencedError,
     KafkaUnavailableError,
     TerminalError,
 )
@@ -66,7 +77,13 @@ from databus.core.schema import INTERNAL_PREFIX
 from databus.kafka.config import PublishConfig
 from databus.kafka.envelope import MessageEncoder, TxPosition
 from databus.kafka.errors import kafka_errors
-from databus.kafka.offsets import ensure_topic, offset_record, read_position
+from databus.kafka.offsets import (
+    ensure_topic,
+    newer_claim,
+    offset_record,
+    read_position,
+    write_claim,
+)
 
 log = logging.getLogger("databus.kafka.publisher")
 KAFKA_LOG = logging.getLogger("databus.kafka.librdkafka")
@@ -115,6 +132,8 @@ class Publisher(Consumer, CheckpointStore):
         self._batch_started = 0.0
         self._batch_checkpoint: Checkpoint | None = None
         self._broken: DatabusError | None = None
+        self._instance = uuid.uuid4().hex  # this process's claims of the name
+        self._claims_read: dict[int, int] | None = None  # None: no claim written yet
 
     # -- connecting ----------------------------------------------------------------------
 
@@ -130,7 +149,13 @@ class Publisher(Consumer, CheckpointStore):
         if self._producer is not None and self._known:
             return
         cfg = self.cfg
+        self._ensure_topic(cfg.offsets_topic, partitions=1, config={"cleanup.policy": "compact"})
         if self._producer is None:
+            if self._claims_read is None:
+                self._claims_read = write_claim(self._kafka, cfg.offsets_topic,
+                                                cfg.publisher_name, self._instance)
+            else:
+                self._check_claims()
             producer = Producer({
                 "linger.ms": 5, "client.id": f"databus-publish-{cfg.publisher_name}",
                 "partitioner": "murmur2_random",  # the Java client's: same keys, same partitions
@@ -141,14 +166,26 @@ class Publisher(Consumer, CheckpointStore):
                 producer.init_transactions(30)
             self._producer = producer
             self.stats.producers += 1
-        self._ensure_topic(cfg.offsets_topic, partitions=1,
-                           config={"cleanup.policy": "compact"})
         self._committed = read_position(self._kafka, self.admin, cfg.offsets_topic,
                                         cfg.publisher_name)
         self._known = True
         log.info("publisher %s: %s", cfg.publisher_name,
                  f"resuming after window {self._committed.window_scn}"
                  if self._committed is not None else "no published position: a new publisher")
+
+    def _check_claims(self) -> None:
+        """Raise KafkaFencedError when another instance claimed the name after us."""
+        cfg = self.cfg
+        assert self._claims_read is not None
+        claim, self._claims_read = newer_claim(self._kafka, self.admin, cfg.offsets_topic,
+                                               cfg.publisher_name, self._instance,
+                                               self._claims_read)
+        if claim is not None:
+            raise KafkaFencedError(
+                f"Kafka: another publisher named {cfg.publisher_name} started (host"
+                f" {claim.get('host', '?')}, pid {claim.get('pid', '?')}, claimed at"
+                f" {claim.get('ts_ms', '?')} ms): this one stops, it does not take the"
+                " name back", kafka_code="CLAIMED")
 
     def _drop_producer(self) -> None:
         """Forget the producer: the next window makes a new one and reads the position."""
@@ -269,8 +306,7 @@ class Publisher(Consumer, CheckpointStore):
                 for topic, key, value in messages:
                     _produce(producer, topic, key, value)
         except DatabusError as exc:
-            self._failed(producer, exc, False)
-            raise
+            raise self._failed(producer, exc, False) from exc
         self._batch.append(scn)
         self._batch_checkpoint = checkpoint
         self._last_activity = time.monotonic()
@@ -292,8 +328,7 @@ class Publisher(Consumer, CheckpointStore):
             committing = True
             _commit(producer, scn)
         except DatabusError as exc:
-            self._failed(producer, exc, committing)
-            raise
+            raise self._failed(producer, exc, committing) from exc
         producer.poll(0)  # serve delivery reports and log lines
         self._committed = checkpoint
         self.stats.transactions += 1
@@ -302,18 +337,28 @@ class Publisher(Consumer, CheckpointStore):
         self._batch_checkpoint = None
         self._last_activity = time.monotonic()
 
-    def _failed(self, producer: Producer, exc: DatabusError, committing: bool) -> None:
+    def _failed(self, producer: Producer, exc: DatabusError, committing: bool) -> DatabusError:
         """Abort the open transaction when its outcome is known; otherwise drop the
         producer (the next one settles the transaction and the position is read again).
-        Either way the transaction's windows are gone: the client replays them."""
+        Either way the transaction's windows are gone: the client replays them. Returns
+        the error to raise: fenced, the claims decide (module docstring)."""
         self.stats.aborted += 1
         self._batch.clear()
         self._batch_checkpoint = None
         if isinstance(exc, TerminalError) or committing or (
                 isinstance(exc, KafkaContext) and exc.fatal):
-            log.warning("publishing failed (%s): a new producer will settle the transaction", exc)
             self._drop_producer()
-            return
+            if isinstance(exc, KafkaFencedError):
+                try:
+                    self._check_claims()
+                except DatabusError as claimed:
+                    return claimed  # fenced by a newer claim, or the claims unreadable
+                log.warning("fenced (%s) by an instance that claimed the name before this"
+                            " one: a new producer takes the name back", exc)
+                return KafkaUnavailableError(f"{exc} (no newer claim of the name: replayed"
+                                             " with a new producer)")
+            log.warning("publishing failed (%s): a new producer will settle the transaction", exc)
+            return exc
         try:
             with kafka_errors("aborting the transaction"):
                 producer.abort_transaction(30)
@@ -322,6 +367,7 @@ class Publisher(Consumer, CheckpointStore):
             log.warning("publishing failed (%s) and aborting failed too (%s): a new"
                         " producer will settle the transaction", exc, abort_exc)
             self._drop_producer()
+        return exc
 
     def _linger(self) -> None:
         """Commit an open transaction that is ``batch_linger`` old while no window comes
