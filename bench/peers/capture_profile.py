@@ -1,11 +1,14 @@
 """Where the capture side's time goes for one-row transactions: ``MysqlSource`` ->
-``EventBuffer`` over a pre-written binlog of ``--tx`` one-row autocommit INSERTs
-(``bench.mysql_latency``'s row: 8 columns), timed (3 runs, alternating with runs whose
-table-map cache keeps nothing: every TABLE_MAP parsed, as before the source cached
-them) and then profiled (cProfile, top functions by own time). The rate is one-row transactions (= windows) per second, the
+``EventBuffer`` over a pre-written binlog of ``--tx`` transactions of ``--statements``
+one-row INSERTs each (default 1: autocommit; ``bench.mysql_latency``'s row: 8 columns), timed (``--runs`` pairs of runs, alternating
+with runs of a baseline: by default a table-map cache that keeps nothing, every TABLE_MAP
+parsed as before the source cached them; ``--against whole-rows-meta``: each rows event's
+metadata part built whole, as before ``RowsMeta``) and then profiled (cProfile, top
+functions by own time). The rate is one-row transactions (= windows) per second, the
 ceiling of the relay's capture at high one-row rates, with no HTTP or client in it.
 
-    flock /tmp/databus-bench.lock .venv/bin/python -m bench.peers.capture_profile [--tx 50000]
+    flock /tmp/databus-bench.lock .venv/bin/python -m bench.peers.capture_profile [--tx 50000] \
+        [--against uncached-table-maps|whole-rows-meta] [--runs 3]
 """
 
 from __future__ import annotations
@@ -26,18 +29,21 @@ from tests.support.sources import mysql_source
 from bench.mysql_latency import TABLE
 from bench.peers.compare import _scn
 from databus.buffer import EventBuffer
+from databus.sources.mysql.tables import meta_middle
 
 
-def _write(m: MariaDB, n: int) -> None:
+def _write(m: MariaDB, n: int, statements: int = 1) -> None:
     con = m.connect("bench")
     try:
-        con.autocommit(True)
+        con.autocommit(statements == 1)
         with con.cursor() as cur:
-            for k in range(1, n + 1):
+            for k in range(1, n * statements + 1):
                 cur.execute("INSERT INTO lat VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
                             (k, time.time_ns() // 1000, f"name-{k}", f"{k % 10**6}.25",
                              "2024-05-06 07:08:09.123456", "some text " * 3,
                              f'{{"i": {k}, "tags": ["a", "b"]}}', k % 97))
+                if statements > 1 and k % statements == 0:
+                    con.commit()
     finally:
         con.close()
 
@@ -50,11 +56,19 @@ class _NoCache(dict[bytes, object]):
         pass
 
 
-def _capture(m: MariaDB, start: int, end: int, *, cached: bool = True
-             ) -> tuple[int, int, float]:
+def _whole_rows_meta(gtid: str | None, file: str, pos: int, server_id: int) -> bytes:
+    """For the same-run comparison: the metadata part built whole for each rows event."""
+    return meta_middle(gtid, file, pos, gtid, server_id)
+
+
+def _capture(m: MariaDB, start: int, end: int, *, cached: bool = True,
+             against: str = "uncached-table-maps") -> tuple[int, int, float]:
     src = mysql_source(m.url, [r"bench\.lat"])
     if not cached:
-        src._table_defs = _NoCache()  # type: ignore[assignment]
+        if against == "whole-rows-meta":
+            src._rows_meta = _whole_rows_meta  # type: ignore[assignment]
+        else:
+            src._table_defs = _NoCache()  # type: ignore[assignment]
     buf = EventBuffer(512 << 20)
     windows = events = 0
     stop = threading.Event()
@@ -76,7 +90,12 @@ def _capture(m: MariaDB, start: int, end: int, *, cached: bool = True
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--tx", type=int, default=50_000)
+    ap.add_argument("--statements", type=int, default=1,
+                    help="one-row INSERTs per transaction (a rows event each)")
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--against", choices=["uncached-table-maps", "whole-rows-meta"],
+                    default="uncached-table-maps", help="the baseline of the timed runs")
+    ap.add_argument("--runs", type=int, default=3, help="pairs of timed runs")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="capture-profile-"))
     m = MariaDB(tmp / "db", settings={**BINLOG_SETTINGS, "max-binlog-size": "1073741824",
@@ -86,16 +105,23 @@ def main() -> None:
         m.execute("CREATE DATABASE bench", TABLE)
         start = _scn(m)
         t0 = time.perf_counter()
-        _write(m, args.tx)
-        print(f"{args.tx} one-row transactions written in {time.perf_counter() - t0:.1f}s",
+        _write(m, args.tx, args.statements)
+        print(f"{args.tx} transactions of {args.statements} one-row INSERTs written in"
+              f" {time.perf_counter() - t0:.1f}s",
               flush=True)
         end = _scn(m)
-        for k in range(3):  # alternating, same run
+        base = ("table maps parsed each time" if args.against == "uncached-table-maps"
+                else "rows metadata built whole")
+        rates: dict[bool, list[float]] = {True: [], False: []}
+        for k in range(args.runs):  # alternating, same run
             for cached in (True, False) if k % 2 == 0 else (False, True):
-                w, e, s = _capture(m, start, end, cached=cached)
-                print(f"MysqlSource -> EventBuffer{'' if cached else ', table maps parsed each time'}:"
+                w, e, s = _capture(m, start, end, cached=cached, against=args.against)
+                rates[cached].append(w / s)
+                print(f"MysqlSource -> EventBuffer{'' if cached else ', ' + base}:"
                       f" {w} windows, {e} events in {s:.2f}s = {w / s:,.0f} windows/s",
                       flush=True)
+        print(f"best of {args.runs}: {max(rates[True]):,.0f} against {max(rates[False]):,.0f}"
+              f" windows/s ({base}): {max(rates[True]) / max(rates[False]):.2f}x", flush=True)
         prof = cProfile.Profile()
         prof.enable()
         w, e, s = _capture(m, start, end)

@@ -96,7 +96,7 @@ from databus.sources.mysql.connection import (
 )
 from databus.sources.mysql.positions import PositionRecord, binlog_scn, gtid_at
 from databus.sources.mysql.snapshots import SnapshotIO, encode_chunk
-from databus.sources.mysql.tables import PendingRows, Shape, meta_middle
+from databus.sources.mysql.tables import PendingRows, RowsMeta, Shape
 from databus.sources.mysql.versions import Versions, signature
 
 __all__ = ["NOTIFICATIONS", "SCHEMA_CHANGES", "MysqlSource"]
@@ -143,6 +143,7 @@ class MysqlSource(Source):
         # every table it touches, so one-row transactions would parse it once per row (a
         # third of their capture time: bench/peers/capture_profile.py)
         self._table_defs: dict[bytes, tuple[br.TableDef, str]] = {}
+        self._rows_meta = RowsMeta()  # the metadata part of each rows event
         # the source's own logical sources, listed from the start
         self._tv.internal(dd.SCHEMA_CHANGE_SCHEMA)
         self._tv.internal(NOTIFY_SCHEMA)
@@ -442,8 +443,7 @@ class MysqlSource(Source):
                 if self._filter(name):
                     self._pending.append(PendingRows(
                         self._tv.shape(table_map, td, self._keep), t, body,
-                        meta_middle(self._gtid, self._file, h.next_pos, self._gtid,
-                                    h.server_id)))
+                        self._rows_meta(self._gtid, self._file, h.next_pos, h.server_id)))
         elif t == be.EventType.TABLE_MAP:
             raw = bytes(body)
             cached = self._table_defs.get(raw)

@@ -139,6 +139,40 @@ def meta_middle(txid: str | None, file: str, pos: int, gtid: str | None, server_
     return _u_str(txid) + _u_str(file) + _u_long(pos) + _u_str(gtid) + _u_long(server_id)
 
 
+class RowsMeta:
+    """:func:`meta_middle` of rows events, whose transaction id is their GTID: each part
+    is built when it changes (the GTID once per transaction, the file and server more
+    rarely), not for every rows event. (Building all five per rows event was 7% of a
+    relay's capture CPU under sysbench's writes, four rows events per transaction.)"""
+
+    __slots__ = ("_file", "_file_part", "_gtid", "_gtid_part", "_head", "_server_id",
+                 "_server_part", "_tail")
+
+    def __init__(self) -> None:
+        self._gtid: str | None = None
+        self._file = ""
+        self._server_id = 0
+        self._gtid_part, self._file_part = _u_str(None), _u_str("")
+        self._server_part = _u_long(0)
+        self._head = self._gtid_part + self._file_part
+        self._tail = self._gtid_part + self._server_part
+
+    def __call__(self, gtid: str | None, file: str, pos: int, server_id: int) -> bytes:
+        """``meta_middle(gtid, file, pos, gtid, server_id)``."""
+        if gtid is not self._gtid or file is not self._file or server_id != self._server_id:
+            # identity first: each transaction's GTID is a new string object
+            if gtid != self._gtid:
+                self._gtid_part = _u_str(gtid)
+            if file != self._file:
+                self._file_part = _u_str(file)
+            if server_id != self._server_id:
+                self._server_part = _u_long(server_id)
+            self._gtid, self._file, self._server_id = gtid, file, server_id
+            self._head = self._gtid_part + self._file_part
+            self._tail = self._gtid_part + self._server_part
+        return self._head + _u_long(pos) + self._tail
+
+
 class Version:
     """One Avro version of one table (what the events say)."""
 

@@ -1,0 +1,23 @@
+"""The MySQL source's cached metadata part of rows events equals the one built whole."""
+
+from __future__ import annotations
+
+from databus.sources.mysql.tables import RowsMeta, meta_middle
+
+
+def test_rows_meta_equals_meta_middle_as_transactions_files_and_servers_change() -> None:
+    rows_meta = RowsMeta()
+    calls = [
+        (None, "", 4, 0),  # before any GTID: the first call builds, whatever it holds
+        ("0-1-5", "bin.000001", 400, 1),
+        ("0-1-5", "bin.000001", 2**31 + 7, 1),  # a position past 2 GiB
+        ("0-1-6", "bin.000001", 900, 1),
+        ("".join(["0-1-", "6"]), "bin.000001", 950, 1),  # equal, another object
+        ("0-1-6", "bin.000002", 120, 1),  # rotated
+        ("0-2-7", "bin.000002", 300, 2),  # another server
+        ("0-2-7", "bin.000002", 310, 3),
+        (None, "bin.000002", 320, 3),
+    ]
+    for gtid, file, pos, server_id in calls:
+        assert rows_meta(gtid, file, pos, server_id) == meta_middle(gtid, file, pos, gtid,
+                                                                    server_id)
