@@ -15,8 +15,9 @@ setup(
         Extension(
             "databus.sources.mysql._rowcodec",
             ["src/databus/sources/mysql/_rowcodec.c"],
-            # #included: snapshot rows, the shared encoders
-            depends=["src/databus/sources/mysql/_snaptext.c", "src/databus/core/_cenc.h"],
+            # #included: snapshot rows, binlog packet framing, the shared encoders
+            depends=["src/databus/sources/mysql/_snaptext.c",
+                     "src/databus/sources/mysql/_binlogframes.c", "src/databus/core/_cenc.h"],
             optional=True,
             extra_compile_args=["-O2", "-std=c99", "-Wall"],
         ),

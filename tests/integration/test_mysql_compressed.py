@@ -7,12 +7,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from databus.core.errors import ConfigError, UnsupportedEventError
 from databus.core.event import iter_events
+from databus.sources.mysql import events as be
 from databus.sources.mysql.checks import ServerFacts, check_server
 from databus.sources.mysql.events import HEADER
 from databus.sources.mysql.source import MysqlSource
@@ -62,17 +62,16 @@ def test_160_changes_with_compressed_events_all_arrive(compressing: MariaDB) -> 
 
 def test_an_unknown_event_type_stops_capture_at_its_position() -> None:
     src = MysqlSource(source_config("mysql://root@db.example", [r"z\..*"]))  # not opened
-    src._stream = SimpleNamespace(checksum=False)  # type: ignore[assignment]
     src._file = "binlog.000007"
     body = b"\x00" * 12
     raw = HEADER.pack(0, 40, 1, HEADER.size + len(body), 4242, 0) + body
     with pytest.raises(UnsupportedEventError,
                        match=r"type 40 \(TRANSACTION_PAYLOAD.*binlog\.000007:4242"):
-        src._event(raw)
+        src._event(*be.parse_header(raw, False))
     ignorable = HEADER.pack(0, 99, 1, HEADER.size + len(body), 4300, 0x80) + body
-    assert src._event(ignorable) is None  # flagged ignorable by the server: passed over
+    assert src._event(*be.parse_header(ignorable, False)) is None  # flagged ignorable by the server: passed over
     heartbeat = HEADER.pack(0, 27, 1, HEADER.size + len(body), 4300, 0) + body
-    assert src._event(heartbeat) is None
+    assert src._event(*be.parse_header(heartbeat, False)) is None
 
 
 def test_the_start_up_check_refuses_mysql_settings_it_cannot_decode() -> None:

@@ -752,6 +752,7 @@ done:
 }
 
 #include "_snaptext.c"
+#include "_binlogframes.c"
 
 static PyObject *py_crc32(PyObject *mod, PyObject *args) {
     Py_buffer data;
@@ -786,6 +787,9 @@ static PyTypeObject RowCodecType = {
 
 static PyMethodDef module_methods[] = {
     {"crc32", py_crc32, METH_VARARGS, "CRC-32 as zlib.crc32 (for tests)."},
+    {"frames", py_frames, METH_VARARGS,
+     "frames(buf, off, seq, checksum, header_type, limit) -> (events reversed, off, seq)"
+     " (_binlogframes.c)"},
     {"scan_rows", py_scan_rows, METH_VARARGS,
      "scan_rows(data, seq) -> (rows, consumed, seq): complete row packets (_snaptext.c)"},
     {NULL, NULL, 0, NULL}};

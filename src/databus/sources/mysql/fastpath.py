@@ -199,3 +199,8 @@ def encode_text(codec: Any, rows: list[bytes], table: str, tail: Any = ()
 def scan_rows() -> Any | None:
     """The C splitter of buffered text-protocol row packets, or None (not built)."""
     return None if _rowcodec is None else _rowcodec.scan_rows
+
+
+def frames() -> Any | None:
+    """The C cutter of whole binlog event packets (``_binlogframes.c``), or None."""
+    return None if _rowcodec is None else _rowcodec.frames

@@ -388,7 +388,7 @@ class MysqlSource(Source):
                 self._apply_filters()  # between transactions: a window has one shape
             self._snaps.step()  # the next chunk of a running snapshot
             try:
-                raw = self._stream.read()
+                got = self._stream.next_event()
             except SourcePositionLostError:
                 if self.snapshot_mode != "when_needed" or out:
                     raise
@@ -397,9 +397,9 @@ class MysqlSource(Source):
                             after_scn)
                 self._open(after_scn, at_end=True)
                 continue
-            if raw is None:
+            if got is None:
                 raise SourceUnavailableError("the server ended the binlog stream")
-            window = self._event(raw)
+            window = self._event(*got)
             if self._halted:
                 break
             if window is not None:
@@ -427,9 +427,7 @@ class MysqlSource(Source):
         return (self.snapshot_mode == "initial_only" and self._snapshotted
                 and not self._snaps.active and not self._snaps.notices)
 
-    def _event(self, raw: bytes) -> Window | None:
-        assert self._stream is not None
-        h, body = be.parse_header(raw, self._stream.checksum)
+    def _event(self, h: be.EventHeader, body: memoryview) -> Window | None:
         self._read_pos = h.next_pos
         t = h.type
         if t in compressed.COMPRESSED:  # log_bin_compress=ON: the plain event it stands for
