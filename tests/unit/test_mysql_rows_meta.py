@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from databus.sources.mysql.tables import RowsMeta, meta_middle
+import pytest
+
+from databus.sources.mysql import fastpath
+from databus.sources.mysql.tables import RowsMeta, _join_meta, meta_middle
 
 
 def test_rows_meta_equals_meta_middle_as_transactions_files_and_servers_change() -> None:
@@ -21,3 +24,12 @@ def test_rows_meta_equals_meta_middle_as_transactions_files_and_servers_change()
     for gtid, file, pos, server_id in calls:
         assert rows_meta(gtid, file, pos, server_id) == meta_middle(gtid, file, pos, gtid,
                                                                     server_id)
+
+
+def test_the_c_join_equals_the_python_one() -> None:
+    join = fastpath.rows_meta()
+    if join is None:
+        pytest.skip("the C extension is not built")
+    for pos in (0, 1, 63, 64, 127, 128, 300, 2**31, 2**32 - 1, 2**40, 2**62):
+        for head, tail in ((b"", b""), (b"\x02\x0a0-1-5", b"\x02\x02")):
+            assert join(head, pos, tail) == _join_meta(head, pos, tail)

@@ -103,3 +103,32 @@ fail:
     Py_DECREF(out);
     return NULL;
 }
+
+/*
+ * rows_meta(head, pos, tail) -> head + the Avro of the union branch "long" holding
+ * pos + tail: tables.RowsMeta's result for one rows event (its parts kept per
+ * transaction), the same bytes as tables.meta_middle gives.
+ */
+static PyObject *py_rows_meta(PyObject *mod, PyObject *args) {
+    const char *head, *tail;
+    Py_ssize_t hn, tn;
+    long long pos;
+    (void)mod;
+    if (!PyArg_ParseTuple(args, "y#Ly#", &head, &hn, &pos, &tail, &tn)) return NULL;
+    unsigned char mid[11];
+    int m = 0;
+    mid[m++] = 2; /* the union's branch 1: not null */
+    uint64_t z = ((uint64_t)pos << 1) ^ (uint64_t)(pos >> 63);
+    while (z > 0x7F) {
+        mid[m++] = (unsigned char)((z & 0x7F) | 0x80);
+        z >>= 7;
+    }
+    mid[m++] = (unsigned char)z;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, hn + m + tn);
+    if (!out) return NULL;
+    char *o = PyBytes_AS_STRING(out);
+    memcpy(o, head, (size_t)hn);
+    memcpy(o + hn, mid, (size_t)m);
+    memcpy(o + hn + m, tail, (size_t)tn);
+    return out;
+}

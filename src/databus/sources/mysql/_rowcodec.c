@@ -790,6 +790,8 @@ static PyMethodDef module_methods[] = {
     {"frames", py_frames, METH_VARARGS,
      "frames(buf, off, seq, checksum, header_type, limit) -> (events reversed, off, seq)"
      " (_binlogframes.c)"},
+    {"rows_meta", py_rows_meta, METH_VARARGS,
+     "rows_meta(head, pos, tail) -> bytes (tables.RowsMeta, _binlogframes.c)"},
     {"scan_rows", py_scan_rows, METH_VARARGS,
      "scan_rows(data, seq) -> (rows, consumed, seq): complete row packets (_snaptext.c)"},
     {NULL, NULL, 0, NULL}};

@@ -204,3 +204,8 @@ def scan_rows() -> Any | None:
 def frames() -> Any | None:
     """The C cutter of whole binlog event packets (``_binlogframes.c``), or None."""
     return None if _rowcodec is None else _rowcodec.frames
+
+
+def rows_meta() -> Any | None:
+    """The C joiner of a rows event's metadata part (``tables.RowsMeta``), or None."""
+    return None if _rowcodec is None else _rowcodec.rows_meta

@@ -142,7 +142,7 @@ class MysqlSource(Source):
         # TABLE_MAP body (with table id) -> its parse: each transaction repeats the map of
         # every table it touches, so one-row transactions would parse it once per row (a
         # third of their capture time: bench/peers/capture_profile.py)
-        self._table_defs: dict[bytes, tuple[br.TableDef, str]] = {}
+        self._table_defs: dict[bytes, tuple[bytes, br.TableDef, str]] = {}  # as in _maps
         self._rows_meta = RowsMeta()  # the metadata part of each rows event
         # the source's own logical sources, listed from the start
         self._tv.internal(dd.SCHEMA_CHANGE_SCHEMA)
@@ -284,8 +284,7 @@ class MysqlSource(Source):
 
 
     def stats(self) -> dict[str, float]:
-        """Snapshot progress: counters of notifications by kind and of rows sent,
-        and the running snapshot's state."""
+        """Snapshot progress (notifications by kind, rows sent) and the running state."""
         snaps = self._snaps.stats() if self._opened else idle_stats()
         return {**snaps, "snapshot_elsewhere": float(self._halted),
                 "binlog_behind_bytes": self._behind}
@@ -311,7 +310,7 @@ class MysqlSource(Source):
         self._signals: list[tuple[str, str, str | None]] = []
         self._gtid: str | None = None
 
-    def _open(self, after_scn: int, *, at_end: bool = False) -> None:
+    def _open(self, after_scn: int, *, at_end: bool = False) -> BinlogStream:
         """Start the dump after ``after_scn`` (-1: at the end or ``start_gtid``).
 
         ``at_end``: the position is gone and ``when_needed`` applies: stream
@@ -331,10 +330,10 @@ class MysqlSource(Source):
             file, pos = self._file_name(after_scn >> 32), after_scn & 0xFFFFFFFF
         self._base = file.rsplit(".", 1)[0]
         self._file = file  # with a GTID start, the server's first ROTATE names the file
-        self._stream = BinlogStream(self.url, server_id=self.server_id, file=file, pos=pos,
-                                    heartbeat=self.heartbeat, read_timeout=self.heartbeat * 5,
-                                    gtid=gtid, mariadb=self.mariadb,
-                                    report_host=self.report_host)
+        stream = self._stream = BinlogStream(
+            self.url, server_id=self.server_id, file=file, pos=pos, heartbeat=self.heartbeat,
+            read_timeout=self.heartbeat * 5, gtid=gtid, mariadb=self.mariadb,
+            report_host=self.report_host)
         self._stream_scn = after_scn
         self._last_scn = after_scn
         self._reset_txn()
@@ -348,6 +347,7 @@ class MysqlSource(Source):
             tables = self._snap_io.tables()
             if tables:
                 self._snaps.start(tables)
+        return stream
 
     def _file_name(self, number: int) -> str:
         base = self._base or master_status(self.url)[0].rsplit(".", 1)[0]
@@ -369,37 +369,39 @@ class MysqlSource(Source):
             raise
 
     def _read(self, after_scn: int, stop: threading.Event, timeout: float) -> list[Window]:
-        if self._stream is None or after_scn != self._stream_scn:
-            self._open(after_scn)
+        stream = self._stream
+        if stream is None or after_scn != self._stream_scn:
+            stream = self._open(after_scn)
         if self._done_snapshotting() or self._halted:
             stop.wait(timeout)  # initial_only: nothing more after the snapshot
             return []
-        assert self._stream is not None
         deadline = time.monotonic() + timeout
         out: list[Window] = []
         # A burst of small transactions goes to the buffer in one call, but windows
         # are held only while the stream has more to give at once (bytes received or
         # readable without blocking): once it has not, they leave, whatever events
         # (other tables', heartbeats, DDL of other schemas) came after the last one.
-        # Holding them for the deadline instead cost a relay capturing one table of
-        # a busy server ~100 ms at p99 (bench/mysql_busy_latency.py).
+        # Holding them for the deadline instead cost a relay capturing one table of a busy
+        # server ~100 ms at p99 (bench/mysql_busy_latency.py). Lookups once: per event.
+        event, snaps, coord = self._event, self._snaps, self._snaps.coord
         while not stop.is_set() and len(out) < 64:
             if self._new_filters is not None and not self._pending:
                 self._apply_filters()  # between transactions: a window has one shape
-            self._snaps.step()  # the next chunk of a running snapshot
+            if coord.progress is not None:  # a snapshot runs: its next chunk when due
+                snaps.step()
             try:
-                got = self._stream.next_event()
+                got = stream.next_event()
             except SourcePositionLostError:
                 if self.snapshot_mode != "when_needed" or out:
                     raise
                 log.warning("binlog position after scn %d is gone: streaming from the end"
                             " and snapshotting every table (snapshot_mode when_needed)",
                             after_scn)
-                self._open(after_scn, at_end=True)
+                stream = self._open(after_scn, at_end=True)
                 continue
             if got is None:
                 raise SourceUnavailableError("the server ended the binlog stream")
-            window = self._event(*got)
+            window = event(*got)
             if self._halted:
                 break
             if window is not None:
@@ -413,7 +415,7 @@ class MysqlSource(Source):
                 break
             elif not out:
                 continue  # nothing to hand over yet: wait for a window until the deadline
-            if not self._stream.pending():
+            if not stream.pending():
                 break
         self._probe_behind()
         return out
@@ -447,13 +449,13 @@ class MysqlSource(Source):
             cached = self._table_defs.get(raw)
             if cached is None:
                 parsed = br.parse_table_def(body, self._collations)
-                cached = (parsed, f"{parsed.schema}.{parsed.table}")
+                cached = (raw[6:], parsed, f"{parsed.schema}.{parsed.table}")
                 if len(self._table_defs) >= 4096:  # table ids change with DDL: bounded
                     self._table_defs.clear()
                 self._table_defs[raw] = cached
-            td, name = cached
+            name = cached[2]
             if name == self.signal_table or self._filter(name):
-                self._maps[td.table_id] = (raw[6:], td, name)
+                self._maps[cached[1].table_id] = cached
         elif t == be.EventType.XID:
             return self._commit(h)
         elif t == be.EventType.MARIADB_GTID:
