@@ -171,9 +171,10 @@ def _scan(kafka_config: dict[str, Any], admin: AdminClient, topic: str,
           each: Callable[[Message], None], *, start: dict[int, int] | None,
           committed: bool, timeout: float) -> dict[int, int]:
     """Call ``each`` on every record of ``topic`` from ``start`` (per partition, only
-    those; None: every partition from its beginning) to its high-water marks taken now (``committed``: as a
-    ``read_committed`` consumer, which waits until every transaction below the marks is
-    settled); returns the marks (the ``start`` of a later call that reads on)."""
+    those; None: every partition from its beginning) to its high-water marks taken now
+    (``committed``: as a ``read_committed`` consumer, which waits until every
+    transaction below the marks is settled); returns the marks (the ``start`` of a
+    later call that reads on)."""
     begin = start or {}
     with kafka_errors(f"reading {topic}"):
         md = admin.list_topics(topic=topic, timeout=30)

@@ -4,10 +4,9 @@
  *
  * frames(buf, off, seq, checksum, header_type, limit) -> (events, off, seq): the
  * whole event packets of buf from off on, at most limit of them (the caller keeps
- * few objects alive at once: fewer for the garbage collector to walk), as
- * (header, body) pairs in REVERSE
- * order (the caller pops them from the end), the offset after the last one
- * and the next packet number. header_type is events.EventHeader (a
+ * few objects alive at once: fewer for the garbage collector to walk), as (header,
+ * body) pairs in REVERSE order (the caller pops them from the end), the offset
+ * after the last one and the next packet number. header_type is events.EventHeader (a
  * NamedTuple: a tuple subclass without a dict, filled here like a tuple);
  * body is a memoryview of the event after its 19-byte header, CRC removed,
  * as events.parse_header returns it.

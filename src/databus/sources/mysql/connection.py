@@ -243,8 +243,8 @@ class BinlogStream:
     a socket read (pymysql reads each packet's header and payload apart). Every
     event received whole is returned by :meth:`read` without waiting, and
     :meth:`pending` is True while any is held. :meth:`next_event` gives the same events
-    with their headers parsed (:func:`.events.parse_header`), cutting every whole one
-    the stream holds in one C call (``_rowcodec.frames``). Errors are those of
+    with their headers parsed (:func:`.events.parse_header`), cutting up to 32 whole
+    ones the stream holds per C call (``_rowcodec.frames``). Errors are those of
     pymysql's reader, classified the same way (:func:`classify`).
     """
 
