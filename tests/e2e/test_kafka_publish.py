@@ -27,7 +27,7 @@ import pytest
 from databus.core.errors import KafkaFencedError, KafkaUnavailableError
 from databus.kafka.config import PublishConfig
 from databus.kafka.offsets import write_claim
-from databus.kafka.publisher import Publisher
+from databus.kafka.publisher import OFFSETS_TOPIC_CONFIG, Publisher
 from tests.support.kafka import KafkaBroker, Published, published_position, read_published
 from tests.support.pipeline import (
     RelayPipeline,
@@ -355,8 +355,7 @@ def test_a_claim_is_read_only_after_it(kafka: KafkaBroker) -> None:
     name = "claim-restart"
     first = _publisher(kafka, name)
     try:
-        first._ensure_topic(first.cfg.offsets_topic, partitions=1,
-                            config={"cleanup.policy": "compact"})
+        first._ensure_topic(first.cfg.offsets_topic, partitions=1, config=OFFSETS_TOPIC_CONFIG)
         write_claim({"bootstrap.servers": kafka.bootstrap_servers}, first.cfg.offsets_topic,
                     name, "an-earlier-run")
         first.load()
@@ -367,3 +366,30 @@ def test_a_claim_is_read_only_after_it(kafka: KafkaBroker) -> None:
         assert published_position(kafka, name) == 2
     finally:
         first.close()
+
+
+def test_topics_are_made_with_the_publishers_settings(kafka: KafkaBroker) -> None:
+    """The broker creates topics it is asked about (auto.create.topics.enable, its
+    default, on here): the publisher's own settings must still apply. The offsets topic
+    is compacted and rolls its segments hourly (a restart reads it from its start, and
+    compaction leaves the open segment alone); data topics get ``topic_partitions``."""
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    topic = "databus-publish-offsets-segments"
+    publisher = Publisher(PublishConfig(relay="http://127.0.0.1:9", topic_prefix="seg",
+                                        bootstrap_servers=kafka.bootstrap_servers,
+                                        offsets_topic=topic, heartbeat_interval=0,
+                                        topic_partitions=3))
+    try:
+        publisher.load()
+        publisher._ensure_topic("seg.shop.orders")  # as before a window's first message
+    finally:
+        publisher.close()
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    resource = ConfigResource("topic", topic)
+    configs = admin.describe_configs([resource])[resource].result(30)
+    assert configs["cleanup.policy"].value == "compact"
+    assert configs["segment.ms"].value == "3600000"
+    md = admin.list_topics(timeout=30)
+    assert len(md.topics["seg.shop.orders"].partitions) == 3
+    assert len(md.topics[topic].partitions) == 1

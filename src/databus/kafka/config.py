@@ -102,8 +102,8 @@ class PublishConfig(ConfigModel):
         " broker's default.replication.factor")
     create_topics: bool = Field(
         True, description="create missing topics with the settings above (the offsets topic is"
-        " always created compacted with one partition); false = rely on the broker's"
-        " auto.create.topics.enable")
+        " always created compacted, with one partition and hourly segments); false = rely on"
+        " the broker's auto.create.topics.enable")
     transaction_timeout_ms: int = Field(
         60_000, ge=1000, le=900_000, description="Kafka transaction timeout: a publisher that"
         " dies inside a transaction holds read_committed consumers back until it restarts or"

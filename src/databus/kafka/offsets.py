@@ -76,11 +76,20 @@ def parse_record(topic: str, name: str, value: bytes | None) -> Checkpoint | Non
             " record (a tombstone) to start this publisher again from scratch") from exc
 
 
+def _list_topics(admin: AdminClient, timeout: float) -> Any:
+    """Every topic's metadata. Never a request naming the topic: librdkafka's clients
+    allow the broker to create a topic they ask about (``allow.auto.create.topics``,
+    on for producers and admin clients), and a broker that does (its default) makes it
+    with its own settings: the offsets topic not compacted, data topics without
+    ``topic_partitions``."""
+    return admin.list_topics(timeout=timeout)
+
+
 def ensure_topic(admin: AdminClient, topic: str, *, partitions: int, replication: int,
                  config: dict[str, str], timeout: float = 30.0) -> bool:
     """Create ``topic`` unless it exists; True when it was created now."""
     with kafka_errors(f"listing topics for {topic}"):
-        md = admin.list_topics(topic=topic, timeout=timeout)
+        md = _list_topics(admin, timeout)
     found = md.topics.get(topic)
     if found is not None and found.error is None and found.partitions:
         return False
@@ -177,7 +186,7 @@ def _scan(kafka_config: dict[str, Any], admin: AdminClient, topic: str,
     later call that reads on)."""
     begin = start or {}
     with kafka_errors(f"reading {topic}"):
-        md = admin.list_topics(topic=topic, timeout=30)
+        md = _list_topics(admin, 30)
         tmeta = md.topics.get(topic)
         if tmeta is None or tmeta.error is not None or not tmeta.partitions:
             return dict(begin)

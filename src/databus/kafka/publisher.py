@@ -93,6 +93,13 @@ with --verbose."""
 
 Message = tuple[str, bytes | None, bytes | None]  # (topic, key, value)
 
+OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.ms": str(3600 * 1000)}
+"""The offsets topic's settings when the publisher creates it. Compaction never touches
+the open segment, and every start and new producer reads the topic from its beginning
+(:func:`~databus.kafka.offsets.read_position`): Kafka's default segment (7 days, 1 GiB)
+would let a busy publisher's records (one per commit) pile up to that; an hour's segment
+keeps the read to about an hour of commits."""
+
 
 @dataclass
 class PublishStats:
@@ -149,7 +156,7 @@ class Publisher(Consumer, CheckpointStore):
         if self._producer is not None and self._known:
             return
         cfg = self.cfg
-        self._ensure_topic(cfg.offsets_topic, partitions=1, config={"cleanup.policy": "compact"})
+        self._ensure_topic(cfg.offsets_topic, partitions=1, config=OFFSETS_TOPIC_CONFIG)
         if self._producer is None:
             if self._claims_read is None:
                 self._claims_read = write_claim(self._kafka, cfg.offsets_topic,
