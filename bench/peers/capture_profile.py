@@ -1,15 +1,17 @@
-"""Where the capture side's time goes for one-row transactions: ``MysqlSource`` ->
-``EventBuffer`` over a pre-written binlog of ``--tx`` transactions of ``--statements``
-one-row INSERTs each (default 1: autocommit; ``bench.mysql_latency``'s row: 8 columns), timed (``--runs`` pairs of runs, alternating
-with runs of a baseline: by default a table-map cache that keeps nothing, every TABLE_MAP
-parsed as before the source cached them; ``--against whole-rows-meta``: each rows event's
-metadata part built whole, as before ``RowsMeta``; ``--against python-framing``: every
-event cut and its header parsed in Python, as before ``_rowcodec.frames``) and then profiled (cProfile, top
-functions by own time). The rate is one-row transactions (= windows) per second, the
-ceiling of the relay's capture at high one-row rates, with no HTTP or client in it.
+"""Where the capture side's time goes: ``MysqlSource`` -> ``EventBuffer`` over a
+pre-written binlog of ``--tx`` transactions of ``--statements`` one-row INSERTs each
+(default 1: autocommit; ``bench.mysql_latency``'s row: 8 columns), timed in ``--runs``
+pairs alternating with runs of a baseline (``--against``: ``uncached-table-maps``, a
+table-map cache that keeps nothing, every TABLE_MAP parsed as before the source cached
+them; ``whole-rows-meta``, each rows event's metadata part built whole, as before
+``RowsMeta``; ``python-framing``, every event cut and its header parsed in Python, as
+before ``_rowcodec.frames``), then profiled (cProfile, top functions by own time). The
+rate is transactions (= windows) per second and per CPU second of this process, the
+ceiling of the relay's capture, with no HTTP or client in it.
 
     flock /tmp/databus-bench.lock .venv/bin/python -m bench.peers.capture_profile [--tx 50000] \
-        [--against uncached-table-maps|whole-rows-meta|python-framing] [--runs 3]
+        [--statements 1] [--against uncached-table-maps|whole-rows-meta|python-framing] \
+        [--runs 3]
 """
 
 from __future__ import annotations
@@ -63,18 +65,18 @@ def _whole_rows_meta(gtid: str | None, file: str, pos: int, server_id: int) -> b
     return meta_middle(gtid, file, pos, gtid, server_id)
 
 
-def _capture(m: MariaDB, start: int, end: int, *, cached: bool = True,
-             against: str = "uncached-table-maps") -> tuple[int, int, float, float]:
-    """Windows, events, wall seconds and this process's CPU seconds of one capture."""
+def _capture(m: MariaDB, start: int, end: int, *, baseline: str | None = None
+             ) -> tuple[int, int, float, float]:
+    """Windows, events, wall seconds and this process's CPU seconds of one capture, with
+    the code as it is or as it was (``baseline``: an ``--against`` choice)."""
     src = mysql_source(m.url, [r"bench\.lat"])
     frames = fastpath.frames
-    if not cached and against == "python-framing":
+    if baseline == "python-framing":
         fastpath.frames = lambda: None  # the stream made by the first read cuts in Python
-    elif not cached:
-        if against == "whole-rows-meta":
-            src._rows_meta = _whole_rows_meta  # type: ignore[assignment]
-        else:
-            src._table_defs = _NoCache()  # type: ignore[assignment]
+    elif baseline == "whole-rows-meta":
+        src._rows_meta = _whole_rows_meta  # type: ignore[assignment]
+    elif baseline == "uncached-table-maps":
+        src._table_defs = _NoCache()  # type: ignore[assignment]
     buf = EventBuffer(512 << 20)
     windows = events = 0
     stop = threading.Event()
@@ -121,14 +123,15 @@ def main() -> None:
         base = {"uncached-table-maps": "table maps parsed each time",
                 "whole-rows-meta": "rows metadata built whole",
                 "python-framing": "events cut in Python"}[args.against]
-        rates: dict[bool, list[float]] = {True: [], False: []}
+        rates: dict[bool, list[float]] = {True: [], False: []}  # True: the code as it is
         per_cpu: dict[bool, list[float]] = {True: [], False: []}
         for k in range(args.runs):  # alternating, same run
-            for cached in (True, False) if k % 2 == 0 else (False, True):
-                w, e, s, cpu = _capture(m, start, end, cached=cached, against=args.against)
-                rates[cached].append(w / s)
-                per_cpu[cached].append(w / cpu)
-                print(f"MysqlSource -> EventBuffer{'' if cached else ', ' + base}:"
+            for now in (True, False) if k % 2 == 0 else (False, True):
+                w, e, s, cpu = _capture(m, start, end,
+                                        baseline=None if now else args.against)
+                rates[now].append(w / s)
+                per_cpu[now].append(w / cpu)
+                print(f"MysqlSource -> EventBuffer{'' if now else ', ' + base}:"
                       f" {w} windows, {e} events in {s:.2f}s = {w / s:,.0f} windows/s,"
                       f" {cpu:.2f} CPU s = {w / cpu:,.0f} windows per CPU second", flush=True)
         # the server's dump may bound the wall-clock rate: the CPU figure is the capture's cost

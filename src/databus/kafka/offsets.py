@@ -161,14 +161,14 @@ def newer_claim(kafka_config: dict[str, Any], admin: AdminClient, topic: str, na
     newest: list[dict[str, Any] | None] = [None]
 
     def record(msg: Message) -> None:
-        if msg.key() != want or msg.value() is None:
+        value = msg.value()
+        if msg.key() != want or value is None:
             return
         try:
-            raw = json.loads(msg.value() or b"")
+            raw = json.loads(value)
         except ValueError:
             raw = None
-        newest[0] = raw if isinstance(raw, dict) else {"instance": "?", "value": repr(
-            msg.value())}
+        newest[0] = raw if isinstance(raw, dict) else {"instance": "?", "value": repr(value)}
 
     end = _scan(kafka_config, admin, topic, record, start=start, committed=False,
                 timeout=timeout)
