@@ -154,9 +154,11 @@ def test_a_truncate_removes_older_rows_and_keeps_later_changes(
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_a_first_batch_into_a_new_table_is_inserted_and_a_failed_one_merged_again(
         spark: SparkSession, tmp_path: Path, fmt: Format) -> None:
-    """SCD1's first batch into the table the applier creates is an INSERT of each key's
-    newest change that is not a delete (no MERGE against an empty table); once a first
-    attempt has failed, the batch is merged (whatever the failure left in the table)."""
+    """SCD1's first batch into a table that does not exist yet writes each key's newest
+    change that is not a delete (no MERGE against an empty table): into Delta as one
+    CREATE TABLE AS SELECT that also records the batch (a replay of it is skipped), into
+    Iceberg as an INSERT after the CREATE. A failed first attempt leaves no Delta table
+    (the next attempt creates it the same way); into Iceberg the batch is then merged."""
     schema = "id int, name string, op string, seq long"
     first = [(1, "a", "u", 1), (2, "b", "u", 2), (1, "a2", "u", 3), (2, "b", "d", 4),
              (3, "c", "d", 5), (4, "d", "u", 6), (4, "d", "d", 7), (4, "d2", "u", 8)]
@@ -172,25 +174,39 @@ def test_a_first_batch_into_a_new_table_is_inserted_and_a_failed_one_merged_agai
         return [c["operation"] for c in table_versions(spark, target, fmt)
                 if c["operation"] != "CREATE TABLE"]
 
+    def got(target: str) -> list[tuple[int, str]]:
+        return sorted((r["id"], r["name"]) for r in read_lakehouse(spark, target, fmt).collect())
+
+    made = ["CREATE TABLE AS SELECT"] if fmt == "delta" else ["append"]
     target, a = applier("first")
     assert a.apply(spark.createDataFrame(first, schema), 0)
-    assert sorted((r["id"], r["name"]) for r in read_lakehouse(spark, target, fmt).collect()) \
-        == want
-    assert written(target) == (["WRITE"] if fmt == "delta" else ["append"])
+    assert got(target) == want
+    assert written(target) == made
+    if fmt == "delta":  # one commit: the table, its rows and the batch's record
+        assert [v["version"] for v in table_versions(spark, target, fmt)] == [0]
+        # the same batch again (a crash before the checkpoint): Delta skips it
+        _, again = applier("first")
+        assert again.apply(spark.createDataFrame([(1, "zz", "u", 99)], schema), 0)
+        assert got(target) == want and written(target) == made
+        assert spark.read.format("delta").load(target).schema.simpleString() == \
+            "struct<id:int,name:string,__seq:bigint>"
+        props = {r[0]: r[1] for r in spark.sql(f"SHOW TBLPROPERTIES delta.`{target}`").collect()}
+        assert props["databus.keys"] == '["id"]' and props["databus.scd_type"] == "1"
     assert a.apply(spark.createDataFrame([(1, "a3", "u", 9), (5, "e", "u", 10)], schema), 1)
     assert written(target)[1:] == (["MERGE"] if fmt == "delta" else ["overwrite"])
     # a first batch that fails (a row it cannot convert), then the same batch again:
-    # merged, and equal
+    # Delta has no table yet and creates it; Iceberg merges; equal either way
     target, a = applier("failed")
     bad = spark.createDataFrame(first, schema).withColumn(
         "name", F.when(F.col("seq") == 8, F.raise_error(F.lit("boom"))).otherwise(F.col("name")))
     with pytest.raises(Exception, match="boom"):
         a.apply(bad, 0)
+    if fmt == "delta":
+        assert not a._exists(spark)
     assert a.apply(spark.createDataFrame(first, schema), 0)
-    assert sorted((r["id"], r["name"]) for r in read_lakehouse(spark, target, fmt).collect()) \
-        == want
+    assert got(target) == want
     # (Iceberg names a MERGE into an empty table an append too: only Delta tells them apart)
-    assert written(target) == (["MERGE"] if fmt == "delta" else ["append"])
+    assert written(target) == made
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

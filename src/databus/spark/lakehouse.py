@@ -33,14 +33,23 @@ commit and the checkpoint. The commit carries the query's identity
 The ``__seq`` guard (a change not newer than the stored row does nothing)
 makes a batch replayed by any other path harmless for SCD1 too.
 
-**A first batch into a new table.** SCD1's first batch into a table this applier
-has just created (no row yet) is an ``INSERT`` of each key's newest change that
-is not a delete, not a ``MERGE``: the same rows, without the join to an empty
-target and Delta's materialized copy of the source (a one-batch initial load
-of 1M changes took 1.2x less time into Delta, 1.2-1.4x into Iceberg:
-bench/RESULTS.md, spark_lakehouse). Only its first attempt: a batch run again
-after any failure merges, which the ``__seq`` guard makes harmless whatever the
-failed attempt committed.
+**A first batch into a new table.** SCD1's first batch into a table that does not
+exist yet writes each key's newest change that is not a delete, not a ``MERGE``:
+the same rows, without the join to an empty target and Delta's materialized copy
+of the source (a one-batch initial load of 1M changes took 1.2x less time into
+Delta, 1.2-1.4x into Iceberg: bench/RESULTS.md, spark_lakehouse).
+
+* Delta: one ``CREATE TABLE ... AS SELECT``, so the table's creation, its first
+  rows and the batch's idempotent-write record are one commit (version 0). Not
+  ``CREATE TABLE`` then ``INSERT``: that is two commits, and the idempotent
+  write's check of the second reads the table's whole log state in three Spark
+  jobs (Delta looks its app ids up in the reconstructed state, not in the
+  checksum file), about 0.4 s of a 1 s initial load of 330,000 changes on
+  ``local[2]``. A failed attempt commits nothing (the table still does not
+  exist), so the next attempt creates it the same way.
+* Iceberg: the table is created, then the batch is an ``INSERT``, on its first
+  attempt only: a batch run again after any failure merges, which the ``__seq``
+  guard makes harmless whatever the failed attempt committed.
 
 **Schema evolution.** A column the batch has and the table lacks is added
 (``ALTER TABLE ... ADD COLUMNS``) before the merge; a column the table has and
@@ -55,6 +64,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -143,6 +153,7 @@ class TableApplier:
         self._iceberg_last: dict[str, int | None] = {}
         self._created = False  # this applier created the table: it holds no batch yet
         self._empty = False  # created here and no batch tried yet: SCD1 inserts
+        self._make = False  # Delta SCD1, no table yet: the batch creates it (CTAS)
         self.one_row_per_key = False
         """Set when the query starts: its source gives at most one row per key per batch
         (:func:`databus.spark.perkey.one_row_per_key`), so SCD1 needs no window."""
@@ -170,10 +181,11 @@ class TableApplier:
             return False
         cached: list[DataFrame] = []  # unpersisted once the MERGE has committed
         empty, self._empty = self._empty, False  # a batch run again merges (see above)
+        make, self._make = self._make, False
         try:
             if self.spec.stored_as_scd_type == 1:
                 source, sql = self._scd1(spark, changes, columns, dropped, cached,
-                                         empty=empty)
+                                         empty=empty or make, make=make)
             else:
                 changes = changes.persist()  # read more than once: read the batch once
                 cached.append(changes)
@@ -184,6 +196,10 @@ class TableApplier:
                 self._commit(spark, app, batch_id, sql.format(src=view))
             finally:
                 spark.catalog.dropTempView(view)
+        except BaseException:
+            if make:  # nothing committed, no table: the next attempt looks again
+                self._fits = None
+            raise
         finally:
             for df in cached:
                 df.unpersist()
@@ -253,8 +269,12 @@ class TableApplier:
         if self.spec.stored_as_scd_type == 2:
             wanted += [(START, seq_type), (END, seq_type)]
         if not self._exists(spark):
-            self._create(spark, wanted)
-            self._created = self._empty = True
+            if self.fmt == "delta" and self.spec.stored_as_scd_type == 1:
+                self._make = True  # created by the batch's own commit (module docstring)
+            else:
+                self._create(spark, wanted)
+                self._empty = True
+            self._created = True
             return []
         table = spark.table(self.ident)
         props = self._properties(spark)
@@ -283,31 +303,34 @@ class TableApplier:
 
     def _exists(self, spark: SparkSession) -> bool:
         if self.ident.startswith("delta.`"):
-            return (Path(self.spec.target) / "_delta_log").is_dir()
+            return _delta_log_holds_files(Path(self.spec.target) / "_delta_log")
         return bool(spark.catalog.tableExists(self.spec.target))
 
     def _properties(self, spark: SparkSession) -> dict[str, str]:
         return {r[0]: r[1] for r in spark.sql(f"SHOW TBLPROPERTIES {self.ident}").collect()}
 
+    def _props(self) -> str:
+        return (f"TBLPROPERTIES ('databus.keys' = '{json.dumps(list(self.spec.keys))}', "
+                f"'databus.scd_type' = '{self.spec.stored_as_scd_type}')")
+
     def _create(self, spark: SparkSession, columns: list[tuple[str, DataType]]) -> None:
         cols = ", ".join(f"{q(c)} {t.simpleString()}" for c, t in columns)
-        props = (f"'databus.keys' = '{json.dumps(list(self.spec.keys))}', "
-                 f"'databus.scd_type' = '{self.spec.stored_as_scd_type}'")
         if self.fmt == "iceberg":
             parts = self.spec.target.split(".")
             if len(parts) > 2:
                 spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {'.'.join(parts[:-1])}")
         log.info("apply_changes: creating %s table %s", self.fmt, self.ident)
         spark.sql(f"CREATE TABLE IF NOT EXISTS {self.ident} ({cols}) USING {self.fmt} "
-                  f"TBLPROPERTIES ({props})")
+                  f"{self._props()}")
 
     # -- SCD1 --------------------------------------------------------------------
 
     def _scd1(self, spark: SparkSession, changes: DataFrame, columns: list[str],
               dropped: list[str], cached: list[DataFrame], *,
-              empty: bool = False) -> tuple[DataFrame, str]:
+              empty: bool = False, make: bool = False) -> tuple[DataFrame, str]:
         """The newest change per key and the MERGE that applies it (``{src}`` = it);
-        into a table known ``empty``, the INSERT of its rows that are not deletes.
+        into a table known ``empty``, the INSERT of its rows that are not deletes;
+        with ``make``, the ``CREATE TABLE ... AS SELECT`` of those rows.
 
         One pass over the batch: the newest change per key, and with truncates
         also the newest truncate, are computed in the job that persists them; the
@@ -337,9 +360,13 @@ class TableApplier:
                 top = top.where(F.col(SEQ) > F.lit(trunc))
         names = ", ".join(q(c) for c in [*columns, SEQ])
         values = ", ".join(f"s.{q(c)}" for c in [*columns, SEQ])
+        rows = f"SELECT {values} FROM {{src}} s WHERE s.__kind = 'u'"
+        if make:  # the columns' names and types are the batch's, as _create would give
+            log.info("apply_changes: creating %s table %s with its first batch", self.fmt,
+                     self.ident)
+            return top, f"CREATE TABLE {self.ident} USING {self.fmt} {self._props()} AS {rows}"
         if empty:  # nothing to match: the MERGE would insert exactly these
-            return top, (f"INSERT INTO {self.ident} ({names}) "
-                         f"SELECT {values} FROM {{src}} s WHERE s.__kind = 'u'")
+            return top, f"INSERT INTO {self.ident} ({names}) {rows}"
         on = " AND ".join(f"t.{q(k)} <=> s.{q(k)}" for k in keys)
         sets = ", ".join([f"{q(c)} = s.{q(c)}" for c in [*columns, SEQ]]
                          + [f"{q(c)} = NULL" for c in dropped])
@@ -414,6 +441,30 @@ class TableApplier:
                f"WHEN MATCHED THEN UPDATE SET {sets} "
                f"WHEN NOT MATCHED THEN INSERT ({names}) VALUES ({values})")
         return src, sql
+
+
+def _delta_log_holds_files(path: Path) -> bool:
+    """Whether a Delta table's ``_delta_log`` (``path``) holds any file; removes it when
+    it holds only empty directories.
+
+    A ``CREATE TABLE ... AS SELECT`` that failed before its commit leaves the log's
+    directories (``_delta_log/_staged_commits``) with no file in them, and Delta then
+    takes the path for a table that exists (a second CTAS is refused) and for one that
+    does not (an INSERT is refused): nothing was committed, so removing the empty
+    directories gives the next attempt the path as it was before the first.
+    """
+    if not path.is_dir():
+        return False
+    dirs = [path]
+    for parent, subdirs, files in os.walk(path):
+        if files:
+            return True
+        dirs += [Path(parent) / d for d in subdirs]
+    log.info("apply_changes: removing %s: empty directories left by a first write that "
+             "committed nothing", path)
+    for d in reversed(dirs):  # children first
+        d.rmdir()
+    return False
 
 
 def read_lakehouse(spark: SparkSession, target: str, fmt: Format, *,
