@@ -5,6 +5,8 @@ of every change, and apply_changes from it ends with the source's table."""
 from __future__ import annotations
 
 import logging
+import random
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +71,52 @@ def test_each_keys_newest_change_once_across_pages_and_buckets(
         one = newest(batch(spark, relay.url, "accounts"))
         assert [tuple(r["_sequence"]) for r in flat] == [tuple(r["sequence"]) for r in one]
         assert [r["id"] for r in flat] == [(r["after"] or r["before"])["id"] for r in one]
+    finally:
+        relay.stop()
+
+
+def test_many_integer_and_text_keys_of_three_sources(spark: SparkSession, tmp_path: Path) -> None:
+    """Thousands of integer keys (the reader's key table grows several times) beside the
+    same integer keys of a second source and text keys of a third, with the same values:
+    each (source, key) once, its newest change, in the order of those changes."""
+    db = tmp_path / "two.db"
+    con = sqlite3.connect(db, isolation_level=None)
+    con.execute("CREATE TABLE nums (id INTEGER PRIMARY KEY, v INTEGER)")
+    con.execute("CREATE TABLE more (id INTEGER PRIMARY KEY, v INTEGER)")
+    con.execute("CREATE TABLE words (w TEXT PRIMARY KEY, v INTEGER)")
+    relay = start_relay(db, tmp_path, ["nums", "more", "words"])
+    try:
+        rng = random.Random(5)
+        for t in range(40):
+            con.execute("BEGIN")
+            for _ in range(500):
+                k = rng.randrange(6000)
+                con.execute("INSERT INTO nums VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET v = "
+                            "excluded.v", (k, t))
+                if rng.random() < 0.1:
+                    con.execute("DELETE FROM nums WHERE id = ?", (rng.randrange(6000),))
+                w = rng.randrange(300)  # also a key of nums
+                con.execute("INSERT INTO more VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET v = "
+                            "excluded.v", (w, t))
+                w = str(w)
+                con.execute("INSERT INTO words VALUES (?, ?) ON CONFLICT (w) DO UPDATE SET v = "
+                            "excluded.v", (w, t))
+            con.execute("COMMIT")
+        con.close()
+        wait_relay(relay, db)
+        for parts in (1, 2):
+            every = batch(spark, relay.url, "nums,more,words", partitions=parts, valueFormat="json")
+            got = batch(spark, relay.url, "nums,more,words", partitions=parts, valueFormat="json",
+                        newestPerKey="true")
+            want: dict[Any, Any] = {}
+            for r in sorted(every, key=lambda r: tuple(r["sequence"])):
+                want[(r["source"]["table"], r["key"])] = r
+            assert len(every) > 3 * len(want) > 3 * 5000
+            assert sorted(got, key=lambda r: (r["source"]["table"], r["key"])) == \
+                sorted(want.values(), key=lambda r: (r["source"]["table"], r["key"]))
+            if parts == 1:  # one partition: in the order of the changes kept
+                assert [tuple(r["sequence"]) for r in got] == \
+                    sorted(tuple(r["sequence"]) for r in got)
     finally:
         relay.stop()
 
