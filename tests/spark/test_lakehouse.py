@@ -152,13 +152,12 @@ def test_a_truncate_removes_older_rows_and_keeps_later_changes(
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_a_first_batch_into_a_new_table_is_inserted_and_a_failed_one_merged_again(
+def test_a_first_batch_creates_the_table_with_its_rows_in_one_commit(
         spark: SparkSession, tmp_path: Path, fmt: Format) -> None:
-    """SCD1's first batch into a table that does not exist yet writes each key's newest
-    change that is not a delete (no MERGE against an empty table): into Delta as one
-    CREATE TABLE AS SELECT that also records the batch (a replay of it is skipped), into
-    Iceberg as an INSERT after the CREATE. A failed first attempt leaves no Delta table
-    (the next attempt creates it the same way); into Iceberg the batch is then merged."""
+    """SCD1's first batch into a table that does not exist yet is one CREATE TABLE AS
+    SELECT of each key's newest change that is not a delete (no MERGE against an empty
+    table), which also records the batch: run again (a crash before the checkpoint), it
+    is skipped. A failed first attempt leaves no table; the next one creates it so."""
     schema = "id int, name string, op string, seq long"
     first = [(1, "a", "u", 1), (2, "b", "u", 2), (1, "a2", "u", 3), (2, "b", "d", 4),
              (3, "c", "d", 5), (4, "d", "u", 6), (4, "d", "d", 7), (4, "d2", "u", 8)]
@@ -171,41 +170,38 @@ def test_a_first_batch_into_a_new_table_is_inserted_and_a_failed_one_merged_agai
         return target, TableApplier(spec, fmt, lambda: f"app-{name}")
 
     def written(target: str) -> list[str]:
-        return [c["operation"] for c in table_versions(spark, target, fmt)
-                if c["operation"] != "CREATE TABLE"]
+        return [c["operation"] for c in table_versions(spark, target, fmt)]
 
     def got(target: str) -> list[tuple[int, str]]:
         return sorted((r["id"], r["name"]) for r in read_lakehouse(spark, target, fmt).collect())
 
+    # one commit: the table, its rows and the batch's record (Iceberg's CTAS is an append)
     made = ["CREATE TABLE AS SELECT"] if fmt == "delta" else ["append"]
     target, a = applier("first")
     assert a.apply(spark.createDataFrame(first, schema), 0)
     assert got(target) == want
     assert written(target) == made
-    if fmt == "delta":  # one commit: the table, its rows and the batch's record
-        assert [v["version"] for v in table_versions(spark, target, fmt)] == [0]
-        # the same batch again (a crash before the checkpoint): Delta skips it
-        _, again = applier("first")
-        assert again.apply(spark.createDataFrame([(1, "zz", "u", 99)], schema), 0)
-        assert got(target) == want and written(target) == made
-        assert spark.read.format("delta").load(target).schema.simpleString() == \
-            "struct<id:int,name:string,__seq:bigint>"
-        props = {r[0]: r[1] for r in spark.sql(f"SHOW TBLPROPERTIES delta.`{target}`").collect()}
-        assert props["databus.keys"] == '["id"]' and props["databus.scd_type"] == "1"
+    assert spark.table(a.ident).schema.simpleString() == \
+        "struct<id:int,name:string,__seq:bigint>"
+    props = {r[0]: r[1] for r in spark.sql(f"SHOW TBLPROPERTIES {a.ident}").collect()}
+    assert props["databus.keys"] == '["id"]' and props["databus.scd_type"] == "1"
+    # the same batch again by a new applier (a restart after a crash before the
+    # checkpoint): nothing written
+    _, again = applier("first")
+    again.apply(spark.createDataFrame([(1, "zz", "u", 99)], schema), 0)
+    assert got(target) == want and written(target) == made
     assert a.apply(spark.createDataFrame([(1, "a3", "u", 9), (5, "e", "u", 10)], schema), 1)
     assert written(target)[1:] == (["MERGE"] if fmt == "delta" else ["overwrite"])
-    # a first batch that fails (a row it cannot convert), then the same batch again:
-    # Delta has no table yet and creates it; Iceberg merges; equal either way
+    # a first batch that fails (a row it cannot convert): no table; the same batch
+    # again creates it
     target, a = applier("failed")
     bad = spark.createDataFrame(first, schema).withColumn(
         "name", F.when(F.col("seq") == 8, F.raise_error(F.lit("boom"))).otherwise(F.col("name")))
     with pytest.raises(Exception, match="boom"):
         a.apply(bad, 0)
-    if fmt == "delta":
-        assert not a._exists(spark)
+    assert not a._exists(spark)
     assert a.apply(spark.createDataFrame(first, schema), 0)
     assert got(target) == want
-    # (Iceberg names a MERGE into an empty table an append too: only Delta tells them apart)
     assert written(target) == made
 
 

@@ -34,22 +34,18 @@ The ``__seq`` guard (a change not newer than the stored row does nothing)
 makes a batch replayed by any other path harmless for SCD1 too.
 
 **A first batch into a new table.** SCD1's first batch into a table that does not
-exist yet writes each key's newest change that is not a delete, not a ``MERGE``:
-the same rows, without the join to an empty target and Delta's materialized copy
-of the source (a one-batch initial load of 1M changes took 1.2x less time into
-Delta, 1.2-1.4x into Iceberg: bench/RESULTS.md, spark_lakehouse).
-
-* Delta: one ``CREATE TABLE ... AS SELECT``, so the table's creation, its first
-  rows and the batch's idempotent-write record are one commit (version 0). Not
-  ``CREATE TABLE`` then ``INSERT``: that is two commits, and the idempotent
-  write's check of the second reads the table's whole log state in three Spark
-  jobs (Delta looks its app ids up in the reconstructed state, not in the
-  checksum file), about 0.4 s of a 1 s initial load of 330,000 changes on
-  ``local[2]``. A failed attempt commits nothing (the table still does not
-  exist), so the next attempt creates it the same way.
-* Iceberg: the table is created, then the batch is an ``INSERT``, on its first
-  attempt only: a batch run again after any failure merges, which the ``__seq``
-  guard makes harmless whatever the failed attempt committed.
+exist yet is one ``CREATE TABLE ... AS SELECT`` of each key's newest change that
+is not a delete: the table's creation, its first rows and the batch's record
+(Delta's idempotent write, Iceberg's snapshot properties) in one commit. Against
+a ``MERGE`` into a new empty table it skips the join to nothing and Delta's
+materialized copy of the source (a one-batch initial load of 1M changes took
+1.2x less time into Delta, 1.2-1.4x into Iceberg); against ``CREATE TABLE`` then
+``INSERT`` it is one commit instead of two, and into Delta it skips the
+idempotent write's check of the second, which rebuilds the table's log state in
+three Spark jobs (Delta looks app ids up in that state, not in the checksum
+file): 1.36x less time into Delta (bench/RESULTS.md, spark_lakehouse). A failed
+attempt commits nothing, so the table still does not exist and the next attempt
+creates it the same way. SCD2's first batch creates the table, then merges.
 
 **Schema evolution.** A column the batch has and the table lacks is added
 (``ALTER TABLE ... ADD COLUMNS``) before the merge; a column the table has and
@@ -151,9 +147,8 @@ class TableApplier:
         # (re)start can be a replay: later ones have ids this applier has not seen)
         self._fits: tuple[StructType, list[str]] | None = None
         self._iceberg_last: dict[str, int | None] = {}
-        self._created = False  # this applier created the table: it holds no batch yet
-        self._empty = False  # created here and no batch tried yet: SCD1 inserts
-        self._make = False  # Delta SCD1, no table yet: the batch creates it (CTAS)
+        self._created = False  # no table at the first batch: this applier made it
+        self._make = False  # SCD1 and no table yet: the batch creates it (CTAS)
         self.one_row_per_key = False
         """Set when the query starts: its source gives at most one row per key per batch
         (:func:`databus.spark.perkey.one_row_per_key`), so SCD1 needs no window."""
@@ -180,12 +175,11 @@ class TableApplier:
             self.skipped += 1
             return False
         cached: list[DataFrame] = []  # unpersisted once the MERGE has committed
-        empty, self._empty = self._empty, False  # a batch run again merges (see above)
         make, self._make = self._make, False
         try:
             if self.spec.stored_as_scd_type == 1:
                 source, sql = self._scd1(spark, changes, columns, dropped, cached,
-                                         empty=empty or make, make=make)
+                                         make=make)
             else:
                 changes = changes.persist()  # read more than once: read the batch once
                 cached.append(changes)
@@ -269,11 +263,11 @@ class TableApplier:
         if self.spec.stored_as_scd_type == 2:
             wanted += [(START, seq_type), (END, seq_type)]
         if not self._exists(spark):
-            if self.fmt == "delta" and self.spec.stored_as_scd_type == 1:
+            self._namespace(spark)
+            if self.spec.stored_as_scd_type == 1:
                 self._make = True  # created by the batch's own commit (module docstring)
             else:
                 self._create(spark, wanted)
-                self._empty = True
             self._created = True
             return []
         table = spark.table(self.ident)
@@ -313,12 +307,13 @@ class TableApplier:
         return (f"TBLPROPERTIES ('databus.keys' = '{json.dumps(list(self.spec.keys))}', "
                 f"'databus.scd_type' = '{self.spec.stored_as_scd_type}')")
 
+    def _namespace(self, spark: SparkSession) -> None:
+        parts = self.spec.target.split(".")
+        if self.fmt == "iceberg" and len(parts) > 2:
+            spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {'.'.join(parts[:-1])}")
+
     def _create(self, spark: SparkSession, columns: list[tuple[str, DataType]]) -> None:
         cols = ", ".join(f"{q(c)} {t.simpleString()}" for c, t in columns)
-        if self.fmt == "iceberg":
-            parts = self.spec.target.split(".")
-            if len(parts) > 2:
-                spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {'.'.join(parts[:-1])}")
         log.info("apply_changes: creating %s table %s", self.fmt, self.ident)
         spark.sql(f"CREATE TABLE IF NOT EXISTS {self.ident} ({cols}) USING {self.fmt} "
                   f"{self._props()}")
@@ -327,10 +322,10 @@ class TableApplier:
 
     def _scd1(self, spark: SparkSession, changes: DataFrame, columns: list[str],
               dropped: list[str], cached: list[DataFrame], *,
-              empty: bool = False, make: bool = False) -> tuple[DataFrame, str]:
+              make: bool = False) -> tuple[DataFrame, str]:
         """The newest change per key and the MERGE that applies it (``{src}`` = it);
-        into a table known ``empty``, the INSERT of its rows that are not deletes;
-        with ``make``, the ``CREATE TABLE ... AS SELECT`` of those rows.
+        with ``make`` (no table yet), the ``CREATE TABLE ... AS SELECT`` of its rows
+        that are not deletes.
 
         One pass over the batch: the newest change per key, and with truncates
         also the newest truncate, are computed in the job that persists them; the
@@ -349,7 +344,7 @@ class TableApplier:
         else:
             w = Window.partitionBy(*part).orderBy(F.col(SEQ).desc())
             top = changes.withColumn("__n", F.row_number().over(w)).where("__n = 1").drop("__n")
-        if self._must_cache(spark) and (truncates or not empty):  # an INSERT reads it once
+        if self._must_cache(spark) and (truncates or not make):  # a CTAS reads it once
             top = top.persist()
             cached.append(top)
         trunc = None
@@ -360,13 +355,11 @@ class TableApplier:
                 top = top.where(F.col(SEQ) > F.lit(trunc))
         names = ", ".join(q(c) for c in [*columns, SEQ])
         values = ", ".join(f"s.{q(c)}" for c in [*columns, SEQ])
-        rows = f"SELECT {values} FROM {{src}} s WHERE s.__kind = 'u'"
         if make:  # the columns' names and types are the batch's, as _create would give
             log.info("apply_changes: creating %s table %s with its first batch", self.fmt,
                      self.ident)
-            return top, f"CREATE TABLE {self.ident} USING {self.fmt} {self._props()} AS {rows}"
-        if empty:  # nothing to match: the MERGE would insert exactly these
-            return top, f"INSERT INTO {self.ident} ({names}) {rows}"
+            return top, (f"CREATE TABLE {self.ident} USING {self.fmt} {self._props()} AS "
+                         f"SELECT {values} FROM {{src}} s WHERE s.__kind = 'u'")
         on = " AND ".join(f"t.{q(k)} <=> s.{q(k)}" for k in keys)
         sets = ", ".join([f"{q(c)} = s.{q(c)}" for c in [*columns, SEQ]]
                          + [f"{q(c)} = NULL" for c in dropped])
