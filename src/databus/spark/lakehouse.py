@@ -34,18 +34,12 @@ The ``__seq`` guard (a change not newer than the stored row does nothing)
 makes a batch replayed by any other path harmless for SCD1 too.
 
 **A first batch into a new table.** SCD1's first batch into a table that does not
-exist yet is one ``CREATE TABLE ... AS SELECT`` of each key's newest change that
-is not a delete: the table's creation, its first rows and the batch's record
-(Delta's idempotent write, Iceberg's snapshot properties) in one commit. Against
-a ``MERGE`` into a new empty table it skips the join to nothing and Delta's
-materialized copy of the source (a one-batch initial load of 1M changes took
-1.2x less time into Delta, 1.2-1.4x into Iceberg); against ``CREATE TABLE`` then
-``INSERT`` it is one commit instead of two, and into Delta it skips the
-idempotent write's check of the second, which rebuilds the table's log state in
-three Spark jobs (Delta looks app ids up in that state, not in the checksum
-file): 1.36x less time into Delta (bench/RESULTS.md, spark_lakehouse). A failed
-attempt commits nothing, so the table still does not exist and the next attempt
-creates it the same way. SCD2's first batch creates the table, then merges.
+exist yet is one ``CREATE TABLE ... AS SELECT`` of each key's newest change that is
+not a delete: the table, its rows and the batch's record in one commit. Not a
+``MERGE`` (a join to nothing), not ``CREATE`` then ``INSERT`` (two commits, and
+Delta's idempotent-write check of the second rebuilds the log state in three Spark
+jobs): 1.4-1.7x less time into Delta (bench/RESULTS.md, spark_lakehouse). A failed
+attempt leaves no table; the next creates it. SCD2 creates the table, then merges.
 
 **Schema evolution.** A column the batch has and the table lacks is added
 (``ALTER TABLE ... ADD COLUMNS``) before the merge; a column the table has and
@@ -356,8 +350,7 @@ class TableApplier:
         names = ", ".join(q(c) for c in [*columns, SEQ])
         values = ", ".join(f"s.{q(c)}" for c in [*columns, SEQ])
         if make:  # the columns' names and types are the batch's, as _create would give
-            log.info("apply_changes: creating %s table %s with its first batch", self.fmt,
-                     self.ident)
+            log.info("apply_changes: creating %s with its first batch", self.ident)
             return top, (f"CREATE TABLE {self.ident} USING {self.fmt} {self._props()} AS "
                          f"SELECT {values} FROM {{src}} s WHERE s.__kind = 'u'")
         on = " AND ".join(f"t.{q(k)} <=> s.{q(k)}" for k in keys)
@@ -438,14 +431,9 @@ class TableApplier:
 
 def _delta_log_holds_files(path: Path) -> bool:
     """Whether a Delta table's ``_delta_log`` (``path``) holds any file; removes it when
-    it holds only empty directories.
-
-    A ``CREATE TABLE ... AS SELECT`` that failed before its commit leaves the log's
-    directories (``_delta_log/_staged_commits``) with no file in them, and Delta then
-    takes the path for a table that exists (a second CTAS is refused) and for one that
-    does not (an INSERT is refused): nothing was committed, so removing the empty
-    directories gives the next attempt the path as it was before the first.
-    """
+    it holds only empty directories: what a CTAS that failed before its commit leaves
+    (``_staged_commits``), and Delta then refuses both a CTAS (the table exists) and an
+    INSERT (it does not) there."""
     if not path.is_dir():
         return False
     dirs = [path]
