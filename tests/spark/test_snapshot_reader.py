@@ -210,6 +210,7 @@ def test_initial_load_into_a_lakehouse_table_then_the_stream(
     x = initial_load(spark, target=target, format=fmt, store=pipe.store, source=table,
                      keys=KEYS[table])
     commits = len(table_versions(spark, target, fmt))
+    assert commits == 1  # the table, the snapshot's rows and X: one CREATE TABLE AS SELECT
     pipe.write(100)  # changes after X: the stream brings them
     # a second call (as after a crash) returns the same X and writes nothing
     assert initial_load(spark, target=target, format=fmt, store=pipe.store, source=table,

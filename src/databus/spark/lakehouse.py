@@ -1,22 +1,22 @@
 """apply_changes into Delta Lake and Apache Iceberg tables: one MERGE per micro-batch.
 
 The ``foreachBatch`` function behind ``apply_changes(format="delta"|"iceberg")``
-(:class:`TableApplier`). Each batch is reduced per key in sequence order and
-merged into the table with one ``MERGE INTO``, so each batch is one ACID commit
-(one Delta version, one Iceberg snapshot) and the table's history is the
-batches' history (time travel: :func:`read_lakehouse` with ``version``).
+(:class:`TableApplier`). Each batch is reduced per key in sequence order and merged
+into the table with one ``MERGE INTO``, so each batch is one ACID commit (one Delta
+version, one Iceberg snapshot) and the table's history is the batches' history
+(time travel: :func:`read_lakehouse` with ``version``).
 
 Table layout: the stored columns, then
 
 * SCD1: ``__seq`` (the sequence of the change that wrote the row). A delete
   removes the row; an older change than the stored one is not applied.
-* SCD2: ``__START_AT``, ``__END_AT`` (the names of Spark's AUTO CDC flow; null
-  end = the current version) and ``__seq`` (the last change folded into the
-  version). A change to a tracked column starts a version; other changes update
-  the current one in place; a delete ends it (no row for the delete).
+* SCD2: ``__START_AT``, ``__END_AT`` (the names of Spark's AUTO CDC flow; null end =
+  the current version) and ``__seq`` (the last change folded into the version). A
+  change to a tracked column starts a version; other changes update the current one
+  in place; a delete ends it (no row for the delete).
 
-The table is created at the first batch, with table properties
-``databus.keys`` and ``databus.scd_type``, checked at every later start.
+The table is created at the first batch, with table properties ``databus.keys`` and
+``databus.scd_type``, checked at every later start.
 
 **Exactly once.** Spark may run a batch again after a crash between the table
 commit and the checkpoint. The commit carries the query's identity
@@ -25,13 +25,12 @@ commit and the checkpoint. The commit carries the query's identity
 * Delta: as an idempotent write (session confs
   ``spark.databricks.delta.write.txnAppId``/``txnVersion``); Delta itself skips
   a batch id it already committed for that app id.
-* Iceberg: as snapshot properties ``databus.app``/``databus.batch``; before
-  its first batch, the applier reads the table's snapshots (unless it created
-  the table) and skips a batch id at or below the newest one committed for that
-  app id.
+* Iceberg: as snapshot properties ``databus.app``/``databus.batch``; before its first
+  batch, the applier reads the table's snapshots (unless it created the table) and skips
+  a batch id at or below the newest one committed for that app id.
 
-The ``__seq`` guard (a change not newer than the stored row does nothing)
-makes a batch replayed by any other path harmless for SCD1 too.
+The ``__seq`` guard (a change not newer than the stored row does nothing) makes a
+batch replayed by any other path harmless for SCD1 too.
 
 **A first batch into a new table.** SCD1's first batch into a table that does not
 exist yet is one ``CREATE TABLE ... AS SELECT`` of each key's newest change that is
@@ -143,6 +142,7 @@ class TableApplier:
         self._iceberg_last: dict[str, int | None] = {}
         self._created = False  # no table at the first batch: this applier made it
         self._make = False  # SCD1 and no table yet: the batch creates it (CTAS)
+        self.table_properties: dict[str, str] = {}  # more properties of a table it creates
         self.one_row_per_key = False
         """Set when the query starts: its source gives at most one row per key per batch
         (:func:`databus.spark.perkey.one_row_per_key`), so SCD1 needs no window."""
@@ -162,7 +162,8 @@ class TableApplier:
             dropped = self._fits[1]
         else:
             dropped = self._ensure_table(spark, changes.schema, columns)
-            self._fits = (changes.schema, dropped)
+            # a table this batch makes is checked at the next (a failed CTAS made none)
+            self._fits = None if self._make else (changes.schema, dropped)
         if self.fmt == "iceberg" and self._iceberg_done(spark, app, batch_id):
             log.info("apply_changes: batch %d of %s is already in %s: skipped", batch_id, app,
                      self.ident)
@@ -184,10 +185,6 @@ class TableApplier:
                 self._commit(spark, app, batch_id, sql.format(src=view))
             finally:
                 spark.catalog.dropTempView(view)
-        except BaseException:
-            if make:  # nothing committed, no table: the next attempt looks again
-                self._fits = None
-            raise
         finally:
             for df in cached:
                 df.unpersist()
@@ -298,8 +295,9 @@ class TableApplier:
         return {r[0]: r[1] for r in spark.sql(f"SHOW TBLPROPERTIES {self.ident}").collect()}
 
     def _props(self) -> str:
-        return (f"TBLPROPERTIES ('databus.keys' = '{json.dumps(list(self.spec.keys))}', "
-                f"'databus.scd_type' = '{self.spec.stored_as_scd_type}')")
+        props = {"databus.keys": json.dumps(list(self.spec.keys)),
+                 "databus.scd_type": str(self.spec.stored_as_scd_type), **self.table_properties}
+        return "TBLPROPERTIES (" + ", ".join(f"'{k}' = '{v}'" for k, v in props.items()) + ")"
 
     def _namespace(self, spark: SparkSession) -> None:
         parts = self.spec.target.split(".")
@@ -430,10 +428,9 @@ class TableApplier:
 
 
 def _delta_log_holds_files(path: Path) -> bool:
-    """Whether a Delta table's ``_delta_log`` (``path``) holds any file; removes it when
-    it holds only empty directories: what a CTAS that failed before its commit leaves
-    (``_staged_commits``), and Delta then refuses both a CTAS (the table exists) and an
-    INSERT (it does not) there."""
+    """Whether a Delta ``_delta_log`` (``path``) holds a file; removes it when it holds
+    only empty directories, as a CTAS that failed before its commit leaves them (Delta
+    then refuses both a CTAS there, "exists", and an INSERT, "not a Delta table")."""
     if not path.is_dir():
         return False
     dirs = [path]
@@ -563,11 +560,11 @@ def initial_load(spark: SparkSession, *, target: str, format: Format,
     every key as of X (a key changed after X is left out and brought by the
     stream), the stream every change after X: no gap, no duplicate.
 
-    Exactly once across a crash: X is fixed first, in the table's property
-    ``databus.initial_scn`` (a table created with it); a second call reads X
-    back and loads the snapshot as of that same X as one commit under
-    ``app_id``, which the table skips when it holds it already. So calling this
-    again after any failure is safe, and returns the same X.
+    Exactly once across a crash: X is kept in the table's property
+    ``databus.initial_scn``, set in the same commit as the load (SCD1: the table
+    is created by it), else before it; a call that finds X loads the snapshot as
+    of that X as one commit under ``app_id``, which the table skips when it holds
+    it. So calling this again after any failure is safe and returns the X loaded.
     """
     from databus.spark.snapshot import register_snapshot, snapshot_scn
     from databus.spark.source import changes
@@ -588,10 +585,11 @@ def initial_load(spark: SparkSession, *, target: str, format: Format,
     if known is None:
         x = snapshot_scn(store)
         snap = read(x)
-        columns = spec.columns(snap)
-        applier._ensure_table(spark, applier._changes(snap).schema, columns)
-        spark.sql(f"ALTER TABLE {applier.ident} SET TBLPROPERTIES "
-                  f"('databus.initial_scn' = '{x}')")
+        applier.table_properties["databus.initial_scn"] = str(x)  # SCD1: in the CTAS
+        if stored_as_scd_type == 2 or applier._exists(spark):  # before the load's commit
+            applier._ensure_table(spark, applier._changes(snap).schema, spec.columns(snap))
+            spark.sql(f"ALTER TABLE {applier.ident} SET TBLPROPERTIES "
+                      f"('databus.initial_scn' = '{x}')")
     else:
         x = int(known)
         snap = read(x)
