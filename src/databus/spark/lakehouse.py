@@ -222,7 +222,8 @@ class TableApplier:
             if self.fmt == "iceberg":
                 self._iceberg_last[app] = batch_id
         except PySparkException as exc:
-            raise ConfigError(f"apply_changes: MERGE into {self.ident} failed: {exc}") from exc
+            raise ConfigError(f"apply_changes: batch {batch_id} into {self.ident} failed: "
+                              f"{exc}") from exc
         finally:
             for k in confs:  # Delta keeps them for every later write of the session
                 spark.conf.unset(k)
