@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 
 line=${1:-4.2}
 case "$line" in
-  4.2) pyspark_pin="pyspark==4.2.1"; bundles=(delta-4.2) ;;
+  4.2) pyspark_pin="pyspark==4.2.1"; bundles=(delta-4.2 spark-test-4.2) ;;
   *) echo "spark-line: unknown Spark line '$line' (known: 4.2)" >&2; exit 1 ;;
 esac
 venv=.venv-spark${line/./}
@@ -57,4 +57,21 @@ bash scripts/java/fetch.sh "${bundles[@]}"
 if command -v javac >/dev/null; then
   jars=$("$venv/bin/python" -c "import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), 'jars'))")
   PYSPARK_JARS=$jars bash scripts/java/build-spark-source.sh
+  # the suite's in-memory AUTO CDC target (tests/spark/test_spark_pipelines.py), rebuilt
+  # when its source or the jars it is compiled against change (-overrides: the parent's
+  # Scala varargs methods warn under javac)
+  out=${DATABUS_JAVA_CACHE:-.cache/java}/spark-test-catalog-$line
+  testjar=${DATABUS_JAVA_CACHE:-.cache/java}/spark-test-$line
+  want=$( (find tests/spark/java -type f | LC_ALL=C sort | xargs sha256sum; ls "$jars" "$testjar") \
+         | sha256sum | cut -d' ' -f1)
+  if [ ! -f "$out/databus-test-catalog.jar" ] || [ "$(cat "$out/stamp" 2>/dev/null)" != "$want" ]; then
+    build=$(mktemp -d)
+    javac -d "$build" --release 17 -Xlint:all,-path,-overrides -Werror -cp "$jars/*:$testjar/*" \
+      $(find tests/spark/java -name '*.java' | LC_ALL=C sort)
+    mkdir -p "$out"
+    jar --create --file "$out/databus-test-catalog.jar" -C "$build" .
+    rm -rf "$build"
+    echo "$want" > "$out/stamp"
+    echo "spark-line: built $out/databus-test-catalog.jar"
+  fi
 fi

@@ -7,11 +7,16 @@ reader built for 4.2); skipped when that venv is not set up. The pipeline reads 
 over SQLite into a Delta streaming table of every change (an append flow), and a
 materialized view folds it into the current rows (SCD1), which must equal the source.
 
-Its AUTO CDC flow (``create_auto_cdc_flow``) into a Delta streaming table is refused by
-Spark 4.2.1 before it reads anything: AUTO CDC needs a target whose DSv2 table supports
-row-level operations, and Delta 4.4.0's ``DeltaTableV2`` does not (no Iceberg runtime
-exists for 4.2). The test pins that refusal, so the day a Delta release lifts it the test
-fails and says to assert the AUTO CDC table instead (docs/spark.md, "Spark lines").
+AUTO CDC flows (``create_auto_cdc_flow``, SCD1: 4.2.1 has no SCD2) read databus with no
+column mapping, from the flat envelope and from Spark's changelog API (``changes()``), and
+their tables must equal the source. Their target is Spark's in-memory table with row-level
+operations (Spark's test jar, in a catalog shared by the run's sessions:
+``tests/spark/java``), copied by a materialized view into Delta to be compared: the one
+target AUTO CDC takes on open-source Spark 4.2. Into a Delta streaming table Spark 4.2.1
+refuses the flow before it reads anything (Delta 4.4.0's ``DeltaTableV2`` has no row-level
+operations; no Iceberg runtime exists for 4.2): the tests pin that refusal, so the day a
+Delta release lifts it they fail and say to assert the Delta table instead (docs/spark.md,
+"Spark lines").
 """
 
 from __future__ import annotations
@@ -26,17 +31,29 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from databus.javadeps import cache_dir
 from tests.support.shop import TABLES, Writer, create_shop, table_rows
 from tests.support.sparkrelay import start_relay, wait_relay
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-spark42" / "bin"
+# the AUTO CDC target: Spark's test jar and the shared catalog over it (scripts/spark-line.sh)
+TARGET_JARS = ("spark-test-4.2", "spark-test-catalog-4.2")
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not (VENV / "spark-pipelines").exists(),
                        reason="no .venv-spark42 (bash scripts/spark-line.sh makes it)"),
 ]
+
+# the in-memory AUTO CDC table, copied into Delta to be read after the run
+COPY = '''
+
+@dp.materialized_view(name="customers_scd1_copy", format="delta")
+def customers_scd1_copy():
+    return spark.read.table("mem.db.customers_scd1")
+'''
+
 
 DEFINITIONS = '''
 from pyspark import pipelines as dp
@@ -64,7 +81,22 @@ dp.create_auto_cdc_flow(target="customers_auto_cdc", source="customers_changes",
                         keys=["id"], sequence_by="_sequence",
                         apply_as_deletes=F.expr("_op = 'd'"),
                         except_column_list=["_op", "_sequence"], stored_as_scd_type=1)
-'''
+
+
+@dp.temporary_view(name="customers_feed")
+def customers_feed():
+    # the AUTO CDC flow's source is databus itself, the flat envelope as it comes
+    return (spark.readStream.format("databus").option("relay", {relay!r})
+            .option("sources", "customers").option("envelope", "flat")
+            .option("partitions", "2").load())
+
+
+dp.create_streaming_table("mem.db.customers_scd1")
+dp.create_auto_cdc_flow(target="mem.db.customers_scd1", source="customers_feed",
+                        keys=["id"], sequence_by="_sequence",
+                        apply_as_deletes=F.expr("_op = 'd'"),
+                        except_column_list=["_op", "_sequence"], stored_as_scd_type=1)
+''' + COPY
 
 
 CHANGELOG_DEFINITIONS = '''
@@ -88,7 +120,16 @@ dp.create_auto_cdc_flow(target="customers_auto_cdc", source="customers_cdf",
                         except_column_list=["_change_type", "_commit_version",
                                             "_commit_timestamp"],
                         stored_as_scd_type=1)
-'''
+
+
+dp.create_streaming_table("mem.db.customers_scd1")
+dp.create_auto_cdc_flow(target="mem.db.customers_scd1", source="customers_cdf",
+                        keys=["id"], sequence_by="_commit_version",
+                        apply_as_deletes="_change_type = 'delete'",
+                        except_column_list=["_change_type", "_commit_version",
+                                            "_commit_timestamp"],
+                        stored_as_scd_type=1)
+''' + COPY
 
 
 def run_pipeline(tmp: Path, relay_url: str, definitions: str = DEFINITIONS,
@@ -114,19 +155,36 @@ def run_pipeline(tmp: Path, relay_url: str, definitions: str = DEFINITIONS,
                            "--out", str(conf / "spark-defaults.conf")],
                           env=env, capture_output=True, text=True, timeout=300, check=False)
     assert made.returncode == 0, made.stderr
-    with (conf / "spark-defaults.conf").open("a") as f:
+    defaults = conf / "spark-defaults.conf"
+    targets = [cache_dir() / b for b in TARGET_JARS]
+    extra = [str(j) for d in targets for j in sorted(d.glob("*.jar"))]
+    assert len(extra) == len(targets), f"no {targets}: run `bash scripts/spark-line.sh`"
+    defaults.write_text("".join(
+        line + ("," + ",".join(extra) if line.startswith("spark.jars ") else "") + "\n"
+        for line in defaults.read_text().splitlines()))
+    with defaults.open("a") as f:
         f.write(f"spark.sql.warehouse.dir {warehouse}\nspark.driver.memory 1g\n"
                 "spark.sql.shuffle.partitions 2\nspark.ui.enabled false\n"
                 # the relay as a catalog (Spark's changelog API, the JVM reader's for 4.2)
                 "spark.sql.catalog.databus io.databus.spark.DatabusCatalog\n"
                 f"spark.sql.catalog.databus.relay {relay_url}\n"
-                "spark.sql.catalog.databus.partitions 2\n")
+                "spark.sql.catalog.databus.partitions 2\n"
+                # the AUTO CDC target with row-level operations (see the module docstring)
+                "spark.sql.catalog.mem io.databus.sparktest.SharedRowLevelCatalog\n")
     return subprocess.run([str(VENV / "spark-pipelines"), "run", "--spec",
                            str(proj / "spark-pipeline.yml")], cwd=proj, env=env,
                           capture_output=True, text=True, timeout=420, check=False)
 
 
-def test_a_pipeline_reads_databus_and_its_scd1_view_equals_the_source(
+def scd1_copy(spark: SparkSession, tmp: Path) -> list[tuple[object, ...]]:
+    """The AUTO CDC table's rows, as its materialized view copied them into Delta."""
+    got = spark.read.format("delta").load(str(tmp / "warehouse" / "customers_scd1_copy"))
+    # Spark's own bookkeeping column rides along (each row's upsert/delete sequence)
+    assert "__spark_autocdc_metadata" in got.columns
+    return [tuple(r) for r in got.select("id", "name", "balance", "tx").orderBy("id").collect()]
+
+
+def test_a_pipeline_reads_databus_and_its_scd1_view_and_auto_cdc_table_equal_the_source(
         spark: SparkSession, tmp_path: Path) -> None:
     db = tmp_path / "shop.db"
     create_shop(db)
@@ -152,16 +210,20 @@ def test_a_pipeline_reads_databus_and_its_scd1_view_equals_the_source(
     got = spark.read.format("delta").load(str(tmp_path / "warehouse" / "customers_current"))
     assert [tuple(r) for r in got.select("id", "name", "balance", "tx").orderBy("id")
             .collect()] == want
+    # AUTO CDC reading databus (no column mapping) into a table with row-level operations
+    assert "Flow mem.db.customers_scd1 has COMPLETED" in out, out[-4000:]
+    assert scd1_copy(spark, tmp_path) == want
     # AUTO CDC into Delta: refused by Spark 4.2.1 (see the module docstring); when this
     # fails, a Delta with row-level operations has come: assert customers_auto_cdc == want
     assert done.returncode != 0
     assert "AUTOCDC_TARGET_DOES_NOT_SUPPORT_MERGE" in out, out[-4000:]
 
 
-def test_an_auto_cdc_flow_reading_the_changelog_api_is_refused_on_its_delta_target(
-        tmp_path: Path) -> None:
+def test_an_auto_cdc_flow_reading_the_changelog_api_equals_the_source(
+        spark: SparkSession, tmp_path: Path) -> None:
     """AUTO CDC reading ``readStream.changes`` of the databus catalog: the flow's source
-    needs no column mapping, but Spark 4.2.1 refuses the Delta target as before."""
+    needs no column mapping; its table with row-level operations equals the source, and
+    Spark 4.2.1 refuses the Delta target as before."""
     db = tmp_path / "shop.db"
     create_shop(db)
     relay = start_relay(db, tmp_path, TABLES)
@@ -176,6 +238,10 @@ def test_an_auto_cdc_flow_reading_the_changelog_api_is_refused_on_its_delta_targ
     finally:
         relay.stop()
     out = done.stdout + done.stderr
+    assert "Flow mem.db.customers_scd1 has COMPLETED" in out, out[-4000:]
+    want = table_rows(db, "customers")
+    assert len(want) > 20
+    assert scd1_copy(spark, tmp_path) == want
     # when this fails, Delta supports AUTO CDC's MERGE: assert customers_auto_cdc equals
     # table_rows(db, "customers") instead (docs/spark.md, "Spark lines")
     assert done.returncode != 0
