@@ -1,0 +1,250 @@
+"""Spark's AUTO CDC flow beside ``apply_changes``, both reading the relay, on Spark 4.2.
+
+Runs on the second Spark line (``.venv-spark42``, ``bash scripts/spark-line.sh``): the
+first line with ``pyspark.pipelines``. N changes (mixed inserts, updates and deletes, the
+workload of ``bench.spark_lakehouse``) are committed to three SQLite tables captured by a
+relay process; one table's share (N/3 changes) is then applied into a new SCD1 table two
+ways, rounds alternating, each checked equal to the SQLite table:
+
+* ``apply_changes``: ``databus.spark.apply_changes`` into Delta (4.4.0) reading the relay
+  through the JVM reader (``envelope=flat``, ``partitions=2``), an availableNow query in a
+  ``local[2]`` session that has run one before (warm): seconds from its start to its end;
+* ``apply_changes-cold``: the same, the first query of a new session in a new process (the
+  session's start-up not counted), as a pipeline run's flow is the first of its server;
+* ``auto-cdc``: ``spark-pipelines run`` of a pipeline whose AUTO CDC flow
+  (``create_auto_cdc_flow``, SCD1, no column mapping) reads the same relay the same way,
+  on the local Spark Connect server ``spark-pipelines`` starts (``local[*]``: a master cannot
+  be set beside its ``--remote``; the same two cores on the benchmark machine): seconds from the flow's STARTING event to
+  its COMPLETED event (the events' own timestamps, to the millisecond: the CLI is run
+  through a wrapper that prints them so). The run's start-up (the server, the graph) is
+  not counted.
+
+**The targets differ**, so the ratio is a report, not a goal: AUTO CDC refuses every Delta
+table on 4.2 (``AUTOCDC_TARGET_DOES_NOT_SUPPORT_MERGE``; docs/spark.md, "Spark lines"), and
+its only target on open-source Spark 4.2 is Spark's in-memory table with row-level
+operations (Spark's test jar, the catalog of ``tests/spark/java``, built by
+``scripts/spark-line.sh``): no files, no commit log. A materialized view copies it into
+Delta after the flow (not timed) to be checked.
+
+    .venv-spark42/bin/python -m bench.spark_auto_cdc [--changes 1000000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from datetime import datetime
+from pathlib import Path
+
+from bench.spark_apply import RelayProcess
+from bench.spark_lakehouse import COLS, FLAT, TABLES, write_changes
+from databus.javadeps import cache_dir
+from databus.spark import apply_changes, session
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLE = TABLES[0]
+# the CLI of pyspark.pipelines with its events' timestamps to the millisecond
+CLI = """\
+import pyspark.pipelines.spark_connect_pipeline as scp
+from pyspark.pipelines import cli
+
+def log(message, dt):
+    print(f"{dt.isoformat(timespec='milliseconds')}: {message}", flush=True)
+
+scp.log_with_provided_timestamp = log
+cli.main()
+"""
+DEFINITIONS = '''
+from pyspark import pipelines as dp
+from pyspark.sql import SparkSession, functions as F
+spark = SparkSession.active()
+
+@dp.temporary_view(name="feed")
+def feed():
+    return (spark.readStream.format("databus").option("relay", {relay!r})
+            .option("sources", {table!r}).option("partitions", "2")
+            .option("envelope", "flat").load())
+
+dp.create_streaming_table("mem.db.scd1")
+dp.create_auto_cdc_flow(target="mem.db.scd1", source="feed", keys=["id"],
+                        sequence_by="_sequence", apply_as_deletes=F.expr("_op = 'd'"),
+                        except_column_list=["_op", "_sequence"], stored_as_scd_type=1)
+
+@dp.materialized_view(name="scd1_copy", format="delta")
+def scd1_copy():
+    return spark.read.table("mem.db.scd1")
+'''
+EVENT = re.compile(r"^(\S+): Flow mem\.db\.scd1 (?:is STARTING|has COMPLETED)")
+
+
+def auto_cdc(tmp: Path, relay_url: str, name: str) -> tuple[float, Path]:
+    """One ``spark-pipelines run``: the AUTO CDC flow's seconds, and its copy's path."""
+    proj, conf = tmp / name, tmp / f"{name}-conf"
+    (proj / "transformations").mkdir(parents=True)
+    (proj / "spark-pipeline.yml").write_text(textwrap.dedent(f"""\
+        name: {name}
+        storage: file://{proj}/storage
+        libraries:
+          - glob:
+              include: transformations/**
+        """))
+    (proj / "transformations" / "cdc.py").write_text(
+        DEFINITIONS.format(relay=relay_url, table=TABLE))
+    (tmp / "cli.py").write_text(CLI)
+    venv = Path(sys.executable).parent  # this venv's (not resolved: a venv's python is a link)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYSPARK_", "SPARK_")) and k != "PYTHONPATH"}
+    env.update(PATH=f"{venv}:{os.environ['PATH']}", PYTHONPATH=f"{ROOT / 'src'}:{ROOT}",
+               PYSPARK_PYTHON=str(venv / "python"), SPARK_CONF_DIR=str(conf))
+    subprocess.run([str(venv / "python"), "-m", "databus.spark.properties", "--out",
+                    str(conf / "spark-defaults.conf")], env=env, check=True)
+    extra = [str(j) for b in ("spark-test-4.2", "spark-test-catalog-4.2")
+             for j in sorted((cache_dir() / b).glob("*.jar"))]
+    if len(extra) != 2:
+        raise SystemExit("no AUTO CDC target catalog: run `bash scripts/spark-line.sh`")
+    defaults = conf / "spark-defaults.conf"
+    lines = [line + ("," + ",".join(extra) if line.startswith("spark.jars ") else "")
+             for line in defaults.read_text().splitlines()]
+    lines += [f"spark.sql.warehouse.dir {tmp / f'{name}-warehouse'}",               "spark.driver.memory 4g", "spark.sql.shuffle.partitions 4",
+              "spark.ui.enabled false", "spark.ui.showConsoleProgress false",
+              "spark.sql.catalog.mem io.databus.sparktest.SharedRowLevelCatalog"]
+    defaults.write_text("\n".join(lines) + "\n")
+    home = subprocess.run([str(venv / "python"), "-c", "import pyspark, os; "
+                           "print(os.path.dirname(pyspark.__file__))"],
+                          env=env, capture_output=True, text=True, check=True).stdout.strip()
+    done = subprocess.run([f"{home}/bin/spark-class", "org.apache.spark.deploy.SparkPipelines",
+                           str(tmp / "cli.py"), "run", "--spec", str(proj / "spark-pipeline.yml")],
+                          cwd=proj, env=env, capture_output=True, text=True, timeout=1800,
+                          check=False)
+    stamps = [datetime.fromisoformat(m.group(1)) for m in map(EVENT.match, done.stdout.splitlines())
+              if m]
+    if done.returncode != 0 or len(stamps) != 2:
+        raise SystemExit(f"the AUTO CDC run failed:\n{(done.stdout + done.stderr)[-4000:]}")
+    return (stamps[1] - stamps[0]).total_seconds(), tmp / f"{name}-warehouse" / "scd1_copy"
+
+
+def apply_once(target: Path, relay_url: str) -> None:
+    """One round's ``apply_changes``, the first query of a new session: prints its seconds."""
+    spark = session("databus-autocdc-apply", master="local[2]", lakehouse=["delta"],
+                    conf={"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false",
+                          "spark.driver.memory": "4g", "spark.ui.showConsoleProgress": "false"})
+    spark.sparkContext.setLogLevel("ERROR")
+    start = time.perf_counter()
+    qq = apply_changes(
+        target=str(target), keys=["id"], format="delta",
+        source=(spark.readStream.format("databus").option("relay", relay_url)
+                .option("sources", TABLE).option("partitions", 2)
+                .option("envelope", "flat").load()),
+        checkpoint_location=f"{target}.ckpt", trigger={"availableNow": True},
+        **FLAT)  # type: ignore[arg-type]
+    qq.awaitTermination()
+    secs = time.perf_counter() - start
+    if qq.exception() is not None:
+        raise SystemExit(f"apply_changes failed: {qq.exception()}")
+    print(f"SECONDS {secs:.3f}", flush=True)
+    spark.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--changes", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--apply-once", help=argparse.SUPPRESS)  # a round's apply_changes process
+    ap.add_argument("--relay", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.apply_once:
+        apply_once(Path(args.apply_once), args.relay)
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="databus-autocdc-"))
+    db = tmp / "src.db"
+    con = sqlite3.connect(db)
+    for t in TABLES:
+        con.execute(f"CREATE TABLE {t} (id INTEGER PRIMARY KEY, a INTEGER, b REAL, c TEXT)")
+    con.close()
+    relay = RelayProcess(db, tmp, TABLES)
+    try:
+        write_changes(db, args.changes)
+        top = sqlite3.connect(db).execute("SELECT max(scn) FROM _databus_txlog").fetchone()[0]
+        while relay.max_scn() < top:
+            time.sleep(0.1)
+        want = sorted(sqlite3.connect(db).execute(f"SELECT * FROM {TABLE}").fetchall())
+        n = -(-args.changes // len(TABLES))  # write_changes deals changes round the tables
+        spark = session("databus-autocdc-bench", master="local[2]", lakehouse=["delta"],
+                        conf={"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false",
+                              "spark.driver.memory": "4g",
+                              "spark.ui.showConsoleProgress": "false"})
+        spark.sparkContext.setLogLevel("ERROR")
+        print(f"setup: {args.changes} changes on {len(TABLES)} tables, {n} of them on "
+              f"{TABLE}; Spark {spark.version}", flush=True)
+
+        def check(path: Path, what: str) -> None:
+            got = sorted(tuple(r) for r in spark.read.format("delta").load(str(path))
+                         .select(*COLS).collect())
+            assert got == want, f"{what}: the table differs from the source"
+
+        def apply(name: str) -> float:
+            start = time.perf_counter()
+            qq = apply_changes(
+                target=str(tmp / name), keys=["id"], format="delta",
+                source=(spark.readStream.format("databus").option("relay", relay.url)
+                        .option("sources", TABLE).option("partitions", 2)
+                        .option("envelope", "flat").load()),
+                checkpoint_location=str(tmp / f"{name}.ckpt"),
+                trigger={"availableNow": True}, **FLAT)  # type: ignore[arg-type]
+            qq.awaitTermination()
+            secs = time.perf_counter() - start
+            if qq.exception() is not None:
+                raise SystemExit(f"apply_changes failed: {qq.exception()}")
+            check(tmp / name, name)
+            return secs
+
+        def apply_cold(name: str) -> float:
+            done = subprocess.run([sys.executable, "-m", "bench.spark_auto_cdc", "--apply-once",
+                                   str(tmp / name), "--relay", relay.url], cwd=ROOT,
+                                  capture_output=True, text=True, timeout=1800, check=False)
+            secs = [line.split()[1] for line in done.stdout.splitlines()
+                    if line.startswith("SECONDS ")]
+            if done.returncode != 0 or not secs:
+                raise SystemExit(f"apply_changes failed:\n{done.stderr[-4000:]}")
+            check(tmp / name, name)
+            return float(secs[0])
+
+        apply("warm")  # JIT, the source's first read: not timed
+        results: dict[str, list[float]] = {"apply_changes": [], "apply_changes-cold": [],
+                                           "auto-cdc": []}
+        for r in range(args.repeat):
+            results["apply_changes"].append(apply(f"apply{r}"))
+            results["apply_changes-cold"].append(apply_cold(f"cold{r}"))
+            secs, copy = auto_cdc(tmp, relay.url, f"auto{r}")
+            check(copy, f"auto{r}")
+            results["auto-cdc"].append(secs)
+            print(f"round {r}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in results.items())
+                  + f" (load average {os.getloadavg()[0]:.1f})", flush=True)
+        print(f"\n{'way':<18} | {'target':<23} | {'best s':>7} | {'changes/s':>10} | all runs (s)")
+        for way, target in (("apply_changes", "Delta 4.4.0"), ("apply_changes-cold", "Delta 4.4.0"),
+                            ("auto-cdc", "Spark's in-memory table")):
+            times = results[way]
+            print(f"{way:<18} | {target:<23} | {min(times):>7.2f} | {n / min(times):>10,.0f} | "
+                  + ", ".join(f"{s:.2f}" for s in times))
+        b = results["auto-cdc"]
+        for base in ("apply_changes", "apply_changes-cold"):
+            a = results[base]
+            print(f"auto-cdc / {base} (time): {min(b) / min(a):.2f}x best, "
+                  f"{statistics.median(y / x for x, y in zip(a, b, strict=True)):.2f}x median "
+                  "of rounds (report, no goal: the targets differ)")
+    finally:
+        relay.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
