@@ -69,8 +69,9 @@ from databus.spark import (
     register,
     session,
 )
-from databus.spark.lakehouse import TableApplier, q, table_ident
+from databus.spark.lakehouse import TableApplier
 from databus.spark.spec import ApplySpec
+from databus.spark.targets import q, table_ident
 
 TABLES = ["t1", "t2", "t3"]
 COLS = ["id", "a", "b", "c"]

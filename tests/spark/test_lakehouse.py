@@ -205,6 +205,43 @@ def test_a_first_batch_creates_the_table_with_its_rows_in_one_commit(
     assert written(target) == made
 
 
+def test_a_delta_target_and_checkpoint_given_as_uris_are_written_there(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """``file://`` URIs take the path ``s3a://``/``abfss://``/``hdfs://`` ones take (Hadoop's
+    file system, from the session): the table is at the URI, not at a directory named
+    ``file:`` under the driver's working directory; a restart finds it there; the empty
+    directories of a failed first commit there are removed; the checkpoint's query id is
+    read there. A Parquet target given as a URI is refused (local directories only)."""
+    db = tmp_path / "acc.db"
+    w = KeyWriter(db, seed=11)
+    relay = start_relay(db, tmp_path, ["accounts"])
+    table = tmp_path / "lake" / "uri_t"
+    uri, ckpt = f"file://{table}", f"file://{tmp_path / 'uri_ckpt'}"
+    (table / "_delta_log" / "_staged_commits").mkdir(parents=True)  # a failed first commit's
+    cwd = os.getcwd()
+    os.chdir(tmp_path)  # where a URI taken for a relative path would land
+    try:
+        for _round in range(2):  # the second run: a restart, the table found at the URI
+            for _ in range(40):
+                w.transaction()
+            wait_relay(relay, db)
+            assert run_once(spark, relay, "delta", uri, ckpt, 1) > 0  # type: ignore[arg-type]
+            want = rows(db, "SELECT id, v, note FROM accounts ORDER BY id")
+            assert current(read_lakehouse(spark, uri, "delta")) == want
+        assert not (tmp_path / "file:").exists()
+        assert list((table / "_delta_log").glob("*.json"))
+        assert not (table / "_delta_log" / "_staged_commits").exists() or not any(
+            (table / "_delta_log" / "_staged_commits").iterdir())
+        ops = [c["operation"] for c in table_versions(spark, uri, "delta")]
+        assert ops == ["CREATE TABLE AS SELECT", "MERGE"], ops
+        with pytest.raises(ConfigError, match="URI"):
+            apply_changes(target=f"file://{tmp_path / 'pq'}", source=spark.range(1),
+                          keys=["id"], sequence_by="id", checkpoint_location=str(tmp_path / "c"))
+    finally:
+        os.chdir(cwd)
+        relay.stop()
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_out_of_order_changes_in_a_batch_and_time_travel(
         spark: SparkSession, tmp_path: Path, fmt: Format) -> None:

@@ -44,6 +44,7 @@ from databus.spark.lakehouse import EvolvingQuery, TableApplier, query_app_id
 from databus.spark.perkey import one_row_per_key
 from databus.spark.scd import reduce_scd1, reduce_scd2
 from databus.spark.spec import BUCKET, ApplySpec
+from databus.spark.targets import is_uri
 
 META_FILE = "_databus_table.json"
 
@@ -174,8 +175,9 @@ def apply_changes(
     :class:`~databus.spark.lakehouse.EvolvingQuery` is returned. The
     arguments mean what they mean for ``create_auto_cdc_flow``. ``format``:
 
-    * ``parquet``: ``target`` is a directory (this module);
-    * ``delta``: ``target`` is a directory or a table name of the session
+    * ``parquet``: ``target`` is a local directory (this module; a URI is refused);
+    * ``delta``: ``target`` is a directory, a URI (``s3a://...``, ``abfss://...``,
+      ``hdfs://...``: :mod:`databus.spark.targets`) or a table name of the session
       catalog; ``iceberg``: a table name of an Iceberg catalog
       (``local.db.customers``). One MERGE per batch, exactly once under the
       query's id (``app_id`` overrides it); see :mod:`databus.spark.lakehouse`.
@@ -197,6 +199,10 @@ def apply_changes(
         ignore_null_updates=ignore_null_updates, buckets=buckets,
     )
     fn: Callable[[DataFrame, int], None]
+    if format == "parquet" and is_uri(target):
+        raise ConfigError(f"apply_changes: a parquet target is a local directory, not a URI "
+                          f"({target}): for object stores and HDFS use format='delta' or "
+                          "'iceberg'")
     if format == "parquet":
         fn = ChangeApplier(spec)
     elif format in ("delta", "iceberg"):

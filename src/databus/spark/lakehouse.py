@@ -16,7 +16,8 @@ Table layout: the stored columns, then
   in place; a delete ends it (no row for the delete).
 
 The table is created at the first batch, with table properties ``databus.keys`` and
-``databus.scd_type``, checked at every later start.
+``databus.scd_type``, checked at every later start. A Delta target is a path, a URI
+(``s3a://...``, through Hadoop) or a table name (:mod:`databus.spark.targets`).
 
 **Exactly once.** Spark may run a batch again after a crash between the table
 commit and the checkpoint. The commit carries the query's identity
@@ -53,13 +54,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Literal
 
+from py4j.protocol import Py4JError  # type: ignore[import-untyped]
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -68,6 +68,7 @@ from pyspark.sql.types import DataType, Row, StructType
 
 from databus.core.errors import ConfigError, SchemaError
 from databus.spark.spec import ApplySpec
+from databus.spark.targets import delta_log_holds_files, q, read_text, table_ident
 
 log = logging.getLogger(__name__)
 
@@ -76,18 +77,6 @@ TXN_APP = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 SNAP_PROP = "spark.sql.iceberg.snapshot-property."
 SEQ, START, END = "__seq", "__START_AT", "__END_AT"
-
-
-def q(name: str) -> str:
-    """``name`` as a quoted SQL identifier."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def table_ident(target: str, fmt: Format) -> str:
-    """The SQL name of ``target``: a Delta path becomes ``delta.`path```."""
-    if fmt == "delta" and ("/" in target or target.startswith(".")):
-        return f"delta.{q(str(Path(target).absolute()))}"
-    return target
 
 
 def _sql_literal(value: Any) -> str:
@@ -112,10 +101,10 @@ def query_app_id(checkpoint_location: str) -> Callable[[], str]:
 
     def get() -> str:
         if not found:
-            path = Path(checkpoint_location) / "metadata"
+            path = checkpoint_location.rstrip("/") + "/metadata"  # a path or a URI
             try:
-                found.append("databus:" + json.loads(path.read_text())["id"])
-            except (OSError, ValueError, KeyError) as exc:
+                found.append("databus:" + json.loads(read_text(None, path))["id"])
+            except (OSError, ValueError, KeyError, Py4JError) as exc:
                 raise ConfigError(f"apply_changes: cannot read the query id in {path}: {exc}") \
                     from exc
         return found[0]
@@ -289,7 +278,7 @@ class TableApplier:
 
     def _exists(self, spark: SparkSession) -> bool:
         if self.ident.startswith("delta.`"):
-            return _delta_log_holds_files(Path(self.spec.target) / "_delta_log")
+            return delta_log_holds_files(spark, self.spec.target)
         return bool(spark.catalog.tableExists(self.spec.target))
 
     def _properties(self, spark: SparkSession) -> dict[str, str]:
@@ -426,24 +415,6 @@ class TableApplier:
                f"WHEN MATCHED THEN UPDATE SET {sets} "
                f"WHEN NOT MATCHED THEN INSERT ({names}) VALUES ({values})")
         return src, sql
-
-
-def _delta_log_holds_files(path: Path) -> bool:
-    """Whether a Delta ``_delta_log`` (``path``) holds a file; removes it when it holds
-    only empty directories, as a CTAS that failed before its commit leaves them (Delta
-    then refuses both a CTAS there, "exists", and an INSERT, "not a Delta table")."""
-    if not path.is_dir():
-        return False
-    dirs = [path]
-    for parent, subdirs, files in os.walk(path):
-        if files:
-            return True
-        dirs += [Path(parent) / d for d in subdirs]
-    log.info("apply_changes: removing %s: empty directories left by a first write that "
-             "committed nothing", path)
-    for d in reversed(dirs):  # children first
-        d.rmdir()
-    return False
 
 
 def read_lakehouse(spark: SparkSession, target: str, fmt: Format, *,
