@@ -107,10 +107,10 @@ def auto_cdc(tmp: Path, relay_url: str, name: str) -> tuple[float, Path]:
                PYSPARK_PYTHON=str(venv / "python"), SPARK_CONF_DIR=str(conf))
     subprocess.run([str(venv / "python"), "-m", "databus.spark.properties", "--out",
                     str(conf / "spark-defaults.conf")], env=env, check=True)
-    extra = [str(j) for b in ("spark-test-4.2", "spark-test-catalog-4.2")
-             for j in sorted((cache_dir() / b).glob("*.jar"))]
-    if len(extra) != 2:
+    dirs = [cache_dir() / b for b in ("spark-test-4.2", "spark-test-catalog-4.2")]
+    if not all(any(d.glob("*.jar")) for d in dirs):
         raise SystemExit("no AUTO CDC target catalog: run `bash scripts/spark-line.sh`")
+    extra = [str(j) for d in dirs for j in sorted(d.glob("*.jar"))]
     defaults = conf / "spark-defaults.conf"
     lines = [line + ("," + ",".join(extra) if line.startswith("spark.jars ") else "")
              for line in defaults.read_text().splitlines()]
