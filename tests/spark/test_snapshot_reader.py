@@ -37,6 +37,7 @@ from databus.spark import (
 from databus.spark.apply import ChangeApplier
 from databus.spark.lakehouse import Format
 from databus.spark.spec import ApplySpec
+from databus.spark.targets import table_ident
 from tests.spark.lines import FORMATS
 from tests.support.procs import free_port
 from tests.support.shop import TABLES, Writer, create_shop, table_rows, txlog_max
@@ -203,27 +204,34 @@ def test_json_values_read_several_sources(spark: SparkSession, pipe: Pipeline) -
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("scd", [1, 2])
 def test_initial_load_into_a_lakehouse_table_then_the_stream(
-        spark: SparkSession, pipe: Pipeline, tmp_path: Path, fmt: Format) -> None:
+        spark: SparkSession, pipe: Pipeline, tmp_path: Path, fmt: Format, scd: int) -> None:
     table = "customers"
     target = str(tmp_path / "init") if fmt == "delta" else f"local.init{abs(hash(tmp_path))}.c"
     x = initial_load(spark, target=target, format=fmt, store=pipe.store, source=table,
-                     keys=KEYS[table])
+                     keys=KEYS[table], stored_as_scd_type=scd)
     commits = len(table_versions(spark, target, fmt))
-    assert commits == 1  # the table, the snapshot's rows and X: one CREATE TABLE AS SELECT
+    # SCD1: the table, the snapshot's rows and X in one CREATE TABLE AS SELECT; SCD2: the
+    # table made with X (a Delta version, no Iceberg snapshot), then the load's one MERGE
+    assert commits == (1 if scd == 1 or fmt == "iceberg" else 2)
+    props = {r[0]: r[1] for r in spark.sql(
+        f"SHOW TBLPROPERTIES {table_ident(target, fmt)}").collect()}
+    assert props["databus.initial_scn"] == str(x)
     pipe.write(100)  # changes after X: the stream brings them
     # a second call (as after a crash) returns the same X and writes nothing
     assert initial_load(spark, target=target, format=fmt, store=pipe.store, source=table,
-                        keys=KEYS[table]) == x
+                        keys=KEYS[table], stored_as_scd_type=scd) == x
     assert len(table_versions(spark, target, fmt)) == commits
     stream = (spark.readStream.format("databus").option("relay", pipe.relay.url)
               .option("sources", table).option("partitions", 4)
               .option("startingPosition", str(x)).load())
     q = apply_changes(target=target, source=changes(stream), format=fmt, keys=KEYS[table],
                       sequence_by="_sequence", apply_as_deletes="_op = 'd'",
-                      except_column_list=["_op", "_sequence"],
+                      except_column_list=["_op", "_sequence"], stored_as_scd_type=scd,
                       checkpoint_location=str(tmp_path / "init.ckpt"),
                       trigger={"availableNow": True})
     assert q.awaitTermination(180)
     assert q.exception() is None
-    assert rows_of(read_lakehouse(spark, target, fmt), table) == table_rows(pipe.db, table)
+    assert rows_of(read_lakehouse(spark, target, fmt, current_only=True), table) == \
+        table_rows(pipe.db, table)

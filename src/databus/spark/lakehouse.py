@@ -560,8 +560,9 @@ def initial_load(spark: SparkSession, *, target: str, format: Format,
         applier.table_properties["databus.initial_scn"] = str(x)  # SCD1: in the CTAS
         if stored_as_scd_type == 2 or applier._exists(spark):  # before the load's commit
             applier._ensure_table(spark, applier._changes(snap).schema, spec.columns(snap))
-            spark.sql(f"ALTER TABLE {applier.ident} SET TBLPROPERTIES "
-                      f"('databus.initial_scn' = '{x}')")
+            if not applier._created:  # a table made here has X among its properties
+                spark.sql(f"ALTER TABLE {applier.ident} SET TBLPROPERTIES "
+                          f"('databus.initial_scn' = '{x}')")
     else:
         x = int(known)
         snap = read(x)
