@@ -40,14 +40,21 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from datetime import datetime
 from pathlib import Path
 
+from tests.support.sparkline import (
+    AUTO_CDC_CATALOG,
+    VENV,
+    auto_cdc_target_jars,
+    environment,
+    pipeline_project,
+    write_defaults,
+)
+
 from bench.spark_apply import RelayProcess
 from bench.spark_lakehouse import COLS, FLAT, TABLES, write_changes
-from databus.javadeps import cache_dir
 from databus.spark import apply_changes, session
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,40 +96,18 @@ EVENT = re.compile(r"^(\S+): Flow mem\.db\.scd1 (?:is STARTING|has COMPLETED)")
 def auto_cdc(tmp: Path, relay_url: str, name: str) -> tuple[float, Path]:
     """One ``spark-pipelines run``: the AUTO CDC flow's seconds, and its copy's path."""
     proj, conf = tmp / name, tmp / f"{name}-conf"
-    (proj / "transformations").mkdir(parents=True)
-    (proj / "spark-pipeline.yml").write_text(textwrap.dedent(f"""\
-        name: {name}
-        storage: file://{proj}/storage
-        libraries:
-          - glob:
-              include: transformations/**
-        """))
-    (proj / "transformations" / "cdc.py").write_text(
-        DEFINITIONS.format(relay=relay_url, table=TABLE))
+    spec = pipeline_project(proj, name, DEFINITIONS.format(relay=relay_url, table=TABLE))
     (tmp / "cli.py").write_text(CLI)
-    venv = Path(sys.executable).parent  # this venv's (not resolved: a venv's python is a link)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYSPARK_", "SPARK_")) and k != "PYTHONPATH"}
-    env.update(PATH=f"{venv}:{os.environ['PATH']}", PYTHONPATH=f"{ROOT / 'src'}:{ROOT}",
-               PYSPARK_PYTHON=str(venv / "python"), SPARK_CONF_DIR=str(conf))
-    subprocess.run([str(venv / "python"), "-m", "databus.spark.properties", "--out",
-                    str(conf / "spark-defaults.conf")], env=env, check=True)
-    dirs = [cache_dir() / b for b in ("spark-test-4.2", "spark-test-catalog-4.2")]
-    if not all(any(d.glob("*.jar")) for d in dirs):
-        raise SystemExit("no AUTO CDC target catalog: run `bash scripts/spark-line.sh`")
-    extra = [str(j) for d in dirs for j in sorted(d.glob("*.jar"))]
-    defaults = conf / "spark-defaults.conf"
-    lines = [line + ("," + ",".join(extra) if line.startswith("spark.jars ") else "")
-             for line in defaults.read_text().splitlines()]
-    lines += [f"spark.sql.warehouse.dir {tmp / f'{name}-warehouse'}",               "spark.driver.memory 4g", "spark.sql.shuffle.partitions 4",
-              "spark.ui.enabled false", "spark.ui.showConsoleProgress false",
-              "spark.sql.catalog.mem io.databus.sparktest.SharedRowLevelCatalog"]
-    defaults.write_text("\n".join(lines) + "\n")
-    home = subprocess.run([str(venv / "python"), "-c", "import pyspark, os; "
+    env = environment(conf)
+    write_defaults(env, jars=auto_cdc_target_jars(), lines=[
+        f"spark.sql.warehouse.dir {tmp / f'{name}-warehouse'}", "spark.driver.memory 4g",
+        "spark.sql.shuffle.partitions 4", "spark.ui.enabled false",
+        "spark.ui.showConsoleProgress false", AUTO_CDC_CATALOG])
+    home = subprocess.run([str(VENV / "python"), "-c", "import pyspark, os; "
                            "print(os.path.dirname(pyspark.__file__))"],
                           env=env, capture_output=True, text=True, check=True).stdout.strip()
     done = subprocess.run([f"{home}/bin/spark-class", "org.apache.spark.deploy.SparkPipelines",
-                           str(tmp / "cli.py"), "run", "--spec", str(proj / "spark-pipeline.yml")],
+                           str(tmp / "cli.py"), "run", "--spec", str(spec)],
                           cwd=proj, env=env, capture_output=True, text=True, timeout=1800,
                           check=False)
     stamps = [datetime.fromisoformat(m.group(1)) for m in map(EVENT.match, done.stdout.splitlines())

@@ -13,17 +13,14 @@ source; a Delta target given as a URI is refused with the ``ConfigError`` that s
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.support.shop import TABLES, Writer, create_shop, table_rows
+from tests.support.sparkline import VENV, environment, write_defaults
 from tests.support.sparkrelay import start_relay, wait_relay
-
-ROOT = Path(__file__).resolve().parents[2]
-VENV = ROOT / ".venv-spark42" / "bin"
 
 pytestmark = [
     pytest.mark.slow,
@@ -70,18 +67,9 @@ def test_apply_changes_on_spark_connect(tmp_path: Path) -> None:
             for _ in range(60):
                 w.transaction()
         wait_relay(relay, db)
-        conf = tmp_path / "conf"
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("PYSPARK_", "SPARK_")) and k != "PYTHONPATH"}
-        env.update(PATH=f"{VENV}:{os.environ['PATH']}", PYTHONPATH=str(ROOT / "src"),
-                   PYSPARK_PYTHON=str(VENV / "python"), SPARK_CONF_DIR=str(conf))
-        made = subprocess.run([str(VENV / "python"), "-m", "databus.spark.properties",
-                               "--out", str(conf / "spark-defaults.conf")],
-                              env=env, capture_output=True, text=True, timeout=300, check=False)
-        assert made.returncode == 0, made.stderr
-        with (conf / "spark-defaults.conf").open("a") as f:
-            f.write("spark.ui.enabled false\nspark.driver.memory 1g\n"
-                    "spark.sql.shuffle.partitions 2\n")
+        env = environment(tmp_path / "conf")
+        write_defaults(env, lines=["spark.ui.enabled false", "spark.driver.memory 1g",
+                                   "spark.sql.shuffle.partitions 2"])
         done = subprocess.run([str(VENV / "python"), "-c", CLIENT, relay.url, str(tmp_path)],
                               env=env, capture_output=True, text=True, timeout=420,
                               check=False)

@@ -22,23 +22,23 @@ Delta release lifts it they fail and say to assert the Delta table instead (docs
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import textwrap
 import urllib.request
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
-from databus.javadeps import cache_dir
 from tests.support.shop import TABLES, Writer, create_shop, table_rows
+from tests.support.sparkline import (
+    AUTO_CDC_CATALOG,
+    VENV,
+    auto_cdc_target_jars,
+    environment,
+    pipeline_project,
+    write_defaults,
+)
 from tests.support.sparkrelay import start_relay, wait_relay
-
-ROOT = Path(__file__).resolve().parents[2]
-VENV = ROOT / ".venv-spark42" / "bin"
-# the AUTO CDC target: Spark's test jar and the shared catalog over it (scripts/spark-line.sh)
-TARGET_JARS = ("spark-test-4.2", "spark-test-catalog-4.2")
 
 pytestmark = [
     pytest.mark.slow,
@@ -113,67 +113,35 @@ def customers_cdf():
             .where("_change_type != 'update_preimage'"))
 
 
-dp.create_streaming_table("customers_auto_cdc", format="delta")
-dp.create_auto_cdc_flow(target="customers_auto_cdc", source="customers_cdf",
-                        keys=["id"], sequence_by="_commit_version",
-                        apply_as_deletes="_change_type = 'delete'",
-                        except_column_list=["_change_type", "_commit_version",
-                                            "_commit_timestamp"],
-                        stored_as_scd_type=1)
-
-
-dp.create_streaming_table("mem.db.customers_scd1")
-dp.create_auto_cdc_flow(target="mem.db.customers_scd1", source="customers_cdf",
-                        keys=["id"], sequence_by="_commit_version",
-                        apply_as_deletes="_change_type = 'delete'",
-                        except_column_list=["_change_type", "_commit_version",
-                                            "_commit_timestamp"],
-                        stored_as_scd_type=1)
+# into Delta (refused) and into the in-memory table with row-level operations
+for target, fmt in (("customers_auto_cdc", "delta"), ("mem.db.customers_scd1", None)):
+    dp.create_streaming_table(target, format=fmt)
+    dp.create_auto_cdc_flow(target=target, source="customers_cdf",
+                            keys=["id"], sequence_by="_commit_version",
+                            apply_as_deletes="_change_type = 'delete'",
+                            except_column_list=["_change_type", "_commit_version",
+                                                "_commit_timestamp"],
+                            stored_as_scd_type=1)
 ''' + COPY
 
 
 def run_pipeline(tmp: Path, relay_url: str, definitions: str = DEFINITIONS,
                  **fields: str) -> subprocess.CompletedProcess[str]:
     proj, warehouse, conf = tmp / "pipeline", tmp / "warehouse", tmp / "conf"
-    (proj / "transformations").mkdir(parents=True)
-    (proj / "spark-pipeline.yml").write_text(textwrap.dedent(f"""\
-        name: databus_cdc
-        storage: file://{proj}/storage
-        libraries:
-          - glob:
-              include: transformations/**
-        """))
-    (proj / "transformations" / "cdc.py").write_text(definitions.format(relay=relay_url, **fields))
-    # nothing of this process's Spark 4.1 (its pyspark on PYTHONPATH, PYSPARK_*, SPARK_*)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYSPARK_", "SPARK_")) and k != "PYTHONPATH"}
-    env.update(PATH=f"{VENV}:{os.environ['PATH']}", PYTHONPATH=str(ROOT / "src"),
-               PYSPARK_PYTHON=str(VENV / "python"), SPARK_CONF_DIR=str(conf))
+    spec = pipeline_project(proj, "databus_cdc", definitions.format(relay=relay_url, **fields))
     # what a user does: the line's properties as spark-defaults.conf (spark-pipelines starts
     # its Spark Connect server before any definition runs), plus the app's own settings
-    made = subprocess.run([str(VENV / "python"), "-m", "databus.spark.properties",
-                           "--out", str(conf / "spark-defaults.conf")],
-                          env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert made.returncode == 0, made.stderr
-    defaults = conf / "spark-defaults.conf"
-    targets = [cache_dir() / b for b in TARGET_JARS]
-    assert all(any(d.glob("*.jar")) for d in targets), \
-        f"no jar in one of {targets}: run `bash scripts/spark-line.sh`"
-    extra = [str(j) for d in targets for j in sorted(d.glob("*.jar"))]
-    defaults.write_text("".join(
-        line + ("," + ",".join(extra) if line.startswith("spark.jars ") else "") + "\n"
-        for line in defaults.read_text().splitlines()))
-    with defaults.open("a") as f:
-        f.write(f"spark.sql.warehouse.dir {warehouse}\nspark.driver.memory 1g\n"
-                "spark.sql.shuffle.partitions 2\nspark.ui.enabled false\n"
-                # the relay as a catalog (Spark's changelog API, the JVM reader's for 4.2)
-                "spark.sql.catalog.databus io.databus.spark.DatabusCatalog\n"
-                f"spark.sql.catalog.databus.relay {relay_url}\n"
-                "spark.sql.catalog.databus.partitions 2\n"
-                # the AUTO CDC target with row-level operations (see the module docstring)
-                "spark.sql.catalog.mem io.databus.sparktest.SharedRowLevelCatalog\n")
-    return subprocess.run([str(VENV / "spark-pipelines"), "run", "--spec",
-                           str(proj / "spark-pipeline.yml")], cwd=proj, env=env,
+    env = environment(conf)
+    write_defaults(env, jars=auto_cdc_target_jars(), lines=[
+        f"spark.sql.warehouse.dir {warehouse}", "spark.driver.memory 1g",
+        "spark.sql.shuffle.partitions 2", "spark.ui.enabled false",
+        # the relay as a catalog (Spark's changelog API, the JVM reader's for 4.2)
+        "spark.sql.catalog.databus io.databus.spark.DatabusCatalog",
+        f"spark.sql.catalog.databus.relay {relay_url}",
+        "spark.sql.catalog.databus.partitions 2",
+        AUTO_CDC_CATALOG])  # the AUTO CDC target (see the module docstring)
+    return subprocess.run([str(VENV / "spark-pipelines"), "run", "--spec", str(spec)],
+                          cwd=proj, env=env,
                           capture_output=True, text=True, timeout=420, check=False)
 
 
