@@ -29,15 +29,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from tests.support import sparkline
 from tests.support.shop import TABLES, Writer, create_shop, table_rows
-from tests.support.sparkline import (
-    AUTO_CDC_CATALOG,
-    VENV,
-    auto_cdc_target_jars,
-    environment,
-    pipeline_project,
-    write_defaults,
-)
+from tests.support.sparkline import VENV
 from tests.support.sparkrelay import start_relay, wait_relay
 
 pytestmark = [
@@ -127,22 +121,7 @@ for target, fmt in (("customers_auto_cdc", "delta"), ("mem.db.customers_scd1", N
 
 def run_pipeline(tmp: Path, relay_url: str, definitions: str = DEFINITIONS,
                  **fields: str) -> subprocess.CompletedProcess[str]:
-    proj, warehouse, conf = tmp / "pipeline", tmp / "warehouse", tmp / "conf"
-    spec = pipeline_project(proj, "databus_cdc", definitions.format(relay=relay_url, **fields))
-    # what a user does: the line's properties as spark-defaults.conf (spark-pipelines starts
-    # its Spark Connect server before any definition runs), plus the app's own settings
-    env = environment(conf)
-    write_defaults(env, jars=auto_cdc_target_jars(), lines=[
-        f"spark.sql.warehouse.dir {warehouse}", "spark.driver.memory 1g",
-        "spark.sql.shuffle.partitions 2", "spark.ui.enabled false",
-        # the relay as a catalog (Spark's changelog API, the JVM reader's for 4.2)
-        "spark.sql.catalog.databus io.databus.spark.DatabusCatalog",
-        f"spark.sql.catalog.databus.relay {relay_url}",
-        "spark.sql.catalog.databus.partitions 2",
-        AUTO_CDC_CATALOG])  # the AUTO CDC target (see the module docstring)
-    return subprocess.run([str(VENV / "spark-pipelines"), "run", "--spec", str(spec)],
-                          cwd=proj, env=env,
-                          capture_output=True, text=True, timeout=420, check=False)
+    return sparkline.run_pipeline(tmp, relay_url, definitions, **fields)
 
 
 def scd1_copy(spark: SparkSession, tmp: Path) -> list[tuple[object, ...]]:

@@ -6,6 +6,9 @@ work and log directories under ``tmp``, the venv's ``bin`` first on ``PATH`` as
 ``spark-class`` needs), waits until every worker is registered (the master's ``/json``),
 and stops them all (the worker's executors with it) when the block ends.
 :func:`submit` runs ``spark-submit`` against it the way a user does.
+
+Both run from this interpreter's venv (the pinned Spark line) unless given another line's
+``bin`` directory and environment (``.venv-spark42``: :mod:`tests.support.sparkline`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,13 +47,17 @@ class SparkCluster:
             os.killpg(self.worker_pids[i], signal.SIGKILL)
 
 
-def environment(**extra: str) -> dict[str, str]:
-    """The environment of the cluster's processes and of ``spark-submit``: the venv's bin
-    first on PATH, this checkout's src importable, this interpreter as PySpark's."""
-    path = [str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]
-    return dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-                PYTHONPATH=os.pathsep.join(p for p in path if p),
-                PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, **extra)
+def environment(bin_dir: Path = VENV_BIN, base: Mapping[str, str] | None = None,
+                **extra: str) -> dict[str, str]:
+    """The environment of the cluster's processes and of ``spark-submit``: ``base`` (this
+    process's environment by default) with the venv's bin first on PATH, this checkout's
+    src importable and the venv's python as PySpark's."""
+    base = os.environ if base is None else base
+    path = [str(ROOT / "src"), base.get("PYTHONPATH", "")]
+    python = str(bin_dir / "python")
+    return {**base, "PATH": f"{bin_dir}{os.pathsep}{base.get('PATH', '')}",
+            "PYTHONPATH": os.pathsep.join(dict.fromkeys(p for p in path if p)),
+            "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python, **extra}
 
 
 def _start(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -76,18 +83,21 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def spark_cluster(tmp: Path, workers: int = 2, cores: int = 1,
-                  memory: str = "1g") -> Iterator[SparkCluster]:
-    """A master and ``workers`` workers of ``cores`` cores and ``memory`` each."""
+def spark_cluster(tmp: Path, workers: int = 2, cores: int = 1, memory: str = "1g", *,
+                  bin_dir: Path = VENV_BIN,
+                  base: Mapping[str, str] | None = None) -> Iterator[SparkCluster]:
+    """A master and ``workers`` workers of ``cores`` cores and ``memory`` each, started
+    from the Spark of ``bin_dir`` in ``base`` (see :func:`environment`)."""
     tmp.mkdir(parents=True, exist_ok=True)
-    env = environment(SPARK_LOG_DIR=str(tmp / "logs"), SPARK_LOCAL_DIRS=str(tmp / "local"),
+    env = environment(bin_dir, base, SPARK_LOG_DIR=str(tmp / "logs"),
+                      SPARK_LOCAL_DIRS=str(tmp / "local"),
                       SPARK_WORKER_DIR=str(tmp / "work"), SPARK_NO_DAEMONIZE="1")
     (tmp / "logs").mkdir(exist_ok=True)
     port, ui = free_port(), free_port()
     master = f"spark://127.0.0.1:{port}"
     status = f"http://127.0.0.1:{ui}/json/"
     with ExitStack() as stack:
-        m = _start([str(VENV_BIN / "spark-class"), "org.apache.spark.deploy.master.Master",
+        m = _start([str(bin_dir / "spark-class"), "org.apache.spark.deploy.master.Master",
                     "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)],
                    tmp / "logs" / "master.log", env)
         stack.callback(_stop, m)
@@ -95,7 +105,7 @@ def spark_cluster(tmp: Path, workers: int = 2, cores: int = 1,
         for i in range(workers):
             work = tmp / f"worker{i}"
             work.mkdir(exist_ok=True)
-            w = _start([str(VENV_BIN / "spark-class"), "org.apache.spark.deploy.worker.Worker",
+            w = _start([str(bin_dir / "spark-class"), "org.apache.spark.deploy.worker.Worker",
                         master, "--host", "127.0.0.1", "--port", str(free_port()),
                         "--webui-port", str(free_port()), "--cores", str(cores),
                         "--memory", memory, "--work-dir", str(work)],
@@ -122,12 +132,14 @@ def spark_cluster(tmp: Path, workers: int = 2, cores: int = 1,
 
 def submit(cluster: SparkCluster, script: Path, args: Sequence[str], *,
            spark_args: Sequence[str] = (), log: Path, timeout: float = 300.0,
-           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+           env: dict[str, str] | None = None,
+           bin_dir: Path = VENV_BIN) -> subprocess.CompletedProcess[str]:
     """``spark-submit --master <cluster> <spark_args> script args`` (client mode, as a user
-    runs it from a shell); its output is kept in ``log``."""
+    runs it from a shell, the ``spark-submit`` of ``bin_dir``); its output is kept in
+    ``log``."""
     started = time.monotonic()
     done = subprocess.run(
-        [str(VENV_BIN / "spark-submit"), "--master", cluster.master, *spark_args, str(script),
+        [str(bin_dir / "spark-submit"), "--master", cluster.master, *spark_args, str(script),
          *args], env=env or environment(), cwd=log.parent, capture_output=True, text=True,
         timeout=timeout, check=False)
     log.write_text(f"# {time.monotonic() - started:.1f}s, exit {done.returncode}\n"

@@ -5,7 +5,8 @@ runs, so it takes its Spark settings from ``$SPARK_CONF_DIR/spark-defaults.conf`
 sets it up: the line's properties from ``python -m databus.spark.properties`` plus the run's
 own lines. :func:`environment` is such a process's environment (nothing of the caller's
 Spark 4.1), :func:`write_defaults` its properties file, :func:`pipeline_project` a
-``spark-pipelines`` project of one definitions file.
+``spark-pipelines`` project of one definitions file, :func:`run_pipeline` its run (on a
+Connect server of its own, or on one :func:`connect_server` started on a cluster).
 
 ``AUTO_CDC_TARGET``: the bundles of the suite's AUTO CDC target, Spark's in-memory table with
 row-level operations behind the catalog of ``tests/spark/java`` (the one target open-source
@@ -15,12 +16,17 @@ Spark 4.2 takes; docs/spark.md), and the catalog line that names it ``mem``.
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import subprocess
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from databus.javadeps import cache_dir
+from tests.support.procs import free_port
+from tests.support.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-spark42" / "bin"
@@ -73,3 +79,67 @@ def pipeline_project(proj: Path, name: str, definitions: str) -> Path:
         """))
     (proj / "transformations" / "cdc.py").write_text(definitions)
     return spec
+
+
+def pipeline_settings(warehouse: Path, relay_url: str) -> list[str]:
+    """The pipeline runs' Spark settings beside the line's properties: the warehouse, the
+    relay as a catalog (Spark's changelog API, the JVM reader's for 4.2) and the AUTO CDC
+    target's catalog."""
+    return [f"spark.sql.warehouse.dir {warehouse}", "spark.driver.memory 1g",
+            "spark.sql.shuffle.partitions 2", "spark.ui.enabled false",
+            "spark.sql.catalog.databus io.databus.spark.DatabusCatalog",
+            f"spark.sql.catalog.databus.relay {relay_url}",
+            "spark.sql.catalog.databus.partitions 2", AUTO_CDC_CATALOG]
+
+
+def run_pipeline(tmp: Path, relay_url: str, definitions: str, *, remote: str | None = None,
+                 **fields: str) -> subprocess.CompletedProcess[str]:
+    """``spark-pipelines run`` of a project in ``tmp / "pipeline"`` whose definitions are
+    ``definitions`` with ``relay`` and ``fields`` filled in.
+
+    Without ``remote``, what a user does on one machine: the line's properties and
+    :func:`pipeline_settings` (warehouse ``tmp / "warehouse"``) as spark-defaults.conf, read
+    by the Connect server ``spark-pipelines`` starts before any definition runs. With
+    ``remote`` (``sc://...``), a client of that server, which holds the settings."""
+    proj, conf = tmp / "pipeline", tmp / "conf"
+    spec = pipeline_project(proj, "databus_cdc", definitions.format(relay=relay_url, **fields))
+    env = environment(conf)
+    if remote is None:
+        write_defaults(env, jars=auto_cdc_target_jars(),
+                       lines=pipeline_settings(tmp / "warehouse", relay_url))
+    return subprocess.run([str(VENV / "spark-pipelines"),
+                           *(["--remote", remote] if remote else []), "run", "--spec", str(spec)],
+                          cwd=proj, env=env, capture_output=True, text=True, timeout=420,
+                          check=False)
+
+
+@contextmanager
+def connect_server(env: dict[str, str], master: str, log: Path) -> Iterator[str]:
+    """A Spark Connect server of the line on ``master`` (``spark-submit --class
+    ...SparkConnectServer``, settings from ``env``'s spark-defaults.conf), as a user runs
+    one for a cluster; yields its ``sc://`` URL, stopped (its process group) after."""
+    port = free_port()
+    with log.open("ab") as fh:
+        proc = subprocess.Popen(
+            [str(VENV / "spark-submit"), "--master", master, "--class",
+             "org.apache.spark.sql.connect.service.SparkConnectServer",
+             "--conf", f"spark.connect.grpc.binding.port={port}"],
+            env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=log.parent,
+            start_new_session=True)
+
+    def listening() -> bool:
+        assert proc.poll() is None, f"the Connect server exited: see {log}"
+        with socket.socket() as sock:
+            return sock.connect_ex(("127.0.0.1", port)) == 0
+
+    try:
+        wait_until(listening, 180, "the Spark Connect server to listen", interval=0.5)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
