@@ -26,7 +26,6 @@ from typing import Any
 
 import httpx
 import pytest
-from pyspark.sql import SparkSession
 
 from databus.spark import jvm
 from tests.spark.lines import needs
@@ -169,10 +168,22 @@ def cdf_scd1_copy():
 '''
 
 
+READ_COPIES = '''
+import json, sys
+from pyspark.sql import SparkSession
+
+spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+print("ROWS " + json.dumps({
+    name: [list(r) for r in spark.read.format("delta").load(f"{sys.argv[2]}/{name}")
+           .select("id", "name", "balance", "tx").collect()]
+    for name in ("flat_scd1_copy", "cdf_scd1_copy")}))
+'''
+
+
 @pytest.mark.skipif(not (sparkline.VENV / "spark-pipelines").exists(),
                     reason="no .venv-spark42 (bash scripts/spark-line.sh makes it)")
 @pytest.mark.timeout(1200)  # a cluster's start, a job of five queries and a pipeline run
-def test_the_newest_line_on_a_cluster_of_its_own(spark: SparkSession, tmp_path: Path) -> None:
+def test_the_newest_line_on_a_cluster_of_its_own(tmp_path: Path) -> None:
     """Spark 4.2 (the newest workable line, ``.venv-spark42``) as a user runs it on a
     standalone cluster started from that venv: ``spark-submit`` of both readers applying
     into Delta and of ``readStream.changes`` applied with no column mapping, each table
@@ -212,6 +223,13 @@ def test_the_newest_line_on_a_cluster_of_its_own(spark: SparkSession, tmp_path: 
                                           tmp_path / "connect.log") as remote:
                 ran = sparkline.run_pipeline(tmp_path / "sdp", relay.url, CLUSTER_DEFINITIONS,
                                              remote=remote, source=source)
+                # the copies read back through the same server (a Connect client of the
+                # line: no Spark JVM of this process, so the test is not in the Spark chain)
+                copies = subprocess.run(
+                    [str(sparkline.VENV / "python"), "-c", READ_COPIES, remote,
+                     str(tmp_path / "sdp" / "warehouse")],
+                    env=sparkline.environment(tmp_path / "conf-client"), capture_output=True,
+                    text=True, timeout=300, check=False)
             (tmp_path / "sdp.log").write_text(ran.stdout + ran.stderr)
             apps = httpx.get(f"{cluster.ui}/json/", timeout=5).json()
     finally:
@@ -231,9 +249,9 @@ def test_the_newest_line_on_a_cluster_of_its_own(spark: SparkSession, tmp_path: 
     # the pipeline: AUTO CDC tables, copied into Delta, equal to the source
     log = (tmp_path / "sdp.log").read_text()
     assert ran.returncode == 0, log[-5000:]
-    for name in ("flat_scd1_copy", "cdf_scd1_copy"):
-        got = spark.read.format("delta").load(str(tmp_path / "sdp" / "warehouse" / name))
-        assert sorted(list(r) for r in got.select("id", "name", "balance", "tx").collect()) \
-            == want, name
+    rows = [line[5:] for line in copies.stdout.splitlines() if line.startswith("ROWS ")]
+    assert copies.returncode == 0 and rows, copies.stderr[-4000:]
+    for name, got in json.loads(rows[0]).items():
+        assert sorted(got) == want, name
     names = [a["name"] for a in apps.get("completedapps", []) + apps.get("activeapps", [])]
     assert "databus-cluster-formats" in names and len(names) == 2, names
