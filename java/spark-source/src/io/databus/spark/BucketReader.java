@@ -100,6 +100,12 @@ final class BucketReader implements PartitionReader<InternalRow> {
     private final boolean newest;          // newestPerKey
     private java.util.Iterator<InternalRow> kept;  // newestPerKey: the rows kept, once read
 
+    /** A key of one source (an integer key, else its bytes). */
+    private record Key(int src, long intKey, java.nio.ByteBuffer bytes) {}
+
+    /** The n-th truncate of the read: never replaced by a later one. */
+    private record Truncate(long n) {}
+
     BucketReader(Factory f, Bucket b) {
         SourceOptions o = f.opts();
         changelog = o.changelog;
@@ -167,12 +173,18 @@ final class BucketReader implements PartitionReader<InternalRow> {
         }
     }
 
+    /** Where a kept event is: its page, its offset there, its index in its window. */
+    private record At(byte[] page, int off, int index) {}
+
     /**
      * newestPerKey: the whole read walked, then the rows of each key's newest event and of
      * every truncate, decoded one by one as Spark asks, in the order of those events.
      */
     private java.util.Iterator<InternalRow> readNewest() {
-        NewestPerKey kept = new NewestPerKey();
+        // access order: a key's newer event moves it last, so the map iterates in the order
+        // of each key's newest event
+        java.util.LinkedHashMap<Object, At> kept = new java.util.LinkedHashMap<>(1024, 0.75f, true);
+        long truncates = 0;
         while (true) {
             EventWalk.Kind k = walk.step();
             if (k == EventWalk.Kind.END) {
@@ -182,30 +194,30 @@ final class BucketReader implements PartitionReader<InternalRow> {
                 continue;
             }
             Wire e = walk.event;
+            Object key;
             if ((e.attributes & 7) == 5) {
-                kept.truncate(walk.data, walk.eventOffset(), walk.index);
+                key = new Truncate(truncates++);
             } else if (e.keyBytes) {
-                kept.bytesKey(e.srcId, e.keyOff, e.keyLen, walk.data, walk.eventOffset(), walk.index);
+                key = new Key(e.srcId, 0, java.nio.ByteBuffer.wrap(
+                    java.util.Arrays.copyOfRange(walk.data, e.keyOff, e.keyOff + e.keyLen)));
             } else {
-                kept.intKey(e.srcId, e.intKey, walk.data, walk.eventOffset(), walk.index);
+                key = new Key(e.srcId, e.intKey, null);
             }
+            kept.put(key, new At(walk.data, walk.eventOffset(), walk.index));
         }
-        int[] places = kept.inOrder();
+        java.util.Iterator<At> events = kept.values().iterator();
         Wire w = new Wire();
         return new java.util.Iterator<>() {
-            private int next;
-
             @Override
             public boolean hasNext() {
-                return next < places.length;
+                return events.hasNext();
             }
 
             @Override
             public InternalRow next() {
-                int p = places[next++];
-                byte[] page = kept.page(p);
-                w.parse(page, kept.offset(p), page.length);
-                return decoder.decode(page, w, kept.index(p));
+                At a = events.next();
+                w.parse(a.page(), a.off(), a.page().length);
+                return decoder.decode(a.page(), w, a.index());
             }
         };
     }
