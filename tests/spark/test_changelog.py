@@ -7,8 +7,6 @@ changelog API (its jar is built without the catalog)."""
 from __future__ import annotations
 
 import itertools
-import json
-import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from databus.relay.relay import Relay
 from databus.spark import jvm, lines
 from tests.support.shop import TABLES, Writer, create_shop, table_rows
-from tests.support.sparkrelay import start_relay, wait_relay
+from tests.support.sparkrelay import source_name, start_relay, wait_relay
 
 pytestmark = [
     pytest.mark.skipif(jvm.jar() is None, reason="no JDK here to build the JVM reader"),
@@ -53,12 +51,6 @@ def catalog(spark: SparkSession, relay: Relay, **opts: str) -> str:
     for k, v in {"partitions": "2", **opts}.items():
         spark.conf.set(f"spark.sql.catalog.{name}.{k}", v)
     return name
-
-
-def source_name(relay: Relay, table: str) -> str:
-    with urllib.request.urlopen(f"{relay.url}/sources") as r:
-        names = [s["name"] for s in json.load(r)]
-    return next(n for n in names if n.endswith("." + table))
 
 
 def drain(df: DataFrame, out: Path) -> list[Any]:

@@ -19,7 +19,6 @@ import re
 import sqlite3
 import subprocess
 import time
-import urllib.request
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ from tests.spark.lines import needs
 from tests.support import sparkline
 from tests.support.shop import TABLES, Writer, create_shop
 from tests.support.spark_cluster import VENV_BIN, environment, spark_cluster, submit
-from tests.support.sparkrelay import start_relay, wait_relay
+from tests.support.sparkrelay import source_name, start_relay, wait_relay
 from tests.support.wait import wait_until
 
 JOB = Path(__file__).with_name("cluster_pipeline_job.py")
@@ -199,8 +198,7 @@ def test_the_newest_line_on_a_cluster_of_its_own(tmp_path: Path) -> None:
             for _ in range(120):
                 w.transaction()
         wait_relay(relay, db)
-        with urllib.request.urlopen(f"{relay.url}/sources") as r:
-            source = next(s["name"] for s in json.load(r) if s["name"].endswith(".customers"))
+        source = source_name(relay, "customers")
         out = tmp_path / "out"
         out.mkdir()
         # each process of the line with a conf dir of its own (nothing of this 4.1 process)

@@ -21,9 +21,7 @@ Delta release lifts it they fail and say to assert the Delta table instead (docs
 
 from __future__ import annotations
 
-import json
 import subprocess
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -32,7 +30,7 @@ from pyspark.sql import SparkSession
 from tests.support import sparkline
 from tests.support.shop import TABLES, Writer, create_shop, table_rows
 from tests.support.sparkline import VENV
-from tests.support.sparkrelay import start_relay, wait_relay
+from tests.support.sparkrelay import source_name, start_relay, wait_relay
 
 pytestmark = [
     pytest.mark.slow,
@@ -180,8 +178,7 @@ def test_an_auto_cdc_flow_reading_the_changelog_api_equals_the_source(
             for _ in range(50):
                 w.transaction()
         wait_relay(relay, db)
-        with urllib.request.urlopen(f"{relay.url}/sources") as r:
-            source = next(s["name"] for s in json.load(r) if s["name"].endswith(".customers"))
+        source = source_name(relay, "customers")
         done = run_pipeline(tmp_path, relay.url, CHANGELOG_DEFINITIONS, source=source)
     finally:
         relay.stop()

@@ -4,7 +4,9 @@ for it, streaming it into Spark, reading its events.
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import urllib.request
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -50,6 +52,13 @@ def start_relay(db: Path, tmp: Path, tables: list[str], snapshot_mode: str = "no
 def rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
     with closing(sqlite3.connect(db)) as con:
         return [tuple(r) for r in con.execute(sql)]
+
+
+def source_name(relay: Relay, table: str) -> str:
+    """The relay's full name of ``table`` (``<db>.<table>``), as its ``/sources`` lists it."""
+    with urllib.request.urlopen(f"{relay.url}/sources") as r:
+        names = [s["name"] for s in json.load(r)]
+    return next(n for n in names if n.endswith("." + table))
 
 
 def wait_relay(relay: Relay, db: Path, timeout: float = 30.0) -> None:
