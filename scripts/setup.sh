@@ -77,7 +77,10 @@ if command -v javac >/dev/null; then
   bash scripts/java/build-spark-source.sh
 fi
 if [ "${DATABUS_SETUP_SERVERS:-0}" = "1" ]; then
-  # the second Spark line (pyspark 4.2, Delta for 4.2, the JVM reader built for it) in its
-  # own venv, .venv-spark42: scripts/test-spark-line.sh and tests/spark/test_spark_pipelines.py
+  # the newer Spark lines in venvs of their own: 4.2 (pyspark 4.2.1, Delta for 4.2, the JVM
+  # reader built for it), .venv-spark42, and 4.3 (pyspark 4.3.0, no lakehouse format, the JVM
+  # reader built for it), .venv-spark43: scripts/test-spark-line.sh,
+  # tests/spark/test_spark_pipelines.py (4.2) and tests/spark/test_spark_scd2.py (4.3)
   bash scripts/spark-line.sh 4.2
+  bash scripts/spark-line.sh 4.3
 fi

@@ -23,10 +23,12 @@ if [ "$workers" = "0" ]; then
 else
   .venv/bin/python -m pytest -q -n "$workers" "$@" || status=$?
 fi
-echo "== pytest on the second Spark line (4.2: scripts/test-spark-line.sh)"
-line_start=$SECONDS
-bash scripts/test-spark-line.sh || status=$?
-echo "== the second Spark line took $((SECONDS - line_start)) s"
+for line in 4.2 4.3; do
+  echo "== pytest on the Spark line $line (scripts/test-spark-line.sh $line)"
+  line_start=$SECONDS
+  bash scripts/test-spark-line.sh "$line" || status=$?
+  echo "== the Spark line $line took $((SECONDS - line_start)) s"
+done
 echo "== pytest took $((SECONDS - start)) s of wall time with $workers workers;" \
   "CPU time (user, system) of this script, then of all it ran:"
 times

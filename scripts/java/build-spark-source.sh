@@ -5,7 +5,8 @@
 # scripts/spark-line.sh), under $DATABUS_JAVA_CACHE when set; the line is read from the
 # spark-sql jar's version. Compiled with javac against pyspark's own jars: nothing is
 # downloaded. Java sources under java/spark-source/src-<line> are compiled only for that
-# line (the parts that use an API only that line has). Rebuilt only when the Java sources
+# line (what differs between lines: Line.java; a line without that directory is refused),
+# src-changelog for the lines with Spark's changelog API (4.2 and later). Rebuilt only when the Java sources
 # (or the pyspark version) change: the stamp file holds their hash.
 # Usage: bash scripts/java/build-spark-source.sh [--print-hash]  (PYSPARK_JARS: pyspark's jars dir)
 set -euo pipefail
@@ -25,6 +26,10 @@ dir=spark-source
 [ "$line" = "4.1" ] || dir=spark-source-$line
 out=${DATABUS_JAVA_CACHE:-.cache/java}/$dir
 jar="$out/databus-spark-source.jar"
+if [ ! -d "$src/src-$line" ]; then
+  echo "build-spark-source: no $src/src-$line: Spark $line is not a line this reader knows" >&2
+  exit 1
+fi
 mkdir -p "$out"
 exec 9>"$out/.lock"
 flock 9  # one build at a time (a test session and setup.sh may race)
@@ -37,8 +42,10 @@ if ! command -v javac >/dev/null; then
 fi
 build=$(mktemp -d)
 trap 'rm -rf "$build"' EXIT
+dirs=("$src/src" "$src/src-$line")
+[ "$line" = "4.1" ] || dirs+=("$src/src-changelog")
 javac -d "$build/classes" --release 17 -Xlint:all,-path -Werror -cp "$jars/*" \
-  $(find "$src/src" $( [ -d "$src/src-$line" ] && echo "$src/src-$line") -name '*.java' | LC_ALL=C sort)
+  $(find "${dirs[@]}" -name '*.java' | LC_ALL=C sort)
 cp -r "$src/resources/." "$build/classes/"
 jar --create --file "$build/databus-spark-source.jar" -C "$build/classes" .
 mv "$build/databus-spark-source.jar" "$jar"

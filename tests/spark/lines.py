@@ -1,8 +1,8 @@
 """What the Spark line the tests run on has (:mod:`databus.spark.lines`), for the tests.
 
-The suite runs the Spark tests on the pinned line (``.venv``, 4.1) and a smaller set on the
-second line (``.venv-spark42``, ``scripts/test-spark-line.sh``): a test needing a lakehouse
-format the line has no jars for is skipped there, naming why.
+The suite runs the Spark tests on the pinned line (``.venv``, 4.1) and smaller sets on the
+newer lines (``.venv-spark42``, ``.venv-spark43``, ``scripts/test-spark-line.sh``): a test
+needing a lakehouse format the line has no jars for is skipped there, naming why.
 """
 
 from __future__ import annotations

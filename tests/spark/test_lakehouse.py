@@ -205,6 +205,7 @@ def test_a_first_batch_creates_the_table_with_its_rows_in_one_commit(
     assert written(target) == made
 
 
+@needs("delta")
 def test_a_delta_target_and_checkpoint_given_as_uris_are_written_there(
         spark: SparkSession, tmp_path: Path) -> None:
     """``file://`` URIs take the path ``s3a://``/``abfss://``/``hdfs://`` ones take (Hadoop's
@@ -289,6 +290,7 @@ def test_schema_evolution(spark: SparkSession, tmp_path: Path, fmt: Format) -> N
     assert len(table_versions(spark, target, fmt)) == n
 
 
+@needs("delta")
 def test_a_table_made_with_other_keys_is_refused(spark: SparkSession, tmp_path: Path) -> None:
     target = str(tmp_path / "keys")
     df = spark.createDataFrame([(1, 2, 1)], "id int, other int, seq long")
@@ -385,6 +387,7 @@ def test_driver_killed_five_times_mid_stream(spark: SparkSession, tmp_path: Path
         relay.stop()
 
 
+@needs("delta")
 def test_a_column_added_at_the_source_reaches_the_table_without_a_restart(
         spark: SparkSession, tmp_path: Path) -> None:
     db = tmp_path / "acc.db"

@@ -12,6 +12,7 @@ import pytest
 
 from databus.core.errors import ConfigError
 from databus.spark import jvm, lines
+from tests.spark.lines import needs
 
 
 def test_each_line_names_its_bundles_and_refuses_what_it_lacks() -> None:
@@ -23,12 +24,19 @@ def test_each_line_names_its_bundles_and_refuses_what_it_lacks() -> None:
     with pytest.raises(ConfigError, match=r"iceberg is not available on Spark 4\.2: no Iceberg "
                                           r"runtime"):
         lines.bundle(four_two, "iceberg")
-    with pytest.raises(ConfigError, match=r"pyspark 4\.3\.0 is not a supported Spark line"):
-        lines.line_of("4.3.0")
+    four_three = lines.line_of("4.3.0")
+    assert (four_three.name, four_three.auto_cdc, four_three.changelog) == ("4.3", True, True)
+    assert lines.formats(four_three) == ()
+    with pytest.raises(ConfigError, match=r"delta is not available on Spark 4\.3: no Delta is "
+                                          r"built for Spark 4\.3"):
+        lines.bundle(four_three, "delta")
+    with pytest.raises(ConfigError, match=r"pyspark 4\.4\.0 is not a supported Spark line"):
+        lines.line_of("4.4.0")
     with pytest.raises(ConfigError, match="unknown lakehouse format 'hudi'"):
         lines.bundle(four_two, "hudi")
 
 
+@needs("delta")
 def test_the_properties_file_holds_the_lines_jars_and_extensions(tmp_path: Path) -> None:
     out = tmp_path / "conf" / "spark-defaults.conf"
     done = subprocess.run([sys.executable, "-m", "databus.spark.properties", "--out", str(out),
@@ -53,7 +61,7 @@ def test_the_properties_file_holds_the_lines_jars_and_extensions(tmp_path: Path)
 
 @pytest.mark.skipif(jvm.jar() is None, reason="no JDK here to build the JVM reader")
 def test_only_a_line_with_the_changelog_api_has_the_databus_catalog() -> None:
-    # Spark 4.1 has no Changelog interface: its jar is built without src-4.2's catalog
+    # Spark 4.1 has no Changelog interface: its jar is built without src-changelog's catalog
     jar = jvm.jar()
     assert jar is not None
     with zipfile.ZipFile(jar) as z:

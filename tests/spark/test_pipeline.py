@@ -13,6 +13,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 
 from databus.spark import apply_changes, changes, read_table
+from tests.support.accounts import AccountWriter, check_history, rows_of
 from tests.support.shop import TABLES, Writer, create_shop, table_rows
 from tests.support.sparkrelay import start_relay, stream, wait_relay
 
@@ -55,45 +56,6 @@ def test_scd1_with_four_partitions_equals_source(spark: SparkSession, tmp_path: 
         relay.stop()
 
 
-class AccountWriter:
-    """Random inserts/updates/deletes on ``accounts``; records each key's history.
-
-    Every upsert sets ``v`` to a new counter value, so each is a new version.
-    ``history[id]`` lists ``v`` per upsert and ``None`` per delete, in commit order.
-    """
-
-    def __init__(self, db: Path, seed: int) -> None:
-        import random
-        import sqlite3
-
-        self.rng = random.Random(seed)
-        self.con = sqlite3.connect(db, isolation_level=None)
-        self.con.execute("CREATE TABLE IF NOT EXISTS accounts"
-                         " (id INTEGER PRIMARY KEY, v INTEGER NOT NULL, note TEXT)")
-        self.live: set[int] = set()
-        self.history: dict[int, list[int | None]] = {}
-        self.counter = 0
-
-    def transaction(self) -> None:
-        self.con.execute("BEGIN IMMEDIATE")
-        for _ in range(self.rng.randint(1, 6)):
-            key = self.rng.randrange(1, 40)
-            self.counter += 1
-            if key not in self.live:
-                self.con.execute("INSERT INTO accounts VALUES (?,?,?)",
-                                 (key, self.counter, f"n{self.counter}"))
-                self.live.add(key)
-            elif self.rng.random() < 0.25:
-                self.con.execute("DELETE FROM accounts WHERE id=?", (key,))
-                self.live.discard(key)
-                self.history.setdefault(key, []).append(None)
-                continue
-            else:
-                self.con.execute("UPDATE accounts SET v=? WHERE id=?", (self.counter, key))
-            self.history.setdefault(key, []).append(self.counter)
-        self.con.execute("COMMIT")
-
-
 def test_scd2_history_matches_the_sequence_of_updates(spark: SparkSession,
                                                       tmp_path: Path) -> None:
     db = tmp_path / "acc.db"
@@ -125,36 +87,8 @@ def test_scd2_history_matches_the_sequence_of_updates(spark: SparkSession,
         assert q.exception() is None
         assert len([p for p in q.recentProgress if p["numInputRows"]]) >= 2
         current = read_table(spark, target, current_only=True)
-        assert sorted_rows(current, ["id", "v", "note"], ["id"]) == \
-            [tuple(r) for r in rows_of(db)]
-        hist = read_table(spark, target).orderBy("id", "__START_AT").collect()
-        by_key: dict[int, list[object]] = {}
-        for r in hist:
-            by_key.setdefault(r["id"], []).append(r)
-        assert set(by_key) == {
-            k for k, h in w.history.items() if any(v is not None for v in h)}
-        for key, versions in by_key.items():
-            expected = w.history[key]
-            assert [r["v"] for r in versions] == [v for v in expected if v is not None], key
-            # each version ends where the next starts unless a delete came between
-            upserts_then = [expected[i + 1] if i + 1 < len(expected) else "end"
-                            for i, v in enumerate(expected) if v is not None]
-            for r, nxt_version, after in zip(versions, [*versions[1:], None], upserts_then,
-                                             strict=True):
-                if after == "end":
-                    assert r["__END_AT"] is None and nxt_version is None
-                elif after is None:  # deleted: closed before the next version starts
-                    assert r["__END_AT"] is not None
-                    assert nxt_version is None or r["__END_AT"] < nxt_version["__START_AT"]
-                else:
-                    assert nxt_version is not None and r["__END_AT"] == nxt_version["__START_AT"]
-            assert (versions[-1]["__END_AT"] is None) == (key in w.live)
+        assert sorted_rows(current, ["id", "v", "note"], ["id"]) == rows_of(db)
+        check_history(read_table(spark, target).collect(), w)
     finally:
         w.con.close()
         relay.stop()
-
-
-def rows_of(db: Path) -> list[tuple[object, ...]]:
-    from tests.support.sparkrelay import rows
-
-    return rows(db, "SELECT id, v, note FROM accounts ORDER BY id")

@@ -1,4 +1,5 @@
-"""Processes of the second Spark line (``.venv-spark42``, ``scripts/spark-line.sh``).
+"""Processes of the newer Spark lines (4.2: ``.venv-spark42``, 4.3: ``.venv-spark43``;
+``scripts/spark-line.sh <line>``), 4.2 unless a function is given ``line``.
 
 A ``spark-pipelines`` run or a Spark Connect server starts its JVM before any user code
 runs, so it takes its Spark settings from ``$SPARK_CONF_DIR/spark-defaults.conf``, as a user
@@ -8,9 +9,9 @@ Spark 4.1), :func:`write_defaults` its properties file, :func:`pipeline_project`
 ``spark-pipelines`` project of one definitions file, :func:`run_pipeline` its run (on a
 Connect server of its own, or on one :func:`connect_server` started on a cluster).
 
-``AUTO_CDC_TARGET``: the bundles of the suite's AUTO CDC target, Spark's in-memory table with
+:func:`auto_cdc_target_jars`: the suite's AUTO CDC target, Spark's in-memory table with
 row-level operations behind the catalog of ``tests/spark/java`` (the one target open-source
-Spark 4.2 takes; docs/spark.md), and the catalog line that names it ``mem``.
+Spark 4.2 and 4.3 take; docs/spark.md), named ``mem`` by ``AUTO_CDC_CATALOG``.
 """
 
 from __future__ import annotations
@@ -29,34 +30,41 @@ from tests.support.procs import free_port
 from tests.support.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-VENV = ROOT / ".venv-spark42" / "bin"
-AUTO_CDC_TARGET = ("spark-test-4.2", "spark-test-catalog-4.2")
+
+
+def venv(line: str = "4.2") -> Path:
+    """The ``bin`` directory of ``line``'s venv (it may not exist: tests skip then)."""
+    return ROOT / f".venv-spark{line.replace('.', '')}" / "bin"
+
+
+VENV = venv("4.2")
 AUTO_CDC_CATALOG = "spark.sql.catalog.mem io.databus.sparktest.SharedRowLevelCatalog"
 
 
-def environment(conf: Path) -> dict[str, str]:
-    """The environment of a process of the line, reading its settings from ``conf``."""
+def environment(conf: Path, *, line: str = "4.2") -> dict[str, str]:
+    """The environment of a process of ``line``, reading its settings from ``conf``."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYSPARK_", "SPARK_")) and k != "PYTHONPATH"}
-    env.update(PATH=f"{VENV}:{os.environ['PATH']}", PYTHONPATH=str(ROOT / "src"),
-               PYSPARK_PYTHON=str(VENV / "python"), SPARK_CONF_DIR=str(conf))
+    env.update(PATH=f"{venv(line)}:{os.environ['PATH']}", PYTHONPATH=str(ROOT / "src"),
+               PYSPARK_PYTHON=str(venv(line) / "python"), SPARK_CONF_DIR=str(conf))
     return env
 
 
-def auto_cdc_target_jars() -> list[str]:
-    """The AUTO CDC target's jars; ``AssertionError`` saying how to make them if missing."""
-    dirs = [cache_dir() / b for b in AUTO_CDC_TARGET]
+def auto_cdc_target_jars(line: str = "4.2") -> list[str]:
+    """The AUTO CDC target's jars on ``line``; ``AssertionError`` saying how to make them if
+    missing."""
+    dirs = [cache_dir() / f"{b}-{line}" for b in ("spark-test", "spark-test-catalog")]
     assert all(any(d.glob("*.jar")) for d in dirs), \
-        f"no jar in one of {dirs}: run `bash scripts/spark-line.sh`"
+        f"no jar in one of {dirs}: run `bash scripts/spark-line.sh {line}`"
     return [str(j) for d in dirs for j in sorted(d.glob("*.jar"))]
 
 
 def write_defaults(env: dict[str, str], *, jars: Sequence[str] = (),
-                   lines: Sequence[str] = ()) -> None:
-    """``spark-defaults.conf`` in ``env``'s ``SPARK_CONF_DIR``: the line's properties,
+                   lines: Sequence[str] = (), line: str = "4.2") -> None:
+    """``spark-defaults.conf`` in ``env``'s ``SPARK_CONF_DIR``: ``line``'s properties,
     ``jars`` added to ``spark.jars``, then ``lines``."""
     defaults = Path(env["SPARK_CONF_DIR"]) / "spark-defaults.conf"
-    made = subprocess.run([str(VENV / "python"), "-m", "databus.spark.properties",
+    made = subprocess.run([str(venv(line) / "python"), "-m", "databus.spark.properties",
                            "--out", str(defaults)],
                           env=env, capture_output=True, text=True, timeout=300, check=False)
     assert made.returncode == 0, made.stderr
@@ -93,21 +101,22 @@ def pipeline_settings(warehouse: Path, relay_url: str) -> list[str]:
 
 
 def run_pipeline(tmp: Path, relay_url: str, definitions: str, *, remote: str | None = None,
-                 **fields: str) -> subprocess.CompletedProcess[str]:
+                 line: str = "4.2", **fields: str) -> subprocess.CompletedProcess[str]:
     """``spark-pipelines run`` of a project in ``tmp / "pipeline"`` whose definitions are
     ``definitions`` with ``relay`` and ``fields`` filled in.
 
     Without ``remote``, what a user does on one machine: the line's properties and
     :func:`pipeline_settings` (warehouse ``tmp / "warehouse"``) as spark-defaults.conf, read
     by the Connect server ``spark-pipelines`` starts before any definition runs. With
-    ``remote`` (``sc://...``), a client of that server, which holds the settings."""
+    ``remote`` (``sc://...``), a client of that server, which holds the settings. ``line``:
+    the Spark line whose venv runs it."""
     proj, conf = tmp / "pipeline", tmp / "conf"
     spec = pipeline_project(proj, "databus_cdc", definitions.format(relay=relay_url, **fields))
-    env = environment(conf)
+    env = environment(conf, line=line)
     if remote is None:
-        write_defaults(env, jars=auto_cdc_target_jars(),
+        write_defaults(env, jars=auto_cdc_target_jars(line), line=line,
                        lines=pipeline_settings(tmp / "warehouse", relay_url))
-    return subprocess.run([str(VENV / "spark-pipelines"),
+    return subprocess.run([str(venv(line) / "spark-pipelines"),
                            *(["--remote", remote] if remote else []), "run", "--spec", str(spec)],
                           cwd=proj, env=env, capture_output=True, text=True, timeout=420,
                           check=False)

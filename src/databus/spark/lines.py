@@ -1,6 +1,6 @@
 """The Spark lines databus runs on, and which Java bundles each one takes.
 
-A *line* is a Spark minor version (4.1, 4.2): the lakehouse jars and the JVM reader are
+A *line* is a Spark minor version (4.1, 4.2, 4.3): the lakehouse jars and the JVM reader are
 built per line (Scala binary and Spark's internal APIs change between minors). The line is
 the one of the pyspark this process imports; nothing is chosen by hand.
 
@@ -13,9 +13,13 @@ the one of the pyspark this process imports; nothing is chosen by hand.
   exists for it (checked on Maven Central,
   2026-11-28: ``iceberg-spark-runtime-4.1_2.13:1.12.0`` is the newest Spark line Iceberg
   builds, and it fails on 4.2 with ``IncompatibleClassChangeError``).
+* 4.3 (``.venv-spark43``, ``scripts/spark-line.sh 4.3``): what 4.2 has, and AUTO CDC flows
+  with SCD2 (``stored_as_scd_type=2``, not in 4.2.1); no lakehouse format: neither Delta
+  nor Iceberg is built for 4.3 (checked on Maven Central, 2026-11-30), so its tables are
+  Spark's own (Parquet) and its AUTO CDC targets are tables with row-level operations.
 
 A lakehouse format the line has no bundle for is a :class:`~databus.core.errors.ConfigError`
-naming the line and why; a line databus does not know (4.0, 4.3) is one too, at
+naming the line and why; a line databus does not know (4.0, 4.4) is one too, at
 :func:`current`.
 """
 
@@ -48,6 +52,14 @@ LINES: dict[str, Line] = {
                 auto_cdc=True, changelog=True,
                 why_not={"iceberg": "no Iceberg runtime is built for Spark 4.2 (the newest, "
                                     "iceberg-spark-runtime-4.1_2.13:1.12.0, fails on 4.2 with "
+                                    "IncompatibleClassChangeError: SparkView)"}),
+    "4.3": Line("4.3", {"delta": None, "iceberg": None}, "spark-source-4.3",
+                auto_cdc=True, changelog=True,
+                why_not={"delta": "no Delta is built for Spark 4.3 (no delta-spark_4.3_2.13; "
+                                  "delta-spark_4.2_2.13:4.4.0 fails on 4.3 with "
+                                  "NoSuchMethodError: LogicalRDD.<init>)",
+                         "iceberg": "no Iceberg runtime is built for Spark 4.3 (the newest, "
+                                    "iceberg-spark-runtime-4.1_2.13:1.12.0, fails on 4.3 with "
                                     "IncompatibleClassChangeError: SparkView)"}),
 }
 

@@ -18,8 +18,8 @@ import org.apache.spark.sql.connector.catalog.TableChange;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
- * A relay as a Spark catalog (Spark 4.2's changelog API; compiled only for that line): its
- * tables are the relay's sources ({@code <catalog>.<db>.<table>}), and
+ * A relay as a Spark catalog (Spark's changelog API, 4.2 and later; compiled only for those
+ * lines, from src-changelog): its tables are the relay's sources ({@code <catalog>.<db>.<table>}), and
  * {@link #loadChangelog} serves a source's change stream as change rows, so
  * {@code spark.readStream.changes("databus.shop.customers")} and SQL
  * {@code SELECT ... FROM databus.shop.customers CHANGES FROM VERSION n} read databus with

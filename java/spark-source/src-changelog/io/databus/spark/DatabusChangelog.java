@@ -14,8 +14,8 @@ import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
- * One relay source as Spark's {@code Changelog} (Spark 4.2): the table's columns, then
- * {@code _change_type} ({@code insert}, {@code delete}, {@code update_preimage},
+ * One relay source as Spark's {@code Changelog} (Spark 4.2 and later): the table's columns,
+ * then {@code _change_type} ({@code insert}, {@code delete}, {@code update_preimage},
  * {@code update_postimage}), {@code _commit_version} (the SCN, a long) and
  * {@code _commit_timestamp} (the source's commit time). Read by the {@code databus}
  * format's scan (streaming and batch), MOD buckets and offsets as there.
