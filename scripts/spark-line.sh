@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up a second virtualenv for a second Spark line beside the pinned one
+# Sets up a virtualenv for a newer Spark line (4.2, 4.3) beside the pinned one
 # (.venv keeps pyspark 4.1, the line Iceberg's runtime supports; see docs/spark.md,
 # "Spark lines"). The venv gets databus (editable, this checkout) with every runtime and
 # test dependency of the `dev` extra except pyspark, which is the line's own; then the

@@ -7,16 +7,16 @@ reader built for 4.2); skipped when that venv is not set up. The pipeline reads 
 over SQLite into a Delta streaming table of every change (an append flow), and a
 materialized view folds it into the current rows (SCD1), which must equal the source.
 
-AUTO CDC flows (``create_auto_cdc_flow``, SCD1: 4.2.1 has no SCD2) read databus with no
-column mapping, from the flat envelope and from Spark's changelog API (``changes()``), and
-their tables must equal the source. Their target is Spark's in-memory table with row-level
-operations (Spark's test jar, in a catalog shared by the run's sessions:
-``tests/spark/java``), copied by a materialized view into Delta to be compared: the one
-target AUTO CDC takes on open-source Spark 4.2. Into a Delta streaming table Spark 4.2.1
-refuses the flow before it reads anything (Delta 4.4.0's ``DeltaTableV2`` has no row-level
-operations; no Iceberg runtime exists for 4.2): the tests pin that refusal, so the day a
-Delta release lifts it they fail and say to assert the Delta table instead (docs/spark.md,
-"Spark lines").
+AUTO CDC flows (``create_auto_cdc_flow``, SCD1: 4.2.1 has no SCD2; 4.3 has, tested in
+``test_spark_scd2.py``) read databus with no column mapping, from the flat envelope and from
+Spark's changelog API (``changes()``), and their tables must equal the source. Their target
+is Spark's in-memory table with row-level operations (Spark's test jar, in a catalog shared
+by the run's sessions: ``tests/spark/java``), copied by a materialized view into Delta to be
+compared: the one target AUTO CDC takes on open-source Spark 4.2. Into a Delta streaming
+table Spark 4.2.1 refuses the flow before it reads anything (Delta 4.4.0's ``DeltaTableV2``
+has no row-level operations; no Iceberg runtime exists for 4.2): the tests pin that refusal,
+so the day a Delta release lifts it they fail and say to assert the Delta table instead
+(docs/spark.md, "Spark lines").
 """
 
 from __future__ import annotations
