@@ -28,8 +28,11 @@ def test_each_line_names_its_bundles_and_refuses_what_it_lacks() -> None:
     assert (four_three.name, four_three.auto_cdc, four_three.changelog) == ("4.3", True, True)
     assert lines.formats(four_three) == ()
     with pytest.raises(ConfigError, match=r"delta is not available on Spark 4\.3: no Delta is "
-                                          r"built for Spark 4\.3"):
+                                          r"built for Spark 4\.3.*; use Spark 4\.1 or 4\.2 for "
+                                          r"delta"):
         lines.bundle(four_three, "delta")
+    with pytest.raises(ConfigError, match=r"; use Spark 4\.1 for iceberg"):
+        lines.bundle(four_three, "iceberg")
     with pytest.raises(ConfigError, match=r"pyspark 4\.4\.0 is not a supported Spark line"):
         lines.line_of("4.4.0")
     with pytest.raises(ConfigError, match="unknown lakehouse format 'hudi'"):

@@ -94,7 +94,8 @@ def bundle(line: Line, fmt: str) -> str:
                           f"(known: {', '.join(line.bundles)})")
     name = line.bundles[fmt]
     if name is None:
+        having = [n for n, other in LINES.items() if other.bundles.get(fmt)]
         raise ConfigError(f"databus.spark: {fmt} is not available on Spark {line.name}: "
                           f"{line.why_not.get(fmt, 'no jars for this line')}; use Spark "
-                          f"{PINNED} (the pinned line) for {fmt}")
+                          f"{' or '.join(having)} for {fmt} (docs/spark.md, 'Spark lines')")
     return name
