@@ -31,6 +31,7 @@ setup(
         Extension(
             "databus.buffer._select",
             ["src/databus/buffer/_select.c"],
+            depends=["src/databus/buffer/_newest.c"],  # #included: newest()
             optional=True,
             libraries=["z"],  # CRC-32 of bytes keys, as zlib.crc32
             extra_compile_args=["-O2", "-std=c99", "-Wall"],

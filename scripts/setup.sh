@@ -65,7 +65,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.databus-installed
 # the C accelerators are rebuilt when their sources change
-want=$(cat pyproject.toml setup.py src/databus/sources/mysql/_rowcodec.c src/databus/sources/mysql/_snaptext.c src/databus/sources/mysql/_binlogframes.c src/databus/buffer/_select.c src/databus/client/_wiredecode.c src/databus/sources/postgres/_pgcodec.c src/databus/core/_cenc.h | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml setup.py src/databus/sources/mysql/_rowcodec.c src/databus/sources/mysql/_snaptext.c src/databus/sources/mysql/_binlogframes.c src/databus/buffer/_select.c src/databus/buffer/_newest.c src/databus/client/_wiredecode.c src/databus/sources/postgres/_pgcodec.c src/databus/core/_cenc.h | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
   .venv/bin/python -m pip install -q -e '.[dev]'

@@ -486,6 +486,8 @@ fail:
     return NULL;
 }
 
+#include "_newest.c" /* newest(): a read reduced to each key's last event */
+
 static PyMethodDef methods[] = {
     {"scan_windows", scan_windows, METH_VARARGS,
      "scan_windows(mem, start, stop, last_scn) -> ([(scn, offset, data events), ...], end, "
@@ -505,6 +507,8 @@ static PyMethodDef methods[] = {
      "EOPs fit in max_bytes together, copied into `data` (bytes; None when no window was "
      "taken); `end` is where the last taken window ends (`off` for none), `kept` the data "
      "events in `data`"},
+    {"newest", newest, METH_VARARGS,
+     "newest(data) -> (bytes, kept): each key's last event of a read's data (_newest.c)"},
     {"select_window", select_window, METH_VARARGS,
      "select_window(mem, off, sources, filters, skip=0) -> ([(start, end, count), ...], eop "
      "offset, data events of the window); the first `skip` selected events are left out"},

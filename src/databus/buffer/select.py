@@ -14,6 +14,9 @@ events of a read's windows out in one call (without a Python object per span
 or window either).
 Without the extension it returns None and the buffer selects event by event
 in Python (same result, slower).
+
+:func:`newest` reduces a read's data to each key's last event (compiled when
+possible, :func:`newest_python` its twin).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from databus.core import event as ev
 from databus.core.filters import ServerFilter
 
 try:
@@ -93,3 +97,53 @@ def compile_selection(sources: frozenset[int] | None,
         (src, 1 if f.partition_type == "MOD" else 0, f.num_buckets, f.ranges)
         for src, f in (filt.by_source.items() if filt is not None else ()))
     return Selection(None if sources is None else tuple(sorted(sources)), filters)
+
+
+def newest(data: bytes) -> tuple[bytes, int]:
+    """``data`` (whole windows of events, as a selected read copies them out) without
+    the data events whose (source id, key) has a later event in ``data``: control events
+    (EOPs) and truncates stay in place, so do each key's last event; ``(reduced data,
+    data events kept)``. Compiled when the extension is built; ValueError when an event
+    leaves ``data``."""
+    if _select is not None:
+        reduced, kept = _select.newest(data)
+        return reduced, kept
+    return newest_python(data)
+
+
+def newest_python(data: bytes) -> tuple[bytes, int]:
+    """:func:`newest` in Python: the same events kept."""
+    mv = memoryview(data)
+    starts: list[int] = []
+    keys: list[tuple[int, int | bytes] | None] = []
+    last: dict[tuple[int, int | bytes], int] = {}
+    off = 0
+    while off < len(data):
+        if len(data) - off < ev.HEADER_LEN:
+            raise ValueError("newest: an event leaves the data")
+        length = ev.peek_length(mv, off)
+        if length < ev.HEADER_LEN or length > len(data) - off:
+            raise ValueError("newest: an event leaves the data")
+        src = ev.peek_src_id(mv, off)
+        low = mv[off + ev.OFF_ATTRIBUTES + 1]  # the attributes' low byte: opcode, key kind
+        key = None
+        if src >= 0 and low & ev.ATTR_OPCODE_MASK != ev.Op.TRUNCATE:
+            room = length - ev.HEADER_LEN
+            klen = (int.from_bytes(mv[off + ev.HEADER_LEN:off + ev.HEADER_LEN + 4], "big",
+                                   signed=True) if room >= 4 else -1)
+            bad = (not 0 <= klen <= room - 4) if low & ev.ATTR_KEY_BYTES else room < 8
+            if bad:
+                raise ValueError("newest: an event leaves the data")
+            key = (src, ev.peek_key(mv, off))
+            last[key] = len(starts)
+        starts.append(off)
+        keys.append(key)
+        off += length
+    starts.append(len(data))
+    out: list[bytes] = []
+    kept = 0
+    for i, key in enumerate(keys):
+        if key is None or last[key] == i:
+            out.append(data[starts[i]:starts[i + 1]])
+            kept += ev.peek_src_id(mv, starts[i]) >= 0
+    return b"".join(out), kept
