@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from databus.buffer import select
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint
 from databus.core.filters import ServerFilter
@@ -97,6 +98,8 @@ def test_long_poll_returns_when_data_arrives(relay: Relay, shop_db: Path) -> Non
     ({"filters": '{"999": {"partitionType": "MOD", "filters": '
                  '[{"numBuckets": 2, "bktRange": {"start": 0, "end": 1}}]}}'}, 404, "UnknownSource"),
     ({"streamFromLatestScn": "maybe"}, 400, "InvalidRequest"),
+    ({"newest": "true"}, 400, "InvalidRequest"),  # no uptoScn
+    ({"uptoScn": "x"}, 400, "InvalidRequest"),
 ])
 def test_bad_requests_get_typed_4xx(relay: Relay, params: dict[str, str], status: int,
                                     code: str) -> None:
@@ -229,3 +232,27 @@ def test_json_encoding_does_not_hold_up_other_requests(shop_db: Path, tmp_path: 
         assert r.status_code == 200 and r.content.count(b"\n") > 10_000
         assert took > 0.2, f"the encoding ({took:.2f} s) is too short to tell"
         assert len(latencies) > 3 and max(latencies) < took / 2, (max(latencies), took)
+
+
+def test_a_newest_read_keeps_each_keys_last_event_up_to_its_end(relay: Relay,
+                                                                  shop_db: Path) -> None:
+    """``newest=true&uptoScn=n``: no window past n, each answer reduced as
+    ``select.newest`` reduces the same answer read whole, and a key's change past n does
+    not hide its change before n."""
+    _write(shop_db, 300)
+    top = _wait_scn(relay)
+    with httpx.Client(base_url=relay.url, timeout=10) as c:
+        whole = c.get("/stream", params={"timeout": "0", "size": str(64 << 20)})
+        end = max(e.scn for e in ev.iter_events(whole.content) if e.is_eop) // 2
+        upto = c.get("/stream", params={"timeout": "0", "size": str(64 << 20),
+                                        "uptoScn": str(end)})
+        reduced = c.get("/stream", params={"timeout": "0", "size": str(64 << 20),
+                                           "uptoScn": str(end), "newest": "true"})
+    assert whole.status_code == upto.status_code == reduced.status_code == 200
+    assert max(e.scn for e in ev.iter_events(upto.content)) <= end < top
+    assert reduced.content == select.newest_python(upto.content)[0]
+    assert len(reduced.content) < len(upto.content)  # the shop changes keys again
+    kept = {(e.src_id, e.key): e for e in ev.iter_events(reduced.content) if e.src_id >= 0}
+    last = {(e.src_id, e.key): e for e in ev.iter_events(upto.content) if e.src_id >= 0}
+    assert kept == last
+

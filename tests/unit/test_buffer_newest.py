@@ -30,16 +30,42 @@ def windows(rng: random.Random, n: int) -> bytes:
 
 
 def expected(data: bytes) -> tuple[bytes, int]:
-    """What the reduction must give, from decoded events."""
+    """What the reduction must give, from decoded events: each key's last event, every
+    EOP and truncate, and a dropped-count event before a kept one that follows left-out
+    ones of its window."""
     events = list(ev.iter_events(data))
     last = {(e.src_id, e.key): i for i, e in enumerate(events)
             if e.src_id >= 0 and e.op != ev.Op.TRUNCATE}
-    kept = [e for i, e in enumerate(events)
-            if e.src_id < 0 or e.op == ev.Op.TRUNCATE or last[(e.src_id, e.key)] == i]
     raw = [data[o:o + ev.peek_length(data, o)] for o in offsets(data)]
-    keep = {id(e) for e in kept}
-    return (b"".join(r for r, e in zip(raw, events, strict=True) if id(e) in keep),
-            sum(1 for e in kept if e.src_id >= 0))
+    out, kept, dropped = [], 0, 0
+    for i, e in enumerate(events):
+        if e.src_id >= 0 and e.op != ev.Op.TRUNCATE and last[(e.src_id, e.key)] != i:
+            dropped += 1
+            continue
+        if e.src_id == ev.SRC_EOP:
+            dropped = 0
+        elif e.src_id >= 0 and dropped:
+            out.append(ev.encode(scn=e.scn, src_id=ev.SRC_DROPPED, key=dropped, payload=b""))
+            dropped = 0
+        out.append(raw[i])
+        kept += e.src_id >= 0
+    return b"".join(out), kept
+
+
+def indexes(data: bytes) -> list[tuple[int, object, int]]:
+    """Each data event's (scn, key, index in its window), as a reader counts them,
+    dropped-count events included."""
+    out, nxt = [], 0
+    for e in ev.iter_events(data):
+        if e.src_id == ev.SRC_EOP:
+            nxt = 0
+        elif e.src_id == ev.SRC_DROPPED:
+            assert isinstance(e.key, int)
+            nxt += e.key
+        elif e.src_id >= 0:
+            out.append((e.scn, e.key, nxt))
+            nxt += 1
+    return out
 
 
 def offsets(data: bytes) -> list[int]:
@@ -57,6 +83,9 @@ def test_both_reductions_keep_each_keys_last_event_and_every_eop_and_truncate(se
     assert select.newest_python(data) == want
     if select.available():
         assert select.newest(data) == want
+    # every kept event has the index it has in the whole data
+    assert set(indexes(want[0])) <= set(indexes(data))
+    assert len(indexes(want[0])) == want[1]
     # an int key and a bytes key of the same digits are two keys; so are two sources
     reduced = list(ev.iter_events(want[0]))
     assert len({(e.src_id, e.key) for e in reduced if e.src_id >= 0

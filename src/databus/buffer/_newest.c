@@ -5,8 +5,10 @@
  * out: whole windows of events, each ending with its EOP. Every data event whose
  * (source id, key) has a later event in `data` is left out; control events (EOPs)
  * and truncates are kept in place, as is each key's last event, so the windows'
- * structure and the order of what is kept are those of `data`. Returns
- * (reduced bytes, data events kept). databus.buffer.select.newest_python is its
+ * structure and the order of what is kept are those of `data`. Before a kept data
+ * event that follows left-out ones of its window goes a "dropped" control event
+ * (source id -51, key = how many), so a reader counting a window's data events
+ * keeps each one's index. Returns (reduced bytes, data events kept). databus.buffer.select.newest_python is its
  * twin and keeps exactly the same events.
  *
  * Why compiled: a relay-side reduction exists to spare the reader's CPU and the
@@ -39,6 +41,32 @@ static int newest_same(const uint8_t *a, const uint8_t *b) {
     if (!ab) return memcmp(a + HEADER_LEN, b + HEADER_LEN, 8) == 0;
     uint32_t la = be32(a + HEADER_LEN);
     return la == be32(b + HEADER_LEN) && memcmp(a + HEADER_LEN + 4, b + HEADER_LEN + 4, la) == 0;
+}
+
+#define NEWEST_DROPPED_LEN (HEADER_LEN + 8 + 7)
+#define SRC_DROPPED (-51)
+
+static void put32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
+}
+
+/* the "dropped" control event at w, as databus.core.event.encode makes it: version 2,
+ * no attributes, time 0, source -51, partition 0, sequence scn; key `dropped`, an empty
+ * payload part; both CRCs */
+static void newest_dropped(uint8_t *w, uint64_t scn, Py_ssize_t dropped) {
+    memset(w, 0, NEWEST_DROPPED_LEN);
+    w[0] = 2;
+    put32(w + 1, 0xCAFEDEEDu);
+    put32(w + 5, HEADER_LEN);
+    put32(w + OFF_TOTAL_LEN, NEWEST_DROPPED_LEN);
+    put32(w + OFF_SRC_ID, (uint32_t)SRC_DROPPED);
+    put32(w + OFF_SCN, (uint32_t)(scn >> 32));
+    put32(w + OFF_SCN + 4, (uint32_t)scn);
+    put32(w + HEADER_LEN, (uint32_t)((uint64_t)dropped >> 32));
+    put32(w + HEADER_LEN + 4, (uint32_t)dropped);
+    put32(w + 13, (uint32_t)crc32(0L, w + HEADER_LEN, 15));
+    uLong h = crc32(0L, w, 9);
+    put32(w + 9, (uint32_t)crc32(h, w + 13, HEADER_LEN - 13));
 }
 
 static PyObject *newest(PyObject *self, PyObject *args) {
@@ -99,19 +127,36 @@ static PyObject *newest(PyObject *self, PyObject *args) {
         off += len;
     }
     starts[count] = n;
-    Py_ssize_t size = 0, kept = 0;
-    for (Py_ssize_t i = 0; i < count; i++)
-        if (slot_of[i] < 0 || (Py_ssize_t)tab[slot_of[i]].last == i + 1)
-            size += starts[i + 1] - starts[i];
-    out = PyBytes_FromStringAndSize(NULL, size);
-    if (!out) goto done;
-    uint8_t *w = (uint8_t *)PyBytes_AS_STRING(out);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        if (slot_of[i] < 0 || (Py_ssize_t)tab[slot_of[i]].last == i + 1) {
+    Py_ssize_t size = 0, kept = 0, dropped = 0;
+    for (int pass = 0; pass < 2; pass++) {  /* the size, then the copy */
+        uint8_t *w = pass ? (uint8_t *)PyBytes_AS_STRING(out) : NULL;
+        dropped = 0;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            const uint8_t *e = m + starts[i];
             Py_ssize_t len = starts[i + 1] - starts[i];
-            memcpy(w, m + starts[i], (size_t)len);
-            w += len;
-            kept += (int32_t)be32(m + starts[i] + OFF_SRC_ID) >= 0;
+            if (slot_of[i] >= 0 && (Py_ssize_t)tab[slot_of[i]].last != i + 1) {
+                dropped++;
+                continue;
+            }
+            int32_t src = (int32_t)be32(e + OFF_SRC_ID);
+            if (src == SRC_EOP) dropped = 0;  /* a window's index starts again */
+            if (src >= 0 && dropped) {
+                if (pass) newest_dropped(w, be64(e + OFF_SCN), dropped);
+                w = w ? w + NEWEST_DROPPED_LEN : w;
+                size += NEWEST_DROPPED_LEN;
+                dropped = 0;
+            }
+            if (pass) {
+                memcpy(w, e, (size_t)len);
+                w += len;
+                kept += src >= 0;
+            } else {
+                size += len;
+            }
+        }
+        if (!pass) {
+            out = PyBytes_FromStringAndSize(NULL, size);
+            if (!out) goto done;
         }
     }
     PyObject *res = Py_BuildValue("(Nn)", out, kept);

@@ -102,8 +102,10 @@ def compile_selection(sources: frozenset[int] | None,
 def newest(data: bytes) -> tuple[bytes, int]:
     """``data`` (whole windows of events, as a selected read copies them out) without
     the data events whose (source id, key) has a later event in ``data``: control events
-    (EOPs) and truncates stay in place, so do each key's last event; ``(reduced data,
-    data events kept)``. Compiled when the extension is built; ValueError when an event
+    (EOPs) and truncates stay in place, so do each key's last event, and before a kept
+    data event that follows left-out ones of its window goes a ``SRC_DROPPED`` control
+    event whose key says how many (a reader counting a window's data events keeps each
+    one's index); ``(reduced data, data events kept)``. Compiled when the extension is built; ValueError when an event
     leaves ``data``."""
     if _select is not None:
         reduced, kept = _select.newest(data)
@@ -141,9 +143,18 @@ def newest_python(data: bytes) -> tuple[bytes, int]:
         off += length
     starts.append(len(data))
     out: list[bytes] = []
-    kept = 0
+    kept = dropped = 0
     for i, key in enumerate(keys):
-        if key is None or last[key] == i:
-            out.append(data[starts[i]:starts[i + 1]])
-            kept += ev.peek_src_id(mv, starts[i]) >= 0
+        if key is not None and last[key] != i:
+            dropped += 1
+            continue
+        src = ev.peek_src_id(mv, starts[i])
+        if src == ev.SRC_EOP:
+            dropped = 0  # a window's index starts again
+        elif src >= 0 and dropped:
+            out.append(ev.encode(scn=ev.peek_scn(mv, starts[i]), src_id=ev.SRC_DROPPED,
+                                 key=dropped, payload=b""))
+            dropped = 0
+        out.append(data[starts[i]:starts[i + 1]])
+        kept += src >= 0
     return b"".join(out), kept

@@ -76,6 +76,9 @@ SRC_EOP = -2
 SRC_CHECKPOINT = -3
 SRC_ERROR_FIRST = -4
 SRC_ERROR_LAST = -50
+# in a reduced answer (/stream newest=true): key = the window's data events left out
+# before the next one, so a reader's index of each event in its window stays exact
+SRC_DROPPED = -51
 
 
 class Op(IntEnum):

@@ -33,6 +33,9 @@ def relay_openapi(config: RelayConfig) -> dict[str, Any]:
         query("transactions", {"type": "boolean"}, "json: BEGIN/END transaction lines"),
         query("filters", {"type": "string"}, "server-side MOD/RANGE filter (JSON)"),
         query("streamFromLatestScn", {"type": "boolean"}, "start after the newest window"),
+        query("uptoScn", {"type": "integer", "minimum": -1}, "no window past this SCN"),
+        query("newest", {"type": "boolean"}, "each key's last event of the answer only, the"
+              " windows' EOPs and truncates kept (needs uptoScn)"),
     ]
     signal_body = {"type": "object", "required": ["type"],
                    "properties": {"type": {"type": "string"},

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import time
 from functools import partial
@@ -38,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from databus.buffer import EventBuffer, PinnedRead, ReadResult
+from databus.buffer import EventBuffer, PinnedRead, ReadResult, select
 from databus.core import event as ev
 from databus.core.checkpoint import Checkpoint, ConsumptionMode
 from databus.core.envelope import dumps, envelope
@@ -151,20 +152,22 @@ class HeldResponse:
 class _Query:
     """A validated /stream request."""
 
-    __slots__ = ("cp", "deadline", "filt", "member", "member_hw", "output", "selecting",
-                 "size", "src_ids", "transactions", "upto")
+    __slots__ = ("cp", "deadline", "filt", "member", "member_hw", "newest", "output",
+                 "selecting", "size", "src_ids", "transactions", "upto", "upto_asked")
 
     cp: Checkpoint
     deadline: float  # time.monotonic(), the clock of asyncio's loop.time() too
     filt: ServerFilter | None
     member: str | None
     member_hw: int | None
+    newest: bool  # each key's last event only (select.newest), windows up to upto_asked
     output: str
     selecting: bool
     size: int
     src_ids: frozenset[int] | None
     transactions: bool
     upto: int | None
+    upto_asked: int | None  # uptoScn: no window past it (with the cluster's limit)
 
 
 class _Poll:
@@ -214,6 +217,13 @@ class StreamEndpoint:
             raise InvalidRequestError(f"output must be binary or json, got {output[:50]!r}")
         query.output = output
         query.transactions = bool_param(request, "transactions")
+        query.upto_asked = (int_param(request, "uptoScn", 0, -1, 2**63 - 1)
+                            if q.get("uptoScn") is not None else None)
+        query.newest = bool_param(request, "newest")
+        if query.newest and query.upto_asked is None:
+            # a key's newer change past the reader's end must not hide the one before it
+            raise InvalidRequestError("newest=true needs uptoScn (the last window the "
+                                      "reader's range holds)")
         filt = ServerFilter.parse(q["filters"]) if q.get("filters") else None
         if filt is not None:
             unknown = set(filt.by_source) - known
@@ -251,7 +261,8 @@ class StreamEndpoint:
                 query.upto = relay.cluster.serve_limit()
         # an unselected read is one copy of buffer bytes: cheaper than a thread hop
         # (which costs single consumers ~15% of their rate); a selection walks every event
-        query.selecting = query.src_ids is not None or filt is not None
+        query.selecting = query.src_ids is not None or filt is not None or query.newest \
+            or query.upto_asked is not None
         query.deadline = time.monotonic() + timeout
         # who reads, and from where (GET /consumers): a dict lookup and a few stores
         name = check_name(request.headers.get("x-databus-consumer"))
@@ -286,10 +297,23 @@ class StreamEndpoint:
         relay = self.relay
         if relay.cluster is not None and not query.member:
             query.upto = relay.cluster.serve_limit()
-        result: ReadResult = await run_in_threadpool(
-            relay.buffer.read, query.cp, query.size, sources=query.src_ids,
-            filter=query.filt, upto_scn=query.upto)
+        if query.upto_asked is not None:
+            query.upto = (query.upto_asked if query.upto is None
+                          else min(query.upto, query.upto_asked))
+        result: ReadResult = await run_in_threadpool(self._read_selected, query)
         return result
+
+    def _read_selected(self, query: _Query) -> ReadResult:
+        """A selected read (on a worker thread); with ``newest``, whole windows reduced to
+        each key's last event (a partial window is served as it is: the reader's own
+        per-key map is what makes its result right, the reduction only spares work)."""
+        result = self.relay.buffer.read(query.cp, query.size, sources=query.src_ids,
+                                        filter=query.filt, upto_scn=query.upto)
+        if not query.newest or result.partial or not result.data_events:
+            return result
+        data, kept = select.newest(result.data)
+        return dataclasses.replace(result, data=data, data_events=kept,
+                                   events=result.events - (result.data_events - kept))
 
     def _done(self, query: _Query, result: ReadResult | PinnedRead) -> bool:
         """Whether ``result`` is the answer: events, the deadline passed, shutdown, or

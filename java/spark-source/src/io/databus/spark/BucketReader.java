@@ -262,7 +262,10 @@ final class BucketReader implements PartitionReader<InternalRow> {
             cpPrev = b.prevScn();
             conn = new RelayClient(o);
             finished = cpOffset < 0 && cpScn >= endScn;
-            size = o.prefetchBatches > 0 ? Math.min(o.fetchBytes, FIRST_PAGE) : o.fetchBytes;
+            // newest per key reads the whole range before it gives a row: no small first
+            // page, and whole pages make the relay's per-answer reduction keep the fewest
+            size = o.prefetchBatches > 0 && !o.newestPerKey ? Math.min(o.fetchBytes, FIRST_PAGE)
+                                                              : o.fetchBytes;
         }
 
         private String checkpoint() {
@@ -355,7 +358,10 @@ final class BucketReader implements PartitionReader<InternalRow> {
             while (true) {
                 RelayClient.Response r;
                 try {
-                    r = conn.stream(checkpoint(), srcIds, size, filter, 1.0);
+                    // newest per key: the relay reduces each answer to each key's last event
+                    // up to this read's end; this reader's own map reduces across answers
+                    r = conn.stream(checkpoint(), srcIds, size, filter, 1.0,
+                                    o.newestPerKey ? endScn : -1);
                 } catch (DatabusSourceException e) {
                     if (!e.isTransient()) {
                         throw e;

@@ -84,6 +84,12 @@ final class EventWalk {
                 }
                 return Kind.EOP;
             }
+            if (event.srcId == Wire.SRC_DROPPED) {
+                // the relay left this many of the window's events out (newestPerKey):
+                // the next one keeps the index it has in the whole window
+                next += (int) event.intKey;
+                continue;
+            }
             if (event.isControl()) {
                 continue;
             }

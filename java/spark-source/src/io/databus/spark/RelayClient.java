@@ -285,7 +285,22 @@ final class RelayClient {
 
     /** Windows after {@code checkpoint} (null: the oldest), long-polling {@code timeout} s. */
     Response stream(String checkpoint, List<Integer> ids, int size, String filter, double timeout) {
+        return stream(checkpoint, ids, size, filter, timeout, -1);
+    }
+
+    /**
+     * As {@link #stream(String, List, int, String, double)}; with {@code newestUpTo} >= 0, no
+     * window past that SCN and each key's last event of the answer only ({@code uptoScn},
+     * {@code newest=true}: the relay's reduction, docs/relay.md). A relay without them
+     * ignores both and answers every event, which a caller reducing by key must accept.
+     */
+    Response stream(String checkpoint, List<Integer> ids, int size, String filter, double timeout,
+                    long newestUpTo) {
         Map<String, String> p = new LinkedHashMap<>();
+        if (newestUpTo >= 0) {
+            p.put("uptoScn", Long.toString(newestUpTo));
+            p.put("newest", "true");
+        }
         p.put("size", Integer.toString(size));
         p.put("output", "binary");
         p.put("timeout", Double.toString(timeout));

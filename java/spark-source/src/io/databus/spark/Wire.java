@@ -11,6 +11,8 @@ final class Wire {
     static final int HEADER_LEN = 45;
     static final int MAGIC = 0xCAFEDEED;
     static final int SRC_EOP = -2;
+    /** A reduced answer's count of a window's data events left out before the next event. */
+    static final int SRC_DROPPED = -51;
     static final int ATTR_KEY_BYTES = 0x0008;
     static final int ATTR_HAS_METADATA = 0x0010;
     static final int ATTR_SNAPSHOT = 0x0020;
