@@ -71,6 +71,11 @@ def test_each_keys_newest_change_once_across_pages_and_buckets(
         one = newest(batch(spark, relay.url, "accounts"))
         assert [tuple(r["_sequence"]) for r in flat] == [tuple(r["sequence"]) for r in one]
         assert [r["id"] for r in flat] == [(r["after"] or r["before"])["id"] for r in one]
+        # pages of 4 x fetchBytes (128 MiB) past the relay's largest answer (64 MiB): the
+        # relay refuses the size, the reader goes on in pages of fetchBytes
+        big = batch(spark, relay.url, "accounts", newestPerKey="true", partitions=2,
+                    fetchBytes=32 << 20)
+        assert sorted(big, key=lambda r: tuple(r["sequence"])) == want
     finally:
         relay.stop()
 
