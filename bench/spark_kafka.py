@@ -79,8 +79,8 @@ def _session(tmp: Path) -> SparkSession:
                           "spark.sql.warehouse.dir": str(tmp / "warehouse")})
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
-    print(f"format(\"databus\") is the {'JVM reader' if jvm.active(spark) else 'Python source'}",
-          flush=True)
+    print(f"format(\"databus\") is the {'JVM reader' if jvm.active(spark) else 'Python source'}"
+          f", Spark {spark.version}", flush=True)
     return spark
 
 

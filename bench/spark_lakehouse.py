@@ -176,8 +176,8 @@ def main() -> None:
         want = {t: sorted(sqlite3.connect(db).execute(f"SELECT * FROM {t}").fetchall())
                 for t in TABLES}
 
-        print(f"format(\"databus\") is the {'JVM' if jvm.active(spark) else 'Python'} reader",
-              flush=True)
+        print(f"format(\"databus\") is the {'JVM' if jvm.active(spark) else 'Python'} reader, "
+              f"Spark {spark.version}", flush=True)
 
         def relay_stream(t: str, fmt: str = "databus", **opts: str) -> DataFrame:
             return (spark.readStream.format(fmt).option("relay", relay.url)
