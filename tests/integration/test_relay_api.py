@@ -255,4 +255,3 @@ def test_a_newest_read_keeps_each_keys_last_event_up_to_its_end(relay: Relay,
     kept = {(e.src_id, e.key): e for e in ev.iter_events(reduced.content) if e.src_id >= 0}
     last = {(e.src_id, e.key): e for e in ev.iter_events(upto.content) if e.src_id >= 0}
     assert kept == last
-

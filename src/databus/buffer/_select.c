@@ -47,6 +47,10 @@
 #define OFF_SRC_ID 31
 #define OFF_SCN 37
 #define SRC_EOP (-2)
+#define OFF_ATTRS 21         /* two bytes, big-endian (databus.core.event ATTR_*) */
+#define ATTR_OPCODE_MASK 0x0007
+#define ATTR_KEY_BYTES 0x0008
+#define OP_TRUNCATE 5
 #define PREFETCH_AHEAD 2048 /* bytes the walk asks the cache for ahead of itself */
 #define MAX_RANGES 1024
 
@@ -185,10 +189,10 @@ static int walk_selected(const uint8_t *mem, Py_ssize_t n, Py_ssize_t off, const
         if (keep) {
             for (Py_ssize_t i = 0; i < s->nfilters; i++) {
                 if (s->fs[i].src != src) continue;
-                unsigned attrs = ((unsigned)e[21] << 8) | e[22];
+                unsigned attrs = ((unsigned)e[OFF_ATTRS] << 8) | e[OFF_ATTRS + 1];
                 const uint8_t *k = e + HEADER_LEN;
                 int64_t value;
-                if (attrs & 0x0008) {
+                if (attrs & ATTR_KEY_BYTES) {
                     int32_t klen = (int32_t)be32(k);
                     if (klen < 0 || klen > length - HEADER_LEN - 4) { *err_off = off; return 3; }
                     value = (int64_t)(uint32_t)crc32(0L, k + 4, (uInt)klen);

@@ -105,8 +105,8 @@ def newest(data: bytes) -> tuple[bytes, int]:
     (EOPs) and truncates stay in place, so do each key's last event, and before a kept
     data event that follows left-out ones of its window goes a ``SRC_DROPPED`` control
     event whose key says how many (a reader counting a window's data events keeps each
-    one's index); ``(reduced data, data events kept)``. Compiled when the extension is built; ValueError when an event
-    leaves ``data``."""
+    one's index); ``(reduced data, data events kept)``. Compiled when the extension is
+    built; ValueError when an event leaves ``data``."""
     if _select is not None:
         reduced, kept = _select.newest(data)
         return reduced, kept

@@ -261,8 +261,9 @@ class StreamEndpoint:
                 query.upto = relay.cluster.serve_limit()
         # an unselected read is one copy of buffer bytes: cheaper than a thread hop
         # (which costs single consumers ~15% of their rate); a selection walks every event
-        query.selecting = query.src_ids is not None or filt is not None or query.newest \
-            or query.upto_asked is not None
+        # (newest=true needs uptoScn: upto_asked covers it)
+        query.selecting = (query.src_ids is not None or filt is not None
+                           or query.upto_asked is not None)
         query.deadline = time.monotonic() + timeout
         # who reads, and from where (GET /consumers): a dict lookup and a few stores
         name = check_name(request.headers.get("x-databus-consumer"))
